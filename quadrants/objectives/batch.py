@@ -1,0 +1,123 @@
+"""The data an objective may read: TokenBatch (built once per step), PolicyOutput, ObjectiveOutput.
+
+Shape legend: **B** sequences (prompts x G) · **G** rollouts per prompt · **P** prompt tokens ·
+**T** response tokens · **L** = P + T · **N** response tokens in the whole rollout batch.
+
+Layout: prompts are left-padded to P, responses right-padded to T, so response token t of every
+sequence sits at position P + t of `sequences`.
+
+Statistics that must see the whole rollout batch (advantages, group entropy mean/std, the quadrant
+split, the sorted batch entropies used by batch quantiles) are computed before the batch is cut into
+mini-batches and travel with it, so a mini-batch never recomputes a group statistic on part of a group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+from torch import Tensor
+
+from quadrants.ops.quadrants import QuadrantMasks
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """Everything an objective may read about one rollout batch (or a mini-batch of it).
+
+    Attributes:
+        sequences: [B, L] long, prompt + response token ids.
+        attention_mask: [B, L] bool.
+        response_mask: [B, T] bool, True on generated tokens (EOS included, padding excluded).
+        old_logp: [B, T] float, behaviour log-probs recomputed by the trainer before the update.
+        entropy: [B, T] float, behaviour-policy entropy (nats, full vocabulary, rollout temperature).
+        rewards: [B] float.
+        advantages: [B] float, GRPO group advantages.
+        group_ids: [B] long.
+        quadrants: the PHR/PLR/NHR/NLR split of the full rollout batch (sliced with it).
+        group_entropy_mean: [B] float, mean token entropy over the sequence's group.
+        group_entropy_std: [B] float, population std of the same.
+        rollout_entropy_sorted: [N] float, every response-token entropy of the full rollout batch,
+            ascending (not sliced: shared by all mini-batches, for rollout-batch quantiles).
+        ref_logp: [B, T] float or None, frozen reference-policy log-probs (only when a KL is on).
+        num_rollout_tokens: response tokens in the full rollout batch (N), for global normalisers.
+    """
+
+    sequences: Tensor
+    attention_mask: Tensor
+    response_mask: Tensor
+    old_logp: Tensor
+    entropy: Tensor
+    rewards: Tensor
+    advantages: Tensor
+    group_ids: Tensor
+    quadrants: QuadrantMasks
+    group_entropy_mean: Tensor
+    group_entropy_std: Tensor
+    rollout_entropy_sorted: Tensor
+    ref_logp: Tensor | None = None
+    num_rollout_tokens: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.sequences.shape[0])
+
+    @property
+    def response_length(self) -> int:
+        return int(self.response_mask.shape[1])
+
+    def select(self, index: Tensor) -> "TokenBatch":
+        """The sub-batch of sequences `index` ([b] long); rollout-level fields are shared."""
+        sliced = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("rollout_entropy_sorted", "num_rollout_tokens") or value is None:
+                continue
+            if isinstance(value, QuadrantMasks):
+                sliced[f.name] = QuadrantMasks(
+                    **{q: getattr(value, q)[index] for q in ("PHR", "PLR", "NHR", "NLR", "threshold")}
+                )
+            else:
+                sliced[f.name] = value[index]
+        return replace(self, **sliced)
+
+
+@dataclass(frozen=True)
+class PolicyOutput:
+    """The current policy's forward pass over a (mini-)batch's response tokens.
+
+    Attributes:
+        logp: [B, T] float, log-probs of the sampled tokens (with grad).
+        entropy: [B, T] float with grad, or None when the objective did not ask for it.
+    """
+
+    logp: Tensor
+    entropy: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class ObjectiveOutput:
+    """What a token objective returns.
+
+    Attributes:
+        per_token_loss: [B, T] float, zero on tokens that carry no gradient; aggregated by the step
+            with the configured loss aggregation (so quadrant isolation and any normaliser compose).
+        metrics: name -> detached scalar tensor (fractions, means); reduced and logged by the loop.
+        denominator_mask: [B, T] bool or None. Tokens this objective wants counted in the normaliser
+            (None = every response token). DAPO's dynamic sampling drops constant-reward groups here;
+            forking with `denominator="selected_tokens"` renormalises over its selection.
+    """
+
+    per_token_loss: Tensor
+    metrics: dict[str, Tensor]
+    denominator_mask: Tensor | None = None
+
+
+def token_advantages(batch: TokenBatch) -> Tensor:
+    """The sequence advantage broadcast to tokens: [B] -> [B, T] float."""
+    return batch.advantages[:, None].expand_as(batch.old_logp).float()
+
+
+def fraction(mask: Tensor, of: Tensor) -> Tensor:
+    """Detached fraction of `of` tokens that are in `mask` (0 when `of` is empty)."""
+    return ((mask & of).sum() / of.sum().clamp_min(1)).detach().float()

@@ -1,0 +1,114 @@
+"""One registry of token objectives; an objective's keyword-only signature is its schema.
+
+An objective is `fn(batch: TokenBatch, policy: PolicyOutput, *, <hyper-parameters>) -> ObjectiveOutput`.
+`resolve_objective(name, params)` checks the name and the parameters against that signature before any
+training starts, so a misspelled key fails at compose time with the list of accepted keys.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch
+
+
+class TokenObjective(Protocol):
+    def __call__(self, batch: TokenBatch, policy: PolicyOutput, **params: Any) -> ObjectiveOutput: ...
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """A registered objective.
+
+    Attributes:
+        name: registry name (the `objective.name` config value).
+        fn: the objective function.
+        needs_entropy_grad: the step must hand it the current policy's entropy with gradient.
+        validate: optional check of hyper-parameter ranges; raises ValueError naming key and range.
+    """
+
+    name: str
+    fn: TokenObjective
+    needs_entropy_grad: bool = False
+    validate: Callable[..., None] | None = None
+
+    def parameters(self) -> dict[str, inspect.Parameter]:
+        sig = inspect.signature(self.fn)
+        return {n: p for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    def defaults(self) -> dict[str, Any]:
+        return {n: p.default for n, p in self.parameters().items() if p.default is not inspect.Parameter.empty}
+
+
+_OBJECTIVES: dict[str, ObjectiveSpec] = {}
+
+
+def register_objective(
+    name: str, *, needs_entropy_grad: bool = False, validate: Callable[..., None] | None = None
+) -> Callable[[TokenObjective], TokenObjective]:
+    """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
+
+    def add(fn: TokenObjective) -> TokenObjective:
+        if name in _OBJECTIVES:
+            raise ValueError(f"objective {name!r} is already registered")
+        _OBJECTIVES[name] = ObjectiveSpec(name, fn, needs_entropy_grad, validate)
+        return fn
+
+    return add
+
+
+def known_objectives() -> list[str]:
+    _load_builtins()
+    return sorted(_OBJECTIVES)
+
+
+def get_objective(name: str) -> ObjectiveSpec:
+    """The spec registered under `name`; an unknown name lists the known ones."""
+    _load_builtins()
+    if name not in _OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; known objectives: {sorted(_OBJECTIVES)}")
+    return _OBJECTIVES[name]
+
+
+def resolve_objective(name: str, params: Mapping[str, Any] | None) -> tuple[ObjectiveSpec, dict[str, Any]]:
+    """Check `params` against the objective's signature and ranges; return (spec, full params).
+
+    Raises:
+        ValueError: unknown objective, unknown or missing parameter, or a value out of range.
+    """
+    spec = get_objective(name)
+    accepted = spec.parameters()
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"objective {name!r} got unknown parameter(s) {unknown}; accepted: {sorted(accepted)}"
+        )
+    full = {**spec.defaults(), **params}
+    missing = sorted(set(accepted) - set(full))
+    if missing:
+        raise ValueError(f"objective {name!r} needs parameter(s) {missing}")
+    if spec.validate is not None:
+        spec.validate(**full)
+    return spec, full
+
+
+def _load_builtins() -> None:
+    # Importing the package registers every built-in objective exactly once.
+    import quadrants.objectives.builtin  # noqa: F401
+
+
+def check_range(key: str, value: float, *, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False) -> None:
+    """Raise ValueError naming `key` and its allowed range when `value` falls outside it."""
+    ok = True
+    if low is not None:
+        ok &= value > low if low_open else value >= low
+    if high is not None:
+        ok &= value < high if high_open else value <= high
+    if not ok:
+        lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low}"
+        hi = "inf)" if high is None else f"{high}" + (")" if high_open else "]")
+        raise ValueError(f"{key}={value} is out of range; allowed: {lo}, {hi}")

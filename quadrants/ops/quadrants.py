@@ -1,0 +1,168 @@
+"""The four quadrants: polarity (advantage sign) x entropy (vs. a threshold).
+
+| quadrant | polarity | entropy |
+|---|---|---|
+| PHR | advantage >= 0 | H >= threshold |
+| PLR | advantage >= 0 | H <  threshold |
+| NHR | advantage <  0 | H >= threshold |
+| NLR | advantage <  0 | H <  threshold |
+
+A zero advantage counts as positive. It contributes no policy-gradient either way (the surrogate is
+-A * r = 0); only additive terms (a KL penalty, an entropy bonus) see the side it is put on.
+
+Threshold rules (SPEC.md):
+- `group_mean` (paper default): the mean entropy over all response tokens of the G rollouts of the
+  same prompt, one threshold per group.
+- `batch_quantile`: the q-quantile (linear interpolation, as numpy's default) of all response-token
+  entropies in the batch; q = 0.8 marks the top 20 % high (the 80/20 rule).
+- `fixed`: a constant τ in nats.
+
+Shape legend: **B** sequences · **T** response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Iterable, Literal, get_args
+
+import torch
+from torch import Tensor
+
+from quadrants.ops.groups import group_token_mean_std
+
+
+class Quadrant(str, Enum):
+    PHR = "PHR"
+    PLR = "PLR"
+    NHR = "NHR"
+    NLR = "NLR"
+
+    @classmethod
+    def parse(cls, name: str) -> "Quadrant":
+        try:
+            return cls(str(name).upper())
+        except ValueError:
+            raise ValueError(f"unknown quadrant {name!r}; known: {[q.value for q in cls]}") from None
+
+
+ThresholdRule = Literal["group_mean", "batch_quantile", "fixed"]
+THRESHOLD_RULES: tuple[str, ...] = get_args(ThresholdRule)
+
+
+@dataclass(frozen=True)
+class QuadrantMasks:
+    """Four disjoint [B, T] bool masks whose union is the response mask, and the threshold used.
+
+    Attributes:
+        PHR, PLR, NHR, NLR: [B, T] bool.
+        threshold: [B] float, the entropy threshold each sequence was compared against.
+    """
+
+    PHR: Tensor
+    PLR: Tensor
+    NHR: Tensor
+    NLR: Tensor
+    threshold: Tensor
+
+    def __getitem__(self, quadrant: Quadrant | str) -> Tensor:
+        return getattr(self, Quadrant.parse(quadrant).value if isinstance(quadrant, str) else quadrant.value)
+
+    def union(self, quadrants: Iterable[Quadrant | str]) -> Tensor:
+        """[B, T] bool: tokens in any of `quadrants` (all False for an empty list)."""
+        out = torch.zeros_like(self.PHR)
+        for q in quadrants:
+            out = out | self[q]
+        return out
+
+
+def validate_threshold(rule: str, value: float | None) -> None:
+    """Raise ValueError naming the rule and the allowed range when (rule, value) is not usable."""
+    if rule not in THRESHOLD_RULES:
+        raise ValueError(f"entropy threshold rule {rule!r} is unknown; choose one of {list(THRESHOLD_RULES)}")
+    if rule == "batch_quantile" and (value is None or not 0.0 < value < 1.0):
+        raise ValueError(f"threshold rule batch_quantile needs threshold_value q in (0, 1), got {value}")
+    if rule == "fixed" and (value is None or value < 0.0):
+        raise ValueError(f"threshold rule fixed needs threshold_value tau >= 0 (nats), got {value}")
+
+
+def masked_quantile(values: Tensor, mask: Tensor, q: float) -> Tensor:
+    """q-quantile of values[mask] with linear interpolation (numpy's default); 0 if mask is empty.
+
+    Sort-based rather than torch.quantile, which refuses inputs over 16M elements (a 7B-recipe batch
+    has 12M response tokens).
+    """
+    selected = values[mask]
+    if selected.numel() == 0:
+        return values.new_zeros(())
+    ordered, _ = torch.sort(selected.float())
+    pos = q * (ordered.numel() - 1)
+    lo = int(pos)
+    hi = min(lo + 1, ordered.numel() - 1)
+    frac = pos - lo
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * frac
+
+
+def entropy_threshold(
+    entropy: Tensor,
+    response_mask: Tensor,
+    group_ids: Tensor,
+    *,
+    rule: ThresholdRule = "group_mean",
+    value: float | None = None,
+) -> Tensor:
+    """Per-sequence entropy threshold.
+
+    Args:
+        entropy: [B, T] float, behaviour-policy entropy in nats.
+        response_mask: [B, T] bool.
+        group_ids: [B] long.
+        rule: one of THRESHOLD_RULES.
+        value: q for batch_quantile, τ for fixed; unused for group_mean.
+
+    Returns:
+        [B] float threshold.
+    """
+    validate_threshold(rule, value)
+    batch = entropy.shape[0]
+    if rule == "group_mean":
+        mean, _, _ = group_token_mean_std(entropy.float(), response_mask, group_ids)
+        return mean
+    if rule == "batch_quantile":
+        return masked_quantile(entropy, response_mask, float(value)).expand(batch).clone()
+    return torch.full((batch,), float(value), dtype=torch.float32, device=entropy.device)
+
+
+def split_quadrants(
+    entropy: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    group_ids: Tensor,
+    *,
+    rule: ThresholdRule = "group_mean",
+    value: float | None = None,
+) -> QuadrantMasks:
+    """Split response tokens by polarity (advantage sign) and entropy (vs. the threshold).
+
+    Args:
+        entropy: [B, T] float, full-vocabulary entropy in nats.
+        advantages: [B] float, one per sequence; zero counts as positive.
+        response_mask: [B, T] bool, True on generated tokens.
+        group_ids: [B] long, the prompt each sequence answers.
+        rule, value: the threshold rule (see `entropy_threshold`).
+
+    Returns:
+        PHR, PLR, NHR, NLR masks, each [B, T] bool; disjoint, their union is response_mask.
+    """
+    response_mask = response_mask.bool()
+    threshold = entropy_threshold(entropy, response_mask, group_ids, rule=rule, value=value)  # [B]
+    high = (entropy >= threshold[:, None]) & response_mask  # [B, T]
+    low = ~high & response_mask
+    positive = (advantages >= 0)[:, None]  # [B, 1]
+    return QuadrantMasks(
+        PHR=high & positive,
+        PLR=low & positive,
+        NHR=high & ~positive,
+        NLR=low & ~positive,
+        threshold=threshold,
+    )
