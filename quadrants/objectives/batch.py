@@ -18,7 +18,9 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor
 
-from quadrants.ops.quadrants import QuadrantMasks
+from quadrants.ops.advantages import constant_reward_groups, group_advantages
+from quadrants.ops.groups import group_token_mean_std
+from quadrants.ops.quadrants import QuadrantMasks, split_quadrants
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class TokenBatch:
         rewards: [B] float.
         advantages: [B] float, GRPO group advantages.
         group_ids: [B] long.
+        constant_group_mask: [B] bool, True when the sequence's whole group has equal rewards
+            (computed on the full rollout batch; DAPO's dynamic sampling drops these groups).
         quadrants: the PHR/PLR/NHR/NLR split of the full rollout batch (sliced with it).
         group_entropy_mean: [B] float, mean token entropy over the sequence's group.
         group_entropy_std: [B] float, population std of the same.
@@ -51,6 +55,7 @@ class TokenBatch:
     rewards: Tensor
     advantages: Tensor
     group_ids: Tensor
+    constant_group_mask: Tensor
     quadrants: QuadrantMasks
     group_entropy_mean: Tensor
     group_entropy_std: Tensor
@@ -121,3 +126,53 @@ def token_advantages(batch: TokenBatch) -> Tensor:
 def fraction(mask: Tensor, of: Tensor) -> Tensor:
     """Detached fraction of `of` tokens that are in `mask` (0 when `of` is empty)."""
     return ((mask & of).sum() / of.sum().clamp_min(1)).detach().float()
+
+
+def make_token_batch(
+    *,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_mask: Tensor,
+    old_logp: Tensor,
+    entropy: Tensor,
+    rewards: Tensor,
+    group_ids: Tensor,
+    normalize_std: bool = True,
+    advantage_eps: float = 1e-6,
+    threshold_rule: str = "group_mean",
+    threshold_value: float | None = None,
+    ref_logp: Tensor | None = None,
+) -> TokenBatch:
+    """Build the step's TokenBatch: advantages, group statistics and the quadrant split, once.
+
+    Args:
+        sequences, attention_mask: [B, L]; response_mask, old_logp, entropy: [B, T];
+        rewards: [B] float; group_ids: [B] long; ref_logp: [B, T] or None.
+        normalize_std, advantage_eps: GRPO advantage options (ops.advantages).
+        threshold_rule, threshold_value: the quadrant entropy threshold (ops.quadrants).
+    """
+    response_mask = response_mask.bool()
+    rewards = rewards.float()
+    advantages = group_advantages(rewards, group_ids, normalize_std=normalize_std, eps=advantage_eps)
+    masks = split_quadrants(
+        entropy, advantages, response_mask, group_ids, rule=threshold_rule, value=threshold_value  # type: ignore[arg-type]
+    )
+    mean, std, _ = group_token_mean_std(entropy.float(), response_mask, group_ids)
+    ordered, _ = torch.sort(entropy[response_mask].float())
+    return TokenBatch(
+        sequences=sequences,
+        attention_mask=attention_mask.bool(),
+        response_mask=response_mask,
+        old_logp=old_logp.float(),
+        entropy=entropy.float(),
+        rewards=rewards,
+        advantages=advantages,
+        group_ids=group_ids,
+        constant_group_mask=constant_reward_groups(rewards, group_ids),
+        quadrants=masks,
+        group_entropy_mean=mean,
+        group_entropy_std=std,
+        rollout_entropy_sorted=ordered,
+        ref_logp=None if ref_logp is None else ref_logp.float(),
+        num_rollout_tokens=int(response_mask.sum()),
+    )

@@ -25,14 +25,18 @@ class ObjectiveSpec:
     Attributes:
         name: registry name (the `objective.name` config value).
         fn: the objective function.
-        needs_entropy_grad: the step must hand it the current policy's entropy with gradient.
+        needs_entropy: True, or a predicate of the full params, when the step must hand it the
+            current policy's entropy (with gradient) in `PolicyOutput.entropy`.
         validate: optional check of hyper-parameter ranges; raises ValueError naming key and range.
     """
 
     name: str
     fn: TokenObjective
-    needs_entropy_grad: bool = False
+    needs_entropy: bool | Callable[[Mapping[str, Any]], bool] = False
     validate: Callable[..., None] | None = None
+
+    def wants_entropy(self, params: Mapping[str, Any]) -> bool:
+        return self.needs_entropy(params) if callable(self.needs_entropy) else bool(self.needs_entropy)
 
     def parameters(self) -> dict[str, inspect.Parameter]:
         sig = inspect.signature(self.fn)
@@ -46,14 +50,17 @@ _OBJECTIVES: dict[str, ObjectiveSpec] = {}
 
 
 def register_objective(
-    name: str, *, needs_entropy_grad: bool = False, validate: Callable[..., None] | None = None
+    name: str,
+    *,
+    needs_entropy: bool | Callable[[Mapping[str, Any]], bool] = False,
+    validate: Callable[..., None] | None = None,
 ) -> Callable[[TokenObjective], TokenObjective]:
     """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
 
     def add(fn: TokenObjective) -> TokenObjective:
         if name in _OBJECTIVES:
             raise ValueError(f"objective {name!r} is already registered")
-        _OBJECTIVES[name] = ObjectiveSpec(name, fn, needs_entropy_grad, validate)
+        _OBJECTIVES[name] = ObjectiveSpec(name, fn, needs_entropy, validate)
         return fn
 
     return add

@@ -39,7 +39,9 @@ class Quadrant(str, Enum):
     NLR = "NLR"
 
     @classmethod
-    def parse(cls, name: str) -> "Quadrant":
+    def parse(cls, name: "str | Quadrant") -> "Quadrant":
+        if isinstance(name, cls):
+            return name
         try:
             return cls(str(name).upper())
         except ValueError:
@@ -66,7 +68,7 @@ class QuadrantMasks:
     threshold: Tensor
 
     def __getitem__(self, quadrant: Quadrant | str) -> Tensor:
-        return getattr(self, Quadrant.parse(quadrant).value if isinstance(quadrant, str) else quadrant.value)
+        return getattr(self, Quadrant.parse(quadrant).value)
 
     def union(self, quadrants: Iterable[Quadrant | str]) -> Tensor:
         """[B, T] bool: tokens in any of `quadrants` (all False for an empty list)."""
@@ -86,21 +88,24 @@ def validate_threshold(rule: str, value: float | None) -> None:
         raise ValueError(f"threshold rule fixed needs threshold_value tau >= 0 (nats), got {value}")
 
 
+def quantile_of_sorted(ordered: Tensor, q: float) -> Tensor:
+    """q-quantile of an ascending 1-D tensor, linear interpolation (numpy's default); 0 if empty."""
+    if ordered.numel() == 0:
+        return ordered.new_zeros((), dtype=torch.float32)
+    pos = q * (ordered.numel() - 1)
+    lo = int(pos)
+    hi = min(lo + 1, ordered.numel() - 1)
+    return ordered[lo].float() + (ordered[hi].float() - ordered[lo].float()) * (pos - lo)
+
+
 def masked_quantile(values: Tensor, mask: Tensor, q: float) -> Tensor:
     """q-quantile of values[mask] with linear interpolation (numpy's default); 0 if mask is empty.
 
     Sort-based rather than torch.quantile, which refuses inputs over 16M elements (a 7B-recipe batch
     has 12M response tokens).
     """
-    selected = values[mask]
-    if selected.numel() == 0:
-        return values.new_zeros(())
-    ordered, _ = torch.sort(selected.float())
-    pos = q * (ordered.numel() - 1)
-    lo = int(pos)
-    hi = min(lo + 1, ordered.numel() - 1)
-    frac = pos - lo
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * frac
+    ordered, _ = torch.sort(values[mask.bool()].float())
+    return quantile_of_sorted(ordered, q)
 
 
 def entropy_threshold(

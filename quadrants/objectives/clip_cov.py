@@ -1,0 +1,54 @@
+"""Clip-Cov (Cui et al. 2025, arXiv 2505.22617 §4): detach a few high-covariance tokens.
+
+cov_t = (A_t − mean A)(logπ_t − mean logπ) over the mini-batch's response tokens. Among the tokens with
+lb < cov_t < ub that the ordinary ratio clip has not already clipped, k = max(floor(fraction · N), 1)
+tokens (N = response tokens in the mini-batch; fewer if fewer qualify) are drawn uniformly at random
+and get zero gradient. Everything else is the clipped surrogate. `fraction` is a fraction (2e-4),
+not a percent. Scope: the mini-batch, as in the reference implementation (it runs per micro-batch).
+The draw uses torch's global generator, seeded by the run.
+"""
+
+from __future__ import annotations
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.batch import fraction as token_fraction
+from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.registry import check_range, register_objective
+from quadrants.ops.covariance import random_subset_mask, selection_count, token_covariance
+from quadrants.ops.surrogate import clipped_surrogate
+
+
+def validate_clip_cov(
+    *, fraction: float, cov_lb: float, cov_ub: float, clip_low: float, clip_high: float, **_: object
+) -> None:
+    validate_clip(clip_low=clip_low, clip_high=clip_high)
+    check_range("fraction", fraction, low=0.0, high=1.0)
+    if not cov_lb < cov_ub:
+        raise ValueError(f"cov_lb={cov_lb} must be < cov_ub={cov_ub}")
+
+
+@register_objective("clip_cov", validate=validate_clip_cov)
+def clip_cov(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    *,
+    fraction: float = 2e-4,
+    cov_lb: float = 1.0,
+    cov_ub: float = 5.0,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+) -> ObjectiveOutput:
+    mask = batch.response_mask
+    adv = token_advantages(batch)
+    terms = clipped_surrogate(policy.logp, batch.old_logp, adv, clip_low=clip_low, clip_high=clip_high)
+    cov = token_covariance(adv, policy.logp, mask)  # [B, T]
+    candidates = mask & ~terms.clipped_mask & (cov > cov_lb) & (cov < cov_ub)
+    k = selection_count(fraction, int(mask.sum()))
+    detached = random_subset_mask(candidates, k)  # [B, T]
+    metrics = surrogate_metrics(terms, mask)
+    metrics["selected_frac"] = token_fraction(detached, mask)
+    metrics["candidate_frac"] = token_fraction(candidates, mask)
+    return ObjectiveOutput(terms.per_token_loss * (mask & ~detached), metrics)
+
+

@@ -1,0 +1,39 @@
+"""DAPO (Yu et al. 2025): GRPO + clip-higher (ε_low 0.2, ε_high 0.28), token-mean loss, dynamic sampling.
+
+Dynamic sampling drops groups whose rewards are all equal: they have zero advantage, and keeping them
+only dilutes the token-mean normaliser. Here they are removed from the denominator (equivalent to
+dropping them from the batch); DAPO also over-samples to refill the batch, which the loop does not do
+(the effective batch shrinks instead; `kept_group_frac` reports by how much). Token-mean is the
+`objective.loss_agg` of `sweeps/objective/dapo.yaml`; overlong reward shaping is not implemented.
+"""
+
+from __future__ import annotations
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction, token_advantages
+from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.registry import register_objective
+from quadrants.ops.surrogate import clipped_surrogate
+
+
+@register_objective("dapo", validate=validate_clip)
+def dapo(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    dynamic_sampling: bool = True,
+) -> ObjectiveOutput:
+    terms = clipped_surrogate(
+        policy.logp, batch.old_logp, token_advantages(batch), clip_low=clip_low, clip_high=clip_high
+    )
+    mask = batch.response_mask
+    metrics = surrogate_metrics(terms, mask)
+    denominator_mask = None
+    if dynamic_sampling:
+        kept = ~batch.constant_group_mask  # [B], decided on the full rollout batch
+        denominator_mask = mask & kept[:, None]
+        metrics["kept_group_frac"] = kept.float().mean().detach()
+        metrics["selected_frac"] = fraction(denominator_mask, mask)
+    return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

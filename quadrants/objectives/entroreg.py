@@ -1,0 +1,40 @@
+"""EntroReg: the clipped surrogate minus an entropy bonus, loss_t = surrogate_t − β · H_t.
+
+H_t is the *current* policy's full-vocabulary entropy with gradient (the step computes it in the
+same chunked pass as the log-probs). Aggregated with the rest of the loss, so under token-mean the
+bonus is exactly −β · (mean token entropy). β = 0.001 is common; β is a free parameter.
+"""
+
+from __future__ import annotations
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.registry import check_range, register_objective
+from quadrants.ops.aggregation import masked_mean
+from quadrants.ops.surrogate import clipped_surrogate
+
+
+def validate_entroreg(*, beta: float, clip_low: float, clip_high: float, **_: object) -> None:
+    validate_clip(clip_low=clip_low, clip_high=clip_high)
+    check_range("beta", beta, low=0.0)
+
+
+@register_objective("entroreg", needs_entropy=True, validate=validate_entroreg)
+def entroreg(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    *,
+    beta: float = 0.001,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+) -> ObjectiveOutput:
+    if policy.entropy is None:
+        raise ValueError("entroreg needs the current policy's entropy (PolicyOutput.entropy is None)")
+    mask = batch.response_mask
+    terms = clipped_surrogate(
+        policy.logp, batch.old_logp, token_advantages(batch), clip_low=clip_low, clip_high=clip_high
+    )
+    metrics = surrogate_metrics(terms, mask)
+    metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
+    return ObjectiveOutput((terms.per_token_loss - beta * policy.entropy) * mask, metrics)

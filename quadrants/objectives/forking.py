@@ -1,0 +1,84 @@
+"""Forking tokens / the 80/20 rule (Wang et al. 2025, arXiv 2506.01939): the DAPO loss on the top ρ
+of tokens by entropy only.
+
+Implementations disagree on three choices; each is a named parameter here:
+- `scope`: the population the top-ρ is taken over: `rollout_batch` (all response tokens of the step,
+  default) or `mini_batch` (the tokens of the current update mini-batch, as per-micro-batch code does).
+- `entropy_source`: `behaviour` (the rollout policy's entropy, fixed during the update, default) or
+  `current` (the updating policy's detached entropy; only with scope=mini_batch).
+- `denominator`: `selected_tokens` (token-mean over the selected tokens, as masking the loss mask
+  does) or `all_response_tokens` (unselected tokens stay in the normaliser, as quadrant isolation).
+A token is selected when H_t >= the (1 − ρ) quantile (linear interpolation); ties can select slightly
+more than ρ, which `selected_frac` reports.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction, token_advantages
+from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.registry import check_range, register_objective
+from quadrants.ops.quadrants import masked_quantile, quantile_of_sorted
+from quadrants.ops.surrogate import clipped_surrogate
+
+SCOPES = ("rollout_batch", "mini_batch")
+ENTROPY_SOURCES = ("behaviour", "current")
+DENOMINATORS = ("selected_tokens", "all_response_tokens")
+
+
+def validate_forking(
+    *, rho: float, scope: str, entropy_source: str, denominator: str, clip_low: float, clip_high: float, **_: object
+) -> None:
+    validate_clip(clip_low=clip_low, clip_high=clip_high)
+    check_range("rho", rho, low=0.0, high=1.0, low_open=True)
+    for key, value, allowed in (
+        ("scope", scope, SCOPES), ("entropy_source", entropy_source, ENTROPY_SOURCES),
+        ("denominator", denominator, DENOMINATORS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{key}={value!r} is unknown; choose one of {list(allowed)}")
+    if scope == "rollout_batch" and entropy_source == "current":
+        raise ValueError("entropy_source='current' needs scope='mini_batch' (the current entropy of the "
+                         "whole rollout batch is never computed)")
+
+
+def _needs_current_entropy(params: Mapping[str, Any]) -> bool:
+    return params.get("entropy_source") == "current"
+
+
+@register_objective("forking", needs_entropy=_needs_current_entropy, validate=validate_forking)
+def forking(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    *,
+    rho: float = 0.2,
+    scope: str = "rollout_batch",
+    entropy_source: str = "behaviour",
+    denominator: str = "selected_tokens",
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+) -> ObjectiveOutput:
+    mask = batch.response_mask
+    if entropy_source == "current":
+        if policy.entropy is None:
+            raise ValueError("forking with entropy_source='current' needs PolicyOutput.entropy")
+        entropy = policy.entropy.detach()
+    else:
+        entropy = batch.entropy
+    if scope == "rollout_batch":
+        threshold = quantile_of_sorted(batch.rollout_entropy_sorted, 1.0 - rho)
+    else:
+        threshold = masked_quantile(entropy, mask, 1.0 - rho)
+    selected = (entropy >= threshold) & mask  # [B, T]
+    terms = clipped_surrogate(
+        policy.logp, batch.old_logp, token_advantages(batch), clip_low=clip_low, clip_high=clip_high
+    )
+    metrics = surrogate_metrics(terms, mask)
+    metrics["selected_frac"] = fraction(selected, mask)
+    metrics["entropy_threshold"] = torch.as_tensor(threshold).detach().float()
+    denominator_mask = selected if denominator == "selected_tokens" else None
+    return ObjectiveOutput(terms.per_token_loss * selected, metrics, denominator_mask)

@@ -1,0 +1,40 @@
+"""KL-Cov (Cui et al. 2025, arXiv 2505.22617 §4): a KL penalty on the highest-covariance tokens.
+
+    loss_t = −A_t r_t + coef · |logπ_t − logπ_old,t| · 1[t ∈ top-k by cov_t]      (no ratio clip)
+
+k = max(floor(fraction · N), 1) over the mini-batch's N response tokens. `fraction` is a FRACTION
+(default 2e-3); the reference code's `k_percent` is a percent (0.2 there means 0.2 % = 2e-3 here).
+Scope: the mini-batch, as in the reference implementation.
+"""
+
+from __future__ import annotations
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.batch import fraction as token_fraction
+from quadrants.objectives.registry import check_range, register_objective
+from quadrants.ops.aggregation import masked_mean
+from quadrants.ops.covariance import selection_count, token_covariance, topk_mask
+from quadrants.ops.surrogate import importance_ratio
+
+
+def validate_kl_cov(*, fraction: float, coef: float, **_: object) -> None:
+    check_range("fraction", fraction, low=0.0, high=1.0, low_open=True)
+    check_range("coef", coef, low=0.0)
+
+
+@register_objective("kl_cov", validate=validate_kl_cov)
+def kl_cov(
+    batch: TokenBatch, policy: PolicyOutput, *, fraction: float = 2e-3, coef: float = 1.0
+) -> ObjectiveOutput:
+    mask = batch.response_mask
+    adv = token_advantages(batch)
+    ratio = importance_ratio(policy.logp, batch.old_logp)
+    cov = token_covariance(adv, policy.logp, mask)  # [B, T]
+    selected = topk_mask(cov, mask, selection_count(fraction, int(mask.sum())))  # [B, T]
+    penalty = coef * (policy.logp - batch.old_logp).abs() * selected
+    metrics = {
+        "selected_frac": token_fraction(selected, mask),
+        "ratio_mean": masked_mean(ratio.detach(), mask),
+        "kl_cov_penalty": masked_mean(penalty.detach(), mask),
+    }
+    return ObjectiveOutput((-adv * ratio + penalty) * mask, metrics)

@@ -1,0 +1,108 @@
+"""From an objective's per-token loss to the scalar the optimizer sees: quadrant isolation, the
+optional KL to a reference policy, and the named normaliser.
+
+Quadrant isolation (SPEC.md) is a mask on the objective's per-token loss, so it composes with every
+objective (grpo, dapo, hapo, ...): tokens outside the kept quadrants contribute 0. The normaliser is a
+named choice:
+- `all_response_tokens` (the paper's default): masked tokens stay in the denominator, 1/Σ|o_i|;
+  the four single-quadrant losses then sum exactly to the full loss.
+- `kept_tokens`: renormalise over the kept tokens only (a different experiment).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Sequence, get_args
+
+from torch import Tensor
+
+from quadrants.objectives.batch import PolicyOutput, TokenBatch
+from quadrants.objectives.batch import fraction as token_fraction
+from quadrants.objectives.registry import ObjectiveSpec
+from quadrants.ops.aggregation import LOSS_AGGREGATIONS, aggregate_loss, masked_mean
+from quadrants.ops.kl import KL_ESTIMATORS, kl_penalty
+from quadrants.ops.quadrants import Quadrant
+
+Denominator = Literal["all_response_tokens", "kept_tokens"]
+DENOMINATORS: tuple[str, ...] = get_args(Denominator)
+
+
+def parse_keep(keep: str | Sequence[str] | None) -> tuple[Quadrant, ...] | None:
+    """Normalise a `quadrant.keep` value: "all"/None -> None (no isolation), else a tuple of quadrants.
+
+    Accepts "PHR", "PHR,NHR", ["PHR", "NHR"], ["all"]; unknown names list the known ones.
+    """
+    if keep is None:
+        return None
+    names = [k.strip() for k in keep.split(",")] if isinstance(keep, str) else [str(k) for k in keep]
+    if not names:
+        raise ValueError("quadrant.keep is empty; give 'all' or one or more of PHR, PLR, NHR, NLR")
+    if any(n.lower() == "all" for n in names):
+        if len(names) > 1:
+            raise ValueError(f"quadrant.keep={names}: 'all' cannot be combined with named quadrants")
+        return None
+    parsed = tuple(dict.fromkeys(Quadrant.parse(n) for n in names))
+    return None if len(parsed) == 4 else parsed
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """How per-token losses become one scalar.
+
+    Attributes:
+        keep: quadrants that get gradient, or None for all tokens (plain objective).
+        denominator: `all_response_tokens` or `kept_tokens` (only matters with `keep`).
+        loss_agg: one of ops.aggregation.LOSS_AGGREGATIONS.
+        norm_length: constant length for seq-mean-token-sum-norm (None = T of the batch).
+        kl_coef: weight of the per-token KL to the reference policy (0 = off, no reference model).
+        kl_estimator: k1, k2 or k3.
+    """
+
+    keep: tuple[Quadrant, ...] | None = None
+    denominator: Denominator = "all_response_tokens"
+    loss_agg: str = "token-mean"
+    norm_length: int | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+
+    def __post_init__(self) -> None:
+        if self.denominator not in DENOMINATORS:
+            raise ValueError(f"quadrant.denominator={self.denominator!r} is unknown; choose one of {list(DENOMINATORS)}")
+        if self.loss_agg not in LOSS_AGGREGATIONS:
+            raise ValueError(f"objective.loss_agg={self.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one of {list(KL_ESTIMATORS)}")
+        if self.kl_coef < 0:
+            raise ValueError(f"objective.kl_coef={self.kl_coef} is out of range; allowed: [0, inf)")
+
+
+def compute_loss(
+    spec: ObjectiveSpec,
+    params: Mapping[str, Any],
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    settings: LossSettings,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The scalar loss of one (mini-)batch and its detached metrics.
+
+    Returns:
+        (loss [] float with grad, metrics name -> detached [] tensor).
+    """
+    out = spec.fn(batch, policy, **params)
+    mask = batch.response_mask
+    per_token = out.per_token_loss  # [B, T]
+    metrics = dict(out.metrics)
+    if settings.kl_coef > 0:
+        if batch.ref_logp is None:
+            raise ValueError("objective.kl_coef > 0 needs reference log-probs (TokenBatch.ref_logp is None)")
+        kl = kl_penalty(policy.logp, batch.ref_logp, settings.kl_estimator) * mask  # [B, T]
+        per_token = per_token + settings.kl_coef * kl
+        metrics["kl_ref"] = masked_mean(kl.detach(), mask)
+    keep_mask = mask if settings.keep is None else batch.quadrants.union(settings.keep) & mask
+    denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
+    if settings.denominator == "kept_tokens":
+        denominator = denominator & keep_mask
+    loss = aggregate_loss(per_token * keep_mask, denominator, settings.loss_agg, settings.norm_length)
+    metrics["kept_frac"] = token_fraction(keep_mask, mask)
+    metrics["denominator_tokens"] = denominator.sum().detach().float()
+    return loss, metrics
