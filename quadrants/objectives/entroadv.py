@@ -5,7 +5,7 @@
 The bonus is added whatever the sign of A; the |A|/κ cap keeps it from reversing a negative
 advantage (A' ∈ [A, A + |A|/κ]). H_t is the behaviour policy's entropy, fixed during the update
 (identical to the detached current entropy on the first mini-batch of a step, which is what the
-original computes).
+original computes). Built on the DAPO recipe: clip-higher and dynamic sampling as in `dapo`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.dapo import drop_constant_groups
 from quadrants.objectives.grpo import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
@@ -35,6 +36,7 @@ def entroadv(
     kappa: float = 2.0,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     adv = token_advantages(batch)  # [B, T]
@@ -42,4 +44,5 @@ def entroadv(
     terms = clipped_surrogate(policy.logp, batch.old_logp, adv + bonus, clip_low=clip_low, clip_high=clip_high)
     metrics = surrogate_metrics(terms, mask)
     metrics["bonus_mean"] = masked_mean(bonus, mask).detach()
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics)
+    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
+    return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

@@ -2,12 +2,14 @@
 
 H_t is the *current* policy's full-vocabulary entropy with gradient (the step computes it in the
 same chunked pass as the log-probs). Aggregated with the rest of the loss, so under token-mean the
-bonus is exactly −β · (mean token entropy). β = 0.001 is common; β is a free parameter.
+bonus is exactly −β · (mean token entropy). β = 0.001 is common; β is a free parameter. Built on the
+DAPO recipe (clip-higher, dynamic sampling as in `dapo`); dropped groups lose their bonus too.
 """
 
 from __future__ import annotations
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.dapo import drop_constant_groups
 from quadrants.objectives.grpo import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
@@ -28,6 +30,7 @@ def entroreg(
     beta: float = 0.001,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     if policy.entropy is None:
         raise ValueError("entroreg needs the current policy's entropy (PolicyOutput.entropy is None)")
@@ -37,4 +40,5 @@ def entroreg(
     )
     metrics = surrogate_metrics(terms, mask)
     metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
-    return ObjectiveOutput((terms.per_token_loss - beta * policy.entropy) * mask, metrics)
+    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
+    return ObjectiveOutput((terms.per_token_loss - beta * policy.entropy) * mask, metrics, denominator_mask)

@@ -8,6 +8,7 @@ Implementations disagree on three choices; each is a named parameter here:
   `current` (the updating policy's detached entropy; only with scope=mini_batch).
 - `denominator`: `selected_tokens` (token-mean over the selected tokens, as masking the loss mask
   does) or `all_response_tokens` (unselected tokens stay in the normaliser, as quadrant isolation).
+Dynamic sampling (default on) drops constant-reward groups from the denominator, as in `dapo`.
 A token is selected when H_t >= the (1 − ρ) quantile (linear interpolation); ties can select slightly
 more than ρ, which `selected_frac` reports.
 """
@@ -19,6 +20,7 @@ from typing import Any, Mapping
 import torch
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction, token_advantages
+from quadrants.objectives.dapo import drop_constant_groups
 from quadrants.objectives.grpo import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
@@ -61,6 +63,7 @@ def forking(
     denominator: str = "selected_tokens",
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     if entropy_source == "current":
@@ -80,5 +83,7 @@ def forking(
     metrics = surrogate_metrics(terms, mask)
     metrics["selected_frac"] = fraction(selected, mask)
     metrics["entropy_threshold"] = torch.as_tensor(threshold).detach().float()
-    denominator_mask = selected if denominator == "selected_tokens" else None
+    kept = drop_constant_groups(batch, dynamic_sampling, metrics)
+    kept = mask if kept is None else kept
+    denominator_mask = kept & selected if denominator == "selected_tokens" else kept
     return ObjectiveOutput(terms.per_token_loss * selected, metrics, denominator_mask)

@@ -9,6 +9,8 @@ surrogate; nothing else changes. Because |α · Â^H| <= (α/φ)|Â| the sign ca
 which `validate` enforces. A group with σ_H = 0 gets Â^H = 0 (plain GRPO).
 
 Options beyond the formula:
+- `dynamic_sampling` (default on, as in the DAPO recipe the paper builds on): constant-reward groups
+  leave the normaliser, as in `dapo`.
 - `apply_to`: the quadrants the modulation touches; tokens of the others keep Â (the paper's
   "w/o PHR" ablation is apply_to = [PLR, NHR, NLR]).
 - `conserve="sequence"` (not in the paper; the v2 "reallocation" reading): subtract each response's
@@ -23,6 +25,7 @@ from typing import Literal, Sequence
 import torch
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction
+from quadrants.objectives.dapo import drop_constant_groups
 from quadrants.objectives.grpo import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
@@ -74,6 +77,15 @@ def hapo_token_advantages(
     return adv + modulation  # [B, T]
 
 
+def parse_apply_to(apply_to: str | Sequence[str]) -> tuple[Quadrant, ...]:
+    """`apply_to` as quadrants: a list, or a string "PHR" / "PHR,NHR"; errors name the key."""
+    names = apply_to.split(",") if isinstance(apply_to, str) else list(apply_to)
+    try:
+        return tuple(Quadrant.parse(str(n).strip()) for n in names if str(n).strip())
+    except ValueError as err:
+        raise ValueError(f"apply_to: {err}") from None
+
+
 def validate_hapo(
     *, alpha: float, phi: float, apply_to: Sequence[str], conserve: str, clip_low: float, clip_high: float, **_: object
 ) -> None:
@@ -88,8 +100,7 @@ def validate_hapo(
             f"alpha/phi = {alpha}/{phi} = {alpha / phi:.3g} would let the entropy term flip an advantage's "
             f"sign; allowed: alpha/phi < {limit}" + (" (2*alpha/phi < 1 with conserve=sequence)" if limit < 1 else "")
         )
-    for name in apply_to:
-        Quadrant.parse(name)
+    parse_apply_to(apply_to)
 
 
 @register_objective("hapo", validate=validate_hapo)
@@ -103,9 +114,10 @@ def hapo(
     conserve: str = "none",
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     mask = batch.response_mask
-    apply_mask = batch.quadrants.union(apply_to) & mask
+    apply_mask = batch.quadrants.union(parse_apply_to(apply_to)) & mask
     token_adv = hapo_token_advantages(
         batch.advantages, batch.entropy, batch.group_entropy_mean, batch.group_entropy_std, apply_mask,
         alpha=alpha, phi=phi, conserve=conserve,  # type: ignore[arg-type]
@@ -117,4 +129,5 @@ def hapo(
     metrics["modulated_frac"] = fraction(apply_mask & (moved > 0), mask)
     metrics["adv_shift_rel"] = ((moved * mask).sum() / (base.abs() * mask).sum().clamp_min(1e-12)).detach()
     metrics["sign_flip_frac"] = fraction((token_adv * base) < 0, mask)
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics)
+    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
+    return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

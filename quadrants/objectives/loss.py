@@ -92,14 +92,16 @@ def compute_loss(
     mask = batch.response_mask
     per_token = out.per_token_loss  # [B, T]
     metrics = dict(out.metrics)
+    denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     if settings.kl_coef > 0:
         if batch.ref_logp is None:
             raise ValueError("objective.kl_coef > 0 needs reference log-probs (TokenBatch.ref_logp is None)")
-        kl = kl_penalty(policy.logp, batch.ref_logp, settings.kl_estimator) * mask  # [B, T]
+        # only on the tokens the objective counts: a group DAPO dropped, or a token forking did not
+        # select, is out of the batch for the KL too
+        kl = kl_penalty(policy.logp, batch.ref_logp, settings.kl_estimator) * denominator  # [B, T]
         per_token = per_token + settings.kl_coef * kl
-        metrics["kl_ref"] = masked_mean(kl.detach(), mask)
+        metrics["kl_ref"] = masked_mean(kl.detach(), denominator)
     keep_mask = mask if settings.keep is None else batch.quadrants.union(settings.keep) & mask
-    denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     if settings.denominator == "kept_tokens":
         denominator = denominator & keep_mask
     loss = aggregate_loss(per_token * keep_mask, denominator, settings.loss_agg, settings.norm_length)

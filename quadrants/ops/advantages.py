@@ -36,11 +36,12 @@ def group_advantages(
     size = group_sum(ones, index, k)  # [K]
     mean = group_sum(rewards, index, k) / size
     centred = rewards - mean[index]  # [B]
-    sq = group_sum(centred**2, index, k)  # [K]
-    std = (sq / (size - 1).clamp_min(1)).sqrt()  # sample std, [K]
-    informative = (size > 1) & (sq > 0)  # [K]: not singleton, not all equal
+    std = (group_sum(centred**2, index, k) / (size - 1).clamp_min(1)).sqrt()  # sample std, [K]
     adv = centred / (std[index] + eps) if normalize_std else centred
-    return torch.where(informative[index], adv, torch.zeros_like(adv))
+    # "all equal" is decided exactly (max == min), not by std > 0: the float32 mean of [0.9] * 3
+    # misses 0.9 by an ulp and would otherwise turn a constant group into ±0.06 advantages.
+    informative = (size[index] > 1) & ~constant_reward_groups(rewards, group_ids)  # [B]
+    return torch.where(informative, adv, torch.zeros_like(adv))
 
 
 def constant_reward_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:

@@ -58,7 +58,8 @@ class QuadrantMasks:
 
     Attributes:
         PHR, PLR, NHR, NLR: [B, T] bool.
-        threshold: [B] float, the entropy threshold each sequence was compared against.
+        threshold: [B] float, the entropy threshold each sequence was compared against (float64 for
+            group_mean, so that comparing a float32 entropy with it is exact).
     """
 
     PHR: Tensor
@@ -82,10 +83,12 @@ def validate_threshold(rule: str, value: float | None) -> None:
     """Raise ValueError naming the rule and the allowed range when (rule, value) is not usable."""
     if rule not in THRESHOLD_RULES:
         raise ValueError(f"entropy threshold rule {rule!r} is unknown; choose one of {list(THRESHOLD_RULES)}")
+    if rule == "group_mean" and value is not None:
+        raise ValueError(f"threshold rule group_mean takes no threshold_value (got {value}); set it to null")
     if rule == "batch_quantile" and (value is None or not 0.0 < value < 1.0):
         raise ValueError(f"threshold rule batch_quantile needs threshold_value q in (0, 1), got {value}")
-    if rule == "fixed" and (value is None or value < 0.0):
-        raise ValueError(f"threshold rule fixed needs threshold_value tau >= 0 (nats), got {value}")
+    if rule == "fixed" and (value is None or not 0.0 <= value < float("inf")):
+        raise ValueError(f"threshold rule fixed needs threshold_value tau in [0, inf) nats, got {value}")
 
 
 def quantile_of_sorted(ordered: Tensor, q: float) -> Tensor:
@@ -126,12 +129,14 @@ def entropy_threshold(
         value: q for batch_quantile, τ for fixed; unused for group_mean.
 
     Returns:
-        [B] float threshold.
+        [B] threshold (float64 for group_mean, float32 otherwise).
     """
     validate_threshold(rule, value)
     batch = entropy.shape[0]
     if rule == "group_mean":
-        mean, _, _ = group_token_mean_std(entropy.float(), response_mask, group_ids)
+        # float64 so that a token equal to its group's mean compares >= (a float32 mean of seven
+        # equal values can land an ulp above them)
+        mean, _, _ = group_token_mean_std(entropy.double(), response_mask, group_ids)
         return mean
     if rule == "batch_quantile":
         return masked_quantile(entropy, response_mask, float(value)).expand(batch).clone()
@@ -161,7 +166,7 @@ def split_quadrants(
     """
     response_mask = response_mask.bool()
     threshold = entropy_threshold(entropy, response_mask, group_ids, rule=rule, value=value)  # [B]
-    high = (entropy >= threshold[:, None]) & response_mask  # [B, T]
+    high = (entropy.double() >= threshold.double()[:, None]) & response_mask  # [B, T]
     low = ~high & response_mask
     positive = (advantages >= 0)[:, None]  # [B, 1]
     return QuadrantMasks(

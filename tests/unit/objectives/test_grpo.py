@@ -1,0 +1,104 @@
+"""GRPO: clipped surrogate with one advantage per sequence, under every loss aggregation."""
+
+import pytest
+import torch
+
+from .helpers import GRPO_RATIOS, batch, close, grad_of, grpo_batch, logp_for_ratios, run
+
+
+def test_batch_statistics_of_the_shared_batch():
+    tb = grpo_batch()
+    close(tb.advantages, [2.0, -2.0])
+    # padding entropy 9 is ignored: mean (1 + 0 + 0.5 + 1 + 0) / 5 = 0.5,
+    # population var ((.5)^2 + (.5)^2 + 0 + (.5)^2 + (.5)^2) / 5 = 0.2
+    close(tb.group_entropy_mean, [0.5, 0.5])
+    close(tb.group_entropy_std, [0.2**0.5] * 2)
+    assert tb.quadrants.PHR.tolist() == [[True, False, True], [False, False, False]]
+    assert tb.quadrants.PLR.tolist() == [[False, True, False], [False, False, False]]
+    assert tb.quadrants.NHR.tolist() == [[False, False, False], [True, False, False]]
+    assert tb.quadrants.NLR.tolist() == [[False, False, False], [False, True, False]]
+
+
+@pytest.mark.parametrize(
+    "loss_agg, norm_length, expected",
+    [
+        ("token-mean", None, -1.6 / 5),  # -0.32
+        # seq 0: (-2.4 - 1 - 2) / 3 = -1.8; seq 1: (2.2 + 1.6) / 2 = 1.9; mean 0.05
+        ("seq-mean-token-mean", None, 0.05),
+        # (-5.4 + 3.8) / 2 = -0.8
+        ("seq-mean-token-sum", None, -0.8),
+        # -1.6 / (2 sequences x T=3) and / (2 x 4)
+        ("seq-mean-token-sum-norm", None, -1.6 / 6),
+        ("seq-mean-token-sum-norm", 4, -0.2),
+    ],
+)
+def test_grpo_loss_by_hand(loss_agg, norm_length, expected):
+    tb = grpo_batch()
+    logp = logp_for_ratios(tb, GRPO_RATIOS)
+    loss, _ = run(
+        "grpo", tb, logp, loss_agg=loss_agg, norm_length=norm_length, clip_low=0.2, clip_high=0.2
+    )
+    close(loss, expected)
+
+
+def test_grpo_gradient_zero_on_clipped_tokens():
+    tb = grpo_batch()
+    logp = logp_for_ratios(tb, GRPO_RATIOS)
+    loss, metrics = run("grpo", tb, logp)  # defaults clip 0.2 / 0.2
+    # d loss / d logp = (-A r) / 5 on unclipped tokens, 0 on clipped ones and on padding
+    close(grad_of(loss, logp), [[0.0, -1.0 / 5, -2.0 / 5], [2.2 / 5, 0.0, 0.0]])
+    close(metrics["clip_frac"], 2 / 5)
+    close(metrics["clip_frac_low"], 1 / 5)
+    close(metrics["clip_frac_high"], 1 / 5)
+    close(metrics["ratio_mean"], (1.5 + 0.5 + 1.0 + 1.1 + 0.7) / 5)
+
+
+def test_grpo_with_std_normalised_advantages():
+    # G = 4, rewards [1, 1, 0, 0]: mean 0.5, sample std sqrt(4 * 0.25 / 3) = 0.57735,
+    # A = +-0.5 / (0.57735 + 1e-6) = +-0.866024; one token each, ratio 1 -> loss = -(A1+A2+A3+A4)/4 = 0,
+    # seq 0 gradient = -A / 4
+    tb = batch(
+        entropy=[[1.0]] * 4,
+        rewards=[1.0, 1.0, 0.0, 0.0],
+        group_ids=[7, 7, 7, 7],
+        normalize_std=True,
+    )
+    a = 0.5 / (1.0 / 3**0.5 + 1e-6)
+    close(tb.advantages, [a, a, -a, -a])
+    logp = logp_for_ratios(tb)
+    loss, _ = run("grpo", tb, logp)
+    close(loss, 0.0)
+    close(grad_of(loss, logp)[:, 0], [-a / 4, -a / 4, a / 4, a / 4])
+
+
+def test_grpo_kl_to_reference_by_hand():
+    # ratio 1, A = [+2, -2], 2 x 2 tokens: the surrogate part is (-2 - 2 + 2 + 2) / 4 = 0.
+    # logp = -1 everywhere; ref = [[-2, -1], [-1, -0.5]]; delta = ref - logp = [[-1, 0], [0, 0.5]]
+    # k3 = exp(d) - 1 - d: [[e^-1 = 0.367879, 0], [0, e^0.5 - 1.5 = 0.148721]]
+    # k1 = -d:            [[1, 0], [0, -0.5]]
+    tb = batch(
+        entropy=[[1.0, 0.0], [1.0, 0.0]],
+        rewards=[2.0, -2.0],
+        group_ids=[0, 0],
+        old_logp=[[-1.0, -1.0], [-1.0, -1.0]],
+        ref_logp=[[-2.0, -1.0], [-1.0, -0.5]],
+    )
+    k3 = torch.tensor([[torch.e**-1, 0.0], [0.0, torch.e**0.5 - 1.5]])
+    logp = logp_for_ratios(tb)
+    loss, metrics = run("grpo", tb, logp, kl_coef=0.1, kl_estimator="k3")
+    close(loss, 0.1 * k3.sum() / 4)  # 0.1 * 0.516600 / 4 = 0.012915
+    close(metrics["kl_ref"], k3.sum() / 4)
+    # d k3 / d logp = 1 - exp(d): [[1 - e^-1, 0], [0, 1 - e^0.5]]; surrogate grad -A/4
+    expected = (
+        torch.tensor([[-2.0, -2.0], [2.0, 2.0]]) / 4
+        + 0.1 * (1 - torch.exp(torch.tensor([[-1.0, 0.0], [0.0, 0.5]]))) / 4
+    )
+    close(grad_of(loss, logp), expected)
+    loss1, _ = run("grpo", tb, logp_for_ratios(tb), kl_coef=0.5, kl_estimator="k1")
+    close(loss1, 0.5 * (1.0 - 0.5) / 4)
+
+
+def test_kl_without_reference_logp_is_an_error():
+    tb = grpo_batch()
+    with pytest.raises(ValueError, match="ref_logp"):
+        run("grpo", tb, logp_for_ratios(tb, GRPO_RATIOS), kl_coef=0.1)
