@@ -63,7 +63,7 @@ def main() -> None:
         spec, params = resolve_objective(name, {})
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         ctx = StepContext(
-            cfg=cfg, model=model, ref_model=None, engine=None, grader=None, task=None,  # type: ignore[arg-type]
+            cfg=cfg, model=model, tokenizer=tokenizer, ref_model=None, engine=None, grader=None, task=None,  # type: ignore[arg-type]
             optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
             spec=spec, params=params, loss_settings=LossSettings(),
         )

@@ -1,0 +1,186 @@
+"""The run configuration: one dataclass tree, the single schema of the Hydra tree under sweeps/.
+
+Tests and scripts build it directly (`RunConfig()` is the embedded default: the tiny warm-started
+policy on the synthetic arithmetic task, GRPO on all tokens). Hydra composes it from YAML and
+registers these classes with its ConfigStore (quadrants/sweep.py), so a misspelled key or a wrong type
+fails at compose time. `validate_config` checks ranges and names that a type cannot express; it runs
+before anything is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from quadrants.objectives.loss import DENOMINATORS, LossSettings, parse_keep
+from quadrants.objectives.registry import resolve_objective
+from quadrants.ops.aggregation import LOSS_AGGREGATIONS
+from quadrants.ops.quadrants import validate_threshold
+
+
+@dataclass
+class ModelConfig:
+    # "tiny" = the embedded warm-started policy; "tiny-random" = random init (tests); else a local
+    # path or a Hugging Face model id.
+    name_or_path: str = "tiny"
+    dtype: str = "float32"
+
+
+@dataclass
+class TaskConfig:
+    name: str = "arithmetic"
+    heldout_size: int = 200
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"
+    group_size: int = 8  # G, rollouts per prompt
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+
+
+@dataclass
+class ObjectiveConfig:
+    name: str = "grpo"
+    loss_agg: str = "token-mean"
+    params: dict[str, Any] = field(default_factory=dict)
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+
+
+@dataclass
+class QuadrantConfig:
+    # which quadrants get gradient: "all", one of PHR/PLR/NHR/NLR, or a list of them
+    keep: Any = "all"
+    threshold: str = "group_mean"  # group_mean | batch_quantile | fixed
+    threshold_value: float | None = None  # q for batch_quantile, tau (nats) for fixed
+    denominator: str = "all_response_tokens"  # all_response_tokens | kept_tokens
+
+
+@dataclass
+class AdvantageConfig:
+    normalize_std: bool = True
+    eps: float = 1e-6
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 60
+    prompts_per_step: int = 16
+    mini_batch_size: int = 64  # sequences per optimizer step
+    epochs: int = 1  # passes over each rollout batch
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    entropy_chunk_size: int = 256
+    threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+    measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
+
+
+@dataclass
+class EvalConfig:
+    every: int = 20  # steps; 0 = only before and after training
+    problems: int = 100
+    samples: int = 4
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 48
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10  # steps between checkpoints; 0 = never (a killed run restarts from scratch)
+    keep: int = 2  # newest checkpoints kept on disk
+
+
+@dataclass
+class TrackingConfig:
+    # MLflow tracking URI; None = a SQLite store `<outputs>/mlflow.db` (one machine only)
+    uri: str | None = None
+    log_samples_every: int = 10  # steps between sample-completion artifacts; 0 = never
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    study: str = "quadrants"  # one MLflow experiment per study
+    sweep_id: str = "adhoc"  # one MLflow parent run per sweep
+    outputs: str = "outputs"
+    # where checkpoints, the tracking spool and run.json live; None = no checkpoints, no resume
+    run_dir: str | None = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    quadrant: QuadrantConfig = field(default_factory=QuadrantConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "[0, inf)" if allow_zero else "(0, inf)"
+        raise ValueError(f"{key}={value} is out of range; allowed: {bound}")
+
+
+def loss_settings(cfg: RunConfig) -> LossSettings:
+    """The LossSettings of a run (validates keep/denominator/loss_agg/KL)."""
+    try:
+        keep = parse_keep(cfg.quadrant.keep)
+    except ValueError as err:
+        raise ValueError(f"quadrant.keep: {err}") from None
+    return LossSettings(
+        keep=keep,
+        denominator=cfg.quadrant.denominator,  # type: ignore[arg-type]
+        loss_agg=cfg.objective.loss_agg,
+        kl_coef=cfg.objective.kl_coef,
+        kl_estimator=cfg.objective.kl_estimator,
+    )
+
+
+def validate_config(cfg: RunConfig) -> None:
+    """Fail fast, naming the key and the allowed values, before any model or job is started."""
+    try:
+        resolve_objective(cfg.objective.name, dict(cfg.objective.params))
+    except ValueError as err:
+        raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
+    if cfg.objective.loss_agg not in LOSS_AGGREGATIONS:
+        raise ValueError(f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}")
+    if cfg.quadrant.denominator not in DENOMINATORS:
+        raise ValueError(f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one of {list(DENOMINATORS)}")
+    try:
+        validate_threshold(cfg.quadrant.threshold, cfg.quadrant.threshold_value)
+    except ValueError as err:
+        raise ValueError(f"quadrant.threshold: {err}") from None
+    loss_settings(cfg)
+    if cfg.rollout.engine not in ("hf", "vllm"):
+        raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']")
+    if cfg.rollout.group_size < 2:
+        raise ValueError(f"rollout.group_size={cfg.rollout.group_size} is out of range; allowed: >= 2 (GRPO needs a group)")
+    _positive("rollout.temperature", cfg.rollout.temperature)
+    if not 0 < cfg.rollout.top_p <= 1:
+        raise ValueError(f"rollout.top_p={cfg.rollout.top_p} is out of range; allowed: (0, 1]")
+    _positive("rollout.max_new_tokens", cfg.rollout.max_new_tokens)
+    _positive("train.steps", cfg.train.steps, allow_zero=True)
+    _positive("train.prompts_per_step", cfg.train.prompts_per_step)
+    _positive("train.mini_batch_size", cfg.train.mini_batch_size)
+    _positive("train.epochs", cfg.train.epochs)
+    _positive("train.lr", cfg.train.lr)
+    _positive("train.weight_decay", cfg.train.weight_decay, allow_zero=True)
+    _positive("train.max_grad_norm", cfg.train.max_grad_norm)
+    _positive("train.entropy_chunk_size", cfg.train.entropy_chunk_size)
+    _positive("train.threads", cfg.train.threads, allow_zero=True)
+    _positive("eval.every", cfg.eval.every, allow_zero=True)
+    _positive("eval.problems", cfg.eval.problems, allow_zero=True)
+    _positive("eval.samples", cfg.eval.samples)
+    _positive("eval.temperature", cfg.eval.temperature, allow_zero=True)
+    _positive("checkpoint.every", cfg.checkpoint.every, allow_zero=True)
+    _positive("checkpoint.keep", cfg.checkpoint.keep)

@@ -1,0 +1,136 @@
+"""Everything Hydra needs from quadrants: the typed schema, resolvers, sweep ids and the pre-flight check.
+
+- `register()` puts `RunConfig` into Hydra's ConfigStore as `run_schema` (the primary config's first
+  default) and registers the `quadrants.*` resolvers the YAML tree uses.
+- `with_sweep_id(argv)` gives a command its sweep id: a short hash of its sorted overrides unless it
+  names one (`sweep_id=NAME`), so the same command always maps to the same run directories.
+- `preflight(argv)` composes every job of the command (CLI sweeps and `hydra.sweeper.params` of an
+  experiment preset, expanded as Hydra's basic sweeper does) and validates each against the schema and
+  the objective signatures, so a wrong value fails before any job is launched, locally or on SLURM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from quadrants.config import RunConfig, validate_config
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+_HYDRA_FLAGS_WITHOUT_JOBS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc", "--version")
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def register() -> None:
+    """Register the schema and resolvers (idempotent)."""
+    ConfigStore.instance().store(name="run_schema", node=RunConfig)
+    resolvers = {
+        "quadrants.abspath": lambda p: str(Path(p).expanduser().resolve()),
+        "quadrants.job_name": lambda name: name or "default",
+        "quadrants.parallel_jobs": lambda: max(1, min(4, _cpu_count())),
+        "quadrants.threads_per_job": lambda n: max(1, _cpu_count() // max(1, int(n))),
+    }
+    for name, fn in resolvers.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
+
+
+def _overrides(argv: list[str]) -> list[str]:
+    return [a for a in argv if not a.startswith("-")]
+
+
+def with_sweep_id(argv: list[str]) -> list[str]:
+    """`argv` plus `sweep_id=<hash of the sorted overrides>` unless it already sets sweep_id."""
+    overrides = _overrides(argv)
+    if any(o.split("=", 1)[0].lstrip("+~") == "sweep_id" for o in overrides):
+        return argv
+    relevant = sorted(o for o in overrides if not o.startswith(("hydra.", "hydra/", "launcher=")))
+    digest = hashlib.sha1("\n".join(relevant).encode()).hexdigest()[:8]
+    return [*argv, f"sweep_id=s{digest}"]
+
+
+def expand_jobs(overrides: list[str], sweeper_params: dict[str, Any] | None = None) -> list[list[str]]:
+    """The per-job override lists of a multirun, as Hydra's basic sweeper expands them."""
+    merged: dict[str, str] = {str(k): str(v) for k, v in (sweeper_params or {}).items()}
+    order: list[str] = []
+    for item in overrides:
+        key = item.split("=", 1)[0]
+        merged[key] = item.split("=", 1)[1] if "=" in item else ""
+        order.append(key)
+    lines = [f"{k}={v}" for k, v in merged.items()]
+    parsed = OverridesParser.create().parse_overrides(lines)
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def _compose_job(overrides: list[str]) -> DictConfig:
+    """Compose one job as Hydra would run it (inside initialize_config_dir): the job config, with
+    HydraConfig set so `${hydra:...}` interpolations (run directories) resolve."""
+    cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+def compose_run_config(overrides: list[str]) -> RunConfig:
+    """Compose the tree with `overrides` (one job) and return it as a validated RunConfig."""
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return to_run_config(_compose_job(overrides))
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """A composed job config as a RunConfig instance, validated (raises ValueError naming the key)."""
+    run = OmegaConf.to_object(cfg)
+    assert isinstance(run, RunConfig)
+    validate_config(run)
+    return run
+
+
+def preflight(argv: list[str]) -> int:
+    """Compose and validate every job of the command; returns the number of jobs. Raises ValueError."""
+    if any(a in _HYDRA_FLAGS_WITHOUT_JOBS or a.startswith("--cfg") for a in argv):
+        return 0
+    register()
+    overrides = [o for o in _overrides(argv) if not o.startswith(("hydra.", "hydra/"))]
+    multirun = "-m" in argv or "--multirun" in argv
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        if multirun:
+            fixed = [o for o in overrides if "," not in o.split("=", 1)[-1]]
+            base = _checked(fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True))
+            sweeper_params = base.hydra.sweeper.get("params")
+            params = OmegaConf.to_container(sweeper_params, resolve=False) if sweeper_params else {}
+            jobs = _checked(overrides, lambda: expand_jobs(overrides, params))
+        else:
+            jobs = [overrides]
+        for job in jobs:
+            _checked(job, lambda: to_run_config(_compose_job(job)))
+    return len(jobs)
+
+
+def _checked(job: list[str], fn: Any) -> Any:
+    """Run `fn`; turn any failure into a ValueError naming the job and Hydra's message (trimmed)."""
+    try:
+        return fn()
+    except Exception as err:  # noqa: BLE001 - re-raised with the job named
+        message = str(err).split("\nConfig search path:")[0].strip()
+        cause = err.__cause__
+        if cause is not None and str(cause).strip():
+            message += f" ({str(cause).strip().splitlines()[0]})"
+        raise ValueError(f"job [{' '.join(job)}]: {message}") from None

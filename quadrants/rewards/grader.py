@@ -1,0 +1,376 @@
+"""Verifiable reward: is the last boxed answer of a completion equal to the gold answer?
+
+`grade_one` sanitises the text, takes the last ``\\boxed{}`` (`extract.last_boxed`) and compares it
+with the gold answer using math-verify, gold first (`verify(gold, pred)` is not symmetric). Both
+sides are wrapped as inline maths, ``$...$``, before `math_verify.parse`: bare text is matched by
+math-verify's plain-number regexes (``\\frac{\\sqrt{3}}{2}`` parses to nothing, a tuple to its first
+number), and inside ``\\boxed{...}`` ``10\\%`` parses only as a string (so ``10\\%`` != ``10``)
+and ``12.`` != ``12``. With ``$...$`` gold ``66`` matches ``\\boxed{66}``, ``\\frac{1}{2}``
+matches ``0.5``, ``27.0`` (AMC golds are floats) matches ``27`` and ``336^\\circ`` matches ``336``.
+
+math-verify bounds its own work with ``signal.alarm``, which works only in a process's main thread,
+in whole seconds, and raises a `TimeoutException` that is a BaseException. `Grader` therefore runs
+`grade_one` in worker processes (their main thread) and adds a hard deadline from outside: a worker
+that does not answer in time is killed and replaced, its item counts as `Outcome.timeout`, and the
+rest of the batch is graded by the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import multiprocessing
+import re
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+
+import math_verify
+from math_verify.errors import TimeoutException
+
+from quadrants.rewards.extract import MAX_ANSWER_CHARS, last_boxed
+
+__all__ = ["GradeBatch", "Grader", "Outcome", "grade_one"]
+
+MAX_COMPLETION_CHARS = 100_000
+"""Completions are cut to their last this-many characters, which hold the final answer."""
+
+_UNSAFE_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+"""C0 controls but tab/newline/CR, DEL, lone surrogates (from ``surrogateescape``; not UTF-8)."""
+
+_GOLD_CACHE: dict[str, list] = {}  # a worker sees each gold G times per batch; parsing dominates
+_GOLD_CACHE_SIZE = 4096
+_STARTUP_TIMEOUT_S = 120.0
+_MAX_CHUNK = 64
+
+_Item = tuple[int, str, str]  # (index in the batch, completion, gold)
+
+
+class Outcome(str, Enum):
+    """How one completion was graded; only `correct` earns reward."""
+
+    correct = "correct"
+    wrong = "wrong"
+    no_answer = "no_answer"  # no closed \boxed{}, or nothing math-verify could extract from it
+    timeout = "timeout"  # math-verify's alarm fired, or the worker missed its hard deadline
+    error = "error"  # invalid gold or input type, a math-verify exception, a crashed worker
+
+
+@dataclass(frozen=True)
+class GradeBatch:
+    """Grades of a batch, in input order.
+
+    Attributes:
+        rewards: 1.0 for a correct completion, else 0.0.
+        outcomes: what happened to each completion.
+    """
+
+    rewards: list[float]
+    outcomes: list[Outcome]
+
+    @classmethod
+    def from_outcomes(cls, outcomes: list[Outcome]) -> GradeBatch:
+        """Rewards follow from outcomes: 1.0 exactly for `Outcome.correct`."""
+        return cls([float(o is Outcome.correct) for o in outcomes], outcomes)
+
+    def counts(self) -> dict[str, int]:
+        """Number of completions per outcome, every outcome present (zeros included)."""
+        return {o.value: self.outcomes.count(o) for o in Outcome}
+
+
+def grade_one(completion: str, gold: str, timeout_s: float) -> Outcome:
+    """Grade one completion against one gold answer; never raises for bad input.
+
+    Must run in the main thread of its process (math-verify's alarms need it). The budget
+    ``timeout_s`` covers parsing and verification together: each math-verify step gets the
+    remaining time rounded up to whole seconds (the alarm's resolution), so one item stops within
+    about ``timeout_s + 1`` seconds unless C code ignores the alarm (see `Grader`).
+
+    Args:
+        completion: model output; its last ``\\boxed{}`` is the answer. Non-str gives `error`.
+        gold: reference answer as LaTeX without ``\\boxed`` (``"66"``, ``"\\frac{1}{2}"``);
+            surrounding ``$`` are harmless. Empty, non-str or longer than 1000 chars gives `error`.
+        timeout_s: time budget in seconds for this item.
+
+    Returns:
+        The outcome; the reward is 1.0 iff it is `Outcome.correct`.
+
+    Raises:
+        RuntimeError: when called outside the main thread (math-verify would fail every item).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("grade_one must run in a main thread: math-verify uses signal.alarm")
+    deadline = time.monotonic() + timeout_s
+    if not isinstance(completion, str) or not isinstance(gold, str):
+        return Outcome.error
+    gold_latex = _UNSAFE_CHARS.sub("", gold).strip()
+    if not gold_latex or len(gold_latex) > MAX_ANSWER_CHARS:
+        return Outcome.error
+    answer = last_boxed(_UNSAFE_CHARS.sub("", completion[-MAX_COMPLETION_CHARS:]))
+    if not answer:
+        return Outcome.no_answer
+    try:
+        gold_parsed = _parse_gold(gold_latex, deadline)
+        if not gold_parsed:
+            return Outcome.error
+        pred_parsed = _parse(answer, deadline)
+        if not pred_parsed:
+            return Outcome.no_answer
+        return _verify(gold_parsed, pred_parsed, deadline)
+    except TimeoutException:
+        return Outcome.timeout
+    except Exception:  # noqa: BLE001 - sympy/antlr raise anything on odd input (even MemoryError)
+        return Outcome.error
+
+
+def _alarm_seconds(deadline: float) -> int:
+    """Whole seconds left before ``deadline`` for math-verify's alarm; raise once it is passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutException("grading budget spent")
+    return max(1, math.ceil(remaining))
+
+
+def _parse(latex: str, deadline: float) -> list:
+    """math-verify parse of ``$latex$`` (inline maths cannot span lines, hence the spaces)."""
+    latex = latex.replace("\n", " ").replace("\r", " ")
+    return math_verify.parse(
+        f"${latex}$", parsing_timeout=_alarm_seconds(deadline), raise_on_error=True
+    )
+
+
+def _parse_gold(latex: str, deadline: float) -> list:
+    """`_parse` with a per-process cache: each prompt's gold comes G times per batch."""
+    parsed = _GOLD_CACHE.get(latex)
+    if parsed is None:
+        parsed = _parse(latex, deadline)
+        if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
+            _GOLD_CACHE.clear()
+        _GOLD_CACHE[latex] = parsed
+    return parsed
+
+
+def _verify(gold_parsed: list, pred_parsed: list, deadline: float) -> Outcome:
+    """Any (gold, pred) pair equal -> correct, as `math_verify.verify` on lists does.
+
+    We loop over pairs ourselves so that a timeout stops the item (instead of being logged and
+    counted as False) and an exception in one pair still lets the others match.
+    """
+    failed = False
+    for gold_item, pred_item in itertools.product(gold_parsed, pred_parsed):
+        try:
+            seconds = _alarm_seconds(deadline)
+            equal = math_verify.verify(
+                gold_item, pred_item, timeout_seconds=seconds, raise_on_error=True
+            )
+            if equal:
+                return Outcome.correct
+        except Exception:  # noqa: BLE001 - as math-verify does: a failing pair is not a match
+            failed = True
+    return Outcome.error if failed else Outcome.wrong
+
+
+# --- process pool -------------------------------------------------------------------------------
+
+
+def _worker_main(conn: Connection, timeout_s: float) -> None:
+    """Worker loop: receive chunks of ``(index, completion, gold)``, send ``(index, outcome)``.
+
+    One message per item lets the parent time each item; one request per chunk keeps IPC small.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    grade_one("\\boxed{1}", "1", timeout_s)  # warm up imports and math-verify's regex caches
+    conn.send(None)  # ready: the parent starts item deadlines only now
+    while True:
+        try:
+            chunk = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if chunk is None:
+            return
+        for index, completion, gold in chunk:
+            try:
+                conn.send((index, grade_one(completion, gold, timeout_s).value))
+            except OSError:  # the parent is gone
+                return
+
+
+@dataclass
+class _Worker:
+    """Parent-side handle of one worker process and the items it is grading."""
+
+    process: BaseProcess
+    conn: Connection
+    deadline: float  # monotonic time by which it must next report (start-up, then per item)
+    ready: bool = False
+    pending: deque[_Item] = field(default_factory=deque)  # sent, not yet graded, in order
+
+    def kill(self) -> None:
+        """Stop the process now and release its pipe."""
+        self.process.kill()
+        self.process.join(timeout=5.0)
+        self.conn.close()
+
+
+class Grader:
+    """Grades batches of completions in worker processes, with a hard per-item deadline.
+
+    Workers start with the grader and take 1-3 s to import sympy (so does a replacement).
+    ``Grader(num_workers=0)`` grades in the calling process instead, which must then be its main
+    thread; no hard deadline applies there. Not thread-safe: one `grade` call at a time.
+
+    Args:
+        num_workers: worker processes; 0 grades in the calling process.
+        timeout_s: per-item budget handed to math-verify (see `grade_one`).
+        deadline_margin_s: a worker that has not reported an item ``timeout_s`` plus this long
+            after its previous report is killed. The default covers the alarm's rounding up to
+            whole seconds plus a second of slack; only a stuck worker ever reaches it.
+    """
+
+    def __init__(
+        self, num_workers: int = 2, timeout_s: float = 5.0, *, deadline_margin_s: float = 2.0
+    ) -> None:
+        if num_workers < 0 or timeout_s <= 0 or deadline_margin_s < 0:
+            raise ValueError(f"bad Grader({num_workers=}, {timeout_s=}, {deadline_margin_s=})")
+        self.num_workers = num_workers
+        self.timeout_s = timeout_s
+        self.item_deadline_s = timeout_s + deadline_margin_s
+        self.restarts = 0  # workers killed after missing a deadline or crashing, over the lifetime
+        # Not fork: the parent holds torch (and other) threads, and a forked lock stays locked.
+        self._context = (
+            multiprocessing.get_context("forkserver")
+            if "forkserver" in multiprocessing.get_all_start_methods()
+            else multiprocessing.get_context("spawn")
+        )
+        self._workers: list[_Worker] = [self._start_worker() for _ in range(num_workers)]
+        self._closed = False
+
+    def __enter__(self) -> Grader:  # noqa: PYI034 - typing.Self needs Python 3.11
+        """Use as ``with Grader(...) as grader:``; the workers stop on exit."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Stop the workers."""
+        self.close()
+
+    def close(self) -> None:
+        """Stop the workers; idempotent."""
+        self._closed = True
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+                worker.process.join(timeout=1.0)
+            except (OSError, ValueError):
+                pass
+            worker.kill()
+        self._workers = []
+
+    def grade(self, completions: Sequence[str], golds: Sequence[str]) -> GradeBatch:
+        """Grade ``completions[i]`` against ``golds[i]`` for every i.
+
+        Any item (junk types, invalid text, huge or pathological answers) yields an outcome, and
+        none holds a worker longer than ``timeout_s + deadline_margin_s``. Raises only for misuse
+        (lengths differ, closed grader, wrong thread) or if a fresh worker cannot start.
+        """
+        if self._closed:
+            raise RuntimeError("Grader is closed")
+        if len(completions) != len(golds):
+            raise ValueError(f"{len(completions)} completions but {len(golds)} golds")
+        # Non-str items are errors (as in `grade_one`) and never reach pickle; long completions are
+        # cut before they reach a pipe.
+        outcomes = [Outcome.error] * len(completions)
+        items = [
+            (index, completion[-MAX_COMPLETION_CHARS:], gold)
+            for index, (completion, gold) in enumerate(zip(completions, golds))
+            if isinstance(completion, str) and isinstance(gold, str)
+        ]
+        if self.num_workers == 0:
+            if threading.current_thread() is not threading.main_thread():
+                raise RuntimeError("Grader(num_workers=0) must be used from the main thread")
+            for index, completion, gold in items:
+                outcomes[index] = grade_one(completion, gold, self.timeout_s)
+            return GradeBatch.from_outcomes(outcomes)
+        try:
+            self._grade_in_pool(items, outcomes)
+            return GradeBatch.from_outcomes(outcomes)
+        except BaseException:
+            # Interrupted (Ctrl-C, a bug): workers may still hold our items; start clean next time.
+            for worker in self._workers:
+                worker.kill()
+            self._workers = []
+            raise
+
+    def _start_worker(self) -> _Worker:
+        """Launch one worker; it reports ready (None) once math-verify is imported and warm."""
+        parent_conn, child_conn = self._context.Pipe()
+        process = self._context.Process(
+            target=_worker_main, args=(child_conn, self.timeout_s), daemon=True
+        )
+        process.start()
+        child_conn.close()
+        return _Worker(process, parent_conn, time.monotonic() + _STARTUP_TIMEOUT_S)
+
+    def _grade_in_pool(self, items: list[_Item], outcomes: list[Outcome]) -> None:
+        """Grade ``items`` into ``outcomes[index]``, handing chunks to workers as they free up.
+
+        A worker that misses a deadline is killed and replaced: its current item times out and
+        the rest of its chunk goes back to the queue.
+        """
+        while len(self._workers) < self.num_workers:
+            self._workers.append(self._start_worker())
+        size = max(1, min(_MAX_CHUNK, math.ceil(len(items) / (4 * self.num_workers))))
+        chunks = deque(items[i : i + size] for i in range(0, len(items), size))
+
+        def replace(worker: _Worker, blame: Outcome) -> None:
+            """Kill ``worker``: its current item gets ``blame``; requeue the rest."""
+            if not worker.ready:  # not the input's fault; `grade` then kills the other workers
+                raise RuntimeError(f"grading worker failed to start: {worker.process.exitcode=}")
+            worker.kill()
+            self.restarts += 1
+            if worker.pending:
+                outcomes[worker.pending.popleft()[0]] = blame
+            if worker.pending:
+                chunks.appendleft(list(worker.pending))
+            self._workers[self._workers.index(worker)] = self._start_worker()
+
+        while chunks or any(worker.pending for worker in self._workers):
+            for worker in list(self._workers):
+                if worker.ready and not worker.pending and chunks:
+                    if not worker.process.is_alive():  # died while idle: no item to blame
+                        replace(worker, Outcome.error)
+                        continue
+                    chunk = chunks.popleft()
+                    worker.pending.extend(chunk)
+                    worker.deadline = time.monotonic() + self.item_deadline_s
+                    try:
+                        worker.conn.send(chunk)
+                    except OSError:  # died just now: the read below sees EOF
+                        pass
+            timeout = min(worker.deadline for worker in self._workers) - time.monotonic()
+            conns = [worker.conn for worker in self._workers]
+            for conn in wait(conns, None if timeout == math.inf else max(0.0, timeout)):
+                worker = next(w for w in self._workers if w.conn is conn)
+                try:
+                    message = worker.conn.recv()
+                except (EOFError, OSError):  # crashed (segfault, OOM kill) on its current item
+                    replace(worker, Outcome.error)
+                    continue
+                if message is None:  # start-up done
+                    worker.ready = True
+                else:
+                    index, value = message
+                    outcomes[index] = Outcome(value)
+                    worker.pending.popleft()  # a worker grades its chunk in order
+                worker.deadline = time.monotonic() + self.item_deadline_s
+                if not worker.pending:
+                    worker.deadline = math.inf
+            now = time.monotonic()
+            for worker in list(self._workers):
+                if worker.deadline <= now:
+                    replace(worker, Outcome.timeout)

@@ -1,0 +1,43 @@
+"""Entry point: `python -m quadrants.sweep [-m] [overrides...]` — one run, or a Hydra multirun.
+
+    python -m quadrants.sweep -m quadrant=PHR,NHR,PLR,NLR             # the four-quadrant ablation
+    python -m quadrants.sweep -m experiment=baselines launcher=slurm   # a study on a SLURM cluster
+    python -m quadrants.sweep --cfg job quadrant=PHR                   # show the composed config
+
+Before Hydra launches anything, every job of the command is composed and validated (preflight), and
+the command gets its sweep id (a hash of its overrides unless given), so re-running the same command
+resumes the same runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from quadrants.hydra_setup import CONFIG_DIR, preflight, register, with_sweep_id
+
+register()
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+def _hydra_main(cfg: DictConfig) -> dict:
+    from quadrants.train.job import run_job
+
+    return run_job(cfg)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = with_sweep_id(argv)
+    try:
+        preflight(argv)
+    except ValueError as err:
+        sys.exit(f"quadrants: invalid configuration, nothing was launched.\n  {err}")
+    sys.argv = [sys.argv[0], *argv]
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Hydra callbacks around a sweep, run in the submitting process.
+
+Before the jobs: build the embedded base policy once if the sweep uses it (so parallel jobs do not all
+wait on one build), open the sweep's MLflow parent run and record it in `<sweep dir>/sweep.json` (the
+jobs read it there, on this machine or on any node sharing the file system), and print where the runs
+go. After the jobs: print a summary table of the sweep's runs and close the parent run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger("quadrants.sweep")
+
+
+def _uri(config: DictConfig) -> str:
+    if config.tracking.uri:
+        return str(config.tracking.uri)
+    return f"sqlite:///{Path(config.outputs).expanduser().resolve() / 'mlflow.db'}"
+
+
+def _sweep_dir(config: DictConfig) -> Path:
+    return Path(config.outputs).expanduser().resolve() / config.study / config.sweep_id
+
+
+def _announce(uri: str) -> None:
+    print(f"quadrants: tracking to {uri}", flush=True)
+    if uri.startswith("sqlite:///"):
+        print(f"quadrants: browse with  mlflow ui --backend-store-uri {uri}", flush=True)
+
+
+def _prepare_model(config: DictConfig) -> None:
+    if config.model.name_or_path == "tiny":
+        from quadrants.models.loading import load_policy
+
+        load_policy("tiny")  # builds and caches the base policy on first use
+
+
+class SweepCallback(Callback):
+    """Parent run, base-policy build and summary table around a Hydra run or multirun."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _announce(_uri(config))
+        _prepare_model(config)
+
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._summary(config)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        uri = _uri(config)
+        _announce(uri)
+        _prepare_model(config)
+        sweep_dir = _sweep_dir(config)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        path = sweep_dir / "sweep.json"
+        record = json.loads(path.read_text()) if path.exists() else {}
+        parent = record.get("parent_run_id")
+        try:
+            from quadrants.tracking.mlflow_tracker import start_parent_run
+
+            parent = start_parent_run(
+                uri, str(config.study), str(config.sweep_id),
+                {"quadrants.study": str(config.study), "quadrants.sweep_id": str(config.sweep_id)},
+            )
+        except Exception as err:  # noqa: BLE001 - tracking trouble never stops a sweep
+            log.warning("could not open the sweep's parent run at %s (%s); runs will have no parent", uri, err)
+        record.update({"sweep_id": str(config.sweep_id), "study": str(config.study), "tracking_uri": uri,
+                       "parent_run_id": parent})
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1))
+        tmp.replace(path)
+        print(f"quadrants: sweep {config.sweep_id} -> {sweep_dir}", flush=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._summary(config)
+        record_path = _sweep_dir(config) / "sweep.json"
+        parent = json.loads(record_path.read_text()).get("parent_run_id") if record_path.exists() else None
+        if parent:
+            try:
+                from quadrants.tracking.mlflow_tracker import end_parent_run
+
+                end_parent_run(_uri(config), parent)
+            except Exception as err:  # noqa: BLE001
+                log.warning("could not close the parent run %s: %s", parent, err)
+
+    def _summary(self, config: DictConfig) -> None:
+        uri = _uri(config)
+        try:
+            from quadrants.tracking.summary import sweep_summary
+
+            print(sweep_summary(uri, str(config.study), str(config.sweep_id)), flush=True)
+        except Exception as err:  # noqa: BLE001
+            log.warning("could not build the sweep summary from %s: %s", uri, err)
+        _announce(uri)

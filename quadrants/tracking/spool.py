@@ -1,0 +1,229 @@
+"""A crash-safe, append-only on-disk queue of tracking records, with a persisted delivery cursor.
+
+The training thread appends one JSON line per record and fsyncs it before `append` returns, so a
+record survives a SIGKILL (and a power cut) the moment it is accepted. A delivery thread reads
+records from the cursor on, hands them to the tracking store and then `commit`s the cursor, which is
+written atomically to `state.json`. A later process opening the same directory starts from that
+cursor, so it re-sends at most what was in flight when the earlier one died.
+
+Layout of a spool directory (one directory per run; only one process may hold it at a time):
+
+    lock            flock'd by the owning process; the kernel releases it when that process dies
+    state.json      {"cursor": [segment, offset], "spool_id": ..., plus whatever the owner stores}
+    000000.jsonl    segments: one JSON record per line; a new one starts after `segment_bytes`;
+    000001.jsonl    a segment is deleted once the cursor has moved past it
+    artifacts/      copies of small artifact files, kept until they are delivered
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("quadrants.tracking")
+
+_STATE = "state.json"
+_SUFFIX = ".jsonl"
+
+
+class SpoolBusyError(RuntimeError):
+    """Another live process holds the spool directory."""
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A place in the spool: byte `offset` into segment number `segment`."""
+
+    segment: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class SpoolRecord:
+    """One appended record and the position just after it (what to commit once it is delivered)."""
+
+    payload: dict[str, Any]
+    end: Position
+
+
+class Spool:
+    """Append records durably; read them back from a cursor; persist the cursor and a small state."""
+
+    def __init__(self, directory: Path, *, segment_bytes: int = 32 << 20, fsync: bool = True) -> None:
+        self.directory = Path(directory).resolve()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._segment_bytes = segment_bytes
+        self._fsync = fsync
+        self._lock_fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise SpoolBusyError(f"spool directory {self.directory} is held by another live process")
+        self._write_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._state: dict[str, Any] = self._load_state()
+        segments = self._segments()
+        self._segment = segments[-1] if segments else 0
+        path = self._segment_path(self._segment)
+        _drop_torn_tail(path)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._end = Position(self._segment, os.fstat(self._fd).st_size)
+        cursor = Position(*self._state["cursor"])
+        if cursor > self._end or cursor.segment not in segments + [self._segment]:
+            cursor = Position(segments[0], 0) if segments else Position(0, 0)
+        self._cursor = min(cursor, self._end)
+
+    # ---- writing (training thread) -------------------------------------------------------------
+
+    def append(self, payload: dict[str, Any]) -> Position:
+        """Write one record and make it durable; return the position after it."""
+        line = (json.dumps(payload, separators=(",", ":")) + "\n").encode()
+        with self._write_lock:
+            if self._end.offset >= self._segment_bytes:
+                self._rotate()
+            os.write(self._fd, line)
+            if self._fsync:
+                os.fdatasync(self._fd)
+            self._end = Position(self._segment, self._end.offset + len(line))
+            return self._end
+
+    @property
+    def end(self) -> Position:
+        """Position after the last record appended so far."""
+        return self._end
+
+    def _rotate(self) -> None:
+        os.close(self._fd)
+        self._segment += 1
+        self._fd = os.open(self._segment_path(self._segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        _fsync_dir(self.directory)
+        self._end = Position(self._segment, 0)
+
+    # ---- reading and committing (delivery thread) ---------------------------------------------
+
+    @property
+    def cursor(self) -> Position:
+        """Everything before this position has been delivered (or deliberately dropped)."""
+        return self._cursor
+
+    def pending(self) -> bool:
+        return self._cursor < self._end
+
+    def read(self, start: Position, max_records: int) -> list[SpoolRecord]:
+        """Up to `max_records` complete records from `start` on, never past what was appended."""
+        stop = self._end
+        records: list[SpoolRecord] = []
+        position = start
+        while len(records) < max_records and position < stop:
+            path = self._segment_path(position.segment)
+            last = position.segment == stop.segment
+            at_eof = False
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(position.offset)
+                    offset = position.offset
+                    while len(records) < max_records and not (last and offset >= stop.offset):
+                        line = handle.readline()
+                        if not line.endswith(b"\n"):
+                            at_eof = True
+                            break
+                        offset += len(line)
+                        end = Position(position.segment, offset)
+                        try:
+                            records.append(SpoolRecord(json.loads(line), end))
+                        except ValueError:
+                            log.error("skipping an unreadable spool line in %s before byte %d", path, offset)
+                            records.append(SpoolRecord({"kind": "corrupt"}, end))
+                    position = Position(position.segment, offset)
+            except FileNotFoundError:
+                at_eof = True
+            if last or not at_eof:
+                break
+            position = Position(position.segment + 1, 0)  # an older segment is complete: move on
+        return records
+
+    def commit(self, position: Position) -> None:
+        """Record that everything before `position` is done; drop segments wholly before it."""
+        if position <= self._cursor:
+            return
+        self._cursor = position
+        self.update_state(cursor=[position.segment, position.offset])
+        for segment in self._segments():
+            if segment < position.segment:
+                self._segment_path(segment).unlink(missing_ok=True)
+
+    # ---- small persistent state -----------------------------------------------------------------
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return dict(self._state)
+
+    def update_state(self, **fields: Any) -> None:
+        """Merge `fields` into state.json, replacing the file atomically."""
+        with self._state_lock:
+            self._state.update(fields)
+            tmp = self.directory / f"{_STATE}.tmp"
+            with open(tmp, "w") as handle:
+                json.dump(self._state, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.directory / _STATE)
+
+    def close(self) -> None:
+        """Close files and release the directory lock (idempotent)."""
+        with self._write_lock:
+            for fd in (self._fd, self._lock_fd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._fd = self._lock_fd = -1
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _load_state(self) -> dict[str, Any]:
+        path = self.directory / _STATE
+        state: dict[str, Any] = {}
+        if path.exists():
+            try:
+                state = json.loads(path.read_text())
+            except ValueError:
+                log.error("unreadable %s: delivering this spool from its start again", path)
+        state.setdefault("cursor", [0, 0])
+        state.setdefault("spool_id", uuid.uuid4().hex)
+        return state
+
+    def _segments(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.directory.glob(f"*{_SUFFIX}") if p.stem.isdigit())
+
+    def _segment_path(self, segment: int) -> Path:
+        return self.directory / f"{segment:06d}{_SUFFIX}"
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a half-written last line (a write interrupted by a crash) so appends start clean."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        log.warning("dropping %d bytes of a half-written record at the end of %s", len(data) - keep, path)
+        handle.truncate(keep)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,50 @@
+"""The table printed at the end of a sweep: one row per run, read back from MLflow."""
+
+from __future__ import annotations
+
+import mlflow
+import pandas as pd
+
+_COLUMNS = {
+    "tags.mlflow.runName": "run",
+    "status": "status",
+    "metrics.tracking/step_logged": "step",
+    "metrics.train/solve_rate": "solve_rate",
+    "metrics.train/entropy": "entropy",
+}
+
+
+def sweep_runs(tracking_uri: str, study: str, sweep_id: str) -> pd.DataFrame:
+    """The child runs of one sweep (tag quadrants.sweep_id), as MLflow's search_runs frame."""
+    client_uri = mlflow.get_tracking_uri()
+    try:
+        mlflow.set_tracking_uri(tracking_uri)
+        experiment = mlflow.get_experiment_by_name(study)
+        if experiment is None:
+            return pd.DataFrame()
+        runs = mlflow.search_runs(
+            experiment_ids=[experiment.experiment_id],
+            filter_string=f"tags.`quadrants.sweep_id` = '{sweep_id}' and tags.`mlflow.parentRunId` != ''",
+        )
+        if runs.empty:
+            runs = mlflow.search_runs(
+                experiment_ids=[experiment.experiment_id], filter_string=f"tags.`quadrants.sweep_id` = '{sweep_id}'"
+            )
+            runs = runs[runs.get("tags.mlflow.runName", pd.Series(dtype=str)) != sweep_id] if not runs.empty else runs
+        return runs
+    finally:
+        mlflow.set_tracking_uri(client_uri)
+
+
+def sweep_summary(tracking_uri: str, study: str, sweep_id: str) -> str:
+    """A plain-text table of the sweep's runs: last step, final held-out accuracy, solve rate, entropy."""
+    runs = sweep_runs(tracking_uri, study, sweep_id)
+    if runs.empty:
+        return f"quadrants: no runs found for sweep {sweep_id} in {tracking_uri}"
+    columns = dict(_COLUMNS)
+    for name in sorted(runs.columns):
+        if name.startswith("metrics.eval/") and ("avg@" in name or "pass@" in name):
+            columns[name] = name.removeprefix("metrics.eval/")
+    table = runs[[c for c in columns if c in runs.columns]].rename(columns=columns)
+    table = table.sort_values("run").reset_index(drop=True)
+    return f"quadrants: sweep {sweep_id} ({len(table)} runs)\n" + table.to_string(index=False, float_format=lambda v: f"{v:.3f}")

@@ -1,0 +1,69 @@
+"""One job of a sweep: a composed Hydra config in, a tracked (and resumable) training run out.
+
+The job derives everything from its config: the run directory (from the sweep and the job's
+overrides, never a timestamp), the MLflow experiment (the study), the parent run (written by the sweep
+callback into `<sweep dir>/sweep.json`), and its own MLflow run id (kept in `<run_dir>/run.json` and in
+checkpoints), so running the same command again continues the same runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from quadrants.config import RunConfig
+from quadrants.hydra_setup import to_run_config
+from quadrants.tracking.run_info import run_tags
+from quadrants.train.loop import run_training
+
+log = logging.getLogger("quadrants.job")
+
+SWEEP_FILE = "sweep.json"
+
+
+def tracking_uri(cfg: RunConfig) -> str:
+    """The configured MLflow URI, or the default SQLite store under the outputs directory."""
+    if cfg.tracking.uri:
+        return cfg.tracking.uri
+    return f"sqlite:///{(Path(cfg.outputs).expanduser().resolve() / 'mlflow.db')}"
+
+
+def sweep_dir(cfg: RunConfig) -> Path:
+    return Path(cfg.outputs).expanduser().resolve() / cfg.study / cfg.sweep_id
+
+
+def read_sweep_file(cfg: RunConfig) -> dict[str, Any]:
+    path = sweep_dir(cfg) / SWEEP_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def make_tracker(cfg: RunConfig, run_dir: Path) -> Any:
+    from quadrants.tracking.mlflow_tracker import MlflowTracker
+
+    parent = read_sweep_file(cfg).get("parent_run_id")
+    return MlflowTracker(
+        tracking_uri(cfg), cfg.study, run_name=Path(run_dir).name, tags=run_tags(cfg),
+        parent_run_id=parent, spool_dir=run_dir / "tracking",
+    )
+
+
+def run_job(job_cfg: DictConfig) -> dict[str, Any]:
+    """Run one composed job; returns a summary dict (Hydra keeps it as the job's return value)."""
+    cfg = to_run_config(job_cfg)
+    assert cfg.run_dir is not None
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
+    tracker = make_tracker(cfg, run_dir)
+    log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
+    status = "FAILED"
+    try:
+        result = run_training(cfg, tracker)
+        status = "FINISHED"
+        return {"run_dir": str(run_dir), "run_id": result.run_id, **result.final_eval}
+    finally:
+        tracker.finish(status)

@@ -1,0 +1,179 @@
+"""`run_training(cfg)`: the whole training run as an ordinary function (Hydra calls it, tests call it).
+
+Reads top to bottom: set up (threads, seeds, model, task, grader, engine, optimizer) -> resume from
+the newest checkpoint in `cfg.run_dir` if there is one -> evaluate the starting policy -> steps (log
+every step, checkpoint every N) -> evaluate at the end -> return a summary.
+
+Steps are numbered by completed updates: step 0 is the starting policy (its held-out evaluation),
+step s the state after s updates. Each step's metrics go to the tracker in one call, so a resumed run
+(which re-runs the steps after its last checkpoint) can drop the ones the tracker already has.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from quadrants.config import RunConfig, loss_settings, validate_config
+from quadrants.models.loading import load_policy
+from quadrants.objectives.registry import resolve_objective
+from quadrants.rewards.grader import Grader
+from quadrants.rollout.engine import SamplingSettings
+from quadrants.rollout.hf import HFEngine
+from quadrants.tasks import make_task
+from quadrants.tracking import keys
+from quadrants.tracking.base import NullTracker, Tracker
+from quadrants.tracking.run_info import flat_params
+from quadrants.train.checkpoint import load_latest, restore, save_checkpoint
+from quadrants.train.evaluation import heldout_metrics
+from quadrants.train.samples import write_samples
+from quadrants.train.step import StepContext, train_step
+
+log = logging.getLogger("quadrants.train")
+
+
+@dataclass
+class TrainingResult:
+    """Summary of a finished run: the first and last held-out metrics and the last step's metrics."""
+
+    initial_eval: dict[str, float] = field(default_factory=dict)
+    final_eval: dict[str, float] = field(default_factory=dict)
+    last_step: dict[str, float] = field(default_factory=dict)
+    resumed_from: int = 0
+    run_id: str | None = None
+    seconds: float = 0.0
+
+
+def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
+    """Load everything a step needs (model, reference, engine, task, optimizer, objective)."""
+    spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
+    model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    ref_model = None
+    if cfg.objective.kl_coef > 0:
+        ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
+        ref_model.requires_grad_(False).eval()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=tuple(cfg.train.betas)
+    )
+    warmup = cfg.train.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    return StepContext(
+        cfg=cfg, model=model, tokenizer=tokenizer, ref_model=ref_model, engine=HFEngine(model, tokenizer), grader=grader,
+        task=make_task(cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params)),
+        optimizer=optimizer, scheduler=scheduler, spec=spec, params=params, loss_settings=loss_settings(cfg),
+    )
+
+
+def evaluate(ctx: StepContext) -> dict[str, float]:
+    """Held-out metrics of the current policy on the task's held-out split ({} when disabled)."""
+    cfg = ctx.cfg
+    if cfg.eval.problems == 0:
+        return {}
+    sampling = SamplingSettings(
+        n=cfg.eval.samples, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
+        max_new_tokens=cfg.eval.max_new_tokens, seed=cfg.seed + 7,
+    )
+    return heldout_metrics(ctx.engine, ctx.grader, ctx.task.heldout(cfg.eval.problems), sampling, ctx.task.name)
+
+
+def _resume(ctx: StepContext, run_dir: Path | None) -> tuple[int, str | None]:
+    """(completed steps, known run id) from the newest checkpoint and run.json in `run_dir`."""
+    if run_dir is None:
+        return 0, None
+    known_id = _read_run_id(run_dir)
+    checkpoint = load_latest(run_dir)
+    if checkpoint is None:
+        return 0, known_id
+    restore(checkpoint, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler)
+    log.info("resumed from %s (step %d)", checkpoint.path, checkpoint.step)
+    return checkpoint.step, checkpoint.run_id or known_id
+
+
+def _read_run_id(run_dir: Path) -> str | None:
+    path = run_dir / "run.json"
+    return json.loads(path.read_text()).get("run_id") if path.exists() else None
+
+
+def _write_run_id(run_dir: Path, run_id: str | None) -> None:
+    if run_id is not None and _read_run_id(run_dir) != run_id:
+        tmp = run_dir / "run.json.tmp"
+        tmp.write_text(json.dumps({"run_id": run_id}))
+        tmp.replace(run_dir / "run.json")
+
+
+def _step_line(step: int, total: int, metrics: dict[str, float]) -> str:
+    return (
+        f"step {step}/{total} reward {metrics[keys.train('reward_mean')]:.3f} "
+        f"solve {metrics[keys.train('solve_rate')]:.3f} entropy {metrics[keys.train('entropy')]:.3f} "
+        f"len {metrics[keys.train('response_length')]:.1f}"
+    )
+
+
+def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResult:
+    """Train one policy as `cfg` says, logging every step to `tracker`; resume if `cfg.run_dir` has a checkpoint."""
+    validate_config(cfg)
+    tracker = tracker or NullTracker()
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    torch.manual_seed(cfg.seed)
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else None
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    result = TrainingResult()
+    total = cfg.train.steps
+    with Grader(num_workers=1, timeout_s=5.0) as grader:
+        ctx = build_context(cfg, grader)
+        first, known_id = _resume(ctx, run_dir)
+        result.resumed_from = first
+        result.run_id = tracker.start(known_id)
+        if first == 0:
+            tracker.log_params(flat_params(cfg))
+        if run_dir is not None:
+            _write_run_id(run_dir, tracker.run_id)
+            if first == 0 and (run_dir / "config.yaml").exists():
+                tracker.log_artifact(run_dir / "config.yaml", "config")
+        if first == 0:
+            result.initial_eval = evaluate(ctx)
+            tracker.log_metrics(result.initial_eval, step=0)
+            log.info("step 0 held-out: %s", _fmt(result.initial_eval))
+        bar = tqdm(range(first, total), desc="train", initial=first, total=total,
+                   disable=not sys.stderr.isatty(), dynamic_ncols=True)
+        for index in bar:
+            step = index + 1
+            output = train_step(ctx, index)
+            metrics = output.metrics
+            if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
+                metrics.update(evaluate(ctx))
+            tracker.log_metrics(metrics, step=step)
+            result.last_step = metrics
+            every = cfg.tracking.log_samples_every
+            if run_dir is not None and every and (step % every == 0 or step == total):
+                path = write_samples(run_dir / "samples" / f"step_{step:06d}.json", output, ctx.tokenizer, step)
+                tracker.log_artifact(path, "samples")
+            line = _step_line(step, total, metrics)
+            bar.set_postfix_str(line.split(" ", 2)[2])
+            if bar.disable:
+                log.info(line)
+            if run_dir is not None and cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == total):
+                _write_run_id(run_dir, tracker.run_id)
+                save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler,
+                                run_id=tracker.run_id, keep=cfg.checkpoint.keep)
+        result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
+        if total:
+            log.info("step %d held-out: %s", total, _fmt(result.final_eval))
+    tracker.flush()
+    result.run_id = tracker.run_id
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.3f}" for k, v in metrics.items())

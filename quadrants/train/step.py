@@ -1,0 +1,195 @@
+"""One GRPO training step: rollouts -> rewards -> TokenBatch -> mini-batch updates -> telemetry.
+
+Everything a step needs lives in `StepContext`, built once by the loop. Each phase is a named
+function so the step reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from quadrants.config import RunConfig
+from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
+from quadrants.objectives.loss import LossSettings, compute_loss
+from quadrants.objectives.registry import ObjectiveSpec
+from quadrants.rewards.grader import Grader, Outcome
+from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
+from quadrants.tasks.base import Task
+from quadrants.tracking import keys
+from quadrants.train.policy import behaviour_pass, response_logprobs
+from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+
+
+@dataclass
+class StepContext:
+    cfg: RunConfig
+    model: nn.Module
+    tokenizer: Any
+    ref_model: nn.Module | None
+    engine: RolloutEngine
+    grader: Grader
+    task: Task
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    spec: ObjectiveSpec
+    params: dict[str, Any]
+    loss_settings: LossSettings
+
+
+def step_seed(seed: int, step: int) -> int:
+    """A per-step seed, so a resumed run draws the same prompts and samples as an uninterrupted one."""
+    return (seed * 1_000_003 + step) % (2**31 - 1)
+
+
+@dataclass(frozen=True)
+class Collected:
+    """A graded rollout batch: rewards [B] float, one Outcome per sequence, and the phase timings."""
+
+    rollouts: Rollouts
+    rewards: Tensor
+    outcomes: list[Outcome]
+    generate_s: float
+    grade_s: float
+
+
+def collect_rollouts(ctx: StepContext, step: int) -> Collected:
+    """Sample the step's prompts, generate G responses each, and grade them."""
+    cfg = ctx.cfg
+    problems = ctx.task.train_batch(cfg.train.prompts_per_step, random.Random(step_seed(cfg.seed, step)))
+    sampling = SamplingSettings(
+        n=cfg.rollout.group_size, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+        max_new_tokens=cfg.rollout.max_new_tokens, seed=step_seed(cfg.seed, step),
+    )
+    t0 = time.perf_counter()
+    rollouts = ctx.engine.generate([p.prompt for p in problems], sampling)
+    t1 = time.perf_counter()
+    golds = [problems[int(g)].answer for g in rollouts.group_ids]
+    graded = ctx.grader.grade(rollouts.texts, golds)
+    t2 = time.perf_counter()
+    rewards = torch.tensor(graded.rewards, dtype=torch.float32)
+    return Collected(rollouts, rewards, list(graded.outcomes), t1 - t0, t2 - t1)
+
+
+def build_batch(ctx: StepContext, rollouts: Rollouts, rewards: Tensor) -> TokenBatch:
+    """Trainer-side recompute of old log-probs and entropy (one no-grad pass), then the TokenBatch."""
+    cfg = ctx.cfg
+    sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)  # [B, P + T]
+    attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
+    length = rollouts.response_ids.shape[1]
+    passes = dict(temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
+                  batch_size=cfg.train.mini_batch_size)
+    old_logp, entropy = behaviour_pass(ctx.model, sequences, attention_mask, length, **passes)
+    ref_logp = None
+    if ctx.ref_model is not None:
+        ref_logp, _ = behaviour_pass(ctx.ref_model, sequences, attention_mask, length, **passes)
+    mask = rollouts.response_mask
+    return make_token_batch(
+        sequences=sequences, attention_mask=attention_mask, response_mask=mask,
+        old_logp=old_logp * mask, entropy=entropy * mask, rewards=rewards, group_ids=rollouts.group_ids,
+        normalize_std=cfg.advantage.normalize_std, advantage_eps=cfg.advantage.eps,
+        threshold_rule=cfg.quadrant.threshold, threshold_value=cfg.quadrant.threshold_value,
+        ref_logp=None if ref_logp is None else ref_logp * mask,
+    )
+
+
+def update_policy(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[dict[str, float], float]:
+    """`epochs` passes of shuffled mini-batch updates. Returns (mean metrics, mean grad norm)."""
+    cfg = ctx.cfg
+    wants_entropy = ctx.spec.wants_entropy(ctx.params)
+    generator = torch.Generator().manual_seed(step_seed(cfg.seed, step))
+    per_update: list[dict[str, Tensor]] = []
+    grad_norms: list[float] = []
+    ctx.model.train()
+    for _ in range(cfg.train.epochs):
+        order = torch.randperm(batch.batch_size, generator=generator)
+        for start in range(0, batch.batch_size, cfg.train.mini_batch_size):
+            mini = batch.select(order[start : start + cfg.train.mini_batch_size])
+            logp, entropy = response_logprobs(
+                ctx.model, mini.sequences, mini.attention_mask, mini.response_length,
+                temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
+                with_entropy=wants_entropy,
+            )
+            loss, metrics = compute_loss(ctx.spec, ctx.params, mini, PolicyOutput(logp, entropy), ctx.loss_settings)
+            ctx.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.train.max_grad_norm)))
+            ctx.optimizer.step()
+            metrics["loss"] = loss.detach()
+            per_update.append(metrics)
+    ctx.scheduler.step()
+    return mean_metrics(per_update), sum(grad_norms) / max(len(grad_norms), 1)
+
+
+def measure_dlogp(ctx: StepContext, batch: TokenBatch) -> Tensor:
+    """|log π_after − log π_old| per token after the update (one extra no-grad pass). [B, T]."""
+    cfg = ctx.cfg
+    after, _ = behaviour_pass(
+        ctx.model, batch.sequences, batch.attention_mask, batch.response_length,
+        temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
+        batch_size=cfg.train.mini_batch_size,
+    )
+    return (after - batch.old_logp).abs() * batch.response_mask
+
+
+def rollout_metrics(rollouts: Rollouts, rewards: Tensor, outcomes: list[Outcome], batch: TokenBatch) -> dict[str, float]:
+    """Reward, solve rates, lengths, entropy and grading outcome fractions of one rollout batch."""
+    correct = torch.tensor([o == Outcome.correct for o in outcomes], dtype=torch.float32)
+    groups = rollouts.group_ids
+    num_groups = int(groups.max()) + 1 if groups.numel() else 0
+    per_group = torch.zeros(num_groups).index_add_(0, groups, correct)
+    sizes = torch.zeros(num_groups).index_add_(0, groups, torch.ones_like(correct))
+    mask = batch.response_mask
+    out = {
+        keys.train("reward_mean"): rewards.mean().item(),
+        keys.train("solve_rate"): correct.mean().item(),
+        keys.train("prompt_solve_rate"): (per_group > 0).float().mean().item(),
+        keys.train("groups_all_correct_frac"): (per_group == sizes).float().mean().item(),
+        keys.train("groups_all_wrong_frac"): (per_group == 0).float().mean().item(),
+        keys.train("response_length"): mask.sum(-1).float().mean().item(),
+        keys.train("truncated_frac"): (~rollouts.finished).float().mean().item(),
+        keys.train("entropy"): ((batch.entropy * mask).sum() / mask.sum().clamp_min(1)).item(),
+        keys.train("engine_logp_abs_diff"): (((rollouts.behaviour_logp - batch.old_logp).abs() * mask).sum()
+                                             / mask.sum().clamp_min(1)).item(),
+    }
+    for outcome in Outcome:
+        out[keys.train(f"outcome/{outcome.value}_frac")] = sum(o == outcome for o in outcomes) / max(len(outcomes), 1)
+    return out
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """A finished step: its flat metrics, and the graded batch (for sample artifacts)."""
+
+    metrics: dict[str, float]
+    batch: TokenBatch
+    collected: Collected
+
+
+def train_step(ctx: StepContext, step: int) -> StepOutput:
+    """Run one step: its flat metrics (everything the tracker logs for it) and the graded batch."""
+    collected = collect_rollouts(ctx, step)
+    t0 = time.perf_counter()
+    batch = build_batch(ctx, collected.rollouts, collected.rewards)
+    t1 = time.perf_counter()
+    objective_metrics, grad_norm = update_policy(ctx, batch, step)
+    t2 = time.perf_counter()
+    dlogp = measure_dlogp(ctx, batch) if ctx.cfg.train.measure_dlogp else None
+    ctx.engine.sync_weights(ctx.model)
+    t3 = time.perf_counter()
+    metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
+    metrics.update(quadrant_telemetry(batch, dlogp))
+    metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
+    metrics[keys.train("grad_norm")] = grad_norm
+    metrics[keys.train("lr")] = ctx.optimizer.param_groups[0]["lr"]
+    metrics[keys.timing("rollout")] = collected.generate_s
+    metrics[keys.timing("reward")] = collected.grade_s
+    metrics[keys.timing("old_logp")] = t1 - t0
+    metrics[keys.timing("update")] = t2 - t1
+    metrics[keys.timing("telemetry")] = t3 - t2
+    return StepOutput(metrics, batch, collected)

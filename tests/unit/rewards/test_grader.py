@@ -1,0 +1,210 @@
+"""grade_one and Grader with real math-verify and real worker processes (no mocks).
+
+Time bounds here are correctness bounds (nothing hangs), set generously for a loaded 2-core machine;
+a worker takes ~2-4 s to start (it imports sympy), which dominates this file's run time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from quadrants.rewards.grader import GradeBatch, Grader, Outcome, grade_one
+
+# math-verify turns 10^(10^(10^10)) into an integer power it tries to evaluate: only its alarm
+# stops it. Any answer this slow is a real, input-driven stuck grader.
+SLOW_ANSWER = "\\boxed{10^{10^{10^{10}}}}"
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Grader]:
+    with Grader(num_workers=2, timeout_s=2.0) as grader:
+        yield grader
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("so the answer is \\boxed{0.5}.", "\\frac{1}{2}"),
+        ("\\boxed{66}", "66"),
+        ("\\boxed{27}", "27.0"),  # AMC golds are floats
+        ("\\boxed{\\dfrac{1}{2}}", "0.5"),
+        ("\\boxed{336}", "336^\\circ"),  # the AIME25 answer written with a degree sign
+        ("\\boxed{\\frac{\\sqrt3}{2}}", "\\frac{\\sqrt{3}}{2}"),
+        ("\\boxed{(3, \\frac{\\pi}{2})}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
+        ("\\boxed{1,000}", "1000"),
+        ("\\boxed{x = 5}", "5"),
+        ("\\boxed{10\\%}", "10"),  # math-verify: a percentage equals its number, not /100
+        (
+            "\\boxed{\\begin{pmatrix} 1 \\\\\n 2 \\end{pmatrix}}",
+            "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
+        ),
+        ("\\boxed{12}", "$12$"),  # OlympiadBench golds come wrapped in $
+    ],
+)
+def test_equivalent_forms_are_correct(completion: str, gold: str) -> None:
+    assert grade_one(completion, gold, timeout_s=5.0) is Outcome.correct
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        ("\\boxed{65}", "66"),
+        ("\\boxed{0.51}", "\\frac{1}{2}"),
+        ("\\boxed{0.33}", "\\frac{1}{3}"),  # math-verify rounds to 6 places, not 2
+        ("\\boxed{-\\infty}", "\\infty"),
+        ("\\boxed{0.5}", "50\\%"),  # see the percentage case above
+        ("\\boxed{66} no wait, \\boxed{67}", "66"),  # only the last box counts
+    ],
+)
+def test_wrong_answers_are_wrong(completion: str, gold: str) -> None:
+    assert grade_one(completion, gold, timeout_s=5.0) is Outcome.wrong
+
+
+def test_gold_goes_first() -> None:
+    # verify(gold, pred) is not symmetric: an interval answer matches an inequality gold only
+    assert grade_one("\\boxed{(1, 2)}", "1 < x < 2", timeout_s=5.0) is Outcome.correct
+    assert grade_one("\\boxed{1 < x < 2}", "(1, 2)", timeout_s=5.0) is Outcome.wrong
+
+
+@pytest.mark.parametrize(
+    "completion",
+    ["The answer is 66.", "", "\\boxed{}", "\\boxed{ }", "\\boxed{66", "\\boxed{$}"],
+)
+def test_missing_answer(completion: str) -> None:
+    assert grade_one(completion, "66", timeout_s=5.0) is Outcome.no_answer
+
+
+@pytest.mark.parametrize(
+    ("completion", "gold"),
+    [
+        (None, "1"),
+        (b"\\boxed{1}", "1"),
+        ("\\boxed{1}", None),
+        ("\\boxed{1}", ""),
+        ("\\boxed{1}", "1" * 1001),
+    ],
+)
+def test_invalid_input_is_an_error(completion: object, gold: object) -> None:
+    assert grade_one(completion, gold, timeout_s=5.0) is Outcome.error  # type: ignore[arg-type]
+
+
+def test_text_is_sanitised() -> None:
+    invalid_utf8 = b"\xff\xfe".decode("utf-8", "surrogateescape")  # -> lone surrogates
+    assert grade_one(invalid_utf8, "1", timeout_s=5.0) is Outcome.no_answer
+    assert (
+        grade_one(invalid_utf8 + "\\boxed{1}\ud800\x00\x0c", "1", timeout_s=5.0) is Outcome.correct
+    )
+
+
+def test_slow_answer_times_out_in_process() -> None:
+    # math-verify's alarm has whole-second resolution: a 0.5 s budget becomes a 1 s alarm
+    start = time.monotonic()
+    assert grade_one(SLOW_ANSWER, "5", timeout_s=0.5) is Outcome.timeout
+    assert time.monotonic() - start < 5.0
+
+
+def test_main_thread_only() -> None:
+    errors: list[BaseException] = []
+
+    def run(fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except RuntimeError as error:
+            errors.append(error)
+
+    sequential = Grader(num_workers=0)
+    for fn in (lambda: grade_one("\\boxed{1}", "1", 1.0), lambda: sequential.grade(["x"], ["1"])):
+        thread = threading.Thread(target=run, args=(fn,))
+        thread.start()
+        thread.join()
+    assert len(errors) == 2
+
+
+def test_grade_batch_counts() -> None:
+    batch = GradeBatch.from_outcomes([Outcome.correct, Outcome.wrong, Outcome.correct])
+    assert batch.rewards == [1.0, 0.0, 1.0]
+    assert batch.counts() == {"correct": 2, "wrong": 1, "no_answer": 0, "timeout": 0, "error": 0}
+
+
+def test_pool_matches_sequential(pool: Grader) -> None:
+    # 60 items: integers right and wrong, fractions, no box; 60 / (4 x 2 workers) -> chunks of 8
+    completions = [f"step {i} ... \\boxed{{{i if i % 3 else i + 1}}}" for i in range(40)]
+    completions += [f"\\boxed{{\\frac{{{i}}}{{{i + 1}}}}}" for i in range(10)] + ["no box"] * 10
+    golds = [str(i) for i in range(40)] + [f"{i}/{i + 1}" for i in range(10)] + ["7"] * 10
+    sequential = Grader(num_workers=0).grade(completions, golds)
+    pooled = pool.grade(completions, golds)
+    assert pooled == sequential
+    assert pooled.counts() == {
+        "correct": 36,
+        "wrong": 14,
+        "no_answer": 10,
+        "timeout": 0,
+        "error": 0,
+    }
+
+
+def test_pool_survives_adversarial_batch(pool: Grader) -> None:
+    completions = [
+        "x" * 100_000,
+        SLOW_ANSWER,
+        "\\boxed{" + "{" * 5_000 + "1" + "}" * 5_000 + "}",
+        "{" * 5_000 + "\\boxed{" * 5_000,
+        b"\xff\xfe".decode("utf-8", "surrogateescape"),
+        "\ud800\udfff\\boxed{\ud800}",
+        "",
+        None,
+        123,
+        lambda: 0,  # not even picklable
+        "\\boxed{" + "9" * 900 + "}",
+        "\\boxed{\\frac{\\frac{\\frac{1}{2}}{3}}{" * 50 + "}" * 200,
+    ]
+    restarts = pool.restarts
+    start = time.monotonic()
+    golds = ["1"] * len(completions) + ["2"]
+    batch = pool.grade(completions + ["\\boxed{2}"], golds)  # type: ignore[arg-type]
+    assert time.monotonic() - start < 20.0  # one 2 s math-verify alarm; the rest take ms
+    assert batch.rewards == [0.0] * len(completions) + [1.0]
+    assert batch.outcomes[1] is Outcome.timeout
+    assert pool.restarts == restarts  # math-verify's own alarm sufficed: nobody was killed
+
+
+def test_stuck_worker_is_killed_and_replaced() -> None:
+    # With a 0.25 s budget math-verify's alarm still waits a whole second, so the hard deadline
+    # (0.25 + 0.25 s) is what stops the slow item: the worker is killed mid-item and replaced.
+    # 9 items on 1 worker go in chunks of 3: [0 1 2] [3 4 5] [6 7 8]. Slow item 2 ends its chunk;
+    # slow item 3 starts one, so items 4 and 5 are requeued to the replacement worker.
+    before = {process.pid for process in multiprocessing.active_children()}
+    with Grader(num_workers=1, timeout_s=0.25, deadline_margin_s=0.25) as grader:
+        completions = [f"\\boxed{{{i}}}" for i in range(9)]
+        completions[2] = completions[3] = SLOW_ANSWER
+        start = time.monotonic()
+        batch = grader.grade(completions, ["5"] * 9)
+        assert time.monotonic() - start < 25.0  # two 0.5 s deadlines + two worker restarts
+        assert batch.outcomes[2:4] == [Outcome.timeout, Outcome.timeout]
+        assert batch.rewards == [0.0] * 5 + [1.0] + [0.0] * 3
+        assert grader.restarts == 2
+        assert grader.grade(["\\boxed{6}"], ["6"]).outcomes == [Outcome.correct]
+
+        # a worker that dies while idle is replaced too, and no item is blamed
+        (worker,) = [p for p in multiprocessing.active_children() if p.pid not in before]
+        assert worker.pid is not None
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.join(timeout=5.0)
+        assert grader.grade(["\\boxed{7}"], ["7"]).outcomes == [Outcome.correct]
+        assert grader.restarts == 3
+
+
+def test_bad_calls_raise(pool: Grader) -> None:
+    with pytest.raises(ValueError, match="2 completions but 1 golds"):
+        pool.grade(["a", "b"], ["1"])
+    grader = Grader(num_workers=0)
+    grader.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        grader.grade(["a"], ["1"])

@@ -1,0 +1,92 @@
+"""The Hydra tree: every preset composes into a valid RunConfig, and bad overrides fail at compose
+time (before any job starts), naming the key and the allowed values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quadrants.config import RunConfig
+from quadrants.hydra_setup import CONFIG_DIR, compose_run_config, expand_jobs, preflight, with_sweep_id
+
+EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
+EXPECTED_JOBS = {
+    "quadrant_isolation": 8,  # 4 quadrants x 2 seeds
+    "baselines": 16,  # 8 objectives x 2 seeds
+    "hapo_alpha": 10,  # 5 alphas x 2 seeds
+    "hapo_ablation": 10,  # full + 4 "w/o" x 2 seeds
+    "paper_quadrants_qwen7b": 8,
+    "paper_main_qwen7b": 6,
+    "paper_main_dsr1p5b": 4,
+}
+
+
+def test_every_experiment_is_listed_here():
+    assert set(EXPERIMENTS) == set(EXPECTED_JOBS)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_composes_every_job(name):
+    assert preflight(["-m", f"experiment={name}"]) == EXPECTED_JOBS[name]
+
+
+def test_default_config_is_the_embedded_world():
+    cfg = compose_run_config([])
+    assert isinstance(cfg, RunConfig)
+    assert cfg.model.name_or_path == "tiny" and cfg.task.name == "arithmetic"
+    assert cfg.objective.name == "dapo" and cfg.quadrant.keep == "all"
+    assert cfg.run_dir is not None and cfg.run_dir.endswith("/quadrants/adhoc/default")
+
+
+def test_quadrant_group_sets_keep_and_the_run_dir():
+    cfg = compose_run_config(["quadrant=NHR", "seed=3"])
+    assert list(cfg.quadrant.keep) == ["NHR"]
+    assert cfg.quadrant.denominator == "all_response_tokens"
+    assert Path(cfg.run_dir).name == "quadrant=NHR,seed=3"
+
+
+def test_paper_preset_is_cluster_scale():
+    cfg = compose_run_config(["experiment=paper_quadrants_qwen7b", "quadrant=PHR"])
+    assert cfg.model.name_or_path == "Qwen/Qwen2.5-Math-7B" and cfg.model.dtype == "bfloat16"
+    assert cfg.rollout.engine == "vllm" and cfg.rollout.max_new_tokens == 3072
+    assert (cfg.train.prompts_per_step, cfg.rollout.group_size, cfg.train.lr) == (256, 8, 1e-6)
+
+
+def test_the_four_quadrant_sweep_expands_to_four_jobs():
+    assert expand_jobs(["quadrant=PHR,NHR,PLR,NLR"]) == [
+        ["quadrant=PHR"], ["quadrant=NHR"], ["quadrant=PLR"], ["quadrant=NLR"]
+    ]
+    assert preflight(["-m", "quadrant=PHR,NHR,PLR,NLR"]) == 4
+
+
+def test_sweep_id_is_a_stable_hash_of_the_overrides():
+    a = with_sweep_id(["-m", "quadrant=PHR,NHR", "seed=1"])
+    b = with_sweep_id(["-m", "seed=1", "quadrant=PHR,NHR", "launcher=sequential"])
+    assert a[-1] == b[-1] and a[-1].startswith("sweep_id=s")
+    assert with_sweep_id(["quadrant=PHR"])[-1] != a[-1]
+    assert with_sweep_id(["sweep_id=mine"]) == ["sweep_id=mine"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-m", "quadrant=PHR,XHR"], "Could not find 'quadrant/XHR'"),
+        (["quadrant=XHR"], "Available options in 'quadrant'"),
+        (["train.lr=-1"], r"train.lr=-1.0 is out of range; allowed: \(0, inf\)"),
+        (["train.lrr=1"], "Key 'lrr' not in 'TrainConfig'"),
+        (["train.steps=abc"], "could not be converted to Integer"),
+        (["objective=hapo", "objective.params.alpha=2.0"], r"allowed: alpha/phi < 1"),
+        (["objective=hapoo"], "Could not find 'objective/hapoo'"),
+        (["+objective.params.clip_hgh=0.3"], r"unknown parameter\(s\) \['clip_hgh'\]; accepted: \["),
+        (["quadrant.keep=[PHR,XX]"], r"quadrant.keep: unknown quadrant 'XX'; known: \['PHR', 'PLR', 'NHR', 'NLR'\]"),
+        (["quadrant.threshold=median"], "unknown; choose one of \\['group_mean', 'batch_quantile', 'fixed'\\]"),
+        (["quadrant.threshold=batch_quantile"], r"needs threshold_value q in \(0, 1\)"),
+        (["quadrant.denominator=kept"], r"choose one of \['all_response_tokens', 'kept_tokens'\]"),
+        (["objective.loss_agg=mean"], "choose one of \\['token-mean'"),
+        (["rollout.group_size=1"], "rollout.group_size=1 is out of range"),
+    ],
+)
+def test_invalid_overrides_fail_before_any_job(argv, message):
+    with pytest.raises(ValueError, match=message):
+        preflight(argv)
