@@ -64,6 +64,23 @@ def with_sweep_id(argv: list[str]) -> list[str]:
     return [*argv, f"sweep_id=s{digest}"]
 
 
+DEFAULT_EXCLUDED_KEYS = ("sweep_id", "study", "outputs", "launcher", "tracking", "tracking.uri", "train.threads", "experiment")
+
+
+def name_runs_by_swept_keys(argv: list[str]) -> list[str]:
+    """Leave the overrides every job shares out of run names and run directories.
+
+    Jobs of a multirun are then named by what varies (`quadrant=PHR,seed=1`), a single run is named
+    `default`; the shared overrides are already in the sweep id, so directories stay unique.
+    """
+    if any(o.startswith("hydra.job.config.override_dirname.exclude_keys") for o in argv):
+        return argv
+    shared = [o.split("=", 1)[0] for o in _overrides(argv)
+              if "=" in o and "," not in o.split("=", 1)[1] and not o.startswith(("hydra.", "hydra/", "+", "~"))]
+    keys = list(dict.fromkeys([*DEFAULT_EXCLUDED_KEYS, *shared]))
+    return [*argv, f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"]
+
+
 def expand_jobs(overrides: list[str], sweeper_params: dict[str, Any] | None = None) -> list[list[str]]:
     """The per-job override lists of a multirun, as Hydra's basic sweeper expands them."""
     merged: dict[str, str] = {str(k): str(v) for k, v in (sweeper_params or {}).items()}

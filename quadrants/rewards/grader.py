@@ -218,6 +218,19 @@ class _Worker:
         self.conn.close()
 
 
+def _ensure_standard_start_method() -> None:
+    """Make this process's default start method a standard one.
+
+    A forkserver/spawn child re-applies its parent's *default* start method while bootstrapping. Inside
+    a joblib/loky worker (Hydra's joblib launcher) that default is "loky", which a plain child cannot
+    resolve, so every grading worker would die at start. Resetting the default (not loky's own
+    explicit contexts) fixes the child and leaves loky alone.
+    """
+    method = multiprocessing.get_start_method(allow_none=True)
+    if method is not None and method not in ("fork", "spawn", "forkserver"):
+        multiprocessing.set_start_method("spawn", force=True)
+
+
 class Grader:
     """Grades batches of completions in worker processes, with a hard per-item deadline.
 
@@ -243,6 +256,7 @@ class Grader:
         self.item_deadline_s = timeout_s + deadline_margin_s
         self.restarts = 0  # workers killed after missing a deadline or crashing, over the lifetime
         # Not fork: the parent holds torch (and other) threads, and a forked lock stays locked.
+        _ensure_standard_start_method()
         self._context = (
             multiprocessing.get_context("forkserver")
             if "forkserver" in multiprocessing.get_all_start_methods()

@@ -43,7 +43,8 @@ SPOOL_ID_TAG = "quadrants.spool_id"
 SPOOL_DIR_TAG = "quadrants.spool_dir"
 MAX_METRICS_PER_CALL = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH
 MAX_PARAMS_PER_CALL = 100  # MAX_PARAMS_TAGS_PER_BATCH
-MAX_CALL_BYTES = 500_000  # half of MAX_BATCH_LOG_REQUEST_SIZE (1 MB), counting ~60 B of JSON per metric
+# half of MAX_BATCH_LOG_REQUEST_SIZE (1 MB), counting a metric as its key plus ~60 bytes of JSON
+MAX_CALL_BYTES = 500_000
 _READ_RECORDS = 512
 _FIRST_BACKOFF_S = 0.5
 
@@ -74,11 +75,18 @@ class Delivery:
     """Owns the delivery thread; the tracker only starts it, wakes it, waits on it and stops it."""
 
     def __init__(
-        self, spool: Spool, request: RunRequest, *, session: str, flush_every_s: float, max_backoff_s: float
+        self,
+        spool: Spool,
+        request: RunRequest,
+        *,
+        session: str,
+        flush_every_s: float,
+        max_backoff_s: float,
     ) -> None:
         self.spool = spool
         self.request = request
-        self.session = session  # a finish() record from another session belongs to an earlier process
+        # a finish() record of another session was written by an earlier process
+        self.session = session
         self.run_id: str | None = request.run_id
         self.first_attempt = threading.Event()
         self.last_error: str | None = None
@@ -89,7 +97,9 @@ class Delivery:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._progress = threading.Condition()
-        self._thread = threading.Thread(target=self._main, name="quadrants-mlflow-delivery", daemon=True)
+        self._thread = threading.Thread(
+            target=self._main, name="quadrants-mlflow-delivery", daemon=True
+        )
         # what MLflow holds: steps with a sentinel at open time, per-key step sets fetched on demand,
         # and (step -> keys) delivered since; key sets are interned, so a step costs one dict entry
         self._remote_steps: set[int] = set()
@@ -144,7 +154,9 @@ class Delivery:
             except Exception as error:  # noqa: BLE001 - any failure: keep the records, back off, retry
                 self.first_attempt.set()
                 self._failed(error)
-                self._backoff_s = min(max(2 * self._backoff_s, _FIRST_BACKOFF_S), self._max_backoff_s)
+                self._backoff_s = min(
+                    max(2 * self._backoff_s, _FIRST_BACKOFF_S), self._max_backoff_s
+                )
                 self._sleep(self._backoff_s * random.uniform(0.8, 1.2))
 
     def _sleep(self, seconds: float) -> None:
@@ -156,33 +168,51 @@ class Delivery:
         run_id = self.request.run_id or self.spool.state.get("run_id")
         resumed = run_id is not None
         if run_id is None:
-            experiment_id = experiment_id_for(client, self.request.experiment, self.request.artifact_location)
+            experiment_id = experiment_id_for(
+                client, self.request.experiment, self.request.artifact_location
+            )
             spool_id = self.spool.state["spool_id"]
             # an earlier attempt may have created the run and lost the reply (or died before saving it)
-            found = client.search_runs([experiment_id], f"tags.`{SPOOL_ID_TAG}` = '{spool_id}'", max_results=1)
+            found = client.search_runs(
+                [experiment_id], f"tags.`{SPOOL_ID_TAG}` = '{spool_id}'", max_results=1
+            )
             if found:
                 run_id, resumed = found[0].info.run_id, True
             else:
-                tags = {**self.request.tags, SPOOL_ID_TAG: spool_id,
-                        SPOOL_DIR_TAG: f"{socket.gethostname()}:{self.spool.directory}"}
+                tags = {
+                    **self.request.tags,
+                    SPOOL_ID_TAG: spool_id,
+                    SPOOL_DIR_TAG: f"{socket.gethostname()}:{self.spool.directory}",
+                }
                 if self.request.parent_run_id:
                     tags["mlflow.parentRunId"] = self.request.parent_run_id
-                run_id = client.create_run(experiment_id, run_name=self.request.run_name, tags=tags).info.run_id
+                run_id = client.create_run(
+                    experiment_id, run_name=self.request.run_name, tags=tags
+                ).info.run_id
         if self.spool.state.get("run_id") != run_id:
             self.spool.update_state(run_id=run_id)
         self.run_id = run_id
         if resumed:
-            if client.get_run(run_id).info.status != "RUNNING":
+            run = client.get_run(run_id)
+            if run.info.lifecycle_stage != "active":  # keep the records until someone restores it
+                raise MlflowException(f"run {run_id} is deleted: restore it to receive the records")
+            if run.info.status != "RUNNING":
                 client.update_run(run_id, status="RUNNING")
             self._remote_steps = {m.step for m in client.get_metric_history(run_id, SENTINEL_KEY)}
-            log.info("re-opened MLflow run %s; it already holds %d steps", run_id, len(self._remote_steps))
+            log.info(
+                "re-opened MLflow run %s; it already holds %d steps",
+                run_id,
+                len(self._remote_steps),
+            )
         self._client = client
         self._opened = True
 
     def _deliver_pending(self) -> None:
         while not self._stop.is_set():
-            records = self.spool.read(self.spool.cursor, _READ_RECORDS)
+            records, reached = self.spool.read(self.spool.cursor, _READ_RECORDS)
             if not records:
+                if reached > self.spool.cursor:  # only an empty segment left by a crash
+                    self._commit(reached)
                 return
             for kind, group in _runs_of_kind(records):
                 if kind == "metrics":
@@ -206,7 +236,10 @@ class Delivery:
         for record in records:
             for unit in self._units(record, in_call):
                 unit_bytes = sum(len(m.key) + 60 for m in unit.metrics)
-                if call and (size + len(unit.metrics) > MAX_METRICS_PER_CALL or nbytes + unit_bytes > MAX_CALL_BYTES):
+                if call and (
+                    size + len(unit.metrics) > MAX_METRICS_PER_CALL
+                    or nbytes + unit_bytes > MAX_CALL_BYTES
+                ):
                     self._send(call)
                     if done is not None:
                         self._commit(done)
@@ -222,7 +255,11 @@ class Delivery:
     def _units(self, record: SpoolRecord, in_call: dict[int, set[str]]) -> Iterator[_Unit]:
         step, timestamp = int(record.payload["step"]), int(record.payload["ts"])
         taken = in_call.setdefault(step, set())
-        fresh = {k: v for k, v in record.payload["metrics"].items() if k not in taken and not self._holds(k, step)}
+        fresh = {
+            k: v
+            for k, v in record.payload["metrics"].items()
+            if k not in taken and not self._holds(k, step)
+        }
         if not fresh:
             return
         first_of_step = not taken and step not in self._delivered and step not in self._remote_steps
@@ -230,9 +267,14 @@ class Delivery:
         metrics = [Metric(k, float(v), timestamp, step) for k, v in fresh.items()]
         room = MAX_METRICS_PER_CALL - 1
         if len(metrics) > room:
-            log.warning("step %d has %d metrics: more than one MLflow call (%d) can carry, so it is sent in "
-                        "parts and is not all-or-nothing", step, len(metrics), room)
-        chunks = [metrics[i:i + room] for i in range(0, len(metrics), room)]
+            log.warning(
+                "step %d has %d metrics: more than one MLflow call (%d) can carry, so it is sent in "
+                "parts and is not all-or-nothing",
+                step,
+                len(metrics),
+                room,
+            )
+        chunks = [metrics[i : i + room] for i in range(0, len(metrics), room)]
         for number, chunk in enumerate(chunks):
             if first_of_step and number == len(chunks) - 1:
                 chunk = chunk + [Metric(SENTINEL_KEY, 1.0, timestamp, step)]
@@ -280,21 +322,28 @@ class Delivery:
                 self._deliver_artifact(payload)
             elif kind == "status" and payload.get("session") == self.session:
                 self._client.set_terminated(self.run_id, payload["status"], payload["end_time"])
-            # a status record of another session is an earlier process's finish(): this one re-opened the run
+            # a status record of another session is an earlier process's finish(): this process
+            # has re-opened the run since, so it is not ended
         except Exception as error:
             if not is_permanent(error):
                 raise
             self._drop(f"a {kind} record", error)
+            if payload.get("copied"):
+                shutil.rmtree(Path(payload["path"]).parent, ignore_errors=True)
 
     def _deliver_params(self, params: dict[str, str]) -> None:
         assert self._client is not None and self.run_id is not None
         held = self._client.get_run(self.run_id).data.params
         changed = sorted(k for k, v in params.items() if k in held and held[k] != v)
         if changed:  # MLflow refuses to change a param; keep its value and say so
-            log.warning("run %s already has params %s with other values; kept MLflow's", self.run_id, changed)
+            log.warning(
+                "run %s already has params %s with other values; kept MLflow's",
+                self.run_id,
+                changed,
+            )
         fresh = [Param(k, v) for k, v in params.items() if k not in held]
         for i in range(0, len(fresh), MAX_PARAMS_PER_CALL):
-            self._client.log_batch(self.run_id, params=fresh[i:i + MAX_PARAMS_PER_CALL])
+            self._client.log_batch(self.run_id, params=fresh[i : i + MAX_PARAMS_PER_CALL])
 
     def _deliver_artifact(self, payload: dict[str, Any]) -> None:
         assert self._client is not None and self.run_id is not None
@@ -319,8 +368,14 @@ class Delivery:
     def _drop(self, what: str, error: BaseException) -> None:
         self.dropped += 1
         level = logging.ERROR if self.dropped <= 5 else logging.DEBUG
-        log.log(level, "MLflow refused %s for run %s, dropping it: %s%s", what, self.run_id, _short(error),
-                " (further refusals are logged at DEBUG)" if self.dropped == 5 else "")
+        log.log(
+            level,
+            "MLflow refused %s for run %s, dropping it: %s%s",
+            what,
+            self.run_id,
+            _short(error),
+            " (further refusals are logged at DEBUG)" if self.dropped == 5 else "",
+        )
 
     def _failed(self, error: BaseException) -> None:
         self.last_error = _short(error)
@@ -330,7 +385,9 @@ class Delivery:
             log.warning(
                 "MLflow at %s is not accepting records (%s). Training goes on: records are kept in %s and "
                 "will be delivered when it is back. Check that the tracking server is up and the URI is right.",
-                self.request.tracking_uri, self.last_error, self.spool.directory,
+                self.request.tracking_uri,
+                self.last_error,
+                self.spool.directory,
             )
         else:
             log.debug("MLflow delivery still failing: %s", self.last_error)
@@ -338,8 +395,12 @@ class Delivery:
     def _recovered(self) -> None:
         if self._failing_since is None:
             return
-        log.info("MLflow at %s is accepting records again after %.0f s; %d steps were delivered late",
-                 self.request.tracking_uri, time.monotonic() - self._failing_since, len(self._late_steps))
+        log.info(
+            "MLflow at %s is accepting records again after %.0f s; %d steps were delivered late",
+            self.request.tracking_uri,
+            time.monotonic() - self._failing_since,
+            len(self._late_steps),
+        )
         self._failing_since = None
         self._late_steps = set()
 

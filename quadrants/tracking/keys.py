@@ -1,7 +1,8 @@
 """Every metric key quadrants logs is built here, so dashboards and analysis agree on names.
 
 Keys are paths: `train/...` per training step, `eval/<benchmark>/<metric>` for evaluations,
-`time/...` for wall time, `train/quadrant/<Q>/<stat>` for per-quadrant telemetry.
+`time/...` for wall time, `train/quadrant/<Q>/<stat>` for per-quadrant telemetry. Avg@k and Pass@k
+are `eval/<benchmark>/avg_at_<k>` and `pass_at_<k>` (MLflow does not accept '@' in a metric name).
 """
 
 from __future__ import annotations
@@ -28,3 +29,13 @@ def timing(name: str) -> str:
 
 def evaluation(benchmark: str, metric: str) -> str:
     return f"eval/{benchmark}/{metric}"
+
+
+def avg_at(k: int) -> str:
+    """Avg@k as a metric name. MLflow rejects '@' in metric names, so Avg@k is logged as avg_at_k."""
+    return f"avg_at_{k}"
+
+
+def pass_at(k: int) -> str:
+    """Pass@k as a metric name (pass_at_k; see avg_at)."""
+    return f"pass_at_{k}"

@@ -56,7 +56,9 @@ class SpoolRecord:
 class Spool:
     """Append records durably; read them back from a cursor; persist the cursor and a small state."""
 
-    def __init__(self, directory: Path, *, segment_bytes: int = 32 << 20, fsync: bool = True) -> None:
+    def __init__(
+        self, directory: Path, *, segment_bytes: int = 32 << 20, fsync: bool = True
+    ) -> None:
         self.directory = Path(directory).resolve()
         self.directory.mkdir(parents=True, exist_ok=True)
         self._segment_bytes = segment_bytes
@@ -66,7 +68,9 @@ class Spool:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self._lock_fd)
-            raise SpoolBusyError(f"spool directory {self.directory} is held by another live process")
+            raise SpoolBusyError(
+                f"spool directory {self.directory} is held by another live process"
+            )
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._state: dict[str, Any] = self._load_state()
@@ -103,7 +107,9 @@ class Spool:
     def _rotate(self) -> None:
         os.close(self._fd)
         self._segment += 1
-        self._fd = os.open(self._segment_path(self._segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(
+            self._segment_path(self._segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+        )
         _fsync_dir(self.directory)
         self._end = Position(self._segment, 0)
 
@@ -117,8 +123,9 @@ class Spool:
     def pending(self) -> bool:
         return self._cursor < self._end
 
-    def read(self, start: Position, max_records: int) -> list[SpoolRecord]:
-        """Up to `max_records` complete records from `start` on, never past what was appended."""
+    def read(self, start: Position, max_records: int) -> tuple[list[SpoolRecord], Position]:
+        """Up to `max_records` complete records from `start` on, never past what was appended, and
+        the position the scan reached (past emptied segments: committing it skips nothing)."""
         stop = self._end
         records: list[SpoolRecord] = []
         position = start
@@ -140,7 +147,11 @@ class Spool:
                         try:
                             records.append(SpoolRecord(json.loads(line), end))
                         except ValueError:
-                            log.error("skipping an unreadable spool line in %s before byte %d", path, offset)
+                            log.error(
+                                "skipping an unreadable spool line in %s before byte %d",
+                                path,
+                                offset,
+                            )
                             records.append(SpoolRecord({"kind": "corrupt"}, end))
                     position = Position(position.segment, offset)
             except FileNotFoundError:
@@ -148,7 +159,7 @@ class Spool:
             if last or not at_eof:
                 break
             position = Position(position.segment + 1, 0)  # an older segment is complete: move on
-        return records
+        return records, position
 
     def commit(self, position: Position) -> None:
         """Record that everything before `position` is done; drop segments wholly before it."""
@@ -167,14 +178,14 @@ class Spool:
         return dict(self._state)
 
     def update_state(self, **fields: Any) -> None:
-        """Merge `fields` into state.json, replacing the file atomically."""
+        """Merge `fields` into state.json, replacing the file atomically.
+
+        Not fsync'd: after a power loss an older state only means re-sending records, which the
+        delivery side deduplicates; an fsync per commit would compete with the training thread's."""
         with self._state_lock:
             self._state.update(fields)
             tmp = self.directory / f"{_STATE}.tmp"
-            with open(tmp, "w") as handle:
-                json.dump(self._state, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+            tmp.write_text(json.dumps(self._state))
             os.replace(tmp, self.directory / _STATE)
 
     def close(self) -> None:
@@ -217,7 +228,9 @@ def _drop_torn_tail(path: Path) -> None:
         if data.endswith(b"\n"):
             return
         keep = data.rfind(b"\n") + 1
-        log.warning("dropping %d bytes of a half-written record at the end of %s", len(data) - keep, path)
+        log.warning(
+            "dropping %d bytes of a half-written record at the end of %s", len(data) - keep, path
+        )
         handle.truncate(keep)
 
 

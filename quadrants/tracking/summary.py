@@ -8,7 +8,10 @@ import pandas as pd
 _COLUMNS = {
     "tags.mlflow.runName": "run",
     "status": "status",
-    "metrics.tracking/step_logged": "step",
+    "tags.quadrant": "quadrant",
+    "tags.objective": "objective",
+    "tags.seed": "seed",
+    "metrics.train/step": "step",
     "metrics.train/solve_rate": "solve_rate",
     "metrics.train/entropy": "entropy",
 }
@@ -43,8 +46,9 @@ def sweep_summary(tracking_uri: str, study: str, sweep_id: str) -> str:
         return f"quadrants: no runs found for sweep {sweep_id} in {tracking_uri}"
     columns = dict(_COLUMNS)
     for name in sorted(runs.columns):
-        if name.startswith("metrics.eval/") and ("avg@" in name or "pass@" in name):
+        if name.startswith("metrics.eval/") and ("/avg_at_" in name or "/pass_at_" in name):
             columns[name] = name.removeprefix("metrics.eval/")
     table = runs[[c for c in columns if c in runs.columns]].rename(columns=columns)
     table = table.sort_values("run").reset_index(drop=True)
+    table["run"] = table["run"].map(lambda name: name if len(name) <= 40 else "…" + name[-39:])
     return f"quadrants: sweep {sweep_id} ({len(table)} runs)\n" + table.to_string(index=False, float_format=lambda v: f"{v:.3f}")

@@ -22,7 +22,7 @@ def heldout_metrics(
     """Generate `sampling.n` answers per problem and grade them.
 
     Returns:
-        {eval/<name>/avg@k, eval/<name>/pass@k, eval/<name>/no_answer_frac}.
+        {eval/<name>/avg_at_k, eval/<name>/pass_at_k, eval/<name>/no_answer_frac}.
     """
     correct_per_problem: list[float] = []
     any_correct: list[float] = []
@@ -39,7 +39,7 @@ def heldout_metrics(
         no_answer += sum(o == Outcome.no_answer for o in graded.outcomes)
     n = max(len(correct_per_problem), 1)
     return {
-        keys.evaluation(name, f"avg@{k}"): sum(correct_per_problem) / n,
-        keys.evaluation(name, f"pass@{k}"): sum(any_correct) / n,
+        keys.evaluation(name, keys.avg_at(k)): sum(correct_per_problem) / n,
+        keys.evaluation(name, keys.pass_at(k)): sum(any_correct) / n,
         keys.evaluation(name, "no_answer_frac"): no_answer / max(n * k, 1),
     }

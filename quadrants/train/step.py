@@ -185,6 +185,7 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
     metrics.update(quadrant_telemetry(batch, dlogp))
     metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
+    metrics[keys.train("step")] = float(step + 1)
     metrics[keys.train("grad_norm")] = grad_norm
     metrics[keys.train("lr")] = ctx.optimizer.param_groups[0]["lr"]
     metrics[keys.timing("rollout")] = collected.generate_s

@@ -1,0 +1,110 @@
+"""The sweep layer end to end, as a user runs it: `python -m quadrants.sweep ...` in a fresh directory,
+real Hydra multiruns (joblib launcher), a real MLflow SQLite store, real SIGKILL.
+
+The tiny *random* model keeps these fast; learning is not what they test (its rewards are all 0)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+FAST = [
+    "model=tiny_random", "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
+    "eval.problems=2", "eval.samples=1", "eval.max_new_tokens=8", "eval.every=0", "tracking.log_samples_every=2",
+]
+
+
+def sweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "quadrants.sweep", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def client(cwd: Path) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}")
+
+
+def runs_of(cwd: Path, study: str = "quadrants") -> list:
+    c = client(cwd)
+    experiment = c.get_experiment_by_name(study)
+    assert experiment is not None, "no MLflow experiment was written"
+    return c.search_runs([experiment.experiment_id])
+
+
+def steps_of(cwd: Path, run_id: str, key: str) -> list[int]:
+    return sorted(m.step for m in client(cwd).get_metric_history(run_id, key))
+
+
+def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
+    done = sweep(tmp_path, "-m", "quadrant=PHR,NHR,PLR,NLR", "train.steps=3", "hydra.launcher.n_jobs=4", *FAST)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mlflow ui --backend-store-uri sqlite:///" in done.stdout
+    runs = runs_of(tmp_path)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1 and len(children) == 4
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert sorted(r.data.tags["quadrant"] for r in children) == ["NHR", "NLR", "PHR", "PLR"]
+    for run in children:
+        tags = run.data.tags
+        assert tags["objective"] == "dapo" and tags["seed"] == "0" and tags["model"] == "tiny-random"
+        assert tags["quadrants.sweep_id"] == parents[0].data.tags["quadrants.sweep_id"]
+        assert run.info.status == "FINISHED"
+        # four jobs wrote to one SQLite store at once: every step of every run is there, once
+        assert steps_of(tmp_path, run.info.run_id, "train/step") == [1, 2, 3]
+        assert steps_of(tmp_path, run.info.run_id, "tracking/step_logged") == [0, 1, 2, 3]
+        q = tags["quadrant"]
+        assert steps_of(tmp_path, run.info.run_id, f"train/quadrant/{q}/token_frac") == [1, 2, 3]
+        assert "eval/arithmetic/avg_at_1" in run.data.metrics
+        assert run.data.params["quadrant.keep"] == q
+        artifacts = {a.path for a in client(tmp_path).list_artifacts(run.info.run_id)}
+        assert {"config", "samples"} <= artifacts
+    assert "quadrant=NHR" in done.stdout and "4 runs" in done.stdout  # the summary table
+
+
+def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_path):
+    args = ["train.steps=8", "checkpoint.every=2", "sweep_id=resume", *FAST]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quadrants.sweep", *args], cwd=tmp_path, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    run_dir = tmp_path / "outputs" / "quadrants" / "resume" / "default"
+    deadline = time.time() + 300
+    try:
+        while not (run_dir / "checkpoints" / "step_0000004").exists():
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.time() < deadline, "no checkpoint appeared"
+            time.sleep(0.2)
+        time.sleep(1.0)  # let it run a little past the checkpoint: those steps must not be duplicated
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    killed_at = [int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_???????")]
+    assert max(killed_at) < 8, "the run finished before the kill; nothing to resume"
+
+    done = sweep(tmp_path, *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resumed from" in done.stderr + done.stdout
+    runs = runs_of(tmp_path)
+    assert len(runs) == 1, "the resumed job must log into the same MLflow run"
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert steps_of(tmp_path, run.info.run_id, "train/step") == list(range(1, 9))
+    assert steps_of(tmp_path, run.info.run_id, "tracking/step_logged") == list(range(0, 9))
+    assert steps_of(tmp_path, run.info.run_id, "train/quadrant/PHR/token_frac") == list(range(1, 9))
+
+
+def test_invalid_override_fails_before_anything_runs(tmp_path):
+    done = sweep(tmp_path, "-m", "quadrant=PHR,XHR", *FAST, timeout=120)
+    assert done.returncode != 0
+    assert "nothing was launched" in done.stderr and "Available options in 'quadrant'" in done.stderr
+    assert not (tmp_path / "outputs").exists()
