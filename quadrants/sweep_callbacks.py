@@ -67,6 +67,8 @@ class SweepCallback(Callback):
             parent = start_parent_run(
                 uri, str(config.study), str(config.sweep_id),
                 {"quadrants.study": str(config.study), "quadrants.sweep_id": str(config.sweep_id)},
+                artifact_location=None if config.tracking.uri else
+                (Path(config.outputs).expanduser().resolve() / "mlartifacts").as_uri(),
             )
         except Exception as err:  # noqa: BLE001 - tracking trouble never stops a sweep
             log.warning("could not open the sweep's parent run at %s (%s); runs will have no parent", uri, err)

@@ -28,7 +28,9 @@ class Tracker(Protocol):
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
 
-    def flush(self) -> None: ...
+    def flush(self, timeout_s: float | None = 60.0) -> bool:
+        """Wait until everything logged so far is delivered (or the timeout passes); True if it was."""
+        ...
 
     def finish(self, status: str = "FINISHED") -> None: ...
 
@@ -50,8 +52,8 @@ class NullTracker:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         return None
 
-    def flush(self) -> None:
-        return None
+    def flush(self, timeout_s: float | None = 60.0) -> bool:
+        return True
 
     def finish(self, status: str = "FINISHED") -> None:
         return None

@@ -34,11 +34,12 @@ from mlflow.entities import Metric, Param
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from quadrants.tracking import keys
 from quadrants.tracking.spool import Position, Spool, SpoolRecord
 
 log = logging.getLogger("quadrants.tracking")
 
-SENTINEL_KEY = "tracking/step_logged"
+SENTINEL_KEY = keys.SENTINEL
 SPOOL_ID_TAG = "quadrants.spool_id"
 SPOOL_DIR_TAG = "quadrants.spool_dir"
 MAX_METRICS_PER_CALL = 1000  # mlflow.utils.validation.MAX_METRICS_PER_BATCH

@@ -7,6 +7,9 @@ are `eval/<benchmark>/avg_at_<k>` and `pass_at_<k>` (MLflow does not accept '@' 
 
 from __future__ import annotations
 
+# Logged with every delivered step (value 1.0); how a resumed run knows which steps MLflow already has.
+SENTINEL = "tracking/step_logged"
+
 QUADRANT_STATS = ("token_frac", "entropy_mean", "adv_mass", "dlogp_abs")
 
 

@@ -32,6 +32,14 @@ def tracking_uri(cfg: RunConfig) -> str:
     return f"sqlite:///{(Path(cfg.outputs).expanduser().resolve() / 'mlflow.db')}"
 
 
+def artifact_location(cfg: RunConfig) -> str | None:
+    """Artifacts of the default local store go next to it (not into ./mlruns of whatever the cwd is);
+    a tracking server decides for itself."""
+    if cfg.tracking.uri:
+        return None
+    return (Path(cfg.outputs).expanduser().resolve() / "mlartifacts").as_uri()
+
+
 def sweep_dir(cfg: RunConfig) -> Path:
     return Path(cfg.outputs).expanduser().resolve() / cfg.study / cfg.sweep_id
 
@@ -47,7 +55,7 @@ def make_tracker(cfg: RunConfig, run_dir: Path) -> Any:
     parent = read_sweep_file(cfg).get("parent_run_id")
     return MlflowTracker(
         tracking_uri(cfg), cfg.study, run_name=Path(run_dir).name, tags=run_tags(cfg),
-        parent_run_id=parent, spool_dir=run_dir / "tracking",
+        parent_run_id=parent, spool_dir=run_dir / "tracking", artifact_location=artifact_location(cfg),
     )
 
 

@@ -1,0 +1,447 @@
+"""Evaluation benchmarks: AIME24/25, AMC23, MATH500, Minerva Math, OlympiadBench and GSM8K.
+
+Each benchmark reads its test split from a local jsonl file (``<data_dir>/<name>/test.jsonl``; the
+default ``data_dir`` is ``$QUADRANTS_DATA``, else ``<repo>/../shared/data``) or, only when asked for
+with ``source="hub"``, from the Hugging Face hub through `datasets` (imported lazily; it is not a
+dependency of quadrants). It turns every row into a `Problem` whose ``answer`` is a gold that the
+grader (math-verify, gold wrapped in ``$...$``) can parse. The dataset quirks this handles:
+
+- AIME24: answers are zero-padded strings (``"025"``) -> ``"25"``.
+- AIME25: one answer is ``336^\\circ`` -> ``"336"`` (the official answer).
+- AMC23: answers are floats (``27.0``) -> ``"27"``.
+- Minerva Math: no answer field; the gold is the last ``\\boxed{}`` of the solution, as in the
+  Qwen2.5-Math evaluation. Some of those are written as code, which math-verify reads differently:
+  ``4.5e33`` (read as 4.5 * e * 33) -> ``4.5 \\times 10^{33}``, ``-1./3`` -> ``-1/3``,
+  ``np.arcsin(x)`` -> ``\\arcsin(x)``; stray ``$`` inside a box are dropped.
+- OlympiadBench: ``final_answer`` is a list of ``$...$`` strings, one item possibly holding several
+  (``$69$,$84$`` -> ``"69,84"``); the ``$`` go, items are joined by ``", "``, trailing periods are
+  dropped. One gold lost its ``\\in`` (``$t(0,4]$``, id 2045) and is corrected to ``(0,4]``: see
+  `GOLD_CORRECTIONS`.
+- GSM8K: the gold follows ``####`` at the end of the worked answer; thousands commas are removed.
+
+Prompts use `INSTRUCTION` after the problem, as plain text, or, when a tokenizer is given, that same
+text as the user turn of the tokenizer's chat template. The number of samples per problem of the
+paper's protocol (SPEC "Evaluation protocol") is `Benchmark.samples`: 32 on AIME and AMC, 4 on the
+others; GSM8K is not in the paper and gets 4.
+
+Hugging Face hub copies (``source="hub"``; the local files are the reference copies, see the data
+README; the hub schemas come from the dataset cards and were not exercised offline):
+
+    aime24          HuggingFaceH4/aime_2024                      split train
+    aime25          math-ai/aime25                               split test
+    amc23           math-ai/amc23                                split test
+    math500         HuggingFaceH4/MATH-500                       split test
+    minerva         math-ai/minervamath                          split test
+    olympiadbench   Hothan/OlympiadBench, OE_TO_maths_en_COMP    split train
+    gsm8k           openai/gsm8k, main                           split test
+
+Widely used copies of math-ai/aime25 have broken ``\\f``/``\\t`` escapes in the problem text (the
+local file does not), and math-ai/minervamath carries an ``answer`` field, which is then used
+instead of the last box of the solution.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from quadrants.rewards.extract import last_boxed
+from quadrants.tasks.base import Problem
+
+__all__ = [
+    "DATA_ENV_VAR",
+    "GOLD_CORRECTIONS",
+    "INSTRUCTION",
+    "Benchmark",
+    "BenchmarkItem",
+    "BenchmarkSpec",
+    "HubSource",
+    "default_data_dir",
+    "get_spec",
+    "known_benchmarks",
+    "load_benchmark",
+    "plain_prompt",
+]
+
+DATA_ENV_VAR = "QUADRANTS_DATA"
+"""Environment variable naming the data directory (one sub-directory per benchmark)."""
+
+INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+"""Appended to every problem on its own line (the Qwen2.5-Math "boxed" prompt)."""
+
+GOLD_CORRECTIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("olympiadbench", "2045"): ("(0,4]", "gold '$t(0,4]$' lost its \\in: 't \\in (0,4]'"),
+}
+"""(benchmark, row id) -> (corrected gold, why). Only golds that no correct answer could match."""
+
+Source = Literal["local", "hub"]
+
+
+class ChatTokenizer(Protocol):
+    """What we use of a Hugging Face tokenizer: its chat template."""
+
+    chat_template: Any
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where a benchmark lives on the Hugging Face hub: ``load_dataset(path, config, split=split)``."""
+
+    path: str
+    config: str | None
+    split: str
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """How to read one benchmark.
+
+    Attributes:
+        name: registry key, also the prefix of problem ids (``"aime24/60"``).
+        local_file: path of the jsonl file relative to the data directory.
+        hub: the Hugging Face hub copy.
+        question_fields: row fields holding the problem statement, the first present is used.
+        id_field: row field with a stable id; None (or absent on a row) uses the row index.
+        gold: row -> gold answer as math-verify-parsable LaTeX.
+        unit: row -> the unit the answer is given in, when the dataset says so, else None.
+        samples: samples per problem in the paper's protocol (Avg@k / Pass@k with k = samples).
+    """
+
+    name: str
+    local_file: str
+    hub: HubSource
+    question_fields: tuple[str, ...]
+    id_field: str | None
+    gold: Callable[[Mapping[str, Any]], str]
+    unit: Callable[[Mapping[str, Any]], str | None]
+    samples: int
+
+
+@dataclass(frozen=True)
+class BenchmarkItem:
+    """One benchmark problem plus what the dataset says about it besides the prompt.
+
+    Attributes:
+        problem: id, templated prompt and gold answer.
+        question: the problem statement, without the template.
+        unit: the unit of the answer (OlympiadBench ``unit``, the unit after Minerva's box), or None.
+    """
+
+    problem: Problem
+    question: str
+    unit: str | None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """An evaluation-only task: `heldout` gives the whole test split, in file order."""
+
+    name: str
+    items: tuple[BenchmarkItem, ...]
+    samples: int
+
+    @property
+    def problems(self) -> list[Problem]:
+        """All problems, in file order."""
+        return [item.problem for item in self.items]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def heldout(self, n: int | None = None) -> list[Problem]:
+        """The first `n` problems (all when `n` is None), in file order."""
+        if n is None:
+            return self.problems
+        if not 0 <= n <= len(self.items):
+            raise ValueError(f"asked for {n} problems, {self.name} has {len(self.items)}")
+        return self.problems[:n]
+
+    def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
+        """Benchmarks are for evaluation only; training on them would leak the test set."""
+        raise NotImplementedError(f"{self.name} is an evaluation benchmark with no training split")
+
+
+# --- gold answers -------------------------------------------------------------------------------
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_DEGREES = re.compile(r"\s*\^\s*\{?\s*\\circ\s*\}?\s*$")
+_UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
+_SCIENTIFIC = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
+_PY_FLOAT_DOT = re.compile(r"(\d)\.(?=\s*/)")  # "-1./3": a Python float literal before a division
+_UNIT_AFTER_BOX = re.compile(r"\s*\\(?:mathrm|text)\s*\{([^{}]*)\}")
+_BOX_OPEN = re.compile(r"\\boxed\s*\{")
+
+
+def _canonical_integer(text: str) -> str:
+    """``"025"`` -> ``"25"``; anything but a plain integer comes back unchanged."""
+    return str(int(text)) if _INTEGER.fullmatch(text) else text
+
+
+def _aime_gold(row: Mapping[str, Any]) -> str:
+    return _canonical_integer(_DEGREES.sub("", str(row["answer"]).strip()))
+
+
+def _amc_gold(row: Mapping[str, Any]) -> str:
+    answer = row["answer"]
+    if isinstance(answer, float):
+        return str(int(answer)) if answer.is_integer() else format(answer, ".15g")
+    return _canonical_integer(str(answer).strip())
+
+
+def _math500_gold(row: Mapping[str, Any]) -> str:
+    return str(row["answer"]).strip()
+
+
+def _minerva_gold(row: Mapping[str, Any]) -> str:
+    answer = row.get("answer") or last_boxed(row["solution"])
+    if not answer:
+        raise ValueError(f"Minerva row without a \\boxed{{}} answer: {row.get('idx')!r}")
+    answer = answer.strip()
+    if _SCIENTIFIC.fullmatch(answer):  # whole answer only: "e" elsewhere is Euler's or a variable
+        answer = _SCIENTIFIC.sub(r"\1 \\times 10^{\2}", answer)
+    answer = answer.replace("np.", "\\")  # np.arcsin(10/13) -> \arcsin(10/13)
+    answer = _UNESCAPED_DOLLAR.sub("", answer)  # one box holds "...+$ $\dot{x}_{0}..."
+    return _PY_FLOAT_DOT.sub(r"\1", answer)
+
+
+def _minerva_unit(row: Mapping[str, Any]) -> str | None:
+    """The ``\\mathrm{~cm}`` (or ``\\text{ years }``) right after the solution's last box."""
+    if row.get("answer") or "solution" not in row:
+        return None
+    solution = row["solution"]
+    opens = list(_BOX_OPEN.finditer(solution))
+    if not opens:
+        return None
+    depth = 0
+    for index in range(opens[-1].end() - 1, len(solution)):
+        depth += {"{": 1, "}": -1}.get(solution[index], 0)
+        if depth == 0:
+            match = _UNIT_AFTER_BOX.match(solution, index + 1)
+            unit = match.group(1).replace("~", " ").strip() if match else ""
+            return unit or None
+    return None
+
+
+def _olympiad_gold(row: Mapping[str, Any]) -> str:
+    final = row["final_answer"]
+    items = [final] if isinstance(final, str) else list(final)
+    parts = [_UNESCAPED_DOLLAR.sub("", item).strip().rstrip(".").strip() for item in items]
+    return ", ".join(part for part in parts if part)
+
+
+def _olympiad_unit(row: Mapping[str, Any]) -> str | None:
+    unit = _UNESCAPED_DOLLAR.sub("", row.get("unit") or "").strip()
+    return unit or None
+
+
+def _gsm8k_gold(row: Mapping[str, Any]) -> str:
+    answer = str(row["answer"])
+    if "####" not in answer:
+        raise ValueError(f"GSM8K answer without '####': {answer[-80:]!r}")
+    return answer.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def _no_unit(row: Mapping[str, Any]) -> None:
+    return None
+
+
+_SPECS: dict[str, BenchmarkSpec] = {
+    spec.name: spec
+    for spec in (
+        BenchmarkSpec(
+            name="aime24",
+            local_file="aime24/test.jsonl",
+            hub=HubSource("HuggingFaceH4/aime_2024", None, "train"),
+            question_fields=("problem",),
+            id_field="id",
+            gold=_aime_gold,
+            unit=_no_unit,
+            samples=32,
+        ),
+        BenchmarkSpec(
+            name="aime25",
+            local_file="aime25/test.jsonl",
+            hub=HubSource("math-ai/aime25", None, "test"),
+            question_fields=("problem",),
+            id_field=None,
+            gold=_aime_gold,
+            unit=_no_unit,
+            samples=32,
+        ),
+        BenchmarkSpec(
+            name="amc23",
+            local_file="amc23/test.jsonl",
+            hub=HubSource("math-ai/amc23", None, "test"),
+            question_fields=("problem", "question"),
+            id_field="id",
+            gold=_amc_gold,
+            unit=_no_unit,
+            samples=32,
+        ),
+        BenchmarkSpec(
+            name="math500",
+            local_file="math500/test.jsonl",
+            hub=HubSource("HuggingFaceH4/MATH-500", None, "test"),
+            question_fields=("problem",),
+            id_field="unique_id",
+            gold=_math500_gold,
+            unit=_no_unit,
+            samples=4,
+        ),
+        BenchmarkSpec(
+            name="minerva",
+            local_file="minerva_math/test.jsonl",
+            hub=HubSource("math-ai/minervamath", None, "test"),
+            question_fields=("problem", "question"),
+            id_field="idx",
+            gold=_minerva_gold,
+            unit=_minerva_unit,
+            samples=4,
+        ),
+        BenchmarkSpec(
+            name="olympiadbench",
+            local_file="olympiadbench/test.jsonl",
+            hub=HubSource("Hothan/OlympiadBench", "OE_TO_maths_en_COMP", "train"),
+            question_fields=("question",),
+            id_field="id",
+            gold=_olympiad_gold,
+            unit=_olympiad_unit,
+            samples=4,
+        ),
+        BenchmarkSpec(
+            name="gsm8k",
+            local_file="gsm8k/test.jsonl",
+            hub=HubSource("openai/gsm8k", "main", "test"),
+            question_fields=("question",),
+            id_field=None,
+            gold=_gsm8k_gold,
+            unit=_no_unit,
+            samples=4,  # not in the paper; an easy set
+        ),
+    )
+}
+
+
+# --- registry and loading -----------------------------------------------------------------------
+
+
+def known_benchmarks() -> list[str]:
+    """Names accepted by `load_benchmark`, in the order of the paper's tables (GSM8K last)."""
+    return list(_SPECS)
+
+
+def get_spec(name: str) -> BenchmarkSpec:
+    """The spec of benchmark `name`; an unknown name lists the known ones."""
+    if name not in _SPECS:
+        raise ValueError(f"unknown benchmark {name!r}; known benchmarks: {known_benchmarks()}")
+    return _SPECS[name]
+
+
+def default_data_dir() -> Path:
+    """``$QUADRANTS_DATA`` if set, else ``<repo>/../shared/data``."""
+    configured = os.environ.get(DATA_ENV_VAR)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def plain_prompt(question: str) -> str:
+    """The problem followed by `INSTRUCTION` on its own line."""
+    return f"{question}\n{INSTRUCTION}"
+
+
+def load_benchmark(
+    name: str,
+    *,
+    data_dir: str | os.PathLike[str] | None = None,
+    source: Source = "local",
+    tokenizer: ChatTokenizer | None = None,
+) -> Benchmark:
+    """Read benchmark `name` and build its problems.
+
+    Args:
+        name: one of `known_benchmarks()`.
+        data_dir: directory holding ``<name>/test.jsonl`` files; default `default_data_dir()`.
+            Ignored with ``source="hub"``.
+        source: ``"local"`` reads the jsonl file; ``"hub"`` downloads the copy named in the module
+            docstring with `datasets` (needs network and ``pip install datasets``).
+        tokenizer: when given, each prompt is `plain_prompt` as the user turn of its chat template,
+            with the generation prompt appended; it must have a chat template.
+
+    Returns:
+        The benchmark; problem ids are ``"<name>/<row id>"`` (the row index where rows have none).
+
+    Raises:
+        ValueError: unknown name or source, a tokenizer without a chat template, a row without gold.
+        FileNotFoundError: the local file is missing (the message names the path and the fix).
+        ImportError: ``source="hub"`` without `datasets` installed.
+    """
+    spec = get_spec(name)
+    if tokenizer is not None and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            "the tokenizer has no chat template; pass tokenizer=None for plain prompts"
+        )
+    if source == "local":
+        rows = _local_rows(spec, Path(data_dir) if data_dir is not None else default_data_dir())
+    elif source == "hub":
+        rows = _hub_rows(spec)
+    else:
+        raise ValueError(f"unknown source {source!r}; use 'local' or 'hub'")
+    items = tuple(_item(spec, index, row, tokenizer) for index, row in enumerate(rows))
+    ids = [item.problem.id for item in items]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{name}: problem ids are not unique")
+    return Benchmark(name=name, items=items, samples=spec.samples)
+
+
+def _item(
+    spec: BenchmarkSpec, index: int, row: Mapping[str, Any], tokenizer: ChatTokenizer | None
+) -> BenchmarkItem:
+    row_id = row.get(spec.id_field) if spec.id_field else None
+    key = str(index if row_id is None else row_id)
+    question = next((row[f] for f in spec.question_fields if row.get(f)), None)
+    if question is None:
+        raise ValueError(f"{spec.name} row {key}: none of the fields {spec.question_fields}")
+    gold = spec.gold(row)
+    gold = GOLD_CORRECTIONS.get((spec.name, key), (gold, ""))[0]
+    if not gold:
+        raise ValueError(f"{spec.name} row {key}: empty gold answer")
+    prompt = plain_prompt(question)
+    if tokenizer is not None:
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+    problem = Problem(id=f"{spec.name}/{key}", prompt=prompt, answer=gold)
+    return BenchmarkItem(problem=problem, question=question, unit=spec.unit(row))
+
+
+def _local_rows(spec: BenchmarkSpec, data_dir: Path) -> list[dict[str, Any]]:
+    path = data_dir / spec.local_file
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{spec.name}: no data file at {path}. Set {DATA_ENV_VAR} (or pass data_dir=) to the "
+            f"directory that holds {spec.local_file}, or load with source='hub' on a machine with "
+            f"network ({spec.hub.path})."
+        )
+    with path.open(encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def _hub_rows(spec: BenchmarkSpec) -> list[dict[str, Any]]:
+    try:
+        import datasets  # optional: only this path needs it
+    except ImportError as error:
+        raise ImportError(
+            f"source='hub' needs the `datasets` package (pip install datasets) to download "
+            f"{spec.hub.path}; or use the local copy with source='local'"
+        ) from error
+    table = datasets.load_dataset(spec.hub.path, spec.hub.config, split=spec.hub.split)
+    return [dict(row) for row in table]
