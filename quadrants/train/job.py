@@ -68,10 +68,15 @@ def run_job(job_cfg: DictConfig) -> dict[str, Any]:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
     tracker = make_tracker(cfg, run_dir)
     log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
-    status = "FAILED"
     try:
         result = run_training(cfg, tracker)
-        status = "FINISHED"
-        return {"run_dir": str(run_dir), "run_id": result.run_id, **result.final_eval}
-    finally:
-        tracker.finish(status)
+    except Exception:
+        tracker.finish("FAILED")
+        raise
+    except BaseException:
+        # SystemExit from submitit's preemption/timeout handler (it requeues the job), or Ctrl-C:
+        # deliver what was logged and leave the run open; the requeued job resumes into it.
+        tracker.flush()
+        raise
+    tracker.finish("FINISHED")
+    return {"run_dir": str(run_dir), "run_id": result.run_id, **result.final_eval}

@@ -1,0 +1,88 @@
+"""The SLURM launcher profiles (sweeps/launcher/slurm*.yaml) compose with the quadrants tree, keep
+every setting under hydra.launcher.* (overridable from the command line) and need no cluster."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from quadrants.hydra_setup import CONFIG_DIR, register
+
+KEYS = {
+    "partition",
+    "account",
+    "qos",
+    "timeout_min",
+    "gpus_per_node",
+    "gres",
+    "cpus_per_task",
+    "mem_gb",
+    "array_parallelism",
+    "signal_delay_s",
+    "max_num_timeout",
+    "setup",
+    "submitit_folder",
+}
+
+
+def _compose(*overrides: str):
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+        threads = cfg.train.threads
+    return launcher, threads
+
+
+@pytest.mark.parametrize("profile", ["slurm", "slurm_dev"])
+def test_profile_uses_submitit_slurm_with_every_setting(profile):
+    launcher, threads = _compose(f"launcher={profile}")
+    assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
+    assert KEYS <= set(launcher)
+    assert launcher["max_num_timeout"] >= 1
+    assert launcher["additional_parameters"] == {"requeue": True}
+    assert launcher["submitit_folder"].endswith("/.submitit/%j")
+    assert threads == launcher["cpus_per_task"]
+    # no machine-specific absolute paths in the setup lines
+    assert not any("/work/" in line or "/home/" in line for line in launcher["setup"])
+
+
+def test_dev_profile_targets_the_dev_cluster():
+    launcher, threads = _compose("launcher=slurm_dev")
+    assert launcher["partition"] == "debug"
+    assert threads == launcher["cpus_per_task"] == 1
+
+
+def test_overrides_reach_the_launcher_and_the_thread_count():
+    launcher, threads = _compose(
+        "launcher=slurm",
+        "hydra.launcher.partition=gpu",
+        "hydra.launcher.account=proj",
+        "hydra.launcher.qos=high",
+        "hydra.launcher.gpus_per_node=4",
+        "hydra.launcher.cpus_per_task=16",
+        "hydra.launcher.timeout_min=120",
+        "hydra.launcher.max_num_timeout=5",
+    )
+    assert (launcher["partition"], launcher["account"], launcher["qos"]) == ("gpu", "proj", "high")
+    assert (launcher["gpus_per_node"], launcher["timeout_min"], launcher["max_num_timeout"]) == (
+        4,
+        120,
+        5,
+    )
+    assert threads == 16
+
+
+def test_quadrants_preflight_accepts_the_profiles():
+    from quadrants.hydra_setup import preflight
+
+    assert preflight(["-m", "quadrant=PHR,NHR,PLR,NLR", "launcher=slurm_dev"]) == 4
+    assert (
+        preflight(
+            ["-m", "experiment=paper_main_qwen7b", "launcher=slurm", "hydra.launcher.partition=gpu"]
+        )
+        == 6
+    )
