@@ -1,0 +1,104 @@
+"""Load a policy (model + tokenizer) by name: the embedded tiny worlds or any HF causal LM.
+
+- `"tiny"`: the warmed-up embedded base policy (`ensure_base_policy(WarmupSettings())`, built and
+  cached on first use, a few minutes on 2 CPU cores).
+- `"tiny-random"`: a randomly initialised tiny model (seeded), for fast tests.
+- anything else: `from_pretrained` of a local directory or a hub id; with `HF_HUB_OFFLINE=1` only
+  local files are used.
+
+Every tokenizer comes back left-padded (for batched generation) with a pad token set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from quadrants.models.tiny import random_tiny_policy
+from quadrants.models.warmup import WarmupSettings, ensure_base_policy
+
+TINY = "tiny"
+TINY_RANDOM = "tiny-random"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_policy(
+    name_or_path: str,
+    *,
+    dtype: str = "float32",
+    cache_root: Path | str | None = None,
+    seed: int = 0,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A causal LM and its tokenizer.
+
+    Args:
+        name_or_path: "tiny", "tiny-random", a local directory, or a hub id.
+        dtype: "float32", "bfloat16" or "float16".
+        cache_root: where "tiny" is cached (default `$QUADRANTS_CACHE` or `~/.cache/quadrants`).
+        seed: initial weights of "tiny-random" (ignored otherwise).
+
+    Returns:
+        (model, tokenizer): the model in eval mode with the requested dtype; the tokenizer
+        left-padded, with a pad token.
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    torch_dtype = _DTYPES[dtype]
+    if name_or_path == TINY_RANDOM:
+        model, tokenizer = random_tiny_policy(seed)
+        model = model.to(torch_dtype)
+    else:
+        if name_or_path == TINY:
+            root = Path(cache_root) if cache_root is not None else None
+            source = str(ensure_base_policy(WarmupSettings(), cache_root=root))
+        else:
+            source = _resolve_pretrained(name_or_path)
+        local_only = _offline() or Path(source).is_dir()
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=torch_dtype, local_files_only=local_only
+        )
+    _prepare_tokenizer(tokenizer, model)
+    model.eval()
+    return model, tokenizer
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _resolve_pretrained(name_or_path: str) -> str:
+    """A local directory as is; a hub id as is, unless it looks like a path or we are offline."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return str(path)
+    looks_like_path = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+    if looks_like_path:
+        raise FileNotFoundError(
+            f"no model directory at {path}. Pass an existing directory written by save_pretrained, "
+            f"a hub id such as 'Qwen/Qwen2.5-Math-1.5B', or '{TINY}' / '{TINY_RANDOM}' for the "
+            "embedded tiny model."
+        )
+    if _offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
+            raise FileNotFoundError(
+                f"{name_or_path!r} is neither a local directory nor in the Hugging Face cache, and "
+                "HF_HUB_OFFLINE is set. Download it on a machine with network "
+                f"(`huggingface-cli download {name_or_path}`) and copy the cache or the directory "
+                f"here, or use '{TINY}' / '{TINY_RANDOM}' for the embedded tiny model."
+            )
+    return name_or_path
+
+
+def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> None:
+    """Left padding, and a pad token (the EOS token when the tokenizer has none)."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id

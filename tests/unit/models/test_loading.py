@@ -1,0 +1,62 @@
+import pytest
+import torch
+
+from quadrants.models import loading, warmup
+from quadrants.models.loading import load_policy
+from quadrants.models.tiny import random_tiny_policy
+from quadrants.tasks.synthetic import ArithmeticTask
+
+SMALL = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+         "num_key_value_heads": 2, "intermediate_size": 64}
+
+
+def test_tiny_random_is_seeded_and_left_padded():
+    model, tokenizer = load_policy("tiny-random", seed=1)
+    again, _ = load_policy("tiny-random", seed=1)
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+    assert not model.training
+    torch.testing.assert_close(model.lm_head.weight, again.lm_head.weight, rtol=0, atol=0)
+
+
+def test_dtype():
+    model, _ = load_policy("tiny-random", dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype"):
+        load_policy("tiny-random", dtype="float64")
+
+
+def test_local_directory_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = random_tiny_policy(0, **SMALL)
+    tokenizer.padding_side = "right"  # load_policy must turn it back to left
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded, loaded_tokenizer = load_policy(str(tmp_path))
+    assert loaded_tokenizer.padding_side == "left"
+    assert loaded_tokenizer.pad_token_id == tokenizer.pad_token_id
+    torch.testing.assert_close(loaded.lm_head.weight, model.lm_head.weight, rtol=0, atol=0)
+
+
+def test_missing_path_says_what_to_do(tmp_path):
+    with pytest.raises(FileNotFoundError, match="save_pretrained"):
+        load_policy(str(tmp_path / "nowhere"))
+
+
+def test_unknown_hub_id_offline_says_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="HF_HUB_OFFLINE"):
+        load_policy("no-such-org/no-such-model")
+
+
+def test_tiny_uses_the_cached_base_policy(tmp_path, monkeypatch):
+    fast = warmup.WarmupSettings(
+        task=ArithmeticTask(heldout_size=4), steps=1, batch_size=2, lr_warmup_steps=1,
+        hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, eval_size=4,
+        max_new_tokens=4,
+    )
+    monkeypatch.setattr(loading, "WarmupSettings", lambda: fast)
+    model, tokenizer = load_policy("tiny", cache_root=tmp_path)
+    assert model.config.hidden_size == 32
+    assert tokenizer.padding_side == "left"
+    assert warmup.base_policy_dir(fast, tmp_path).is_dir()
