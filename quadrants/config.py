@@ -161,6 +161,10 @@ def validate_config(cfg: RunConfig) -> None:
     except ValueError as err:
         raise ValueError(f"quadrant.threshold: {err}") from None
     loss_settings(cfg)
+    from quadrants.tasks import known_tasks
+
+    if cfg.task.name not in known_tasks():
+        raise ValueError(f"task.name={cfg.task.name!r} is unknown; choose one of {known_tasks()}")
     if cfg.rollout.engine not in ("hf", "vllm"):
         raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']")
     if cfg.rollout.group_size < 2:

@@ -15,7 +15,12 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.models.warmup import WarmupSettings, ensure_base_policy

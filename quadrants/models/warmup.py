@@ -1,16 +1,25 @@
 """The embedded base policy: a tiny model warmed up on noisy-teacher arithmetic traces, cached on disk.
 
 `ensure_base_policy(settings)` returns a directory that `AutoModelForCausalLM.from_pretrained` and
-`AutoTokenizer.from_pretrained` load offline. The first call trains it (supervised, loss on the
-solution tokens only: with the loss on the prompt too, the model spends its capacity on predicting
-random operands and the answers stay near 0 % correct) and measures its held-out accuracy; later
-calls reuse it. The directory is keyed by a hash of the settings and of `FORMAT_VERSION`, built in a
+`AutoTokenizer.from_pretrained` load offline. The first call trains it and measures it; later calls
+reuse it. Training is supervised on noisy-teacher traces with the loss on the solution tokens (and
+EOS) only: the prompt's operands are random, and a warm-up without this masking stayed near 0 %
+correct. The directory is keyed by a hash of the settings and of `FORMAT_VERSION`, built in a
 temporary directory and renamed into place, and guarded by an `fcntl` lock so that two processes
 asking at once build it once: the second waits, then reuses.
 
-The teacher errs on a `teacher_error_rate` share of its traces (one wrong carry each), so the policy
-is unsure exactly at the result digits that decide correctness: a base policy RL can improve without
-needing more capacity.
+The teacher errs on a `teacher_error_rate` share of its traces (one dropped carry or slipped digit
+each), so the policy is unsure exactly at the result digits that decide correctness while its
+arithmetic is mostly right (greedy decoding is far more accurate than sampling): a base policy that
+RL can improve by pruning the teacher's mistakes, not one that lacks capacity.
+
+Calibration of the defaults (2 CPU cores, `torch.set_num_threads(2)`): about 0.3 s per step on an
+idle machine, so 600 steps take about 3 minutes plus a few seconds of evaluation. On 500 held-out
+problems the policy scores 82 % greedy, 52 % at T=0.6 and 39 % at T=1.0; at T=1.0 its response
+tokens average 0.09 nats and 10 % of them exceed 0.5 nats, nearly all of them digits of step results
+(68 % of those digits, under 1 % of operand copies or formatting). Plain GRPO on it (T=1.0 rollouts,
+16 prompts x 8, one on-policy update per step, AdamW lr 3e-5) reached 81 % at T=0.6 in 100-150
+steps of about 1.3 s; lr 1e-4 was unstable.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,7 +64,7 @@ class WarmupSettings:
 
     Attributes:
         task: the arithmetic task whose training split the teacher solves.
-        teacher_error_rate: share of teacher traces with one mistake (a wrong carry).
+        teacher_error_rate: share of teacher traces with one mistake (see `teacher_solution`).
         steps: optimizer steps.
         batch_size: sequences per step.
         lr: peak AdamW learning rate (linear warm-up, cosine decay to 10 %).
@@ -120,10 +129,15 @@ def ensure_base_policy(settings: WarmupSettings, cache_root: Path | None = None)
             return target
         for stale in target.parent.glob(f".tmp-{target.name}-*"):
             shutil.rmtree(stale, ignore_errors=True)  # left by a builder that was killed
-        logger.info("building the tiny base policy (%d warm-up steps) in %s", settings.steps, target)
+        logger.info(
+            "building the tiny base policy (%d warm-up steps) in %s", settings.steps, target
+        )
         scratch = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
         try:
             info = _build(settings, scratch)
+            _share_read_only(scratch)
+            if target.exists():  # an incomplete leftover (no info file): replace it
+                shutil.rmtree(target)
             os.rename(scratch, target)
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -131,11 +145,12 @@ def ensure_base_policy(settings: WarmupSettings, cache_root: Path | None = None)
     accuracy = info["heldout_accuracy"]
     logger.info(
         "built the tiny base policy in %.0f s: held-out accuracy greedy %.1f %%, T=0.6 %.1f %%, "
-        "T=1.0 %.1f %% -> %s",
+        "T=1.0 %.1f %%; %.1f %% of response tokens above 0.5 nats -> %s",
         info["build_seconds"],
         100 * accuracy["greedy"],
         100 * accuracy["temperature_0.6"],
         100 * accuracy["temperature_1.0"],
+        100 * info["response_entropy_at_temperature_1.0"]["fraction_above_0.5_nats"],
         target,
     )
     return target
@@ -144,6 +159,13 @@ def ensure_base_policy(settings: WarmupSettings, cache_root: Path | None = None)
 def read_warmup_info(policy_dir: Path) -> dict:
     """The JSON stored with a base policy: settings, held-out accuracies, build time."""
     return json.loads((Path(policy_dir) / INFO_FILE).read_text())
+
+
+def _share_read_only(directory: Path) -> None:
+    """mkdtemp makes a 0700 directory: open the cache to other users like any ~/.cache entry."""
+    directory.chmod(0o755)
+    for path in directory.iterdir():
+        path.chmod(0o644)
 
 
 def _is_complete(directory: Path) -> bool:
@@ -212,7 +234,9 @@ def _build(settings: WarmupSettings, out_dir: Path) -> dict:
     return info
 
 
-def _train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: WarmupSettings) -> float:
+def _train(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings: WarmupSettings
+) -> float:
     """Supervised warm-up on noisy-teacher traces; returns the mean loss of the last 20 steps."""
     rng = random.Random(settings.seed)
     task = settings.task
@@ -241,11 +265,13 @@ def _train(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, settings:
     return sum(recent) / max(len(recent), 1)
 
 
-def _lr_lambda(settings: WarmupSettings):
+def _lr_lambda(settings: WarmupSettings) -> Callable[[int], float]:
     def factor(step: int) -> float:
         if step < settings.lr_warmup_steps:
             return (step + 1) / settings.lr_warmup_steps
-        progress = (step - settings.lr_warmup_steps) / max(settings.steps - settings.lr_warmup_steps, 1)
+        progress = (step - settings.lr_warmup_steps) / max(
+            settings.steps - settings.lr_warmup_steps, 1
+        )
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
     return factor
@@ -262,7 +288,10 @@ def _measure(
     responses: list[str] = []
     for label, temperature in (("greedy", 0.0), ("temperature_0.6", 0.6), ("temperature_1.0", 1.0)):
         responses = generate_responses(
-            model, tokenizer, [p.prompt for p in problems], temperature=temperature,
+            model,
+            tokenizer,
+            [p.prompt for p in problems],
+            temperature=temperature,
             max_new_tokens=max_new_tokens,
         )
         hits = sum(final_answer(r) == p.answer for r, p in zip(responses, problems))
@@ -360,7 +389,10 @@ def heldout_accuracy(
 ) -> float:
     """Share of problems whose response boxes exactly the gold integer (one sample per problem)."""
     responses = generate_responses(
-        model, tokenizer, [p.prompt for p in problems], temperature=temperature,
+        model,
+        tokenizer,
+        [p.prompt for p in problems],
+        temperature=temperature,
         max_new_tokens=max_new_tokens,
     )
     hits = sum(final_answer(r) == p.answer for r, p in zip(responses, problems))

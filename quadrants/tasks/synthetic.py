@@ -153,7 +153,9 @@ class ArithmeticTask:
         if self.digits < 1:
             raise ValueError(f"digits must be >= 1, got {self.digits}")
         if not self.operators or set(self.operators) - set("+-*"):
-            raise ValueError(f"operators must be a non-empty subset of '+-*', got {self.operators!r}")
+            raise ValueError(
+                f"operators must be a non-empty subset of '+-*', got {self.operators!r}"
+            )
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
 
@@ -187,7 +189,9 @@ class ArithmeticTask:
             problem = self._draw(rng, heldout=True)
             seen.setdefault(problem.id, problem)
         if len(seen) < self.heldout_size:
-            raise ValueError(f"the problem space is too small for {self.heldout_size} held-out problems")
+            raise ValueError(
+                f"the problem space is too small for {self.heldout_size} held-out problems"
+            )
         return tuple(seen.values())
 
     def _draw(self, rng: random.Random, *, heldout: bool) -> Problem:
@@ -236,7 +240,9 @@ def _running_values(terms: list[int], ops: list[str]) -> list[int]:
     return values
 
 
-def _render(terms: list[int], ops: list[str], *, mistake_step: int | None, rng: random.Random) -> str:
+def _render(
+    terms: list[int], ops: list[str], *, mistake_step: int | None, rng: random.Random
+) -> str:
     steps = []
     value = terms[0]
     for index, (op, term) in enumerate(zip(ops, terms[1:])):

@@ -54,6 +54,10 @@ class TrainingResult:
 def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     """Load everything a step needs (model, reference, engine, task, optimizer, objective)."""
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
+    if cfg.rollout.engine != "hf":
+        raise NotImplementedError(
+            f"rollout.engine={cfg.rollout.engine!r} is not available yet (only 'hf'); use rollout=hf"
+        )
     model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
     ref_model = None
     if cfg.objective.kl_coef > 0:
