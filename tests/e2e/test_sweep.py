@@ -72,7 +72,7 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
 
 
 def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_path):
-    args = ["train.steps=8", "checkpoint.every=2", "sweep_id=resume", *FAST]
+    args = ["train.steps=30", "checkpoint.every=2", "sweep_id=resume", *FAST]
     proc = subprocess.Popen(
         [sys.executable, "-m", "quadrants.sweep", *args], cwd=tmp_path, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"},
@@ -84,12 +84,12 @@ def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_pa
             assert proc.poll() is None, "the run ended before it could be killed"
             assert time.time() < deadline, "no checkpoint appeared"
             time.sleep(0.2)
-        time.sleep(1.0)  # let it run a little past the checkpoint: those steps must not be duplicated
+        time.sleep(0.3)  # let it run a little past the checkpoint: those steps must not be duplicated
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     killed_at = [int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_???????")]
-    assert max(killed_at) < 8, "the run finished before the kill; nothing to resume"
+    assert max(killed_at) < 30, "the run finished before the kill; nothing to resume"
 
     done = sweep(tmp_path, *args)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -98,9 +98,9 @@ def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_pa
     assert len(runs) == 1, "the resumed job must log into the same MLflow run"
     run = runs[0]
     assert run.info.status == "FINISHED"
-    assert steps_of(tmp_path, run.info.run_id, "train/step") == list(range(1, 9))
-    assert steps_of(tmp_path, run.info.run_id, "tracking/step_logged") == list(range(0, 9))
-    assert steps_of(tmp_path, run.info.run_id, "train/quadrant/PHR/token_frac") == list(range(1, 9))
+    assert steps_of(tmp_path, run.info.run_id, "train/step") == list(range(1, 31))
+    assert steps_of(tmp_path, run.info.run_id, "tracking/step_logged") == list(range(0, 31))
+    assert steps_of(tmp_path, run.info.run_id, "train/quadrant/PHR/token_frac") == list(range(1, 31))
 
 
 def test_invalid_override_fails_before_anything_runs(tmp_path):

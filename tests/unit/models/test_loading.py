@@ -6,8 +6,13 @@ from quadrants.models.loading import load_policy
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.tasks.synthetic import ArithmeticTask
 
-SMALL = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
-         "num_key_value_heads": 2, "intermediate_size": 64}
+SMALL = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+}
 
 
 def test_tiny_random_is_seeded_and_left_padded():
@@ -51,8 +56,15 @@ def test_unknown_hub_id_offline_says_what_to_do(monkeypatch, tmp_path):
 
 def test_tiny_uses_the_cached_base_policy(tmp_path, monkeypatch):
     fast = warmup.WarmupSettings(
-        task=ArithmeticTask(heldout_size=4), steps=1, batch_size=2, lr_warmup_steps=1,
-        hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, eval_size=4,
+        task=ArithmeticTask(heldout_size=4),
+        steps=1,
+        batch_size=2,
+        lr_warmup_steps=1,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        intermediate_size=64,
+        eval_size=4,
         max_new_tokens=4,
     )
     monkeypatch.setattr(loading, "WarmupSettings", lambda: fast)

@@ -55,6 +55,7 @@ def test_builds_once_then_reuses(tmp_path, count_builds, caplog, monkeypatch):
     assert len(count_builds) == 1
     # only the finished directory and its lock file are left behind
     assert sorted(p.name for p in first.parent.iterdir()) == [first.name, first.name + ".lock"]
+    assert first.stat().st_mode & 0o777 == 0o755  # readable by other users of a shared cache
 
     info = read_warmup_info(first)
     assert info["settings"] == dataclasses.asdict(FAST)
@@ -95,7 +96,9 @@ def test_concurrent_requests_build_once(tmp_path, count_builds):
     # processes would; the second waits on the lock and then reuses the first one's build
     results = []
     threads = [
-        threading.Thread(target=lambda: results.append(ensure_base_policy(FAST, cache_root=tmp_path)))
+        threading.Thread(
+            target=lambda: results.append(ensure_base_policy(FAST, cache_root=tmp_path))
+        )
         for _ in range(2)
     ]
     for thread in threads:

@@ -1,3 +1,4 @@
+import itertools
 import random
 
 import pytest
@@ -91,7 +92,9 @@ def test_teacher_error_rate_is_as_configured(error_rate):
     task = ArithmeticTask()
     rng = random.Random(3)
     problems = task.train_batch(4000, rng)
-    wrong = sum(final_answer(task.teacher_solution(p, error_rate, rng)) != p.answer for p in problems)
+    wrong = sum(
+        final_answer(task.teacher_solution(p, error_rate, rng)) != p.answer for p in problems
+    )
     assert abs(wrong / len(problems) - error_rate) < 0.03
 
 
@@ -107,7 +110,7 @@ def test_teacher_answer_is_wrong_exactly_when_it_made_a_mistake():
         assert len(wrong_steps) <= 1
         assert (final_answer(trace) != problem.answer) == bool(wrong_steps)
         # the wrong result is carried into the next step, and the mistake is a carry (10) or a slip (1)
-        for earlier, later in zip(steps, steps[1:]):
+        for earlier, later in itertools.pairwise(steps):
             assert later.left == earlier.result
         for step in wrong_steps:
             true_result = {"+": step.left + step.right, "-": step.left - step.right}[step.op]
