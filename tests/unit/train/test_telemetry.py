@@ -1,0 +1,53 @@
+"""Per-quadrant telemetry by hand, including empty quadrants and an all-equal-reward batch (zeros)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from quadrants.objectives.batch import make_token_batch
+from quadrants.tracking import keys
+from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+
+
+def batch(rewards: list[float]):
+    # one group of 2 sequences x 2 tokens; entropy [[1, 0], [0, 0]] -> group mean 0.25:
+    # only token (0, 0) is high
+    return make_token_batch(
+        sequences=torch.zeros(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 3, dtype=torch.bool),
+        response_mask=torch.ones(2, 2, dtype=torch.bool), old_logp=torch.zeros(2, 2),
+        entropy=torch.tensor([[1.0, 0.0], [0.0, 0.0]]), rewards=torch.tensor(rewards),
+        group_ids=torch.tensor([0, 0]), normalize_std=False,
+    )
+
+
+def test_quadrant_telemetry_by_hand():
+    # rewards [1, 0] -> advantages [+0.5, -0.5]; PHR = {(0,0)}, PLR = {(0,1)}, NLR = {(1,0), (1,1)}, NHR empty
+    # |Δlogp| = [[0.2, 0.4], [0.1, 0.3]]
+    out = quadrant_telemetry(batch([1.0, 0.0]), torch.tensor([[0.2, 0.4], [0.1, 0.3]]))
+    expected = {
+        "PHR": (0.25, 1.0, 0.5, 0.2),
+        "PLR": (0.25, 0.0, 0.5, 0.4),
+        "NHR": (0.0, 0.0, 0.0, 0.0),  # empty quadrant: zeros, not NaN
+        "NLR": (0.5, 0.0, -1.0, 0.2),
+    }
+    for q, (frac, ent, mass, dlogp) in expected.items():
+        got = [out[keys.quadrant(q, s)] for s in ("token_frac", "entropy_mean", "adv_mass", "dlogp_abs")]
+        assert got == pytest.approx([frac, ent, mass, dlogp], abs=1e-6)
+
+
+def test_all_equal_rewards_give_zero_advantage_mass_and_finite_values():
+    # rewards [1, 1] -> advantages 0 (counted positive): PHR 1 token, PLR 3 tokens, no negatives
+    out = quadrant_telemetry(batch([1.0, 1.0]), None)
+    assert all(math.isfinite(v) for v in out.values())
+    assert out[keys.quadrant("PHR", "adv_mass")] == 0.0 and out[keys.quadrant("PLR", "adv_mass")] == 0.0
+    assert out[keys.quadrant("NHR", "token_frac")] == 0.0 and out[keys.quadrant("NLR", "token_frac")] == 0.0
+    assert keys.quadrant("PHR", "dlogp_abs") not in out
+
+
+def test_mean_metrics_averages_over_updates():
+    # clip_frac 0.1 and 0.3 over two mini-batches -> 0.2; a key seen once keeps its value
+    out = mean_metrics([{"clip_frac": torch.tensor(0.1)}, {"clip_frac": torch.tensor(0.3), "kl": torch.tensor(2.0)}])
+    assert out == pytest.approx({"clip_frac": 0.2, "kl": 2.0})
