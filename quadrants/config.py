@@ -118,6 +118,9 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     quadrant: QuadrantConfig = field(default_factory=QuadrantConfig)
+    # CPU, memory, disk, network (and GPU) readings as `system/*` metrics on the training steps
+    system_metrics: bool = False
+    system_metrics_interval_s: float = 5.0  # seconds between readings; a step logs their mean
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -188,3 +191,4 @@ def validate_config(cfg: RunConfig) -> None:
     _positive("eval.temperature", cfg.eval.temperature, allow_zero=True)
     _positive("checkpoint.every", cfg.checkpoint.every, allow_zero=True)
     _positive("checkpoint.keep", cfg.checkpoint.keep)
+    _positive("tracking.system_metrics_interval_s", cfg.tracking.system_metrics_interval_s)

@@ -53,10 +53,15 @@ def make_tracker(cfg: RunConfig, run_dir: Path) -> Any:
     from quadrants.tracking.mlflow_tracker import MlflowTracker
 
     parent = read_sweep_file(cfg).get("parent_run_id")
-    return MlflowTracker(
+    tracker = MlflowTracker(
         tracking_uri(cfg), cfg.study, run_name=Path(run_dir).name, tags=run_tags(cfg),
         parent_run_id=parent, spool_dir=run_dir / "tracking", artifact_location=artifact_location(cfg),
     )
+    if cfg.tracking.system_metrics:
+        from quadrants.tracking.system import SystemMetricsTracker, SystemSampler
+
+        return SystemMetricsTracker(tracker, SystemSampler(cfg.tracking.system_metrics_interval_s))
+    return tracker
 
 
 def run_job(job_cfg: DictConfig) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
         (["quadrant=XHR"], "Available options in 'quadrant'"),
         (["train.lr=-1"], r"train.lr=-1.0 is out of range; allowed: \(0, inf\)"),
         (["train.lrr=1"], "Key 'lrr' not in 'TrainConfig'"),
+        (["tracking.system_metrics_interval_s=0"], r"tracking.system_metrics_interval_s=0.0 is out of range; allowed: \(0, inf\)"),
         (["train.steps=abc"], "could not be converted to Integer"),
         (["objective=hapo", "objective.params.alpha=2.0"], r"allowed: alpha/phi < 1"),
         (["objective=hapoo"], "Could not find 'objective/hapoo'"),
