@@ -5,6 +5,11 @@ steps (which is also the data position: each step draws its prompts from a seed 
 and the tracker's run id. It is written to `<run_dir>/checkpoints/step_<n>.tmp` and renamed to
 `step_<n>` only when complete, so a job killed mid-write leaves the previous checkpoint intact and a
 resume never reads a half-written one. The last `keep` checkpoints are kept.
+
+Model and optimizer states are written with torch.distributed.checkpoint (`model_optim/`, one shard
+file per rank, see distributed_checkpoint.py), so a checkpoint resumes with any number of ranks; the
+rest (step, run id, scheduler, RNG) is `state.pt`, written by rank 0 last. Older checkpoints that hold
+the model in `state.pt` still load.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from quadrants.train.distributed import barrier, current
+from quadrants.train.distributed_checkpoint import SHARDS_DIR, load_sharded, save_sharded
 
 log = logging.getLogger("quadrants.checkpoint")
 
@@ -54,21 +62,30 @@ def save_checkpoint(
     scheduler: Any,
     run_id: str | None,
     keep: int = 2,
+    rng: dict[str, Any] | None = None,
 ) -> Path:
-    """Write the checkpoint after `step` completed steps atomically; prune older ones. Returns its path."""
+    """Write the checkpoint after `step` completed steps atomically; prune older ones. Returns its path.
+
+    `rng`: the RNG states to store (default: the current ones), e.g. those at the end of `step` when
+    the process has already gone on into the next step (a checkpoint written on a signal)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
     tmp = root / f"step_{step:07d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    env = current()
+    if env.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    barrier(env)
+    save_sharded(tmp / SHARDS_DIR, model, optimizer)  # every rank writes its shards
+    if not env.is_main:
+        barrier(env)
+        return final
     state = {
         "step": step,
         "run_id": run_id,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
-        "rng": _rng_state(),
+        "rng": rng if rng is not None else _rng_state(),
     }
     with open(tmp / "state.pt", "wb") as f:
         torch.save(state, f)
@@ -80,7 +97,13 @@ def save_checkpoint(
     _fsync_dir(root)
     for old in sorted(_complete(root))[:-keep]:
         shutil.rmtree(old[1], ignore_errors=True)
+    barrier(env)
     return final
+
+
+def has_checkpoint(run_dir: Path, step: int) -> bool:
+    """Whether a complete checkpoint of `step` exists under `run_dir`."""
+    return (Path(run_dir) / "checkpoints" / f"step_{step:07d}" / "state.pt").exists()
 
 
 def load_latest(run_dir: Path) -> Checkpoint | None:
@@ -96,8 +119,11 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
 
 def restore(checkpoint: Checkpoint, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
     """Load a checkpoint's states into live objects (model, optimizer, scheduler, RNGs)."""
-    model.load_state_dict(checkpoint.state["model"])
-    optimizer.load_state_dict(checkpoint.state["optimizer"])
+    if (checkpoint.path / SHARDS_DIR).exists():
+        load_sharded(checkpoint.path / SHARDS_DIR, model, optimizer)  # resharded to this run's ranks
+    else:
+        model.load_state_dict(checkpoint.state["model"])
+        optimizer.load_state_dict(checkpoint.state["optimizer"])
     scheduler.load_state_dict(checkpoint.state["scheduler"])
     _set_rng_state(checkpoint.state["rng"])
 

@@ -31,8 +31,9 @@ from quadrants.tasks import make_task
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.run_info import flat_params
-from quadrants.train.checkpoint import load_latest, restore, save_checkpoint
+from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
 from quadrants.train.evaluation import heldout_metrics
+from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
 from quadrants.train.step import StepContext, train_step
 
@@ -150,7 +151,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             log.info("step 0 held-out: %s", _fmt(result.initial_eval))
         bar = tqdm(range(first, total), desc="train", initial=first, total=total,
                    disable=not sys.stderr.isatty(), dynamic_ncols=True)
-        for index in bar:
+        for index in checkpointed_steps(bar, optimizer=ctx.optimizer, save=_signal_save(ctx, run_dir, tracker),
+                                        first_step=first, is_saved=lambda s: has_checkpoint(run_dir, s)):
             step = index + 1
             output = train_step(ctx, index)
             metrics = output.metrics
@@ -177,6 +179,15 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     result.run_id = tracker.run_id
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _signal_save(ctx: StepContext, run_dir: Path | None, tracker: Tracker):
+    """How a SLURM signal / SIGTERM checkpoints the last completed step (None: checkpoints are off)."""
+    cfg = ctx.cfg
+    if run_dir is None or not cfg.checkpoint.every:
+        return None
+    return lambda step, rng: save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer, rng=rng,
+                                             scheduler=ctx.scheduler, run_id=tracker.run_id, keep=cfg.checkpoint.keep)
 
 
 def _fmt(metrics: dict[str, float]) -> str:

@@ -1,0 +1,153 @@
+"""Checkpoint on a signal (quadrants/train/preemption.py) with real signals sent to this process and a
+real optimizer. The loop body stands in for a training step: `opt.step()` marks its update phase.
+submitit's own handler is exercised on a real cluster in tests/slurm/test_quadrants_on_slurm.py; here
+a plain function recording the order of events stands in for it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from quadrants.train.preemption import checkpointed_steps
+
+
+def _setup():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    saved: list[int] = []
+    return model, opt, saved
+
+
+def _update(model, opt) -> None:
+    opt.zero_grad()
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+
+
+def _run(opt, saved, body, first=0, total=10, defer_s=5.0, checkpointed=()):
+    # As in the training loop, the generator is not kept in a variable: when an exception leaves the
+    # loop it is closed at once, and its `finally` puts the previous handlers back.
+    for index in checkpointed_steps(range(first, total), optimizer=opt, save=lambda s, rng: saved.append(s),
+                                    first_step=first, is_saved=lambda s: s in checkpointed, defer_s=defer_s):
+        body(index)
+
+
+def test_sigterm_before_the_update_saves_the_last_completed_step_at_once():
+    model, opt, saved = _setup()
+    done = []
+
+    def body(index):
+        if index == 3:  # steps 1..3 completed; step 4 is in its rollout phase: nothing updated yet
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # never reached: the handler raises
+        _update(model, opt)
+        done.append(index + 1)
+
+    with pytest.raises(SystemExit) as exit_info:
+        _run(opt, saved, body)
+    assert exit_info.value.code == 128 + signal.SIGTERM
+    assert done == [1, 2, 3] and saved == [3]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers removed on the way out
+
+
+def test_sigterm_during_the_update_waits_for_the_step_then_saves_it():
+    model, opt, saved = _setup()
+    done = []
+
+    def body(index):
+        _update(model, opt)
+        if index == 3:  # step 4 has updated the model: the live state is no completed step
+            os.kill(os.getpid(), signal.SIGTERM)
+        done.append(index + 1)
+
+    with pytest.raises(SystemExit):
+        _run(opt, saved, body)
+    assert done == [1, 2, 3, 4] and saved == [4]  # step 4 completed, then saved, then exit
+
+
+def test_a_step_that_does_not_complete_in_time_leaves_without_a_checkpoint():
+    model, opt, saved = _setup()
+    started = time.monotonic()
+
+    def body(index):
+        _update(model, opt)
+        if index == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # a long update: the 0.3 s deadline interrupts it
+
+    with pytest.raises(SystemExit):
+        _run(opt, saved, body, defer_s=0.3)
+    assert saved == []  # step 1's state is gone (updated by step 2): resume from the previous checkpoint
+    assert time.monotonic() - started < 5
+
+
+def test_a_step_already_checkpointed_is_not_written_again():
+    model, opt, saved = _setup()
+
+    def body(index):
+        if index == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        _update(model, opt)
+
+    with pytest.raises(SystemExit):
+        _run(opt, saved, body, checkpointed={2, 4})  # the loop's periodic checkpoint of step 4 exists
+    assert saved == []
+
+
+def test_resumed_run_saves_nothing_before_its_first_new_step():
+    model, opt, saved = _setup()
+
+    def body(index):
+        os.kill(os.getpid(), signal.SIGTERM)  # at once: step 7 (the resume point) is the last completed
+
+    with pytest.raises(SystemExit):
+        _run(opt, saved, body, first=7)
+    assert saved == []
+
+
+def test_preempt_signal_checkpoints_before_submitits_handler_and_ignores_its_sigterm():
+    model, opt, saved = _setup()
+    events: list[str] = []
+
+    def submitit_like(signum, frame):  # what submitit's handler does: requeue (SLURM answers with
+        events.append(f"handler saw saved={list(saved)}")  # SIGTERM), then SystemExit(-1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise SystemExit(-1)
+
+    previous = signal.signal(signal.SIGUSR2, submitit_like)
+    try:
+        def body(index):
+            if index == 2:
+                os.kill(os.getpid(), signal.SIGUSR2)
+            _update(model, opt)
+
+        with pytest.raises(SystemExit) as exit_info:
+            _run(opt, saved, body)
+        assert exit_info.value.code == -1  # submitit's exit, not ours
+        assert events == ["handler saw saved=[2]"]
+        assert signal.getsignal(signal.SIGUSR2) is submitit_like  # restored
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def test_usr2_without_submitit_keeps_its_default():
+    model, opt, saved = _setup()
+    seen = []
+
+    def body(index):
+        seen.append(signal.getsignal(signal.SIGUSR2))
+
+    _run(opt, saved, body, total=1)
+    assert seen == [signal.SIG_DFL]
+
+
+def test_no_checkpoints_configured_passes_the_steps_through():
+    model, opt, saved = _setup()
+    seen = []
+    for _ in checkpointed_steps(range(3), optimizer=opt, save=None, first_step=0, is_saved=lambda s: False):
+        seen.append(signal.getsignal(signal.SIGTERM))
+    assert seen == [signal.SIG_DFL] * 3
