@@ -90,6 +90,21 @@ class EvalConfig:
     temperature: float = 0.6
     top_p: float = 0.95
     max_new_tokens: int = 48
+    # Benchmarks, name -> samples per problem n (Avg@n, Pass@k for k = 1, 2, 4, ..., n), run by
+    # quadrants.eval.runner in training and by `python -m quadrants.evaluate`. A name is one of
+    # tasks.benchmarks.known_benchmarks() or a task (its held-out split). Empty = the task's
+    # held-out split, `problems` x `samples` (the quick in-training check).
+    benchmarks: dict[str, int] = field(default_factory=dict)
+    limit: int | None = None  # the first `limit` problems of each benchmark (quick runs); None = all
+    ks: list[int] = field(default_factory=list)  # Pass@k also at these k (each <= every n)
+    data_dir: str | None = None  # benchmark files; None = $QUADRANTS_DATA, else ../shared/data
+    source: str = "local"  # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
+    prompt: str = "auto"  # auto (chat template if the tokenizer has one) | chat | plain
+    batch_size: int = 256  # sequences (prompts x n) per generate call
+    confidence: float = 0.95  # of the normal interval around each mean (value +/- z * stderr)
+    # `python -m quadrants.evaluate TARGET`: a run dir (its newest checkpoint), a checkpoint dir,
+    # a local model dir, "tiny", or a hub id; None = model.name_or_path
+    target: str | None = None
 
 
 @dataclass
@@ -189,6 +204,9 @@ def validate_config(cfg: RunConfig) -> None:
     _positive("eval.problems", cfg.eval.problems, allow_zero=True)
     _positive("eval.samples", cfg.eval.samples)
     _positive("eval.temperature", cfg.eval.temperature, allow_zero=True)
+    from quadrants.eval.plan import validate_eval
+
+    validate_eval(cfg.eval, cfg.task)
     _positive("checkpoint.every", cfg.checkpoint.every, allow_zero=True)
     _positive("checkpoint.keep", cfg.checkpoint.keep)
     _positive("tracking.system_metrics_interval_s", cfg.tracking.system_metrics_interval_s)

@@ -42,3 +42,13 @@ def avg_at(k: int) -> str:
 def pass_at(k: int) -> str:
     """Pass@k as a metric name (pass_at_k; see avg_at)."""
     return f"pass_at_{k}"
+
+
+def stderr(metric: str) -> str:
+    """The standard error (over problems) of an eval metric: ``avg_at_32`` -> ``avg_at_32_stderr``."""
+    return f"{metric}_stderr"
+
+
+def paper_avg() -> str:
+    """The paper's "avg" column: the mean of Avg@k over its six benchmarks."""
+    return "eval/avg"

@@ -76,9 +76,14 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     )
 
 
-def evaluate(ctx: StepContext) -> dict[str, float]:
-    """Held-out metrics of the current policy on the task's held-out split ({} when disabled)."""
+def evaluate(ctx: StepContext, step: int = 0, tracker: Tracker | None = None) -> dict[str, float]:
+    """Held-out metrics of the current policy: the configured benchmarks (`eval.benchmarks`, through
+    quadrants.eval.runner, tables and samples as artifacts), else the task's held-out split ({} when disabled)."""
     cfg = ctx.cfg
+    if cfg.eval.benchmarks:
+        from quadrants.eval.runner import evaluate_in_training
+
+        return evaluate_in_training(ctx, step, tracker)
     if cfg.eval.problems == 0:
         return {}
     sampling = SamplingSettings(
@@ -146,7 +151,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             if first == 0 and (run_dir / "config.yaml").exists():
                 tracker.log_artifact(run_dir / "config.yaml", "config")
         if first == 0:
-            result.initial_eval = evaluate(ctx)
+            result.initial_eval = evaluate(ctx, 0, tracker)
             tracker.log_metrics(result.initial_eval, step=0)
             log.info("step 0 held-out: %s", _fmt(result.initial_eval))
         bar = tqdm(range(first, total), desc="train", initial=first, total=total,
@@ -157,7 +162,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             output = train_step(ctx, index)
             metrics = output.metrics
             if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
-                metrics.update(evaluate(ctx))
+                metrics.update(evaluate(ctx, step, tracker))
             tracker.log_metrics(metrics, step=step)
             result.last_step = metrics
             every = cfg.tracking.log_samples_every

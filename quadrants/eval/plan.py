@@ -1,0 +1,134 @@
+"""What an evaluation will run: benchmarks, problems and samples, checked before any generation.
+
+An evaluation is a mapping benchmark name -> n, the samples drawn per problem (`EvalConfig.benchmarks`).
+A name is a benchmark of `quadrants.tasks.benchmarks` (AIME24, ..., GSM8K, read from local files or
+the hub) or a task of `quadrants.tasks` (its held-out split, e.g. the embedded ``arithmetic``). An
+empty mapping means the run's own task, ``eval.problems`` problems x ``eval.samples``.
+
+`validate_eval` runs inside `quadrants.config.validate_config`, so a sweep's pre-flight and
+`python -m quadrants.evaluate` both reject an unknown benchmark (listing the known ones), a missing
+data file (naming the path and the fix), or a k larger than a benchmark's n, before a model loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from quadrants.tasks import known_tasks, make_task
+from quadrants.tasks.base import Problem
+from quadrants.tasks.benchmarks import (
+    DATA_ENV_VAR,
+    default_data_dir,
+    get_spec,
+    known_benchmarks,
+    load_benchmark,
+)
+
+if TYPE_CHECKING:
+    from quadrants.config import EvalConfig, TaskConfig
+
+__all__ = ["PROMPT_STYLES", "SOURCES", "BenchmarkPlan", "build_plans", "suite", "validate_eval"]
+
+SOURCES = ("local", "hub")
+PROMPT_STYLES = ("auto", "chat", "plain")
+
+
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    """One benchmark of an evaluation.
+
+    Attributes:
+        name: benchmark or task name, the `<benchmark>` of `eval/<benchmark>/...` metric keys.
+        problems: the problems, in file (or held-out) order, prompts already templated.
+        samples: n, answers sampled per problem.
+    """
+
+    name: str
+    problems: tuple[Problem, ...]
+    samples: int
+
+
+def suite(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> dict[str, int]:
+    """Benchmark name -> samples per problem: `eval_cfg.benchmarks`, or the run's task when empty."""
+    if eval_cfg.benchmarks:
+        return {str(name): int(n) for name, n in eval_cfg.benchmarks.items()}
+    return {task_cfg.name: int(eval_cfg.samples)}
+
+
+def _data_dir(eval_cfg: EvalConfig) -> Path:
+    return Path(eval_cfg.data_dir).expanduser() if eval_cfg.data_dir else default_data_dir()
+
+
+def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
+    """Raise ValueError / FileNotFoundError naming the key and the fix; reads no data, loads no model."""
+    if eval_cfg.source not in SOURCES:
+        raise ValueError(f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}")
+    if eval_cfg.prompt not in PROMPT_STYLES:
+        raise ValueError(f"eval.prompt={eval_cfg.prompt!r} is unknown; choose one of {list(PROMPT_STYLES)}")
+    if eval_cfg.limit is not None and eval_cfg.limit < 1:
+        raise ValueError(f"eval.limit={eval_cfg.limit} is out of range; allowed: >= 1, or null for all problems")
+    if eval_cfg.batch_size < 1:
+        raise ValueError(f"eval.batch_size={eval_cfg.batch_size} is out of range; allowed: >= 1")
+    if not 0 < eval_cfg.confidence < 1:
+        raise ValueError(f"eval.confidence={eval_cfg.confidence} is out of range; allowed: (0, 1)")
+    if not 0 < eval_cfg.top_p <= 1:
+        raise ValueError(f"eval.top_p={eval_cfg.top_p} is out of range; allowed: (0, 1]")
+    if eval_cfg.max_new_tokens < 1:
+        raise ValueError(f"eval.max_new_tokens={eval_cfg.max_new_tokens} is out of range; allowed: >= 1")
+    known = [*known_benchmarks(), *known_tasks()]
+    for name, samples in suite(eval_cfg, task_cfg).items():
+        if name not in known:
+            raise ValueError(f"eval.benchmarks: unknown benchmark {name!r}; known benchmarks: {known}")
+        if samples < 1:
+            raise ValueError(f"eval.benchmarks.{name}={samples} is out of range; allowed: >= 1 samples per problem")
+        too_large = [k for k in eval_cfg.ks if k > samples]
+        if too_large:
+            raise ValueError(
+                f"eval.ks={list(eval_cfg.ks)}: pass@k needs k <= n, but {name} draws n={samples} samples "
+                f"per problem; raise eval.benchmarks.{name} to {max(too_large)} or drop k={too_large}"
+            )
+        if name in known_benchmarks() and eval_cfg.source == "local":
+            path = _data_dir(eval_cfg) / get_spec(name).local_file
+            if not path.is_file():
+                raise FileNotFoundError(
+                    f"eval.benchmarks.{name}: no data file at {path}. Set eval.data_dir (or ${DATA_ENV_VAR}) "
+                    f"to the directory that holds {get_spec(name).local_file}, or use eval.source=hub on a "
+                    "machine with network"
+                )
+    bad_ks = [k for k in eval_cfg.ks if k < 1]
+    if bad_ks:
+        raise ValueError(f"eval.ks={list(eval_cfg.ks)}: every k must be >= 1")
+
+
+def build_plans(eval_cfg: EvalConfig, task_cfg: TaskConfig, tokenizer: Any | None = None) -> list[BenchmarkPlan]:
+    """Load every benchmark of the suite (the first `eval.limit` problems of each).
+
+    Args:
+        eval_cfg: the evaluation settings (validated by `validate_eval`).
+        task_cfg: the run's task (the default suite; its params when a benchmark names it).
+        tokenizer: the policy's tokenizer; with ``eval.prompt`` auto or chat, benchmark prompts go
+            through its chat template (auto: only if it has one). Task prompts are never templated:
+            the embedded task's policy was trained on its plain prompts.
+    """
+    validate_eval(eval_cfg, task_cfg)
+    chat = None
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if eval_cfg.prompt == "chat" and not has_template:
+        raise ValueError("eval.prompt=chat but the tokenizer has no chat template; use eval.prompt=plain or auto")
+    if eval_cfg.prompt == "chat" or (eval_cfg.prompt == "auto" and has_template):
+        chat = tokenizer
+    plans = []
+    for name, samples in suite(eval_cfg, task_cfg).items():
+        if name in known_benchmarks():
+            benchmark = load_benchmark(name, data_dir=_data_dir(eval_cfg), source=eval_cfg.source, tokenizer=chat)  # type: ignore[arg-type]
+            problems = benchmark.problems[: eval_cfg.limit]
+        else:
+            params = dict(task_cfg.params) if name == task_cfg.name else {}
+            count = eval_cfg.problems if not eval_cfg.benchmarks else task_cfg.heldout_size
+            if eval_cfg.limit is not None:
+                count = min(count, eval_cfg.limit)
+            problems = make_task(name, max(count, task_cfg.heldout_size), params).heldout(count)
+        plans.append(BenchmarkPlan(name=name, problems=tuple(problems), samples=samples))
+    return plans

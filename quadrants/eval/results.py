@@ -1,0 +1,183 @@
+"""Graded evaluation results: per-problem (n, c) tables, their metrics, and their files.
+
+A benchmark's result is one `ProblemResult` per problem: n samples, c correct, and how the other
+n - c failed (wrong answer, no extractable answer, grader timeout, grader error), plus the graded
+samples themselves. Everything reported is a function of the (n, c) table (`benchmark_metrics`), and
+the table is written next to the samples (`write_benchmark`), so any k, interval or aggregate can
+be recomputed later from the files alone (`read_counts`), without generating again.
+
+Metric keys (built in `quadrants.tracking.keys`) for benchmark ``b`` with n samples per problem:
+``eval/b/avg_at_<n>``, ``eval/b/pass_at_<k>`` for k = 1, 2, 4, ..., n (and any extra k asked for),
+each with ``..._stderr``, the standard error of the mean over problems (`metrics.standard_error_estimate`;
+a 95 % interval is value +/- 1.96 stderr); ``eval/b/problems``, ``eval/b/samples``; the outcome
+counts ``eval/b/<outcome>_count`` and fractions ``eval/b/<outcome>_frac`` for no_answer, timeout and
+error; ``eval/b/truncated_frac`` (answers cut at max_new_tokens); and ``eval/avg``, the paper's
+column (mean of the six Avg@k), when all six benchmarks were evaluated.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from quadrants.eval.metrics import (
+    PAPER_BENCHMARKS,
+    avg_at_k_estimate,
+    curve_ks,
+    paper_avg,
+    pass_at_k_estimate,
+)
+from quadrants.tracking import keys
+
+__all__ = [
+    "COUNT_COLUMNS",
+    "FAILURE_OUTCOMES",
+    "BenchmarkResult",
+    "ProblemResult",
+    "SampleResult",
+    "benchmark_metrics",
+    "read_counts",
+    "suite_metrics",
+    "write_benchmark",
+]
+
+FAILURE_OUTCOMES = ("no_answer", "timeout", "error")
+"""Outcomes counted apart from plain wrong answers (`quadrants.rewards.grader.Outcome` values)."""
+
+COUNT_COLUMNS = ("problem_id", "n", "c", "wrong", "no_answer", "timeout", "error", "truncated", "gold")
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """One graded answer: the decoded response, its grader outcome, and whether EOS ended it."""
+
+    response: str
+    outcome: str
+    finished: bool
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class ProblemResult:
+    """One problem: its id, prompt, gold and graded samples (n = len(samples))."""
+
+    problem_id: str
+    prompt: str
+    gold: str
+    samples: tuple[SampleResult, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def c(self) -> int:
+        return self.count("correct")
+
+    def count(self, outcome: str) -> int:
+        return sum(sample.outcome == outcome for sample in self.samples)
+
+    @property
+    def truncated(self) -> int:
+        return sum(not sample.finished for sample in self.samples)
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """Every problem of one benchmark, in order, each with the same n."""
+
+    name: str
+    problems: tuple[ProblemResult, ...]
+
+    @property
+    def samples(self) -> int:
+        return min(problem.n for problem in self.problems)
+
+    def counts(self) -> tuple[list[int], list[int]]:
+        """(ns, cs), one entry per problem."""
+        return [p.n for p in self.problems], [p.c for p in self.problems]
+
+
+def benchmark_metrics(
+    name: str, ns: Sequence[int], cs: Sequence[int], *, extra_ks: Sequence[int] = (), confidence: float = 0.95
+) -> dict[str, float]:
+    """Avg@n and Pass@k (k = 1, 2, 4, ..., n and `extra_ks`) with standard errors, from (n, c) alone.
+
+    n is the smallest n_i (every problem has the same n in our runs). Returns metric key -> value.
+    """
+    n = min(ns)
+    metrics: dict[str, float] = {}
+    avg = avg_at_k_estimate(ns, cs, confidence)
+    metrics[keys.evaluation(name, keys.avg_at(n))] = avg.value
+    metrics[keys.evaluation(name, keys.stderr(keys.avg_at(n)))] = avg.stderr
+    for k in sorted({*curve_ks(n), *extra_ks}):
+        estimate = pass_at_k_estimate(ns, cs, k, confidence)
+        metrics[keys.evaluation(name, keys.pass_at(k))] = estimate.value
+        metrics[keys.evaluation(name, keys.stderr(keys.pass_at(k)))] = estimate.stderr
+    metrics[keys.evaluation(name, "problems")] = float(len(ns))
+    metrics[keys.evaluation(name, "samples")] = float(n)
+    return metrics
+
+
+def _outcome_metrics(result: BenchmarkResult) -> dict[str, float]:
+    total = sum(p.n for p in result.problems)
+    metrics = {}
+    for outcome in FAILURE_OUTCOMES:
+        count = sum(p.count(outcome) for p in result.problems)
+        metrics[keys.evaluation(result.name, f"{outcome}_count")] = float(count)
+        metrics[keys.evaluation(result.name, f"{outcome}_frac")] = count / total
+    metrics[keys.evaluation(result.name, "truncated_frac")] = sum(p.truncated for p in result.problems) / total
+    return metrics
+
+
+def suite_metrics(
+    results: Sequence[BenchmarkResult], *, extra_ks: Sequence[int] = (), confidence: float = 0.95
+) -> dict[str, float]:
+    """Every benchmark's metrics and outcome counts, plus ``eval/avg`` when the paper's six are all there."""
+    metrics: dict[str, float] = {}
+    avg_by_name: dict[str, float] = {}
+    for result in results:
+        ns, cs = result.counts()
+        metrics.update(benchmark_metrics(result.name, ns, cs, extra_ks=extra_ks, confidence=confidence))
+        metrics.update(_outcome_metrics(result))
+        avg_by_name[result.name] = metrics[keys.evaluation(result.name, keys.avg_at(result.samples))]
+    if all(name in avg_by_name for name in PAPER_BENCHMARKS):
+        metrics[keys.paper_avg()] = paper_avg(avg_by_name)
+    return metrics
+
+
+def write_benchmark(result: BenchmarkResult, directory: Path) -> list[Path]:
+    """Write ``counts.csv`` (one row per problem: n, c and the failure counts), ``counts.json`` (the
+    same plus prompts) and ``samples.jsonl`` (every graded answer) under ``directory/<name>/``."""
+    out = Path(directory) / result.name
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {
+            "problem_id": p.problem_id, "n": p.n, "c": p.c, "wrong": p.count("wrong"),
+            **{outcome: p.count(outcome) for outcome in FAILURE_OUTCOMES},
+            "truncated": p.truncated, "gold": p.gold,
+        }
+        for p in result.problems
+    ]
+    with (out / "counts.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COUNT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    table = [{**row, "prompt": p.prompt} for row, p in zip(rows, result.problems)]
+    (out / "counts.json").write_text(json.dumps({"benchmark": result.name, "problems": table}, indent=1))
+    with (out / "samples.jsonl").open("w", encoding="utf-8") as handle:
+        for p in result.problems:
+            for index, sample in enumerate(p.samples):
+                record = {"problem_id": p.problem_id, "sample": index, "gold": p.gold, **asdict(sample)}
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return [out / "counts.csv", out / "counts.json", out / "samples.jsonl"]
+
+
+def read_counts(path: Path) -> tuple[list[int], list[int]]:
+    """(ns, cs) from a ``counts.csv`` written by `write_benchmark` (recompute any k from them)."""
+    with Path(path).open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    return [int(row["n"]) for row in rows], [int(row["c"]) for row in rows]

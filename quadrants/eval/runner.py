@@ -1,0 +1,265 @@
+"""Run an evaluation: sample n answers per problem, grade them, report Avg@n / Pass@k, keep the files.
+
+The same `run_suite` serves both callers:
+- training (`quadrants.train.loop.evaluate`, when ``eval.benchmarks`` is set): the live policy, at
+  step 0, every ``eval.every`` steps and at the end; tables and samples go to
+  ``<run_dir>/eval/step_<N>/`` and to the run's MLflow artifacts under ``eval/step_<N>``;
+- `python -m quadrants.evaluate` (`run_evaluation`): a checkpoint, a model directory, the embedded
+  ``tiny`` or a hub id, in its own MLflow run (same store as training), metrics at the checkpoint's
+  step, files under ``<outputs>/<study>/eval/<target>/<time>/``.
+
+Sampling is the config's (``eval.temperature``, ``eval.top_p``, ``eval.max_new_tokens``); each
+generate call holds about ``eval.batch_size`` sequences (prompts x n) and is seeded, so a run is
+reproducible. Metrics and files are described in `quadrants.eval.results`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm.auto import tqdm
+
+from quadrants.eval.plan import BenchmarkPlan, build_plans
+from quadrants.eval.results import (
+    FAILURE_OUTCOMES,
+    BenchmarkResult,
+    ProblemResult,
+    SampleResult,
+    suite_metrics,
+    write_benchmark,
+)
+from quadrants.eval.target import EvalTarget, load_target_policy
+from quadrants.rewards.grader import Grader
+from quadrants.rollout.engine import RolloutEngine, SamplingSettings
+from quadrants.tracking import keys
+from quadrants.tracking.base import NullTracker, Tracker
+
+if TYPE_CHECKING:  # the training stack is not imported at run time
+    from quadrants.config import EvalConfig, RunConfig, TaskConfig
+    from quadrants.train.step import StepContext
+
+__all__ = ["GRADER_TIMEOUT_S", "SuiteReport", "evaluate_in_training", "format_table", "run_evaluation", "run_suite"]
+
+log = logging.getLogger("quadrants.eval")
+
+GRADER_TIMEOUT_S = 5.0
+"""Per-answer grading budget of a standalone evaluation (the trainer's grader uses the same)."""
+
+
+@dataclass
+class SuiteReport:
+    """What an evaluation produced: metric key -> value, per-benchmark results, written files."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    results: list[BenchmarkResult] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def sampling_for(eval_cfg: EvalConfig, n: int, seed: int) -> SamplingSettings:
+    return SamplingSettings(
+        n=n, temperature=eval_cfg.temperature, top_p=eval_cfg.top_p,
+        max_new_tokens=eval_cfg.max_new_tokens, seed=seed,
+    )
+
+
+def grade_benchmark(
+    engine: RolloutEngine, grader: Grader, plan: BenchmarkPlan, eval_cfg: EvalConfig, seed: int
+) -> BenchmarkResult:
+    """Generate ``plan.samples`` answers for every problem of `plan` and grade them."""
+    per_call = max(1, eval_cfg.batch_size // plan.samples)  # prompts per generate call
+    problems: list[ProblemResult] = []
+    starts = range(0, len(plan.problems), per_call)
+    bar = tqdm(starts, desc=f"eval {plan.name}", unit="batch", disable=not sys.stderr.isatty(), leave=False)
+    for batch_index, start in enumerate(bar):
+        chunk = plan.problems[start : start + per_call]
+        rollouts = engine.generate([p.prompt for p in chunk], sampling_for(eval_cfg, plan.samples, seed + batch_index))
+        golds = [chunk[int(g)].answer for g in rollouts.group_ids]
+        graded = grader.grade(rollouts.texts, golds)
+        lengths = rollouts.response_mask.sum(-1).tolist()  # [B]
+        finished = rollouts.finished.tolist()  # [B]
+        for offset, problem in enumerate(chunk):
+            rows = range(offset * plan.samples, (offset + 1) * plan.samples)  # the n samples are consecutive
+            samples = tuple(
+                SampleResult(rollouts.texts[b], graded.outcomes[b].value, bool(finished[b]), int(lengths[b]))
+                for b in rows
+            )
+            problems.append(ProblemResult(problem.id, problem.prompt, problem.answer, samples))
+    return BenchmarkResult(name=plan.name, problems=tuple(problems))
+
+
+def run_suite(
+    engine: RolloutEngine,
+    grader: Grader,
+    eval_cfg: EvalConfig,
+    task_cfg: TaskConfig,
+    *,
+    tokenizer: Any,
+    seed: int,
+    out_dir: Path | None = None,
+) -> SuiteReport:
+    """Evaluate every benchmark of the config; write its files under `out_dir` when given."""
+    started = time.perf_counter()
+    report = SuiteReport()
+    for index, plan in enumerate(build_plans(eval_cfg, task_cfg, tokenizer)):
+        result = grade_benchmark(engine, grader, plan, eval_cfg, seed=seed + 10_000 * index)
+        report.results.append(result)
+        if out_dir is not None:
+            report.files.extend(write_benchmark(result, out_dir))
+    report.metrics = suite_metrics(report.results, extra_ks=list(eval_cfg.ks), confidence=eval_cfg.confidence)
+    report.seconds = time.perf_counter() - started
+    if out_dir is not None:
+        summary = Path(out_dir) / "metrics.json"
+        summary.write_text(json.dumps(report.metrics, indent=1, sort_keys=True))
+        report.files.append(summary)
+    return report
+
+
+def evaluate_in_training(ctx: StepContext, step: int, tracker: Tracker | None = None) -> dict[str, float]:
+    """The configured benchmarks on the live policy (`quadrants.train.loop.evaluate` calls this).
+
+    Files go to ``<run_dir>/eval/step_<step>/`` and, with a tracker, to the run's artifacts.
+    """
+    cfg = ctx.cfg
+    dist = getattr(ctx, "dist", None)
+    if dist is not None and not dist.is_main:  # under torch.distributed, rank 0 evaluates its full copy
+        return {}
+    out_dir = Path(cfg.run_dir) / "eval" / f"step_{step:07d}" if cfg.run_dir else None
+    report = run_suite(ctx.engine, ctx.grader, cfg.eval, cfg.task, tokenizer=ctx.tokenizer, seed=cfg.seed + 7, out_dir=out_dir)
+    if out_dir is not None and tracker is not None:
+        tracker.log_artifact(out_dir, f"eval/step_{step:07d}")
+    log.info("step %d evaluation (%.1f s):\n%s", step, report.seconds, format_table(report))
+    return report.metrics
+
+
+def format_table(report: SuiteReport) -> str:
+    """One line per benchmark: problems, n, Avg@n +/- stderr, Pass@1 and Pass@n, failure counts."""
+    lines = [f"{'benchmark':<14}{'problems':>9}{'n':>5}{'avg@n':>8}{'+/-se':>7}{'pass@n':>8}"
+             f"{'no_answer':>10}{'timeout':>8}{'error':>6}{'truncated':>10}"]
+    for result in report.results:
+        n, m = result.samples, report.metrics
+        name = result.name
+        lines.append(
+            f"{name:<14}{len(result.problems):>9}{n:>5}{m[keys.evaluation(name, keys.avg_at(n))]:>8.3f}"
+            f"{m[keys.evaluation(name, keys.stderr(keys.avg_at(n)))]:>7.3f}"
+            f"{m[keys.evaluation(name, keys.pass_at(n))]:>8.3f}"
+            + "".join(f"{int(m[keys.evaluation(name, f'{o}_count')]):>{w}}" for o, w in zip(FAILURE_OUTCOMES, (10, 8, 6)))
+            + f"{m[keys.evaluation(name, 'truncated_frac')]:>10.2f}"
+        )
+    if keys.paper_avg() in report.metrics:
+        lines.append(f"paper avg column (mean of the six Avg@k): {report.metrics[keys.paper_avg()]:.4f}")
+    return "\n".join(lines)
+
+
+# --- standalone: python -m quadrants.evaluate ---------------------------------------------------
+
+
+def eval_dir(cfg: RunConfig, target: EvalTarget) -> Path:
+    """``<outputs>/<study>/eval/<target label>/<UTC time>``: one directory (and MLflow run) per command."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    label = "".join(ch if ch.isalnum() or ch in "-_.@=" else "_" for ch in target.label)
+    return Path(cfg.outputs).expanduser().resolve() / cfg.study / "eval" / label / stamp
+
+
+def eval_tags(cfg: RunConfig, target: EvalTarget) -> dict[str, str]:
+    tags = {
+        "quadrants.study": cfg.study, "quadrants.role": "eval", "quadrants.eval_target": cfg.eval.target or target.model,
+        "quadrants.eval_kind": target.kind, "model": target.model, "task": cfg.task.name,
+    }
+    if target.kind == "checkpoint":
+        tags["quadrants.checkpoint_step"] = str(target.step)
+        run = target.run_config or {}
+        for key in ("quadrants.sweep_id", "seed", "objective", "quadrant"):
+            value = {"quadrants.sweep_id": run.get("sweep_id"), "seed": run.get("seed"),
+                     "objective": (run.get("objective") or {}).get("name"),
+                     "quadrant": (run.get("quadrant") or {}).get("keep")}[key]
+            if value is not None:
+                tags[key] = str(value)
+    if target.source_run_id:
+        tags["quadrants.source_run_id"] = target.source_run_id
+    return tags
+
+
+def eval_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "target": cfg.eval.target or target.model, "model": target.model, "checkpoint_step": target.step,
+        "eval.temperature": cfg.eval.temperature, "eval.top_p": cfg.eval.top_p,
+        "eval.max_new_tokens": cfg.eval.max_new_tokens, "eval.limit": cfg.eval.limit,
+        "eval.prompt": cfg.eval.prompt, "eval.source": cfg.eval.source, "eval.ks": list(cfg.eval.ks),
+        "seed": cfg.seed,
+    }
+    from quadrants.eval.plan import suite
+
+    params.update({f"eval.benchmarks.{name}": n for name, n in suite(cfg.eval, cfg.task).items()})
+    return params
+
+
+def _make_tracker(cfg: RunConfig, target: EvalTarget, directory: Path) -> Tracker:
+    from quadrants.tracking.mlflow_tracker import MlflowTracker
+    from quadrants.train.job import artifact_location, tracking_uri
+
+    return MlflowTracker(
+        tracking_uri(cfg), cfg.study, run_name=f"eval {target.label}", tags=eval_tags(cfg, target),
+        spool_dir=directory / "tracking", artifact_location=artifact_location(cfg),
+    )
+
+
+def _grader_workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
+
+
+def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> SuiteReport:
+    """Evaluate `target` as `cfg.eval` says, in its own MLflow run (`cfg.tracking`); returns the report.
+
+    `cfg` must be validated (`validate_config`) and `target` resolved (`resolve_target`) first: both
+    fail before anything is loaded. Pass `tracker` to log elsewhere (tests use `RecordingTracker`).
+    """
+    import torch
+
+    from quadrants.rollout.hf import HFEngine
+    from quadrants.tracking.mlflow_tracker import MlflowTracker
+    from quadrants.train.job import tracking_uri
+
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    directory = eval_dir(cfg, target)
+    directory.mkdir(parents=True, exist_ok=True)
+    own_tracker = tracker is None
+    tracker = tracker if tracker is not None else _make_tracker(cfg, target, directory)
+    run_id = tracker.start()
+    if isinstance(tracker, MlflowTracker):
+        print(f"quadrants: evaluating {target.label} ({target.kind}); MLflow run {run_id} at {tracking_uri(cfg)}", flush=True)
+    tracker.log_params(eval_params(cfg, target))
+    try:
+        model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
+        with Grader(num_workers=_grader_workers(), timeout_s=GRADER_TIMEOUT_S) as grader:
+            report = run_suite(HFEngine(model, tokenizer), grader, cfg.eval, cfg.task, tokenizer=tokenizer,
+                               seed=cfg.seed + 7, out_dir=directory / "results")
+        tracker.log_metrics(report.metrics, step=target.step)
+        tracker.log_artifact(directory / "results", "eval")
+    except BaseException:
+        if own_tracker:
+            tracker.finish("FAILED")
+        raise
+    if own_tracker:
+        tracker.finish("FINISHED")
+    print(format_table(report), flush=True)
+    print(f"quadrants: {len(report.results)} benchmark(s) in {report.seconds:.1f} s; files in {directory / 'results'}", flush=True)
+    if isinstance(tracker, MlflowTracker):
+        uri = tracking_uri(cfg)
+        if uri.startswith("sqlite:"):
+            print(f"  mlflow ui --backend-store-uri {uri}", flush=True)
+    return report
+

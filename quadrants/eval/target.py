@@ -1,0 +1,132 @@
+"""What `python -m quadrants.evaluate TARGET` evaluates, resolved before anything is loaded.
+
+TARGET is one of:
+- a training run directory (``outputs/<study>/<sweep_id>/<job>``): its newest checkpoint;
+- a checkpoint directory (``<run_dir>/checkpoints/step_0000060``);
+- a local Hugging Face model directory (written by ``save_pretrained``; has ``config.json``);
+- ``tiny`` / ``tiny-random``, the embedded models;
+- a Hugging Face hub id (``Qwen/Qwen2.5-Math-7B``), loaded by transformers (from its cache when
+  ``HF_HUB_OFFLINE=1``).
+
+A checkpoint holds only weights and optimizer state: the base model (``model.name_or_path``,
+``model.dtype``) and the task come from the run's ``config.yaml``, written by every sweep job.
+A path that does not exist fails here, naming it, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quadrants.models.loading import TINY, TINY_RANDOM
+
+__all__ = ["EvalTarget", "load_target_policy", "resolve_target"]
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """A resolved evaluation target.
+
+    Attributes:
+        kind: "checkpoint", "model_dir", "embedded" or "hub".
+        label: a short name for run names and directories.
+        model: what `load_policy` loads (the run's base model for a checkpoint).
+        dtype: the model dtype (the run's for a checkpoint, else None = the config's).
+        checkpoint: the ``state.pt`` to load on top of `model`, for checkpoints.
+        step: training steps the checkpoint holds (0 otherwise); the MLflow step of the metrics.
+        run_config: the training run's config.yaml as a dict, for checkpoints.
+        source_run_id: the training run's MLflow run id (from its run.json or checkpoint), if known.
+    """
+
+    kind: str
+    label: str
+    model: str
+    dtype: str | None = None
+    checkpoint: Path | None = None
+    step: int = 0
+    run_config: dict[str, Any] | None = None
+    source_run_id: str | None = None
+
+
+def _complete_checkpoints(root: Path) -> list[tuple[int, Path]]:
+    found = []
+    if root.is_dir():
+        for path in root.iterdir():
+            match = _STEP_DIR.match(path.name)
+            if match and (path / "state.pt").is_file():
+                found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def _from_checkpoint(step: int, path: Path, run_dir: Path) -> EvalTarget:
+    config_file = run_dir / "config.yaml"
+    if not config_file.is_file():
+        raise FileNotFoundError(
+            f"checkpoint {path} has no {config_file}: the base model is unknown. Evaluate checkpoints of "
+            "runs started by `python -m quadrants.sweep` (it writes config.yaml into the run directory)"
+        )
+    run_config = yaml.safe_load(config_file.read_text()) or {}
+    model = run_config.get("model") or {}
+    if not model.get("name_or_path"):
+        raise ValueError(f"{config_file} has no model.name_or_path")
+    run_json = run_dir / "run.json"
+    source_run_id = json.loads(run_json.read_text()).get("run_id") if run_json.is_file() else None
+    return EvalTarget(
+        kind="checkpoint", label=f"{run_dir.name}@step_{step}", model=str(model["name_or_path"]),
+        dtype=model.get("dtype"), checkpoint=path / "state.pt", step=step, run_config=run_config,
+        source_run_id=source_run_id,
+    )
+
+
+def resolve_target(target: str) -> EvalTarget:
+    """Classify `target` (see the module docstring); raises FileNotFoundError for a missing path."""
+    if target in (TINY, TINY_RANDOM):
+        return EvalTarget(kind="embedded", label=target, model=target)
+    path = Path(target).expanduser()
+    if path.is_dir():
+        path = path.resolve()
+        if _STEP_DIR.match(path.name) and (path / "state.pt").is_file():
+            return _from_checkpoint(int(_STEP_DIR.match(path.name).group(1)), path, path.parent.parent)  # type: ignore[union-attr]
+        if (path / "checkpoints").is_dir():
+            complete = _complete_checkpoints(path / "checkpoints")
+            if not complete:
+                raise FileNotFoundError(
+                    f"run directory {path} has no complete checkpoint under checkpoints/ "
+                    "(set checkpoint.every > 0 when training, or pass a model directory)"
+                )
+            step, newest = complete[-1]
+            return _from_checkpoint(step, newest, path)
+        if (path / "config.json").is_file():
+            return EvalTarget(kind="model_dir", label=path.name, model=str(path))
+        raise FileNotFoundError(
+            f"{path} is neither a training run directory (with checkpoints/), a checkpoint "
+            "(step_N with state.pt) nor a model directory (with config.json)"
+        )
+    looks_like_path = target.startswith((".", "/", "~")) or target.count("/") > 1 or path.exists()
+    if looks_like_path:
+        raise FileNotFoundError(
+            f"no model, run or checkpoint directory at {path}. Pass a training run directory, a checkpoint "
+            f"directory, a model directory, '{TINY}' / '{TINY_RANDOM}', or a hub id such as 'Qwen/Qwen2.5-Math-7B'"
+        )
+    return EvalTarget(kind="hub", label=target.replace("/", "--"), model=target)
+
+
+def load_target_policy(target: EvalTarget, *, dtype: str, seed: int = 0) -> tuple[Any, Any]:
+    """(model, tokenizer) of `target`; a checkpoint's weights are loaded into its run's base model."""
+    import torch
+
+    from quadrants.models.loading import load_policy
+
+    model, tokenizer = load_policy(target.model, dtype=target.dtype or dtype, seed=seed)
+    if target.checkpoint is not None:
+        state = torch.load(target.checkpoint, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        model.eval()
+    return model, tokenizer
