@@ -19,7 +19,8 @@ signal while leaving is ignored (submitit's own `scontrol requeue` sends a SIGTE
 
 Outside SLURM the same applies to SIGTERM (`kill <pid>`); USR2 keeps its default unless a handler
 (submitit's) is installed. Signal handlers exist only in the main thread: elsewhere (a thread pool
-launcher) the steps pass through untouched.
+launcher) the steps pass through untouched, and so they do in a multi-rank (torch.distributed) run,
+where a save is collective: there only the periodic checkpoints apply (not yet on a signal).
 """
 
 from __future__ import annotations
@@ -134,6 +135,14 @@ class _ExitCheckpoint:
             raise SystemExit(128 + signal.SIGTERM)
 
 
+def _several_ranks() -> bool:
+    """A multi-rank run: saving is collective and ranks see signals at different points of a step, so a
+    save from one rank's handler could wait forever on the others. Periodic checkpoints only (not yet)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def _rng_state() -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "python": random.getstate()}
 
@@ -153,7 +162,7 @@ def checkpointed_steps(
         is_saved: whether a completed step already has a checkpoint (the loop's periodic ones).
         defer_s: longest wait for a step in its update phase to complete.
     """
-    if save is None or threading.current_thread() is not threading.main_thread():
+    if save is None or threading.current_thread() is not threading.main_thread() or _several_ranks():
         yield from steps
         return
     guard = _ExitCheckpoint(optimizer, save, first_step, defer_s)
