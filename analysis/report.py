@@ -1,0 +1,174 @@
+"""One call from a selection to every output: table (md, csv, tex), paired comparison, figures, sample
+page, an index (report.md), all logged as artifacts under `analysis/` on the sweep's parent run.
+
+A figure whose data no run has is skipped with a message (in the index and on the console), never
+drawn empty; a figure that lacks some runs says which in the messages.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from analysis import figures, load, paired, tables
+from analysis.samples_html import render_samples
+from quadrants.eval.metrics import pass_at_k_curve
+
+log = logging.getLogger("analysis")
+
+TRAIN_SOLVE_RATE = "train/solve_rate"
+TRAIN_ENTROPY = "train/entropy"
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What to put in the report (see `python -m analysis --help`)."""
+
+    rows: tuple[str, ...] | None = None
+    k: int | Mapping[str, int] | None = None
+    benchmarks: tuple[str, ...] | None = None
+    compare: tuple[str, str] | None = None
+    confidence: float = 0.95
+    log_to_parent: bool = True
+    samples_per_run: int = 6
+
+
+@dataclass(frozen=True)
+class Report:
+    """What was written and where it went."""
+
+    out_dir: Path
+    files: tuple[Path, ...]
+    table: tables.ComparisonTable
+    comparison: paired.PairedComparison | None
+    parent_run_id: str | None
+    logged: bool
+    messages: tuple[str, ...]
+
+
+def _run_frame(runset: load.RunSet, table: tables.ComparisonTable) -> pd.DataFrame:
+    runs = runset.runs
+    seeds = runs["seed"].astype(str) if "seed" in runs else pd.Series(["0"] * len(runs), index=runs.index)
+    return pd.DataFrame({"run_id": runs["run_id"], "row": tables.row_labels(runs, table.row_tags), "seed": seeds})
+
+
+def _missing(history: pd.DataFrame, key: str, frame: pd.DataFrame) -> list[str]:
+    have = set(history.loc[history["key"] == key, "run_id"])
+    return [f"{r.row} s{r.seed}" for r in frame.itertuples(index=False) if r.run_id not in have]
+
+
+def _curves(client: MlflowClient, frame: pd.DataFrame, finals: pd.DataFrame
+            ) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, str]]:
+    """Pass@k curves per run: from a per-problem (n, c) artifact when there is one, else the logged points."""
+    points = load.eval_points(finals)
+    curves: dict[str, dict[str, dict[int, float]]] = {}
+    sources: dict[str, str] = {}
+    for run_id in frame["run_id"]:
+        logged = points[(points["run_id"] == run_id) & (points["kind"] == "pass")]
+        per_bench = {b: dict(zip(part["k"], part["value"])) for b, part in logged.groupby("benchmark")}
+        from_tables = load.problem_tables(client, run_id, set(points["benchmark"]))
+        for bench, counts in from_tables.items():
+            per_bench[bench] = pass_at_k_curve(list(counts["n"]), list(counts["c"]))
+        if per_bench:
+            curves[run_id] = per_bench
+            sources[run_id] = "(n, c) table" if from_tables else "logged points"
+    return curves, sources
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _figure(messages: list[str], name: str, draw: Any, *args: Any, **kwargs: Any) -> list[Path]:
+    try:
+        return draw(*args, **kwargs)
+    except ValueError as error:
+        messages.append(f"skipped {name}: {error}")
+        return []
+
+
+def build_report(selection: load.Selection, out_dir: Path, options: ReportOptions = ReportOptions()) -> Report:
+    """Select the runs, build every output in `out_dir`, log it on the parent run (if any and asked).
+
+    Raises:
+        load.SelectionError: nothing selected. ValueError: the table cannot be built (see `build_table`).
+    """
+    client = MlflowClient(selection.tracking_uri)
+    runset = load.select_runs(client, selection)
+    log.info("analysing %d runs (%s)", len(runset.runs), selection.describe())
+    finals = load.final_metrics(client, runset.run_ids)
+    points = load.eval_points(finals)
+    table = tables.build_table(runset.runs, points, rows=options.rows, k=options.k,
+                               benchmarks=options.benchmarks, confidence=options.confidence)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = [_write(out_dir / "table.md", tables.to_markdown(table)),
+             _write(out_dir / "table.tex", tables.to_latex(table))]
+    tables.to_frame(table).to_csv(out_dir / "table.csv", index=False)
+    files.append(out_dir / "table.csv")
+    messages: list[str] = []
+
+    comparison = None
+    if options.compare:
+        comparison = paired.paired_comparison(runset.runs, points, *options.compare, rows=table.row_tags,
+                                              ks=table.ks, confidence=options.confidence)
+        files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
+
+    frame = _run_frame(runset, table)
+    dlogp_keys = [f"train/quadrant/{q}/dlogp_abs" for q in figures.QUADRANTS]
+    history = load.histories(client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *dlogp_keys])
+    fig_dir = out_dir / "figures"
+    for key, stem, label in ((TRAIN_SOLVE_RATE, "train_solve_rate", "training solve rate"),
+                             (TRAIN_ENTROPY, "train_entropy", "token entropy (nats)")):
+        files += _figure(messages, stem, figures.training_curve, history, key, frame, fig_dir, stem, label)
+        lacking = _missing(history, key, frame)
+        if lacking and len(lacking) < len(frame):
+            messages.append(f"{stem}: no {key} in run(s) {lacking}")
+    files += _figure(messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir)
+    curves, sources = _curves(client, frame, finals)
+    files += _figure(messages, "pass_at_k", figures.pass_at_k_curves, curves, frame, fig_dir, sources)
+
+    samples_by_run = {r.run_id: load.load_samples(client, r.run_id) for r in frame.itertuples(index=False)}
+    by_row: dict[str, list[dict[str, Any]]] = {}
+    for r in frame.itertuples(index=False):
+        by_row.setdefault(r.row, []).extend(samples_by_run[r.run_id])
+    files += _figure(messages, "token_advantage_hist", figures.advantage_histograms, by_row, fig_dir)
+    files += _figure(messages, "entropy_pos_vs_neg", figures.entropy_by_polarity, by_row, fig_dir)
+    if any(samples_by_run.values()):
+        labelled = {f"{r.row} s{r.seed}": samples_by_run[r.run_id] for r in frame.itertuples(index=False)}
+        files.append(_write(out_dir / "samples.html",
+                            render_samples(labelled, options.samples_per_run, f"Samples: {runset.label}")))
+    else:
+        messages.append("skipped samples.html: no run has sample artifacts (tracking.log_samples_every)")
+
+    files.append(_write(out_dir / "report.md", _index(runset, table, comparison, files, out_dir, messages)))
+    logged = False
+    parent = runset.parent_run_id
+    if options.log_to_parent:
+        if parent is None:
+            messages.append("not logged to MLflow: the runs have no single parent run (pass --parent RUN_ID)")
+        else:
+            client.log_artifacts(parent, str(out_dir), "analysis")
+            logged = True
+    return Report(out_dir, tuple(files), table, comparison, parent, logged, tuple(messages))
+
+
+def _index(runset: load.RunSet, table: tables.ComparisonTable, comparison: paired.PairedComparison | None,
+           files: Sequence[Path], out_dir: Path, messages: Sequence[str]) -> str:
+    lines = [f"# Analysis: {runset.label}", "", f"Selection: {runset.selection.describe()}; {len(runset.runs)} runs.", "",
+             tables.to_markdown(table)]
+    if comparison is not None:
+        lines += [paired.to_markdown(comparison)]
+    for path in files:
+        if path.suffix == ".png":
+            lines.append(f"![{path.stem}]({path.relative_to(out_dir).as_posix()})")
+    if messages:
+        lines += ["", "Notes:"] + [f"- {m}" for m in messages]
+    return "\n".join(lines) + "\n"

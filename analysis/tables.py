@@ -1,0 +1,406 @@
+"""The comparison table in the paper's shape (SPEC.md, Table 1), built from a runs frame and eval points.
+
+Rows are methods or quadrants (the values of one or more run tags), columns are benchmarks, a cell is
+"Avg@k / Pass@k" in percent, then the "avg" column (mean of the row's Avg@k over the benchmarks). Every
+number is a mean over the row's runs (one per seed) with a Student-t interval (`analysis.stats`).
+
+Nothing is averaged over less than it claims: a cell whose runs do not all have the metric is blank
+with a footnote naming the runs; a benchmark whose runs share no k is blank with a footnote listing
+each run's k; when runs logged different k, the largest common k is used and a footnote says so.
+
+Inputs are plain frames, so the table is tested on hand-made runs:
+- runs: one row per run with `run_id`, `run_name`, `status` and tag columns (`analysis.load.select_runs`);
+- points: run_id, benchmark, kind ("avg" | "pass"), k, step, value (`analysis.load.eval_points`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis.stats import SeedEstimate, seed_estimate
+from quadrants.eval.metrics import PAPER_BENCHMARKS, paper_avg
+
+SWEPT = "swept"
+"""Pseudo-tag: the run name (Hydra's override list) without its `seed=N` item."""
+DESCRIBING_TAGS = ("objective", "quadrant", "model", "task")
+"""Tags tried, in this order, when choosing the default row tags (those that vary)."""
+_NOT_ROW_TAGS = {"run_id", "run_name", "status", "experiment_id", "start_time", "seed", "mlflow.parentRunId",
+                 "quadrants.sweep_id", "quadrants.study", "quadrants.role"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: an estimate (None = blank), whether it is the best of its column, footnotes."""
+
+    estimate: SeedEstimate | None
+    best: bool = False
+    notes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class ComparisonTable:
+    """The table, ready to render.
+
+    Attributes:
+        row_tags: the tags whose values label the rows.
+        rows: row labels, in order.
+        benchmarks: column benchmarks, in order.
+        ks: the k of each benchmark's column (None = no common k: a blank column).
+        cells: {(row, benchmark, "avg" | "pass"): Cell}.
+        avg: {row: Cell} for the avg column.
+        avg_benchmarks: the benchmarks the avg column averages.
+        seeds: {row: number of runs (seeds) in the row}.
+        confidence: the intervals' coverage.
+        footnotes: numbered from 1 in order.
+    """
+
+    row_tags: tuple[str, ...]
+    rows: tuple[str, ...]
+    benchmarks: tuple[str, ...]
+    ks: Mapping[str, int | None]
+    cells: Mapping[tuple[str, str, str], Cell]
+    avg: Mapping[str, Cell]
+    avg_benchmarks: tuple[str, ...]
+    seeds: Mapping[str, int]
+    confidence: float
+    footnotes: tuple[str, ...] = field(default=())
+
+
+class _Notes:
+    """Footnotes numbered in order of first use; the same text gets the same number."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def add(self, text: str) -> int:
+        if text not in self.texts:
+            self.texts.append(text)
+        return self.texts.index(text) + 1
+
+
+def swept_label(run_name: str) -> str:
+    """`"objective=grpo,seed=1"` -> `"objective=grpo"`; a run name that is only a seed -> "default"."""
+    stripped = re.sub(r"(^|,)seed=[^,]*", "", str(run_name)).strip(",")
+    return stripped or "default"
+
+
+def _tag_column(runs: pd.DataFrame, tag: str) -> pd.Series:
+    if tag == SWEPT:
+        return runs["run_name"].map(swept_label)
+    return runs[tag]
+
+
+def default_row_tags(runs: pd.DataFrame) -> tuple[str, ...]:
+    """The describing tags that vary across the runs; `swept` if they leave two runs of a seed in one row."""
+    varying = [t for t in DESCRIBING_TAGS if t in runs and runs[t].nunique(dropna=False) > 1]
+    if not varying:
+        extra = [t for t in runs.columns if t not in _NOT_ROW_TAGS and t not in DESCRIBING_TAGS
+                 and runs[t].nunique(dropna=False) > 1]
+        varying = extra[:1] or [t for t in ("objective", "quadrant") if t in runs][:1]
+    if not varying:
+        return (SWEPT,)
+    if "seed" in runs and _duplicates(runs, tuple(varying)):
+        return (SWEPT,)
+    return tuple(varying)
+
+
+def row_labels(runs: pd.DataFrame, row_tags: Sequence[str]) -> pd.Series:
+    """One label per run: the row tags' values joined by ", "."""
+    missing_columns = [t for t in row_tags if t != SWEPT and t not in runs]
+    if missing_columns:
+        available = sorted(c for c in runs.columns if c not in _NOT_ROW_TAGS) + [SWEPT]
+        raise ValueError(f"row tag(s) {missing_columns} not on these runs; available: {available}")
+    parts = [_tag_column(runs, t) for t in row_tags]
+    for tag, column in zip(row_tags, parts):
+        lacking = runs.loc[column.isna(), "run_name"].tolist()
+        if lacking:
+            raise ValueError(f"run(s) {lacking} have no tag {tag!r}; choose other --rows or filter them out")
+    return pd.Series([", ".join(str(p.iloc[i]) for p in parts) for i in range(len(runs))], index=runs.index)
+
+
+def _duplicates(runs: pd.DataFrame, row_tags: tuple[str, ...]) -> list[tuple[str, str, list[str]]]:
+    labels = row_labels(runs, row_tags)
+    seeds = runs["seed"] if "seed" in runs else pd.Series(["?"] * len(runs), index=runs.index)
+    frame = pd.DataFrame({"label": labels, "seed": seeds.astype(str), "name": runs["run_name"]})
+    return [(label, seed, list(group["name"])) for (label, seed), group in frame.groupby(["label", "seed"])
+            if len(group) > 1]
+
+
+def order_benchmarks(names: Sequence[str]) -> tuple[str, ...]:
+    """The paper's six first, in its order, then the others alphabetically."""
+    names = set(names)
+    return tuple([b for b in PAPER_BENCHMARKS if b in names] + sorted(names - set(PAPER_BENCHMARKS)))
+
+
+def _choose_k(bench: str, points: pd.DataFrame, names: Mapping[str, str], k: int | None,
+              notes: _Notes) -> tuple[int | None, tuple[int, ...]]:
+    """The k of one benchmark's column and the footnotes it needs."""
+    per_run = {run: set(part["k"]) for run, part in points.groupby("run_id")}
+    if k is not None:
+        lacking = {names[r]: sorted(ks) for r, ks in per_run.items() if k not in ks}
+        if not lacking:
+            return k, ()
+        listing = "; ".join(f"{name}: {ks}" for name, ks in sorted(lacking.items()))
+        return k, (notes.add(f"{bench}: k={k} was asked for; run(s) without it ({listing})"),)
+    common = set.intersection(*per_run.values())
+    listing = "; ".join(f"{names[r]}: {sorted(ks)}" for r, ks in sorted(per_run.items(), key=lambda x: names[x[0]]))
+    if not common:
+        return None, (notes.add(f"{bench}: the runs share no k, nothing is compared ({listing})"),)
+    chosen = max(common)
+    if any(ks != per_run[next(iter(per_run))] for ks in per_run.values()):
+        return chosen, (notes.add(f"{bench}: runs logged different k ({listing}); compared at the largest common k={chosen}"),)
+    return chosen, ()
+
+
+def _best(cells: dict, keys: list) -> None:
+    """Mark the highest mean among `keys` of `cells` (ties all marked; nothing with < 2 values)."""
+    valued = [key for key in keys if cells[key].estimate is not None]
+    if len(valued) < 2:
+        return
+    top = max(cells[key].estimate.mean for key in valued)
+    for key in valued:
+        if math.isclose(cells[key].estimate.mean, top, rel_tol=0.0, abs_tol=1e-12):
+            cell = cells[key]
+            cells[key] = Cell(cell.estimate, True, cell.notes)
+
+
+def build_table(
+    runs: pd.DataFrame,
+    points: pd.DataFrame,
+    *,
+    rows: Sequence[str] | None = None,
+    k: int | Mapping[str, int] | None = None,
+    benchmarks: Sequence[str] | None = None,
+    confidence: float = 0.95,
+) -> ComparisonTable:
+    """Build the comparison table.
+
+    Args:
+        runs: the selected runs (one per row × seed).
+        points: their final eval points.
+        rows: row tags (default `default_row_tags`); `swept` is the run name without its seed.
+        k: one k for every benchmark, {benchmark: k}, or None for each benchmark's largest common k.
+        benchmarks: the columns (default: every benchmark with points), in the paper's order.
+        confidence: coverage of the t-intervals over seeds.
+
+    Raises:
+        ValueError: no runs, no eval metrics, an unknown benchmark or row tag, or two runs of one row
+            with the same seed (the rows do not separate the runs: choose other --rows or filter).
+    """
+    if runs.empty:
+        raise ValueError("no runs selected: nothing to tabulate")
+    if points.empty:
+        raise ValueError(
+            f"none of the {len(runs)} selected runs logged an eval/<benchmark>/avg_at_<k> or pass_at_<k> "
+            "metric; run an evaluation (eval.every / quadrants.evaluate) first"
+        )
+    row_tags = tuple(rows) if rows else default_row_tags(runs)
+    labels = row_labels(runs, row_tags)
+    dup = _duplicates(runs, row_tags) if "seed" in runs else []
+    if dup:
+        described = "; ".join(f"row {label!r} seed {seed}: {names}" for label, seed, names in dup)
+        raise ValueError(f"rows {list(row_tags)} put several runs of one seed in a row ({described}); "
+                         f"pass --rows with the tags that tell them apart (e.g. --rows {SWEPT}) or narrow the selection")
+    names = dict(zip(runs["run_id"], runs["run_name"]))
+    points = points[points["run_id"].isin(names)]
+    available = order_benchmarks(points["benchmark"].unique())
+    if benchmarks:
+        unknown = [b for b in benchmarks if b not in available]
+        if unknown:
+            raise ValueError(f"benchmark(s) {unknown} not logged by these runs; logged: {list(available)}")
+        columns = tuple(benchmarks)
+    else:
+        columns = available
+    ks_asked = k if isinstance(k, Mapping) else dict.fromkeys(columns, k)
+    unknown_k = [b for b in ks_asked if b not in columns]
+    if unknown_k:
+        raise ValueError(f"k given for benchmark(s) {unknown_k} that are not columns; columns: {list(columns)}")
+
+    notes = _Notes()
+    order = list(dict.fromkeys(sorted(labels)))
+    seeds = {label: int((labels == label).sum()) for label in order}
+    run_of_label = {label: list(runs.loc[labels == label, "run_id"]) for label in order}
+    unfinished = runs.loc[runs["status"] != "FINISHED", ["run_name", "status"]]
+    if not unfinished.empty:
+        notes.add("runs not FINISHED (their last logged values are used): "
+                  + ", ".join(f"{n} ({s})" for n, s in unfinished.itertuples(index=False)))
+
+    ks: dict[str, int | None] = {}
+    cells: dict[tuple[str, str, str], Cell] = {}
+    values: dict[tuple[str, str], float] = {}  # (run_id, benchmark) -> Avg@k, for the avg column
+    for bench in columns:
+        bench_points = points[points["benchmark"] == bench]
+        chosen, column_notes = _choose_k(bench, bench_points, names, ks_asked.get(bench), notes)
+        ks[bench] = chosen
+        at_k = bench_points[bench_points["k"] == chosen]
+        steps = sorted(set(at_k["step"]))
+        if len(steps) > 1:
+            column_notes += (notes.add(f"{bench}: final evaluations were at different steps {steps}"),)
+        for label in order:
+            for kind in ("avg", "pass"):
+                found = at_k[(at_k["kind"] == kind) & at_k["run_id"].isin(run_of_label[label])]
+                found = found.set_index("run_id")["value"]
+                lacking = [names[r] for r in run_of_label[label] if r not in found.index]
+                marks = column_notes
+                if chosen is None:
+                    estimate = None
+                elif lacking:
+                    estimate = None
+                    marks += (notes.add(f"{bench} {kind.capitalize()}@{chosen} missing in run(s) {sorted(lacking)}: cell left blank"),)
+                else:
+                    estimate = seed_estimate([found[r] for r in run_of_label[label]], confidence)
+                    if kind == "avg":
+                        values.update({(r, bench): float(found[r]) for r in run_of_label[label]})
+                cells[(label, bench, kind)] = Cell(estimate, False, marks)
+        for kind in ("avg", "pass"):
+            _best(cells, [(label, bench, kind) for label in order])
+
+    paper = all(b in columns for b in PAPER_BENCHMARKS)
+    avg_benchmarks = PAPER_BENCHMARKS if paper else columns
+    avg_cells: dict[str, Cell] = {}
+    for label in order:
+        per_run = []
+        for run in run_of_label[label]:
+            got = {b: values[(run, b)] for b in avg_benchmarks if (run, b) in values}
+            if len(got) < len(avg_benchmarks):
+                per_run = None
+                break
+            per_run.append(paper_avg(got) if paper else math.fsum(got.values()) / len(got))
+        if per_run is None:
+            mark = notes.add("avg left blank where a row lacks an Avg@k of one of its benchmarks")
+            avg_cells[label] = Cell(None, False, (mark,))
+        else:
+            avg_cells[label] = Cell(seed_estimate(per_run, confidence))
+    _best(avg_cells, order)
+    return ComparisonTable(row_tags, tuple(order), columns, ks, cells, avg_cells, tuple(avg_benchmarks), seeds,
+                           confidence, tuple(notes.texts))
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+
+def _number(estimate: SeedEstimate) -> str:
+    if not estimate.has_ci:
+        return f"{100 * estimate.mean:.1f}"
+    return f"{100 * estimate.mean:.1f} ± {100 * estimate.half_width:.1f}"
+
+
+def _marks(notes: Sequence[int], style: str) -> str:
+    if not notes:
+        return ""
+    text = ",".join(str(n) for n in sorted(set(notes)))
+    return f"\\textsuperscript{{{text}}}" if style == "latex" else f"[{text}]"
+
+
+def _text(cell: Cell, style: str) -> str:
+    if cell.estimate is None:
+        return ("--" if style == "latex" else "—") + _marks(cell.notes, style)
+    number = _number(cell.estimate)
+    if style == "latex":
+        number = number.replace("±", "$\\pm$")
+    if cell.best:
+        number = f"\\textbf{{{number}}}" if style == "latex" else f"**{number}**"
+    return number + _marks(cell.notes, style)
+
+
+def _pair(table: ComparisonTable, row: str, bench: str, style: str) -> str:
+    avg, pas = table.cells[(row, bench, "avg")], table.cells[(row, bench, "pass")]
+    if avg.estimate is None and pas.estimate is None and avg.notes == pas.notes:
+        return _text(avg, style)
+    return f"{_text(avg, style)} / {_text(pas, style)}"
+
+
+def _seeds(table: ComparisonTable, row: str) -> str:
+    n = table.seeds[row]
+    return f"{n}" if n > 1 else "1 (no CI)"
+
+
+def caption(table: ComparisonTable) -> str:
+    """What the numbers are, in one paragraph (printed above the Markdown table and as the LaTeX caption)."""
+    level = round(100 * table.confidence)
+    what = "the paper's avg: mean Avg@k of" if len(table.avg_benchmarks) == len(PAPER_BENCHMARKS) and set(
+        table.avg_benchmarks) == set(PAPER_BENCHMARKS) else "mean Avg@k over"
+    return (f"Avg@k / Pass@k in %, final evaluation of each run; mean ± half-width of the {level}% Student-t "
+            f"interval over seeds (a row with one seed has no interval); bold = best in its column; "
+            f"avg = {what} {', '.join(table.avg_benchmarks)}.")
+
+
+def _header(table: ComparisonTable) -> list[str]:
+    heads = [", ".join(table.row_tags)]
+    for bench in table.benchmarks:
+        k = table.ks[bench]
+        heads.append(f"{bench} Avg/Pass@{k}" if k is not None else f"{bench} (no common k)")
+    return heads + ["avg", "seeds"]
+
+
+def to_markdown(table: ComparisonTable) -> str:
+    """The table as GitHub Markdown with the caption above and numbered footnotes below."""
+    heads = _header(table)
+    lines = [caption(table), "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for row in table.rows:
+        cells = [row] + [_pair(table, row, b, "md") for b in table.benchmarks]
+        cells += [_text(table.avg[row], "md"), _seeds(table, row)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if table.footnotes:
+        lines.append("")
+        lines += [f"[{i}] {text}  " for i, text in enumerate(table.footnotes, 1)]
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_ESCAPES.get(ch, ch) for ch in str(text))
+
+
+def to_latex(table: ComparisonTable) -> str:
+    """A `table` environment (needs \\usepackage{booktabs}); footnotes as lines under the tabular."""
+    heads = [latex_escape(h) for h in _header(table)]
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             r"\begin{tabular}{l" + "c" * (len(heads) - 1) + "}", r"\toprule", " & ".join(heads) + r" \\",
+             r"\midrule"]
+    for row in table.rows:
+        cells = [latex_escape(row)] + [_pair(table, row, b, "latex") for b in table.benchmarks]
+        cells += [_text(table.avg[row], "latex"), latex_escape(_seeds(table, row))]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    for i, text in enumerate(table.footnotes, 1):
+        lines.append(rf"\\[2pt]{{\footnotesize\textsuperscript{{{i}}} {latex_escape(text)}}}")
+    lines += [rf"\caption{{{latex_escape(caption(table))}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_frame(table: ComparisonTable) -> pd.DataFrame:
+    """The table in long form for CSV: one line per (row, benchmark, metric), blank mean = blank cell.
+
+    Columns: row, benchmark, k, metric (avg | pass; the avg column has benchmark "avg"), mean,
+    ci_half_width, ci_low, ci_high, n_seeds, best, notes (the footnote texts, "; "-joined).
+    """
+    records = []
+
+    def add(row: str, bench: str, k: int | None, metric: str, cell: Cell) -> None:
+        est = cell.estimate
+        records.append({
+            "row": row, "benchmark": bench, "k": k, "metric": metric,
+            "mean": est.mean if est else math.nan,
+            "ci_half_width": est.half_width if est else math.nan,
+            "ci_low": est.low if est else math.nan, "ci_high": est.high if est else math.nan,
+            "n_seeds": table.seeds[row], "best": cell.best,
+            "notes": "; ".join(table.footnotes[n - 1] for n in sorted(set(cell.notes))),
+        })
+
+    for row in table.rows:
+        for bench in table.benchmarks:
+            for kind in ("avg", "pass"):
+                add(row, bench, table.ks[bench], kind, table.cells[(row, bench, kind)])
+        add(row, "avg", None, "avg", table.avg[row])
+    frame = pd.DataFrame(records)
+    frame["k"] = frame["k"].astype("Int64")
+    return frame
