@@ -1,0 +1,68 @@
+"""What `python -m quadrants.evaluate TARGET` resolves TARGET to, before anything is loaded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from quadrants.eval.target import resolve_target
+
+
+def make_run(root, steps=(2, 5), config=True):
+    """A run directory as a sweep job leaves it: config.yaml, run.json, checkpoints/step_N/state.pt
+    (the state files are empty: resolving never reads them)."""
+    run = root / "quadrant=PHR,seed=1"
+    for step in steps:
+        (run / "checkpoints" / f"step_{step:07d}").mkdir(parents=True)
+        (run / "checkpoints" / f"step_{step:07d}" / "state.pt").write_bytes(b"")
+    (run / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run / "checkpoints" / "step_0000009.tmp").mkdir()  # a half-written checkpoint is never picked
+    if config:
+        cfg = {"model": {"name_or_path": "tiny-random", "dtype": "float32"}, "task": {"name": "arithmetic"},
+               "sweep_id": "s1", "seed": 1, "objective": {"name": "dapo"}}
+        (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "run.json").write_text(json.dumps({"run_id": "abc123"}))
+    return run
+
+
+def test_run_directory_means_its_newest_complete_checkpoint(tmp_path):
+    run = make_run(tmp_path)
+    target = resolve_target(str(run))
+    assert (target.kind, target.step, target.model, target.dtype) == ("checkpoint", 5, "tiny-random", "float32")
+    assert target.checkpoint == run.resolve() / "checkpoints" / "step_0000005" / "state.pt"
+    assert target.source_run_id == "abc123" and target.label == "quadrant=PHR,seed=1@step_5"
+
+
+def test_checkpoint_directory_is_that_checkpoint(tmp_path):
+    run = make_run(tmp_path)
+    target = resolve_target(str(run / "checkpoints" / "step_0000002"))
+    assert (target.kind, target.step, target.model) == ("checkpoint", 2, "tiny-random")
+
+
+def test_run_without_checkpoints_or_config_fails_with_the_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        resolve_target(str(make_run(tmp_path / "a", steps=())))
+    with pytest.raises(FileNotFoundError, match="config.yaml: the base model is unknown"):
+        resolve_target(str(make_run(tmp_path / "b", config=False)))
+
+
+def test_model_directory_embedded_models_and_hub_ids(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    assert resolve_target(str(tmp_path / "model")).kind == "model_dir"
+    assert resolve_target("tiny").kind == "embedded" and resolve_target("tiny-random").model == "tiny-random"
+    hub = resolve_target("Qwen/Qwen2.5-Math-7B")
+    assert (hub.kind, hub.model, hub.label) == ("hub", "Qwen/Qwen2.5-Math-7B", "Qwen--Qwen2.5-Math-7B")
+
+
+@pytest.mark.parametrize("missing", ["./no/such/model", "/no/such/dir", "~/no/such/dir", "no/such/dir"])
+def test_a_path_that_does_not_exist_is_named(missing):
+    with pytest.raises(FileNotFoundError, match="no model, run or checkpoint directory at"):
+        resolve_target(missing)
+
+
+def test_an_unrelated_directory_is_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a training run directory"):
+        resolve_target(str(tmp_path))
