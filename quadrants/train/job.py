@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,25 @@ def read_sweep_file(cfg: RunConfig) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def make_tracker(cfg: RunConfig, run_dir: Path) -> Any:
+def slurm_tags() -> dict[str, str]:
+    """Where a SLURM job runs ({} outside SLURM): `slurm.job_id` (`<array id>_<index>` for an array
+    task, as squeue/sacct/scancel name it) and `slurm.node`. Set when the run is created."""
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return {}
+    job_id = env["SLURM_JOB_ID"]
+    if "SLURM_ARRAY_JOB_ID" in env and "SLURM_ARRAY_TASK_ID" in env:
+        job_id = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return {"slurm.job_id": job_id, "slurm.node": env.get("SLURMD_NODENAME", "")}
+
+
+def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:
+    """The run's MLflow tracker; its parent is `parent_run_id`, else the one in the sweep's sweep.json."""
     from quadrants.tracking.mlflow_tracker import MlflowTracker
 
-    parent = read_sweep_file(cfg).get("parent_run_id")
+    parent = parent_run_id or read_sweep_file(cfg).get("parent_run_id")
     tracker = MlflowTracker(
-        tracking_uri(cfg), cfg.study, run_name=Path(run_dir).name, tags=run_tags(cfg),
+        tracking_uri(cfg), cfg.study, run_name=Path(run_dir).name, tags={**run_tags(cfg), **slurm_tags()},
         parent_run_id=parent, spool_dir=run_dir / "tracking", artifact_location=artifact_location(cfg),
     )
     if cfg.tracking.system_metrics:
@@ -64,14 +78,16 @@ def make_tracker(cfg: RunConfig, run_dir: Path) -> Any:
     return tracker
 
 
-def run_job(job_cfg: DictConfig) -> dict[str, Any]:
-    """Run one composed job; returns a summary dict (Hydra keeps it as the job's return value)."""
+def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, Any]:
+    """Run one composed job; returns a summary dict (Hydra keeps it as the job's return value).
+
+    `parent_run_id`: the sweep's MLflow parent run (default: read from the sweep's sweep.json)."""
     cfg = to_run_config(job_cfg)
     assert cfg.run_dir is not None
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
-    tracker = make_tracker(cfg, run_dir)
+    tracker = make_tracker(cfg, run_dir, parent_run_id)
     log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
     try:
         result = run_training(cfg, tracker)
