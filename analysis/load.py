@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ EVAL_KEY = re.compile(r"^eval/(?P<benchmark>[^/]+)/(?P<kind>avg|pass)_at_(?P<k>\
 
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "quadrants.study"
+SOURCE_RUN_TAG = "quadrants.source_run_id"
 PROBLEM_TABLE = re.compile(r"(problem|per_problem|counts|nc)[^/]*\.(csv|json|jsonl)$", re.IGNORECASE)
 """File names that may hold a per-problem (n, c) table (see `problem_tables`)."""
 
@@ -75,13 +76,16 @@ class RunSet:
         parent_run_id: the sweep's parent run (where the analysis is logged), or None.
         selection: what was asked for.
         label: a short name for output directories (the sweep id, or the experiment).
+        eval_runs: {training run id: ids of the `python -m quadrants.evaluate` runs of its checkpoints}
+            (tag quadrants.role = eval, quadrants.source_run_id = the training run); their metrics
+            count as the training run's (`final_metrics`), they are not rows of their own.
     """
 
     runs: pd.DataFrame
     parent_run_id: str | None
     selection: Selection
     label: str
-    notes: tuple[str, ...] = field(default=())
+    eval_runs: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def run_ids(self) -> list[str]:
@@ -146,7 +150,16 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
         SelectionError: nothing matched (the message lists what the store has).
     """
     ids = _experiment_ids(client, selection.experiment)
-    found = [r for r in _search(client, ids, _filter(selection)) if r.data.tags.get(ROLE_TAG) != "sweep_parent"]
+    matched = _search(client, ids, _filter(selection))
+    found = [r for r in matched if r.data.tags.get(ROLE_TAG) not in ("sweep_parent", "eval")]
+    training_ids = {r.info.run_id for r in found}
+    eval_runs: dict[str, list[str]] = {}
+    for run in matched:
+        source = run.data.tags.get(SOURCE_RUN_TAG)
+        if run.data.tags.get(ROLE_TAG) == "eval" and source in training_ids:
+            eval_runs.setdefault(source, []).append(run.info.run_id)
+        elif run.data.tags.get(ROLE_TAG) == "eval":
+            found.append(run)  # an evaluation of something not selected (a base model): a row of its own
     if not found:
         sweeps = sorted({r.data.tags.get(SWEEP_ID_TAG, "") for r in _search(client, ids, "")} - {""})
         raise SelectionError(f"no runs match {selection.describe()}; sweep ids in the store: {sweeps or 'none'}")
@@ -168,22 +181,28 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
         parents = {p for p in frame[PARENT_TAG] if p}
         parent = parents.pop() if len(parents) == 1 else None
     label = selection.sweep_id or selection.experiment or "runs"
-    return RunSet(frame, parent, selection, label)
+    return RunSet(frame, parent, selection, label, eval_runs)
 
 
-def final_metrics(client: MlflowClient, run_ids: Sequence[str]) -> pd.DataFrame:
+def final_metrics(client: MlflowClient, run_ids: Sequence[str],
+                  eval_runs: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """The final value of every held-out metric (`eval/...`) per run: the point at the largest step
-    (then the latest timestamp), with that step.
+    (then the latest timestamp), with that step. A run's `eval_runs` (standalone evaluations of its
+    checkpoints, logged at the checkpoint's step) compete with its own in-training evaluations.
 
     Returns:
-        columns run_id, key, step, value.
+        columns run_id, key, step, value (run_id is the training run's).
     """
     rows = []
     for run_id in run_ids:
-        for key in client.get_run(run_id).data.metrics:
-            if key.startswith("eval/"):
-                last = max(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
-                rows.append({"run_id": run_id, "key": key, "step": last.step, "value": last.value})
+        best: dict[str, Any] = {}
+        for source in [run_id, *((eval_runs or {}).get(run_id, []))]:
+            for key in client.get_run(source).data.metrics:
+                if key.startswith("eval/"):
+                    last = max(client.get_metric_history(source, key), key=lambda m: (m.step, m.timestamp))
+                    if key not in best or (last.step, last.timestamp) > (best[key].step, best[key].timestamp):
+                        best[key] = last
+        rows += [{"run_id": run_id, "key": key, "step": m.step, "value": m.value} for key, m in best.items()]
     return pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
 
 
@@ -271,19 +290,30 @@ def _read_table(path: Path) -> pd.DataFrame:
     return pd.DataFrame(payload)
 
 
-def problem_tables(client: MlflowClient, run_id: str, benchmarks: Iterable[str]) -> dict[str, pd.DataFrame]:
-    """Per-problem (n, c) tables among the run's artifacts, by benchmark.
+def problem_tables(client: MlflowClient, run_id: str, benchmarks: Iterable[str],
+                   default_step: int = -1) -> dict[str, tuple[int, pd.DataFrame]]:
+    """Per-problem (n, c) tables among the run's artifacts, by benchmark, the newest evaluation's.
 
-    A file qualifies when its name looks like a per-problem table (`PROBLEM_TABLE`), it has columns
-    `n` and `c`, and its benchmark is known: a `benchmark` column, or a benchmark name as a path part
-    or file-name stem. Files that do not parse are skipped (the logged pass_at_k points are used).
+    A file qualifies when its name looks like a per-problem table (`PROBLEM_TABLE`; the evaluation
+    runner writes `eval/[step_<N>/]<benchmark>/counts.csv`), it has columns `n` and `c`, and its
+    benchmark is known: a `benchmark` column, or a benchmark name as a path part or file-name stem.
+    The step is the `step_<N>` in its path, else `default_step`; the largest step wins. A JSON file
+    next to a CSV of the same name is the same table and is skipped. Files that do not parse are
+    skipped (the logged pass_at_k points are used instead).
 
     Returns:
-        {benchmark: DataFrame with integer columns n and c, one row per problem}.
+        {benchmark: (step, DataFrame with integer columns n and c, one row per problem)}.
     """
     known = set(benchmarks)
     candidates = [p for p in _walk(client, run_id, None, 3) if PROBLEM_TABLE.search(Path(p).name)]
-    tables: dict[str, pd.DataFrame] = {}
+    csvs = {str(Path(p).with_suffix("")) for p in candidates if p.endswith(".csv")}
+    candidates = [p for p in candidates if p.endswith(".csv") or str(Path(p).with_suffix("")) not in csvs]
+    tables: dict[str, tuple[int, pd.DataFrame]] = {}
+
+    def keep(bench: str, step: int, table: pd.DataFrame) -> None:
+        if bench not in tables or step > tables[bench][0]:
+            tables[bench] = (step, table[["n", "c"]].astype(int).reset_index(drop=True))
+
     if not candidates:
         return tables
     with tempfile.TemporaryDirectory() as tmp:
@@ -292,15 +322,17 @@ def problem_tables(client: MlflowClient, run_id: str, benchmarks: Iterable[str])
                 table = _read_table(_download(client, run_id, name, Path(tmp)))
             except (ValueError, OSError):
                 continue
-            if not {"n", "c"} <= set(table.columns):
+            if not {"n", "c"} <= set(table.columns) or table.empty:
                 continue
+            found = re.search(r"step_(\d+)", name)
+            step = int(found.group(1)) if found else default_step
             if "benchmark" in table.columns:
                 for bench, part in table.groupby("benchmark"):
-                    tables[str(bench)] = part[["n", "c"]].astype(int).reset_index(drop=True)
+                    keep(str(bench), step, part)
                 continue
             parts = {*Path(name).parts[:-1], Path(name).stem}
             parts |= {piece for part in list(parts) for piece in re.split(r"[_.\-]", part)}
             hits = sorted(known & parts)
             if len(hits) == 1:
-                tables[hits[0]] = table[["n", "c"]].astype(int).reset_index(drop=True)
+                keep(hits[0], step, table)
     return tables

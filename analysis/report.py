@@ -63,21 +63,38 @@ def _missing(history: pd.DataFrame, key: str, frame: pd.DataFrame) -> list[str]:
     return [f"{r.row} s{r.seed}" for r in frame.itertuples(index=False) if r.run_id not in have]
 
 
-def _curves(client: MlflowClient, frame: pd.DataFrame, finals: pd.DataFrame
-            ) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, str]]:
-    """Pass@k curves per run: from a per-problem (n, c) artifact when there is one, else the logged points."""
-    points = load.eval_points(finals)
+def pass_at_k_by_run(client: MlflowClient, runset: load.RunSet, points: pd.DataFrame
+                     ) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, str]]:
+    """Pass@k curves of every run's final evaluation, per benchmark.
+
+    From the per-problem (n, c) table of that evaluation when one is among the artifacts of the run
+    (or of its standalone evaluation runs) at a step no older than the final logged points: k = 1, 2,
+    4, ..., n (`quadrants.eval.metrics.pass_at_k_curve`); else from the logged pass_at_k points.
+
+    Returns:
+        ({run_id: {benchmark: {k: Pass@k}}}, {run_id: "(n, c) table" | "logged points"}).
+    """
     curves: dict[str, dict[str, dict[int, float]]] = {}
     sources: dict[str, str] = {}
-    for run_id in frame["run_id"]:
+    benchmarks = set(points["benchmark"])
+    for run_id in runset.run_ids:
         logged = points[(points["run_id"] == run_id) & (points["kind"] == "pass")]
-        per_bench = {b: dict(zip(part["k"], part["value"])) for b, part in logged.groupby("benchmark")}
-        from_tables = load.problem_tables(client, run_id, set(points["benchmark"]))
-        for bench, counts in from_tables.items():
-            per_bench[bench] = pass_at_k_curve(list(counts["n"]), list(counts["c"]))
+        per_bench = {b: {int(k): float(v) for k, v in zip(part["k"], part["value"])} for b, part in logged.groupby("benchmark")}
+        final_step = {b: int(part["step"].max()) for b, part in logged.groupby("benchmark")}
+        found: dict[str, tuple[int, pd.DataFrame]] = {}
+        for source in [run_id, *runset.eval_runs.get(run_id, [])]:
+            step = int(client.get_run(source).data.tags.get("quadrants.checkpoint_step", -1)) if source != run_id else -1
+            for bench, (at, table) in load.problem_tables(client, source, benchmarks, step).items():
+                if bench not in found or at > found[bench][0]:
+                    found[bench] = (at, table)
+        used = False
+        for bench, (at, table) in found.items():
+            if at >= final_step.get(bench, -1):
+                per_bench[bench] = pass_at_k_curve(list(table["n"]), list(table["c"]))
+                used = True
         if per_bench:
             curves[run_id] = per_bench
-            sources[run_id] = "(n, c) table" if from_tables else "logged points"
+            sources[run_id] = "(n, c) table" if used else "logged points"
     return curves, sources
 
 
@@ -104,7 +121,7 @@ def build_report(selection: load.Selection, out_dir: Path, options: ReportOption
     client = MlflowClient(selection.tracking_uri)
     runset = load.select_runs(client, selection)
     log.info("analysing %d runs (%s)", len(runset.runs), selection.describe())
-    finals = load.final_metrics(client, runset.run_ids)
+    finals = load.final_metrics(client, runset.run_ids, runset.eval_runs)
     points = load.eval_points(finals)
     table = tables.build_table(runset.runs, points, rows=options.rows, k=options.k,
                                benchmarks=options.benchmarks, confidence=options.confidence)
@@ -132,7 +149,7 @@ def build_report(selection: load.Selection, out_dir: Path, options: ReportOption
         if lacking and len(lacking) < len(frame):
             messages.append(f"{stem}: no {key} in run(s) {lacking}")
     files += _figure(messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir)
-    curves, sources = _curves(client, frame, finals)
+    curves, sources = pass_at_k_by_run(client, runset, points)
     files += _figure(messages, "pass_at_k", figures.pass_at_k_curves, curves, frame, fig_dir, sources)
 
     samples_by_run = {r.run_id: load.load_samples(client, r.run_id) for r in frame.itertuples(index=False)}

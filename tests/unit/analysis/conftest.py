@@ -115,8 +115,12 @@ def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         local = directory / "local" / run_id
         client.log_artifact(run_id, str(sample_file(local / "samples", 3, 1.0)), "samples")
         run_ids[(quadrant, seed)] = run_id
-    # PHR s0 also has a per-problem table for aime24: (n, c) = (4, 2), (4, 0)
-    table = directory / "local" / "problems.csv"
-    table.write_text("problem,n,c\n0,4,2\n1,4,0\n")
-    client.log_artifact(run_ids[("PHR", 0)], str(table), "eval/aime24")
+    # PHR s0 also has the runner's per-problem tables for aime24 (eval/step_<N>/<bench>/counts.csv and
+    # counts.json): at step 60 (n, c) = (4, 2), (4, 0); at step 0 a decoy (4, 4), (4, 4)
+    for step, rows in ((60, "0,4,2\n1,4,0\n"), (0, "0,4,4\n1,4,4\n")):
+        folder = directory / "local" / f"step_{step}" / "aime24"
+        folder.mkdir(parents=True)
+        (folder / "counts.csv").write_text("problem_id,n,c,wrong\n" + rows)
+        (folder / "counts.json").write_text(json.dumps({"benchmark": "aime24", "problems": [{"n": 9, "c": 9}]}))
+        client.log_artifacts(run_ids[("PHR", 0)], str(folder), f"eval/step_{step:07d}/aime24")
     return {"uri": uri, "client": client, "parent": parent, "runs": run_ids, "dir": directory, "exp_id": exp_id}

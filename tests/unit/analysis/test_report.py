@@ -1,0 +1,68 @@
+"""The whole report from a real store: every file written, logged on the parent run, and the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis import load
+from analysis.__main__ import main
+from analysis.report import ReportOptions, build_report
+
+from .conftest import eval_metrics, make_child, make_parent, new_store
+
+FIGURES = ("train_solve_rate", "train_entropy", "dlogp_abs_by_quadrant", "pass_at_k", "token_advantage_hist",
+           "entropy_pos_vs_neg")
+
+
+@pytest.mark.slow
+def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
+    uri, client, parent = study_store["uri"], study_store["client"], study_store["parent"]
+    out = tmp_path / "out"
+    assert main(["--tracking-uri", uri, "--compare", "PHR", "NHR", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "analysis: latest sweep sw1 of experiment study" in printed
+    assert "| PHR | **55.0 ± 63.5** / **85.0 ± 63.5** |" in printed
+    assert "| aime24 | Avg@4 | +15.0 | [-48.5, +78.5] | 2/2 |" in printed
+    assert f"logged under artifacts/analysis of run {parent}" in printed
+    expected = {"table.md", "table.csv", "table.tex", "paired.md", "samples.html", "report.md"}
+    expected |= {f"figures/{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg")}
+    written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert written == expected
+    for name in expected:
+        assert (out / name).stat().st_size > 0, name
+    assert (out / "figures" / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "figures" / "train_entropy.svg").read_text().lstrip().startswith("<?xml")
+    logged = {f.path for f in client.list_artifacts(parent, "analysis")}
+    assert {"analysis/table.md", "analysis/table.csv", "analysis/table.tex", "analysis/samples.html",
+            "analysis/figures", "analysis/report.md", "analysis/paired.md"} <= logged
+    assert len(client.list_artifacts(parent, "analysis/figures")) == 2 * len(FIGURES)
+    page = (out / "samples.html").read_text()
+    # tokens are escaped, shaded by entropy (0.9 of the 99th-percentile cap) and underlined by quadrant
+    assert "&lt;" in page and "&amp;" in page and "⏎" in page
+    assert 'title="H=0.900 nats · PHR"' in page and "border-bottom-color: #1b7837" in page
+    assert page.count("<h2>") == 5
+    report = (out / "report.md").read_text()
+    assert "![pass_at_k](figures/pass_at_k.png)" in report and "Paired comparison PHR − NHR" in report
+
+
+def test_missing_figure_data_is_reported_not_drawn(template_db, tmp_path):
+    # two runs with eval metrics only: no training curves, telemetry or samples -> those figures are
+    # skipped with a message; the table and the Pass@k figure (logged points) are still there
+    uri, client = new_store(template_db, tmp_path / "store")
+    exp_id, parent = make_parent(client, tmp_path / "store")
+    make_child(client, exp_id, parent, "PHR", 0, eval_metrics({"aime24": (0.5, 0.8)}))
+    make_child(client, exp_id, parent, "NHR", 0, eval_metrics({"aime24": (0.4, 0.7)}))
+    out = tmp_path / "out"
+    report = build_report(load.Selection(uri, "study", "sw1"), out, ReportOptions(log_to_parent=False))
+    names = {p.name for p in report.files}
+    assert {"table.md", "pass_at_k.png", "pass_at_k.svg"} <= names
+    assert not (out / "figures" / "train_entropy.png").exists() and not (out / "samples.html").exists()
+    assert report.messages == (
+        "skipped train_solve_rate: no run logged 'train/solve_rate': cannot draw train_solve_rate",
+        "skipped train_entropy: no run logged 'train/entropy': cannot draw train_entropy",
+        "skipped dlogp_abs_by_quadrant: no run logged train/quadrant/<Q>/dlogp_abs: cannot draw dlogp_abs",
+        "skipped token_advantage_hist: no sample artifacts in any run: cannot draw advantage histograms",
+        "skipped entropy_pos_vs_neg: no sample artifacts in any run: cannot draw entropy distributions",
+        "skipped samples.html: no run has sample artifacts (tracking.log_samples_every)",
+    )
+    assert not report.logged
