@@ -28,6 +28,7 @@ from quadrants.models.loading import TINY, TINY_RANDOM
 __all__ = ["EvalTarget", "load_target_policy", "resolve_target"]
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_SHARDS_DIR = "model_optim"  # model + optimizer as torch.distributed.checkpoint shards (train/checkpoint.py)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,26 @@ def load_target_policy(target: EvalTarget, *, dtype: str, seed: int = 0) -> tupl
 
     model, tokenizer = load_policy(target.model, dtype=target.dtype or dtype, seed=seed)
     if target.checkpoint is not None:
-        state = torch.load(target.checkpoint, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
+        shards = target.checkpoint.parent / _SHARDS_DIR
+        if shards.is_dir():
+            _load_sharded_model(shards, model)
+        else:  # older checkpoints keep the model in state.pt
+            state = torch.load(target.checkpoint, map_location="cpu", weights_only=False)
+            model.load_state_dict(state["model"])
         model.eval()
     return model, tokenizer
+
+
+def _load_sharded_model(directory: Path, model: Any) -> None:
+    """Only the model part of a torch.distributed.checkpoint written by any number of ranks (DCP
+    loads the requested keys; the optimizer shards are not read)."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    state = {"model": get_model_state_dict(model)}
+    with warnings.catch_warnings():  # DCP warns that it runs in single-process mode without a group: meant
+        warnings.filterwarnings("ignore", message=".*torch.distributed is (disabled|not initialized|unavailable).*")
+        dcp.load(state, checkpoint_id=str(directory))
+    set_model_state_dict(model, state["model"])

@@ -66,3 +66,29 @@ def test_a_path_that_does_not_exist_is_named(missing):
 def test_an_unrelated_directory_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a training run directory"):
         resolve_target(str(tmp_path))
+
+
+@pytest.mark.parametrize("layout", ["state_pt", "sharded"])
+def test_checkpoint_weights_are_loaded_into_the_runs_base_model(tmp_path, layout):
+    """Both checkpoint layouts: the model in state.pt (older), or torch.distributed.checkpoint shards
+    in model_optim/ next to it (what train/checkpoint.py writes now)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from quadrants.eval.target import load_target_policy
+    from quadrants.models.loading import load_policy
+
+    run = make_run(tmp_path, steps=(3,))
+    trained, _ = load_policy("tiny-random", seed=0)
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(0.5)  # weights no fresh tiny-random model has
+    step_dir = run / "checkpoints" / "step_0000003"
+    if layout == "state_pt":
+        torch.save({"step": 3, "model": trained.state_dict()}, step_dir / "state.pt")
+    else:
+        torch.save({"step": 3}, step_dir / "state.pt")
+        dcp.save({"model": trained.state_dict(), "optim": {}}, checkpoint_id=str(step_dir / "model_optim"))
+    model, _ = load_target_policy(resolve_target(str(run)), dtype="float32")
+    for (name, loaded), expected in zip(model.state_dict().items(), trained.state_dict().values()):
+        torch.testing.assert_close(loaded, expected, rtol=0, atol=0, msg=name)
