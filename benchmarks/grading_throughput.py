@@ -12,11 +12,18 @@ cached; the best rate of each is kept, since other processes may share the cores
 time per answer (parent plus workers, from /proc) shows the work itself whatever the load: on a
 busy machine compare it, not the rates.
 
+Real benchmark answers: for every benchmark in the data directory (``$QUADRANTS_DATA`` or
+../shared/data), the first --problems problems each give two completions, its own gold boxed in a
+sentence (graded correct) and the gold of a problem with a different value (graded wrong), the
+answers the grader sees at evaluation time (LaTeX fractions, intervals, units, tuples ...). Sequential
+grading times every answer alone, so the slowest single answer is printed too.
+
 The adversarial batch mixes a 100 KB string, an answer math-verify cannot evaluate in time
 (10^{10^{10^{10}}}), thousands of nested braces, invalid UTF-8 and junk types; its wall time is
 bounded by the per-item timeout (default 5 s), not by the input.
 
     python benchmarks/grading_throughput.py [--items 400] [--repeats 3] [--timeout 5]
+        [--problems 100] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -26,8 +33,11 @@ import multiprocessing
 import os
 import random
 import time
+from pathlib import Path
 
+from quadrants.eval.agreement import completion_for, different_value_partners
 from quadrants.rewards.grader import Grader
+from quadrants.tasks.benchmarks import default_data_dir, get_spec, known_benchmarks, load_benchmark
 
 SEED = 0
 ROLLOUTS_PER_GOLD = 8
@@ -81,12 +91,61 @@ def measure(grader: Grader, completions: list[str], golds: list[str]) -> tuple[f
     return len(completions) / wall, 1e3 * cpu / len(completions)
 
 
+def real_answers(name: str, data_dir: str, problems: int) -> tuple[list[str], list[str]]:
+    """Two completions per problem: its own gold (correct) and a different-valued gold (wrong)."""
+    golds = [p.answer for p in load_benchmark(name, data_dir=data_dir).problems]
+    golds = golds[:problems] if problems else golds
+    partners = different_value_partners(golds, SEED)
+    completions, targets = [], []
+    for index, gold in enumerate(golds):
+        completions.append(completion_for(gold))
+        targets.append(gold)
+        if partners[index] is not None:
+            completions.append(completion_for(golds[partners[index]]))
+            targets.append(gold)
+    return completions, targets
+
+
+def measure_real(sequential: Grader, pool: Grader, data_dir: str, problems: int) -> None:
+    """Answers/s per benchmark, sequential (one call per answer, timed) vs the pool (one batch)."""
+    print(f"real benchmark answers from {data_dir} (first {problems or 'all'} problems each; 2 answers per problem)")
+    print(f"{'benchmark':<15}{'answers':>8}{'seq/s':>8}{'pool/s':>8}{'pool/seq':>10}{'slowest ms':>12}   outcomes (pool)")
+    total_answers, total_seq, total_pool = 0, 0.0, 0.0
+    for name in known_benchmarks():
+        if not (Path(data_dir) / get_spec(name).local_file).is_file():
+            print(f"{name:<15} (no data file; skipped)")
+            continue
+        completions, golds = real_answers(name, data_dir, problems)
+        times = []
+        for completion, gold in zip(completions, golds):
+            start = time.perf_counter()
+            sequential.grade([completion], [gold])
+            times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        graded = pool.grade(completions, golds)
+        pool_s = time.perf_counter() - start
+        seq_s = sum(times)
+        counts = {k: v for k, v in graded.counts().items() if v}
+        print(
+            f"{name:<15}{len(completions):>8}{len(completions) / seq_s:>8.0f}{len(completions) / pool_s:>8.0f}"
+            f"{seq_s / pool_s:>10.2f}{1e3 * max(times):>12.1f}   {counts}"
+        )
+        total_answers, total_seq, total_pool = total_answers + len(completions), total_seq + seq_s, total_pool + pool_s
+    if total_answers:
+        print(
+            f"{'all':<15}{total_answers:>8}{total_answers / total_seq:>8.0f}{total_answers / total_pool:>8.0f}"
+            f"{total_seq / total_pool:>10.2f}"
+        )
+
+
 def main() -> None:
     """Print throughput per workload and the adversarial batch's wall time."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=5.0)
+    parser.add_argument("--problems", type=int, default=100, help="per benchmark; 0 = all")
+    parser.add_argument("--data-dir", default=str(default_data_dir()))
     args = parser.parse_args()
     rng = random.Random(SEED)
     next_gold = 1_000  # every batch gets new golds, so the per-process gold caches never help
@@ -114,6 +173,8 @@ def main() -> None:
                     f"{name:<16}{seq_rate:>7.0f}{pool_rate:>8.0f}{pool_rate / seq_rate:>10.2f}"
                     f"   {seq_cpu:.2f}, {pool_cpu:.2f}"
                 )
+
+            measure_real(sequential, pool, args.data_dir, args.problems)
 
             golds = ["1"] * (len(ADVERSARIAL) - 1) + ["2"]
             start = time.perf_counter()
