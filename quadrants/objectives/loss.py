@@ -82,8 +82,14 @@ def compute_loss(
     batch: TokenBatch,
     policy: PolicyOutput,
     settings: LossSettings,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The scalar loss of one (mini-)batch and its detached metrics.
+
+    Args:
+        is_weights: [B, T] float, detached truncated importance weights for the train–inference
+            mismatch (ops.mismatch), multiplying the objective's per-token loss (not the KL term);
+            None = no correction. Weights of exactly 1 leave the loss bit-for-bit unchanged.
 
     Returns:
         (loss [] float with grad, metrics name -> detached [] tensor).
@@ -91,6 +97,8 @@ def compute_loss(
     out = spec.fn(batch, policy, **params)
     mask = batch.response_mask
     per_token = out.per_token_loss  # [B, T]
+    if is_weights is not None:
+        per_token = per_token * is_weights  # before isolation: the quadrant losses still sum to the full one
     metrics = dict(out.metrics)
     denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     if settings.kl_coef > 0:

@@ -74,3 +74,21 @@ def truncated_is_weights(
         log_ratio = log_ratio.sum(-1, keepdim=True).expand_as(log_ratio)  # [B, 1] -> [B, T]
     weights = torch.exp(log_ratio.clamp_max(math.log(cap)))
     return torch.where(response_mask.bool(), weights, torch.ones_like(weights))
+
+
+def is_weight_stats(weights: Tensor, response_mask: Tensor, *, cap: float) -> tuple[Tensor, Tensor]:
+    """Mean TIS weight over response tokens, and the fraction of them truncated at the cap.
+
+    Args:
+        weights: [B, T] float from `truncated_is_weights`.
+        response_mask: [B, T] bool.
+        cap: the cap the weights were truncated at.
+
+    Returns:
+        (mean [] float, capped_frac [] float); 0 and 0 for an empty mask.
+    """
+    count = response_mask.sum().clamp_min(1)
+    mean = (weights * response_mask).sum() / count
+    # exp(log C) can land an ulp away from C: count anything within float32 rounding as capped
+    capped = (weights >= cap * (1 - 1e-6)) & response_mask.bool()
+    return mean, capped.sum() / count

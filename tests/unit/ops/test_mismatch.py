@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from quadrants.ops.mismatch import logp_abs_diff, truncated_is_weights
+from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 
 LN = math.log
 # two sequences x 3 tokens; the last token of row 1 is padding
@@ -80,3 +80,12 @@ def test_bad_level_and_cap_fail_with_the_allowed_values():
         truncated_is_weights(TRAINER, ENGINE, MASK, level="tokens", cap=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"allowed: \[1, inf\)"):
         truncated_is_weights(TRAINER, ENGINE, MASK, level="token", cap=0.5)
+
+
+def test_weight_stats_by_hand():
+    # token-level weights [[1, 2, 2], [0.5, 1, pad]] at cap 2: mean over the 5 response tokens
+    # = (1 + 2 + 2 + 0.5 + 1) / 5 = 1.3; capped: 2 of 5 = 0.4
+    weights = truncated_is_weights(TRAINER, ENGINE, MASK, level="token", cap=2.0)
+    mean, capped = is_weight_stats(weights, MASK, cap=2.0)
+    torch.testing.assert_close(mean, torch.tensor(1.3), rtol=0, atol=1e-6)
+    torch.testing.assert_close(capped, torch.tensor(0.4), rtol=0, atol=1e-6)

