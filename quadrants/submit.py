@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         from quadrants.models.loading import load_policy
 
         load_policy("tiny")  # build and cache the base policy once, not in every job
+    new_dir = not plan.sweep_dir.exists()
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
     parent, created = _open_parent(plan)
     try:
@@ -234,8 +235,13 @@ def main(argv: list[str] | None = None) -> None:
     except SubmissionRefused as err:
         if parent and created:
             _discard_parent(plan, parent)
+        if new_dir:  # leave no trace of a sweep that never was (only empty directories are removed)
+            for empty in (plan.sweep_dir / ".submitit", plan.sweep_dir):
+                if empty.is_dir() and not any(empty.iterdir()):
+                    empty.rmdir()
+        reason = "\n  ".join(str(err).splitlines())
         sys.exit(f"quadrants: SLURM refused the sweep; nothing was submitted and no manifest was written.\n"
-                 f"  {err}\n  check the hydra.launcher.* settings (partition, account, qos, gpus_per_node, "
+                 f"  {reason}\n  check the hydra.launcher.* settings (partition, account, qos, gpus_per_node, "
                  f"mem_gb, timeout_min; `sinfo` lists partitions and their limits)")
     previous = read_record(plan.sweep_dir)
     history = list(previous.get("previous_submissions", []))
