@@ -228,7 +228,7 @@ def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | Non
     """
     import torch
 
-    from quadrants.rollout.hf import HFEngine
+    from quadrants.eval.generation import TextEngine
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.train.job import tracking_uri
 
@@ -245,7 +245,7 @@ def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | Non
     try:
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
         with Grader(num_workers=_grader_workers(), timeout_s=GRADER_TIMEOUT_S) as grader:
-            report = run_suite(HFEngine(model, tokenizer), grader, cfg.eval, cfg.task, tokenizer=tokenizer,
+            report = run_suite(TextEngine(model, tokenizer), grader, cfg.eval, cfg.task, tokenizer=tokenizer,
                                seed=cfg.seed + 7, out_dir=directory / "results")
         tracker.log_metrics(report.metrics, step=target.step)
         tracker.log_artifact(directory / "results", "eval")
