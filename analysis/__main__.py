@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                     "default: each benchmark's largest k common to all runs")
     parser.add_argument("--benchmarks", help="comma-separated columns (default: every benchmark logged)")
     parser.add_argument("--compare", nargs=2, metavar=("A", "B"), help="paired comparison A - B of two rows")
+    parser.add_argument("--base-row", action="store_true",
+                        help="add a row for the starting policy (every run's step-0 evaluation)")
     parser.add_argument("--confidence", type=float, default=0.95, help="coverage of the intervals over seeds")
     parser.add_argument("--out", type=Path, help="output directory (default: outputs/analysis/<sweep id>)")
     parser.add_argument("--no-log", action="store_true", help="do not log the outputs on the parent run")
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             rows=tuple(args.rows.split(",")) if args.rows else None, k=_k(args.k),
             benchmarks=tuple(args.benchmarks.split(",")) if args.benchmarks else None,
             compare=tuple(args.compare) if args.compare else None, confidence=args.confidence,
-            log_to_parent=not args.no_log,
+            log_to_parent=not args.no_log, base_row=args.base_row,
         )
         out = args.out or Path("outputs") / "analysis" / (sweep_id or experiment or "runs")
         report = build_report(selection, out, options)

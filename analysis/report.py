@@ -37,6 +37,7 @@ class ReportOptions:
     confidence: float = 0.95
     log_to_parent: bool = True
     samples_per_run: int = 6
+    base_row: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,42 @@ def pass_at_k_by_run(client: MlflowClient, runset: load.RunSet, points: pd.DataF
     return curves, sources
 
 
+BASE_LABEL = "base (step 0)"
+
+
+def base_runs(client: MlflowClient, runset: load.RunSet, points: pd.DataFrame, row_tags: Sequence[str]
+              ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """A "base" row: the starting policy's evaluation (step 0) that every run logs before its first update.
+
+    Runs of one seed start from the same policy and evaluate it with the same sampling seed, so their
+    step-0 values should agree; one pseudo-run per seed takes their mean, and a message names any seed
+    whose runs disagree by more than 1e-9.
+
+    Returns:
+        (pseudo runs, their eval points, messages); empty frames when no run logged a step-0 evaluation.
+    """
+    keys = sorted({f"eval/{p.benchmark}/{p.kind}_at_{p.k}" for p in points.itertuples()})
+    history = load.histories(client, runset.run_ids, keys)
+    initial = load.eval_points(history[history["step"] == 0])
+    messages: list[str] = []
+    if initial.empty:
+        return pd.DataFrame(columns=runset.runs.columns), initial, ["no run logged a step-0 evaluation: no base row"]
+    seeds = runset.runs.set_index("run_id")["seed"].astype(str) if "seed" in runset.runs else None
+    initial["seed"] = initial["run_id"].map(seeds) if seeds is not None else "0"
+    rows, extra = [], []
+    for seed, part in initial.groupby("seed"):
+        pseudo = f"base-seed-{seed}"
+        rows.append({"run_id": pseudo, "run_name": f"{BASE_LABEL},seed={seed}", "status": "FINISHED", "seed": seed,
+                     **{tag: (BASE_LABEL if i == 0 else "-") for i, tag in enumerate(row_tags)}})
+        for (bench, kind, k), values in part.groupby(["benchmark", "kind", "k"])["value"]:
+            if values.max() - values.min() > 1e-9:
+                messages.append(f"base row: seed {seed} runs disagree on step-0 {bench} {kind}@{k} "
+                                f"({values.min():.4f}..{values.max():.4f}); their mean is shown")
+            extra.append({"run_id": pseudo, "benchmark": bench, "kind": kind, "k": int(k), "step": 0,
+                          "value": float(values.mean())})
+    return pd.DataFrame(rows), pd.DataFrame(extra), messages
+
+
 def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -123,18 +160,27 @@ def build_report(selection: load.Selection, out_dir: Path, options: ReportOption
     log.info("analysing %d runs (%s)", len(runset.runs), selection.describe())
     finals = load.final_metrics(client, runset.run_ids, runset.eval_runs)
     points = load.eval_points(finals)
-    table = tables.build_table(runset.runs, points, rows=options.rows, k=options.k,
-                               benchmarks=options.benchmarks, confidence=options.confidence)
+    messages: list[str] = []
+    all_runs, all_points = runset.runs, points
+    row_tags = options.rows or tables.default_row_tags(runset.runs)
+    if options.base_row and not points.empty:
+        extra_runs, extra_points, notes = base_runs(client, runset, points, row_tags)
+        messages += notes
+        if not extra_points.empty:
+            all_runs = pd.concat([runset.runs, extra_runs], ignore_index=True)
+            all_points = pd.concat([points, extra_points], ignore_index=True)
+    table = tables.build_table(all_runs, all_points, rows=row_tags, k=options.k,
+                               benchmarks=options.benchmarks, confidence=options.confidence,
+                               initial_runs=list(all_runs["run_id"][len(runset.runs):]))
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [_write(out_dir / "table.md", tables.to_markdown(table)),
              _write(out_dir / "table.tex", tables.to_latex(table))]
     tables.to_frame(table).to_csv(out_dir / "table.csv", index=False)
     files.append(out_dir / "table.csv")
-    messages: list[str] = []
 
     comparison = None
     if options.compare:
-        comparison = paired.paired_comparison(runset.runs, points, *options.compare, rows=table.row_tags,
+        comparison = paired.paired_comparison(all_runs, all_points, *options.compare, rows=table.row_tags,
                                               ks=table.ks, confidence=options.confidence)
         files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
 

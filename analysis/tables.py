@@ -177,6 +177,7 @@ def build_table(
     k: int | Mapping[str, int] | None = None,
     benchmarks: Sequence[str] | None = None,
     confidence: float = 0.95,
+    initial_runs: Sequence[str] = (),
 ) -> ComparisonTable:
     """Build the comparison table.
 
@@ -187,6 +188,8 @@ def build_table(
         k: one k for every benchmark, {benchmark: k}, or None for each benchmark's largest common k.
         benchmarks: the columns (default: every benchmark with points), in the paper's order.
         confidence: coverage of the t-intervals over seeds.
+        initial_runs: run ids whose points are a step-0 evaluation on purpose (the base row): left out
+            of the check that every run's final evaluation was at the same step.
 
     Raises:
         ValueError: no runs, no eval metrics, an unknown benchmark or row tag, or two runs of one row
@@ -238,7 +241,7 @@ def build_table(
         chosen, column_notes = _choose_k(bench, bench_points, names, ks_asked.get(bench), notes)
         ks[bench] = chosen
         at_k = bench_points[bench_points["k"] == chosen]
-        steps = sorted(set(at_k["step"]))
+        steps = sorted(set(at_k.loc[~at_k["run_id"].isin(initial_runs), "step"]))
         if len(steps) > 1:
             column_notes += (notes.add(f"{bench}: final evaluations were at different steps {steps}"),)
         for label in order:

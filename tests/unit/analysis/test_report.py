@@ -66,3 +66,17 @@ def test_missing_figure_data_is_reported_not_drawn(template_db, tmp_path):
         "skipped samples.html: no run has sample artifacts (tracking.log_samples_every)",
     )
     assert not report.logged
+
+
+def test_base_row_from_the_step_zero_evaluations(study_store, tmp_path):
+    # every run logged 0.1 for each eval metric at step 0: per seed the base is 0.1 (seeds 0 and 1 ->
+    # 10.0 ± 0.0); it is the worst row, so the best marks do not move; PHR - base on aime24 Avg@4:
+    # seed 0 0.5 - 0.1, seed 1 0.6 - 0.1 -> +45.0, interval 0.45 ± t * 0.05 = [-18.5, +108.5]
+    options = ReportOptions(base_row=True, compare=("PHR", "base (step 0)"), log_to_parent=False)
+    report = build_report(load.Selection(study_store["uri"], "study", "sw1"), tmp_path / "out", options)
+    table = report.table
+    assert table.rows == ("NHR", "PHR", "PLR", "base (step 0)") and table.seeds["base (step 0)"] == 2
+    assert "| base (step 0) | 10.0 ± 0.0 / 10.0 ± 0.0 | 10.0 ± 0.0 / 10.0 ± 0.0 | 10.0 ± 0.0 | 2 |" in (
+        tmp_path / "out" / "table.md").read_text()
+    assert not any(cell.best for (row, _, _), cell in table.cells.items() if row == "base (step 0)")
+    assert "| aime24 | Avg@4 | +45.0 | [-18.5, +108.5] | 2/2 |" in (tmp_path / "out" / "paired.md").read_text()
