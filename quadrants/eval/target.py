@@ -16,6 +16,7 @@ A path that does not exist fails here, naming it, before any model is loaded.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +117,22 @@ def resolve_target(target: str) -> EvalTarget:
             f"no model, run or checkpoint directory at {path}. Pass a training run directory, a checkpoint "
             f"directory, a model directory, '{TINY}' / '{TINY_RANDOM}', or a hub id such as 'Qwen/Qwen2.5-Math-7B'"
         )
+    _check_offline_cache(target)
     return EvalTarget(kind="hub", label=target.replace("/", "--"), model=target)
+
+
+def _check_offline_cache(hub_id: str) -> None:
+    """With HF_HUB_OFFLINE set, a hub id must already be in the local Hugging Face cache."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in {"1", "true", "yes", "on"}:
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
+        raise FileNotFoundError(
+            f"{hub_id!r} is neither a local directory nor in the Hugging Face cache, and HF_HUB_OFFLINE is set. "
+            f"Download it on a machine with network (`huggingface-cli download {hub_id}`) and copy the cache "
+            f"or the directory here, or evaluate '{TINY}'"
+        )
 
 
 def load_target_policy(target: EvalTarget, *, dtype: str, seed: int = 0) -> tuple[Any, Any]:

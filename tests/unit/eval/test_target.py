@@ -48,13 +48,20 @@ def test_run_without_checkpoints_or_config_fails_with_the_fix(tmp_path):
         resolve_target(str(make_run(tmp_path / "b", config=False)))
 
 
-def test_model_directory_embedded_models_and_hub_ids(tmp_path):
+def test_model_directory_embedded_models_and_hub_ids(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     assert resolve_target(str(tmp_path / "model")).kind == "model_dir"
     assert resolve_target("tiny").kind == "embedded" and resolve_target("tiny-random").model == "tiny-random"
-    hub = resolve_target("Qwen/Qwen2.5-Math-7B")
+    hub = resolve_target("Qwen/Qwen2.5-Math-7B")  # online: transformers downloads it at load time
     assert (hub.kind, hub.model, hub.label) == ("hub", "Qwen/Qwen2.5-Math-7B", "Qwen--Qwen2.5-Math-7B")
+
+
+def test_offline_hub_id_must_be_in_the_local_cache(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(FileNotFoundError, match="'quadrants-tests/no-such-model' is neither a local directory nor in"):
+        resolve_target("quadrants-tests/no-such-model")  # an id no cache holds
 
 
 @pytest.mark.parametrize("missing", ["./no/such/model", "/no/such/dir", "~/no/such/dir", "no/such/dir"])
