@@ -74,25 +74,35 @@ def sampling_for(eval_cfg: EvalConfig, n: int, seed: int) -> SamplingSettings:
 def grade_benchmark(
     engine: RolloutEngine, grader: Grader, plan: BenchmarkPlan, eval_cfg: EvalConfig, seed: int
 ) -> BenchmarkResult:
-    """Generate ``plan.samples`` answers for every problem of `plan` and grade them."""
-    per_call = max(1, eval_cfg.batch_size // plan.samples)  # prompts per generate call
+    """Generate ``plan.samples`` answers for every problem of `plan` and grade them.
+
+    A generate call holds at most ``eval.batch_size`` sequences: several prompts x n when n is
+    small, or one prompt's n samples split over several calls when n is larger (pass@256).
+    Call i is seeded with ``seed + i``.
+    """
+    draw = min(plan.samples, eval_cfg.batch_size)  # samples of one prompt per call
+    per_call = max(1, eval_cfg.batch_size // draw)  # prompts per call
     problems: list[ProblemResult] = []
+    calls = 0
     starts = range(0, len(plan.problems), per_call)
     bar = tqdm(starts, desc=f"eval {plan.name}", unit="batch", disable=not sys.stderr.isatty(), leave=False)
-    for batch_index, start in enumerate(bar):
+    for start in bar:
         chunk = plan.problems[start : start + per_call]
-        rollouts = engine.generate([p.prompt for p in chunk], sampling_for(eval_cfg, plan.samples, seed + batch_index))
-        golds = [chunk[int(g)].answer for g in rollouts.group_ids]
-        graded = grader.grade(rollouts.texts, golds)
-        lengths = rollouts.response_mask.sum(-1).tolist()  # [B]
-        finished = rollouts.finished.tolist()  # [B]
-        for offset, problem in enumerate(chunk):
-            rows = range(offset * plan.samples, (offset + 1) * plan.samples)  # the n samples are consecutive
-            samples = tuple(
-                SampleResult(rollouts.texts[b], graded.outcomes[b].value, bool(finished[b]), int(lengths[b]))
-                for b in rows
-            )
-            problems.append(ProblemResult(problem.id, problem.prompt, problem.answer, samples))
+        drawn: list[list[SampleResult]] = [[] for _ in chunk]
+        for first in range(0, plan.samples, draw):
+            size = min(draw, plan.samples - first)
+            rollouts = engine.generate([p.prompt for p in chunk], sampling_for(eval_cfg, size, seed + calls))
+            calls += 1
+            golds = [chunk[int(g)].answer for g in rollouts.group_ids]
+            graded = grader.grade(rollouts.texts, golds)
+            lengths = rollouts.response_mask.sum(-1).tolist()  # [B]
+            finished = rollouts.finished.tolist()  # [B]
+            for b, group in enumerate(rollouts.group_ids.tolist()):  # a prompt's samples are consecutive
+                drawn[group].append(
+                    SampleResult(rollouts.texts[b], graded.outcomes[b].value, bool(finished[b]), int(lengths[b]))
+                )
+        for problem, samples in zip(chunk, drawn):
+            problems.append(ProblemResult(problem.id, problem.prompt, problem.answer, tuple(samples)))
     return BenchmarkResult(name=plan.name, problems=tuple(problems))
 
 
