@@ -35,14 +35,18 @@ def _save(fig: Any, out: Path, stem: str) -> list[Path]:
 
 
 def _palette(rows: Sequence[str]) -> dict[str, Any]:
+    """Quadrant rows keep the quadrant colours; other rows take tab10 colours in label order."""
     cmap = plt.get_cmap("tab10")
-    return {row: cmap(i % 10) for i, row in enumerate(sorted(set(rows)))}
+    others = [row for row in sorted(set(rows)) if row not in QUADRANT_COLORS]
+    return {**{row: QUADRANT_COLORS[row] for row in set(rows) if row in QUADRANT_COLORS},
+            **{row: cmap(i % 10) for i, row in enumerate(others)}}
 
 
 def _grid(count: int, width: float = 4.0, height: float = 3.0, cols: int = 4) -> tuple[Any, list[Any]]:
     cols = max(1, min(cols, count))
     lines = math.ceil(count / cols)
-    fig, axes = plt.subplots(lines, cols, figsize=(width * cols, height * lines), squeeze=False)
+    fig, axes = plt.subplots(lines, cols, figsize=(width * cols, height * lines), squeeze=False,
+                             layout="constrained")
     flat = list(axes.ravel())
     for ax in flat[count:]:
         ax.set_visible(False)
@@ -64,7 +68,7 @@ def training_curve(
         raise ValueError(f"no run logged {key!r}: cannot draw {stem}")
     colors = _palette(runs["row"])
     seeds = sorted(runs["seed"].astype(str).unique())
-    fig, ax = plt.subplots(figsize=(6, 3.8))
+    fig, ax = plt.subplots(figsize=(6, 3.8), layout="constrained")
     for run in runs.itertuples(index=False):
         points = part[part["run_id"] == run.run_id]
         if points.empty:

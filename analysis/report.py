@@ -162,6 +162,7 @@ def build_report(selection: load.Selection, out_dir: Path, options: ReportOption
     points = load.eval_points(finals)
     messages: list[str] = []
     all_runs, all_points = runset.runs, points
+    extra_points = pd.DataFrame(columns=points.columns)
     row_tags = options.rows or tables.default_row_tags(runset.runs)
     if options.base_row and not points.empty:
         extra_runs, extra_points, notes = base_runs(client, runset, points, row_tags)
@@ -196,7 +197,17 @@ def build_report(selection: load.Selection, out_dir: Path, options: ReportOption
             messages.append(f"{stem}: no {key} in run(s) {lacking}")
     files += _figure(messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir)
     curves, sources = pass_at_k_by_run(client, runset, points)
-    files += _figure(messages, "pass_at_k", figures.pass_at_k_curves, curves, frame, fig_dir, sources)
+    curve_frame = frame
+    if not extra_points.empty:  # the base row's curve: every run's step-0 Pass@k points, averaged per seed
+        base = extra_points[extra_points["kind"] == "pass"]
+        for run_id, part in base.groupby("run_id"):
+            curves[run_id] = {b: dict(zip(q["k"], q["value"])) for b, q in part.groupby("benchmark")}
+            sources[run_id] = "step-0 points"
+        seeds = all_runs.set_index("run_id")["seed"].astype(str)
+        curve_frame = pd.concat([frame, pd.DataFrame({"run_id": list(curves.keys() - set(frame["run_id"])),
+                                                      "row": BASE_LABEL})], ignore_index=True)
+        curve_frame["seed"] = curve_frame["run_id"].map(seeds)
+    files += _figure(messages, "pass_at_k", figures.pass_at_k_curves, curves, curve_frame, fig_dir, sources)
 
     samples_by_run = {r.run_id: load.load_samples(client, r.run_id) for r in frame.itertuples(index=False)}
     by_row: dict[str, list[dict[str, Any]]] = {}
