@@ -376,7 +376,8 @@ def to_latex(table: ComparisonTable) -> str:
     lines += [r"\bottomrule", r"\end{tabular}"]
     for i, text in enumerate(table.footnotes, 1):
         lines.append(rf"\\[2pt]{{\footnotesize\textsuperscript{{{i}}} {latex_escape(text)}}}")
-    lines += [rf"\caption{{{latex_escape(caption(table))}}}", r"\end{table}"]
+    text = latex_escape(caption(table)).replace("±", r"$\pm$")
+    lines += [rf"\caption{{{text}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 

@@ -109,7 +109,7 @@ def test_latex(table):
     assert (r"PHR & \textbf{55.0 $\pm$ 63.5} / \textbf{85.0 $\pm$ 63.5} & 75.0 $\pm$ 63.5 / "
             r"\textbf{95.0 $\pm$ 63.5} & \textbf{65.0 $\pm$ 63.5} & 2 \\") in text
     assert r"PLR & 30.0 / 60.0 & \textbf{90.0} / \textbf{95.0} & 60.0 & 1 (no CI) \\" in text
-    assert r"95\% Student-t" in text
+    assert r"95\% Student-t" in text and r"mean $\pm$ half-width" in text
 
 
 def test_csv_frame(table):
