@@ -15,9 +15,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
 QUADRANTS = ("PHR", "PLR", "NHR", "NLR")
 QUADRANT_COLORS = {"PHR": "#1b7837", "PLR": "#7fbf7b", "NHR": "#b2182b", "NLR": "#ef8a62"}

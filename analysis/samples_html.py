@@ -60,8 +60,8 @@ def render_samples(samples: Mapping[str, Sequence[Mapping[str, Any]]], per_run: 
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title or 'samples')}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title or 'Sample responses')}</h1>",
-        f"<p>Background: token entropy, from 0 (white) to {cap:.3f} nats (full orange; the 99th percentile "
-        "of the tokens shown). Underline: the token's quadrant. Hover a token for its values.</p>",
+        (f"<p>Background: token entropy, from 0 (white) to {cap:.3f} nats (full orange; the 99th percentile "
+        "of the tokens shown). Underline: the token's quadrant. Hover a token for its values.</p>"),
         f"<p class='legend'>{legend}</p>",
     ]
     for label, records in shown.items():

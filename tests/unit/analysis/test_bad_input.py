@@ -96,8 +96,8 @@ def test_mixed_k_uses_the_largest_common_k_and_says_so():
     assert table.ks["aime24"] == 4
     assert table.cells[("PHR", "aime24", "pass")].estimate.mean == 0.04  # not r1's k=8 point 0.08
     assert table.cells[("NHR", "aime24", "pass")].estimate.mean == 0.04
-    assert table.footnotes == ("aime24: runs logged different k (quadrant=NHR: [1, 2, 4, 8]; "
-                               "quadrant=PHR: [1, 2, 4]); compared at the largest common k=4",)
+    assert table.footnotes == (("aime24: runs logged different k (quadrant=NHR: [1, 2, 4, 8]; "
+                               "quadrant=PHR: [1, 2, 4]); compared at the largest common k=4"),)
 
 
 def test_no_common_k_blanks_the_column():
