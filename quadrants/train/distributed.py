@@ -1,0 +1,306 @@
+"""Data-parallel, sharded training with PyTorch's own engine: torch.distributed + FSDP2 (`fully_shard`).
+
+The rule that makes a run on W ranks equal to the single-process run on the same global batch, with
+no objective's math touched:
+
+1. Rollouts. The step's prompts are cut into blocks of `distributed.prompts_per_generate` prompts;
+   block b is generated (all G samples of each prompt, so a group never spans ranks) and graded by
+   rank b % W, with a seed derived from (step, b). Every rank then gathers every block, so every
+   rank holds the same global rollout batch, in block order.
+2. The behaviour pass (old log-probs, entropy, reference log-probs, the |Δ log-prob| telemetry pass)
+   runs each rank on its 1/W of the rows; the results are all-gathered. Every rank then builds the
+   same global TokenBatch: group advantages, group entropy means (the quadrant threshold), batch
+   quantiles (forking), and every normaliser are global by construction.
+3. Each update mini-batch is split into W contiguous row shares. A rank runs the policy forward (with
+   grad) on its share only, all-gathers the other shares' detached log-probs (and entropy when the
+   objective asks), splices its own rows in, and calls the unchanged `compute_loss` on the global
+   mini-batch. The loss value is the global loss (so are covariance top-k selections, which read
+   detached log-probs of the whole mini-batch), and rank r's gradient is the contribution of its rows:
+   the SUM of the ranks' gradients is exactly the global gradient. FSDP2's reduce-scatter averages by
+   default; we set its divide factor to 1 and force a plain SUM (gloo has no PREMUL_SUM).
+
+What differs from one process is only floating-point summation order (a weight gradient is a sum of
+W partial sums instead of one), which is why the tests compare with a tolerance, not bitwise.
+
+A single process without a process group (a laptop, `python -m quadrants.sweep`) is world 1: every
+helper here falls through to the plain single-process call, same code path in step.py.
+
+Not run on these CPU machines (written against the documented API): NCCL, bf16 mixed precision,
+activation checkpointing speed, multi-node.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import logging
+import os
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from quadrants.config import RunConfig
+
+log = logging.getLogger("quadrants.distributed")
+
+BACKENDS = ("auto", "gloo", "nccl")
+MIXED_PRECISION = ("none", "bf16")
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits: rank in [0, world_size), its local rank on the node, and whether a
+    process group exists (False for a plain single process)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    sharded: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """Rank layout read from the launcher's environment (torchrun or srun)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str | None
+    master_port: int | None
+    source: str
+
+
+def current() -> DistEnv:
+    """The DistEnv of this process, read from torch.distributed's state (world 1 without a group)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return DistEnv()
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")))
+    return DistEnv(dist.get_rank(), dist.get_world_size(), local, sharded=True)
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a SLURM nodelist ("node[01-04]" -> "node01"), expanded by `scontrol`."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             check=True, timeout=30).stdout.split()
+    except (OSError, subprocess.SubprocessError) as err:
+        raise RuntimeError(f"cannot expand SLURM_JOB_NODELIST={nodelist!r} with `scontrol show hostnames` "
+                           f"({err}); set MASTER_ADDR to the first node's address") from None
+    if not out:
+        raise RuntimeError(f"`scontrol show hostnames {nodelist}` printed nothing; set MASTER_ADDR")
+    return out[0]
+
+
+def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
+    """Rank layout from torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) or from an srun
+    task (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, first host of SLURM_JOB_NODELIST); None when the
+    process was started by neither (a plain single process)."""
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        port = environ.get("MASTER_PORT")
+        return LaunchInfo(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ.get("LOCAL_RANK", "0")),
+                          environ.get("MASTER_ADDR"), int(port) if port else None, "torchrun")
+    if "SLURM_PROCID" in environ and ("SLURM_STEP_NUM_TASKS" in environ or "SLURM_NTASKS" in environ):
+        world = int(environ.get("SLURM_STEP_NUM_TASKS", environ.get("SLURM_NTASKS", "1")))
+        addr = environ.get("MASTER_ADDR")
+        if addr is None and world > 1:
+            addr = first_slurm_host(environ["SLURM_JOB_NODELIST"])
+        port = environ.get("MASTER_PORT")
+        # one port per job, so two jobs sharing a node do not collide
+        port_number = int(port) if port else 20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000
+        return LaunchInfo(int(environ["SLURM_PROCID"]), world, int(environ.get("SLURM_LOCALID", "0")),
+                          addr, port_number, "slurm")
+    return None
+
+
+def pick_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"distributed.backend={backend!r} is unknown; choose one of {list(BACKENDS)}")
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return backend
+
+
+def init_distributed(backend: str = "auto", environ: Mapping[str, str] | None = None,
+                     timeout_s: float = 1800.0) -> DistEnv:
+    """Start the process group if the launcher says there are several ranks; else world 1, no group."""
+    environ = os.environ if environ is None else environ
+    info = launch_info(environ)
+    if info is None or info.world_size == 1 and info.source == "slurm":
+        return current()
+    if dist.is_initialized():
+        return current()
+    chosen = pick_backend(backend)
+    if info.master_addr is not None:
+        os.environ.setdefault("MASTER_ADDR", info.master_addr)
+    if info.master_port is not None:
+        os.environ.setdefault("MASTER_PORT", str(info.master_port))
+    os.environ.setdefault("LOCAL_RANK", str(info.local_rank))
+    if chosen == "nccl":  # not run here: no GPU on these machines
+        torch.cuda.set_device(info.local_rank)
+    dist.init_process_group(chosen, rank=info.rank, world_size=info.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    log.info("rank %d/%d (local %d) joined the %s process group via %s",
+             info.rank, info.world_size, info.local_rank, chosen, info.source)
+    return current()
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# --- layout checks ---------------------------------------------------------------------------------
+
+
+def generation_block(cfg: RunConfig, world_size: int) -> int:
+    """Prompts per generate call: the configured block, or prompts_per_step / world_size."""
+    block = cfg.distributed.prompts_per_generate
+    return int(block) if block else cfg.train.prompts_per_step // max(world_size, 1)
+
+
+def check_layout(cfg: RunConfig, world_size: int) -> None:
+    """Fail before anything is built when the batch does not divide over the ranks evenly.
+
+    Every rank must run the same number of forward passes (FSDP gathers parameters in each one), so
+    prompts, sequences and every mini-batch must split into equal shares."""
+    prompts = cfg.train.prompts_per_step
+    block = cfg.distributed.prompts_per_generate
+    if block is not None and (block <= 0 or prompts % block):
+        raise ValueError(f"distributed.prompts_per_generate={block} must be > 0 and divide "
+                         f"train.prompts_per_step={prompts}")
+    if world_size == 1:
+        return
+    blocks = prompts // generation_block(cfg, world_size)
+    if prompts % world_size or blocks % world_size:
+        raise ValueError(f"train.prompts_per_step={prompts} in blocks of {generation_block(cfg, world_size)} "
+                         f"(distributed.prompts_per_generate) does not deal evenly to {world_size} ranks; "
+                         f"use a multiple of {world_size} blocks")
+    rows = prompts * cfg.rollout.group_size
+    mini = min(cfg.train.mini_batch_size, rows)
+    if mini % world_size or (rows % mini) % world_size:
+        raise ValueError(f"train.mini_batch_size={cfg.train.mini_batch_size} with {rows} sequences per step "
+                         f"leaves a mini-batch that does not split into {world_size} equal shares; use a "
+                         f"mini-batch size that is a multiple of {world_size} and divides {rows}")
+
+
+def validate_distributed_config(cfg: RunConfig) -> None:
+    """Static checks of the `distributed` group (world-size checks are in `check_layout`)."""
+    d = cfg.distributed
+    if d.backend not in BACKENDS:
+        raise ValueError(f"distributed.backend={d.backend!r} is unknown; choose one of {list(BACKENDS)}")
+    if d.mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"distributed.mixed_precision={d.mixed_precision!r} is unknown; "
+                         f"choose one of {list(MIXED_PRECISION)}")
+    if d.prompts_per_generate is not None and d.prompts_per_generate <= 0:
+        raise ValueError(f"distributed.prompts_per_generate={d.prompts_per_generate} is out of range; "
+                         f"allowed: null or > 0")
+    check_layout(cfg, 1)
+
+
+# --- the model -------------------------------------------------------------------------------------
+
+
+def shard_model(model: nn.Module, env: DistEnv, *, mixed_precision: str = "none",
+                activation_checkpointing: bool = False, reshard_after_forward: bool = True) -> nn.Module:
+    """FSDP2-shard `model` in place over all ranks (each transformer block, then the root) and make
+    gradient reduction a plain SUM (see the module docstring). World 1 without a group: unchanged,
+    except for activation checkpointing."""
+    if activation_checkpointing:  # not run here on GPU; HF's own non-reentrant checkpointing
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if not env.sharded:
+        if mixed_precision != "none":
+            raise ValueError("distributed.mixed_precision=bf16 is FSDP2's MixedPrecisionPolicy and needs a "
+                             "process group: launch with torchrun (even --nproc-per-node 1), or set model.dtype")
+        return model
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy()
+    if mixed_precision == "bf16":  # not run here: bf16 compute, fp32 gradient reduction
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    block_names = set(getattr(model, "_no_split_modules", None) or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in block_names]
+    for block in blocks:
+        fully_shard(block, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The unsharded model state on every rank (a collective when sharded)."""
+    if not current().sharded:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def rollout_replica(model: nn.Module, env: DistEnv) -> nn.Module:
+    """The module the rollout engine samples from: the model itself in one process; a full, unsharded
+    copy per rank when sharded (as a colocated vLLM engine holds one), refreshed by `sync_weights`."""
+    return copy.deepcopy(model) if env.sharded else model
+
+
+# --- collectives -----------------------------------------------------------------------------------
+
+
+def gather_objects(obj: Any, env: DistEnv) -> list[Any]:
+    """[obj of rank 0, obj of rank 1, ...] on every rank ([obj] in one process)."""
+    if not env.sharded:
+        return [obj]
+    out: list[Any] = [None] * env.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_gather_rows(tensor: Tensor, env: DistEnv) -> list[Tensor]:
+    """Every rank's equally shaped `tensor`, in rank order (detached)."""
+    if not env.sharded:
+        return [tensor.detach()]
+    parts = [torch.empty_like(tensor) for _ in range(env.world_size)]
+    dist.all_gather(parts, tensor.detach().contiguous())
+    return parts
+
+
+def row_share(rows: int, env: DistEnv) -> slice:
+    """This rank's contiguous share of `rows` (equal shares: `check_layout` guarantees divisibility)."""
+    size = rows // env.world_size
+    return slice(env.rank * size, (env.rank + 1) * size)
+
+
+def splice(own: Tensor, env: DistEnv) -> Tensor:
+    """The global tensor: other ranks' detached shares with this rank's own share (with grad) in place."""
+    if not env.sharded:
+        return own
+    parts = all_gather_rows(own, env)
+    parts[env.rank] = own
+    return torch.cat(parts)
+
+
+def reduce_metrics(metrics: dict[str, float], env: DistEnv) -> dict[str, float]:
+    """Metrics as rank 0 logs them. Everything computed from the global batch is already equal on all
+    ranks; per-rank timings (`time/*`) become the maximum over ranks (a step waits for the slowest)."""
+    if not env.sharded:
+        return metrics
+    timing = sorted(k for k in metrics if k.startswith("time/"))
+    values = torch.tensor([float(metrics[k]) for k in timing], dtype=torch.float64)
+    if timing:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return {**metrics, **{k: float(v) for k, v in zip(timing, values.tolist())}}
+
+
+def barrier(env: DistEnv) -> None:
+    if env.sharded:
+        dist.barrier()

@@ -1,0 +1,146 @@
+"""The step's phases when rows are spread over ranks (see quadrants/train/distributed.py for the rule).
+
+- `collect_blocks`: prompts in blocks, block b generated and graded by rank b % W, all blocks gathered
+  in block order on every rank (world-size invariant: the same blocks, seeds and global order for any
+  W, which is what lets a 2-process run reproduce a 1-process run).
+- `sharded_behaviour_pass`: each rank's 1/W of the rows through the no-grad pass, gathered.
+- `sharded_policy_output`: each rank's share of a mini-batch through the policy with grad, the other
+  shares' detached values spliced around it.
+With one process and no block setting every function is the plain single-process call.
+
+Shape legend: **B** sequences · **P** prompt tokens · **T** response tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from quadrants.objectives.batch import PolicyOutput, TokenBatch
+from quadrants.rewards.grader import Outcome
+from quadrants.rollout.engine import Rollouts, SamplingSettings
+from quadrants.rollout.hf import HFEngine
+from quadrants.train.distributed import (DistEnv, all_gather_rows, check_layout, full_state_dict, gather_objects,
+                                         generation_block, rollout_replica, row_share, shard_model, splice)
+from quadrants.train.policy import behaviour_pass, response_logprobs
+
+if TYPE_CHECKING:
+    from quadrants.config import RunConfig
+    from quadrants.train.step import Collected, StepContext
+
+
+class ReplicaHFEngine(HFEngine):
+    """The HF engine over a per-rank full copy of the policy; `sync_weights` gathers the sharded
+    policy's full state (a collective: every rank calls it at the same point of the step)."""
+
+    def sync_weights(self, model: nn.Module) -> None:
+        self.model.load_state_dict(full_state_dict(model))
+
+
+def block_seed(step_seed: int, block: int) -> int:
+    """Block 0 keeps the step's seed (one block = the single-process stream); others are offset."""
+    return (step_seed + 7919 * block) % (2**31 - 1)
+
+
+def _pad(tensor: Tensor, width: int, value: float | int | bool, *, left: bool) -> Tensor:
+    missing = width - tensor.shape[1]
+    if missing == 0:
+        return tensor
+    fill = torch.full((tensor.shape[0], missing), value, dtype=tensor.dtype, device=tensor.device)
+    return torch.cat([fill, tensor] if left else [tensor, fill], dim=1)
+
+
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """One Rollouts from blocks in order: prompts re-left-padded to the largest P, responses
+    re-right-padded to the largest T, group ids offset so they stay unique. [sum B, max P / max T]."""
+    if len(parts) == 1:
+        return parts[0]
+    width_p = max(p.prompt_ids.shape[1] for p in parts)
+    width_t = max(p.response_ids.shape[1] for p in parts)
+    offsets, total = [], 0
+    for p in parts:
+        offsets.append(total)
+        total += int(p.group_ids.max()) + 1 if p.group_ids.numel() else 0
+    return Rollouts(
+        prompt_ids=torch.cat([_pad(p.prompt_ids, width_p, pad_id, left=True) for p in parts]),
+        prompt_mask=torch.cat([_pad(p.prompt_mask, width_p, False, left=True) for p in parts]),
+        response_ids=torch.cat([_pad(p.response_ids, width_t, pad_id, left=False) for p in parts]),
+        response_mask=torch.cat([_pad(p.response_mask, width_t, False, left=False) for p in parts]),
+        behaviour_logp=torch.cat([_pad(p.behaviour_logp, width_t, 0.0, left=False) for p in parts]),
+        texts=[t for p in parts for t in p.texts],
+        group_ids=torch.cat([p.group_ids + o for p, o in zip(parts, offsets)]),
+        finished=torch.cat([p.finished for p in parts]),
+    )
+
+
+def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSettings) -> Collected:
+    """Generate and grade this rank's blocks of `problems`, then gather every block on every rank."""
+    from quadrants.train.step import Collected
+
+    env: DistEnv = ctx.dist
+    size = generation_block(ctx.cfg, env.world_size)
+    blocks = [problems[i : i + size] for i in range(0, len(problems), size)]
+    mine: list[tuple[int, Rollouts, list[float], list[str]]] = []
+    generate_s = grade_s = 0.0
+    for index in range(env.rank, len(blocks), env.world_size):
+        block = blocks[index]
+        t0 = time.perf_counter()
+        seeded = SamplingSettings(n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
+                                  max_new_tokens=sampling.max_new_tokens,
+                                  seed=None if sampling.seed is None else block_seed(sampling.seed, index))
+        rollouts = ctx.engine.generate([p.prompt for p in block], seeded)
+        t1 = time.perf_counter()
+        graded = ctx.grader.grade(rollouts.texts, [block[int(g)].answer for g in rollouts.group_ids])
+        grade_s += time.perf_counter() - t1
+        generate_s += t1 - t0
+        mine.append((index, rollouts, list(graded.rewards), [o.value for o in graded.outcomes]))
+    everything = sorted((item for part in gather_objects(mine, env) for item in part), key=lambda item: item[0])
+    rollouts = concat_rollouts([item[1] for item in everything], int(ctx.tokenizer.pad_token_id))
+    rewards = torch.tensor([r for item in everything for r in item[2]], dtype=torch.float32)
+    outcomes = [Outcome(o) for item in everything for o in item[3]]
+    return Collected(rollouts, rewards, outcomes, generate_s, grade_s)
+
+
+def sharded_behaviour_pass(env: DistEnv, model: nn.Module, sequences: Tensor, attention_mask: Tensor,
+                           response_length: int, **passes: Any) -> tuple[Tensor, Tensor]:
+    """`behaviour_pass` over this rank's share of the rows, gathered: (logp [B, T], entropy [B, T])."""
+    if not env.sharded:
+        return behaviour_pass(model, sequences, attention_mask, response_length, **passes)
+    share = row_share(sequences.shape[0], env)
+    logp, entropy = behaviour_pass(model, sequences[share], attention_mask[share], response_length, **passes)
+    return torch.cat(all_gather_rows(logp, env)), torch.cat(all_gather_rows(entropy, env))
+
+
+def sharded_policy_output(env: DistEnv, model: nn.Module, mini: TokenBatch, *, temperature: float,
+                          chunk_size: int, with_entropy: bool) -> PolicyOutput:
+    """The policy's log-probs (and entropy) over the whole mini-batch, differentiable on this rank's
+    rows only; the loss computed from it is the global loss and its gradient is this rank's part."""
+    if not env.sharded:
+        logp, entropy = response_logprobs(model, mini.sequences, mini.attention_mask, mini.response_length,
+                                          temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)
+        return PolicyOutput(logp, entropy)
+    share = row_share(mini.batch_size, env)
+    logp, entropy = response_logprobs(model, mini.sequences[share], mini.attention_mask[share],
+                                      mini.response_length, temperature=temperature, chunk_size=chunk_size,
+                                      with_entropy=with_entropy)
+    return PolicyOutput(splice(logp, env), None if entropy is None else splice(entropy, env))
+
+
+def prepare_policy(cfg: RunConfig, model: nn.Module, tokenizer: Any, ref_model: nn.Module | None,
+                   env: DistEnv) -> tuple[nn.Module, nn.Module | None, HFEngine]:
+    """Shard the policy (and the frozen reference) over the ranks and give the rollout engine its
+    module: the policy itself in one plain process, a full per-rank copy when sharded."""
+    check_layout(cfg, env.world_size)
+    options = dict(mixed_precision=cfg.distributed.mixed_precision,
+                   reshard_after_forward=cfg.distributed.reshard_after_forward)
+    if not env.sharded:
+        model = shard_model(model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options)
+        return model, ref_model, HFEngine(model, tokenizer)
+    replica = rollout_replica(model, env)
+    model = shard_model(model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options)
+    if ref_model is not None:
+        ref_model = shard_model(ref_model, env, **options)
+    return model, ref_model, ReplicaHFEngine(replica, tokenizer)
