@@ -121,6 +121,19 @@ class TrackingConfig:
 
 
 @dataclass
+class DistributedConfig:
+    # Used by `torchrun ... -m quadrants.train.distributed_main` / srun (see quadrants/train/distributed.py);
+    # a plain single process ignores all but prompts_per_generate.
+    backend: str = "auto"  # auto (nccl when CUDA is available, else gloo) | gloo | nccl
+    # prompts per generate call; block b goes to rank b % world. null = prompts_per_step / world
+    # (one call per rank). Fix it to make runs with different world sizes draw the same samples.
+    prompts_per_generate: int | None = None
+    mixed_precision: str = "none"  # none | bf16 (FSDP2 MixedPrecisionPolicy; GPU runs)
+    activation_checkpointing: bool = False  # recompute each block in backward (GPU memory)
+    reshard_after_forward: bool = True  # FSDP2: free gathered parameters after each forward
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     study: str = "quadrants"  # one MLflow experiment per study
@@ -141,6 +154,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 def _positive(key: str, value: float, *, allow_zero: bool = False) -> None:
@@ -209,4 +223,7 @@ def validate_config(cfg: RunConfig) -> None:
     validate_eval(cfg.eval, cfg.task)
     _positive("checkpoint.every", cfg.checkpoint.every, allow_zero=True)
     _positive("checkpoint.keep", cfg.checkpoint.keep)
+    from quadrants.train.distributed import validate_distributed_config
+
+    validate_distributed_config(cfg)
     _positive("tracking.system_metrics_interval_s", cfg.tracking.system_metrics_interval_s)

@@ -26,12 +26,13 @@ from quadrants.models.loading import load_policy
 from quadrants.objectives.registry import resolve_objective
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import SamplingSettings
-from quadrants.rollout.hf import HFEngine
 from quadrants.tasks import make_task
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
+from quadrants.train.distributed import current as current_dist
+from quadrants.train.distributed_step import prepare_policy
 from quadrants.train.evaluation import heldout_metrics
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
@@ -64,15 +65,18 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     if cfg.objective.kl_coef > 0:
         ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
         ref_model.requires_grad_(False).eval()
+    dist_env = current_dist()  # world 1 without a process group; FSDP2-sharded under torchrun / srun
+    model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=tuple(cfg.train.betas)
     )
     warmup = cfg.train.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
     return StepContext(
-        cfg=cfg, model=model, tokenizer=tokenizer, ref_model=ref_model, engine=HFEngine(model, tokenizer), grader=grader,
+        cfg=cfg, model=model, tokenizer=tokenizer, ref_model=ref_model, engine=engine, grader=grader,
         task=make_task(cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params)),
         optimizer=optimizer, scheduler=scheduler, spec=spec, params=params, loss_settings=loss_settings(cfg),
+        dist=dist_env,
     )
 
 
@@ -84,7 +88,7 @@ def evaluate(ctx: StepContext, step: int = 0, tracker: Tracker | None = None) ->
         from quadrants.eval.runner import evaluate_in_training
 
         return evaluate_in_training(ctx, step, tracker)
-    if cfg.eval.problems == 0:
+    if cfg.eval.problems == 0 or not ctx.dist.is_main:  # rank 0 evaluates on its full policy copy
         return {}
     sampling = SamplingSettings(
         n=cfg.eval.samples, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
@@ -166,7 +170,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             tracker.log_metrics(metrics, step=step)
             result.last_step = metrics
             every = cfg.tracking.log_samples_every
-            if run_dir is not None and every and (step % every == 0 or step == total):
+            if run_dir is not None and every and ctx.dist.is_main and (step % every == 0 or step == total):
                 path = write_samples(run_dir / "samples" / f"step_{step:06d}.json", output, ctx.tokenizer, step)
                 tracker.log_artifact(path, "samples")
             line = _step_line(step, total, metrics)

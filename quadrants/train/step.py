@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from quadrants.config import RunConfig
-from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
+from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Task
 from quadrants.tracking import keys
-from quadrants.train.policy import behaviour_pass, response_logprobs
+from quadrants.train.distributed import DistEnv, reduce_metrics
+from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass, sharded_policy_output
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
 
@@ -40,6 +41,7 @@ class StepContext:
     spec: ObjectiveSpec
     params: dict[str, Any]
     loss_settings: LossSettings
+    dist: DistEnv = field(default_factory=DistEnv)  # rank layout (world 1 = one plain process)
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -66,6 +68,8 @@ def collect_rollouts(ctx: StepContext, step: int) -> Collected:
         n=cfg.rollout.group_size, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
         max_new_tokens=cfg.rollout.max_new_tokens, seed=step_seed(cfg.seed, step),
     )
+    if ctx.dist.sharded or cfg.distributed.prompts_per_generate:
+        return collect_blocks(ctx, problems, sampling)  # blocks of prompts dealt to ranks, gathered
     t0 = time.perf_counter()
     rollouts = ctx.engine.generate([p.prompt for p in problems], sampling)
     t1 = time.perf_counter()
@@ -84,10 +88,10 @@ def build_batch(ctx: StepContext, rollouts: Rollouts, rewards: Tensor) -> TokenB
     length = rollouts.response_ids.shape[1]
     passes = dict(temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
                   batch_size=cfg.train.mini_batch_size)
-    old_logp, entropy = behaviour_pass(ctx.model, sequences, attention_mask, length, **passes)
+    old_logp, entropy = sharded_behaviour_pass(ctx.dist, ctx.model, sequences, attention_mask, length, **passes)
     ref_logp = None
     if ctx.ref_model is not None:
-        ref_logp, _ = behaviour_pass(ctx.ref_model, sequences, attention_mask, length, **passes)
+        ref_logp, _ = sharded_behaviour_pass(ctx.dist, ctx.ref_model, sequences, attention_mask, length, **passes)
     mask = rollouts.response_mask
     return make_token_batch(
         sequences=sequences, attention_mask=attention_mask, response_mask=mask,
@@ -110,12 +114,12 @@ def update_policy(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[dict[
         order = torch.randperm(batch.batch_size, generator=generator)
         for start in range(0, batch.batch_size, cfg.train.mini_batch_size):
             mini = batch.select(order[start : start + cfg.train.mini_batch_size])
-            logp, entropy = response_logprobs(
-                ctx.model, mini.sequences, mini.attention_mask, mini.response_length,
-                temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
-                with_entropy=wants_entropy,
+            # with several ranks: this rank's rows with grad, the others' spliced in (distributed.py)
+            policy = sharded_policy_output(
+                ctx.dist, ctx.model, mini, temperature=cfg.rollout.temperature,
+                chunk_size=cfg.train.entropy_chunk_size, with_entropy=wants_entropy,
             )
-            loss, metrics = compute_loss(ctx.spec, ctx.params, mini, PolicyOutput(logp, entropy), ctx.loss_settings)
+            loss, metrics = compute_loss(ctx.spec, ctx.params, mini, policy, ctx.loss_settings)
             ctx.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.train.max_grad_norm)))
@@ -129,8 +133,8 @@ def update_policy(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[dict[
 def measure_dlogp(ctx: StepContext, batch: TokenBatch) -> Tensor:
     """|log π_after − log π_old| per token after the update (one extra no-grad pass). [B, T]."""
     cfg = ctx.cfg
-    after, _ = behaviour_pass(
-        ctx.model, batch.sequences, batch.attention_mask, batch.response_length,
+    after, _ = sharded_behaviour_pass(
+        ctx.dist, ctx.model, batch.sequences, batch.attention_mask, batch.response_length,
         temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
         batch_size=cfg.train.mini_batch_size,
     )
@@ -193,4 +197,4 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     metrics[keys.timing("old_logp")] = t1 - t0
     metrics[keys.timing("update")] = t2 - t1
     metrics[keys.timing("telemetry")] = t3 - t2
-    return StepOutput(metrics, batch, collected)
+    return StepOutput(reduce_metrics(metrics, ctx.dist), batch, collected)
