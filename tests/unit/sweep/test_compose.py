@@ -53,6 +53,19 @@ def test_paper_preset_is_cluster_scale():
     assert (cfg.train.prompts_per_step, cfg.rollout.group_size, cfg.train.lr) == (256, 8, 1e-6)
 
 
+def test_paper_presets_evaluate_with_the_paper_protocol():
+    # quadrant study: AIME24 Avg@32/Pass@32 only (SPEC "Training recipes")
+    study = compose_run_config(["experiment=paper_quadrants_qwen7b", "quadrant=PHR"])
+    assert dict(study.eval.benchmarks) == {"aime24": 32}
+    assert (study.eval.temperature, study.eval.top_p) == (0.6, 0.95)
+    # main runs: the six benchmarks, @32 on the competition sets and @4 on the rest (SPEC "Evaluation")
+    six = {"aime24": 32, "aime25": 32, "amc23": 32, "math500": 4, "minerva": 4, "olympiadbench": 4}
+    main = compose_run_config(["experiment=paper_main_qwen7b", "objective=hapo", "seed=0"])
+    assert dict(main.eval.benchmarks) == six and main.eval.max_new_tokens == 3072
+    dsr = compose_run_config(["experiment=paper_main_dsr1p5b", "objective=hapo", "seed=0"])
+    assert dict(dsr.eval.benchmarks) == six and dsr.eval.max_new_tokens == 24576  # its response length
+
+
 def test_the_four_quadrant_sweep_expands_to_four_jobs():
     assert expand_jobs(["quadrant=PHR,NHR,PLR,NLR"]) == [
         ["quadrant=PHR"], ["quadrant=NHR"], ["quadrant=PLR"], ["quadrant=NLR"]
