@@ -186,7 +186,7 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
 
 def final_metrics(client: MlflowClient, run_ids: Sequence[str],
                   eval_runs: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
-    """The final value of every held-out metric (`eval/...`) per run: the point at the largest step
+    """The final value of every Avg@k / Pass@k metric (`EVAL_KEY`) per run: the point at the largest step
     (then the latest timestamp), with that step. A run's `eval_runs` (standalone evaluations of its
     checkpoints, logged at the checkpoint's step) compete with its own in-training evaluations.
 
@@ -198,7 +198,7 @@ def final_metrics(client: MlflowClient, run_ids: Sequence[str],
         best: dict[str, Any] = {}
         for source in [run_id, *((eval_runs or {}).get(run_id, []))]:
             for key in client.get_run(source).data.metrics:
-                if key.startswith("eval/"):
+                if EVAL_KEY.match(key):  # only Avg@k / Pass@k: a benchmark also logs ~15 other eval keys
                     last = max(client.get_metric_history(source, key), key=lambda m: (m.step, m.timestamp))
                     if key not in best or (last.step, last.timestamp) > (best[key].step, best[key].timestamp):
                         best[key] = last
@@ -314,25 +314,32 @@ def problem_tables(client: MlflowClient, run_id: str, benchmarks: Iterable[str],
         if bench not in tables or step > tables[bench][0]:
             tables[bench] = (step, table[["n", "c"]].astype(int).reset_index(drop=True))
 
-    if not candidates:
-        return tables
+    def step_of(name: str) -> int:
+        found = re.search(r"step_(\d+)", name)
+        return int(found.group(1)) if found else default_step
+
+    def path_benchmark(name: str) -> str | None:
+        parts = {*Path(name).parts[:-1], Path(name).stem}
+        parts |= {piece for part in list(parts) for piece in re.split(r"[_.\-]", part)}
+        hits = sorted(known & parts)
+        return hits[0] if len(hits) == 1 else None
+
+    # newest first, so an older evaluation's table of an already found benchmark is never downloaded
+    candidates.sort(key=step_of, reverse=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in candidates:
+            step, bench = step_of(name), path_benchmark(name)
+            if bench is not None and bench in tables and tables[bench][0] >= step:
+                continue
             try:
                 table = _read_table(_download(client, run_id, name, Path(tmp)))
             except (ValueError, OSError):
                 continue
             if not {"n", "c"} <= set(table.columns) or table.empty:
                 continue
-            found = re.search(r"step_(\d+)", name)
-            step = int(found.group(1)) if found else default_step
             if "benchmark" in table.columns:
-                for bench, part in table.groupby("benchmark"):
-                    keep(str(bench), step, part)
-                continue
-            parts = {*Path(name).parts[:-1], Path(name).stem}
-            parts |= {piece for part in list(parts) for piece in re.split(r"[_.\-]", part)}
-            hits = sorted(known & parts)
-            if len(hits) == 1:
-                keep(hits[0], step, table)
+                for name_in_table, part in table.groupby("benchmark"):
+                    keep(str(name_in_table), step, part)
+            elif bench is not None:
+                keep(bench, step, table)
     return tables
