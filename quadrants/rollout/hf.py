@@ -1,29 +1,73 @@
 """Rollouts with Hugging Face `generate`, colocated with the trainer (same module, same weights).
 
 Because the engine samples from the very module being trained, `sync_weights` has nothing to copy.
-Behaviour log-probs come from the raw logits of each step divided by the temperature (what
-`output_logits=True` returns), i.e. before top-p truncation, matching the trainer's recompute.
+
+Behaviour log-probs: at each decoding step `SampledLogprobs` (a logits processor that runs before
+the temperature and top-p warpers, which quadrants passes itself) keeps log_softmax(logits / T) of
+that step, and at the next step gathers the entry of the token that was sampled; so they are the
+log-probs at the sampling temperature before top-p truncation, matching the trainer's recompute,
+while memory stays [B, V] for the current step plus [B, T] for the result. (`output_logits=True`
+would keep every step's logits, [B, T, V]: ~120 GB for 64 x 3072 tokens with a 151,936-token
+vocabulary.) Sampling settings the trainer does not model are switched off explicitly (`top_k=0`,
+`repetition_penalty=1.0`) so a model's own generation config (instruct models often set top-k 20 and
+a repetition penalty) cannot change the distribution behind the trainer's back.
 """
 
 from __future__ import annotations
 
 import torch
-from torch import nn
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from torch import Tensor, nn
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TemperatureLogitsWarper,
+    TopPLogitsWarper,
+)
 
-from quadrants.ops.entropy import logprobs_from_logits
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 
 
-class HFEngine:
-    """RolloutEngine over `model.generate`."""
+class SampledLogprobs(LogitsProcessor):
+    """Records the log-prob, at `temperature`, of each sampled token; leaves the scores unchanged."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature
+        self._previous: Tensor | None = None  # [B, V] log-probs of the step whose token is not yet known
+        self._steps: list[Tensor] = []  # [B] each
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        if self._previous is not None:  # input_ids now ends with the token sampled from _previous
+            self._steps.append(self._previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self._previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def result(self, response_ids: Tensor) -> Tensor:
+        """[B, T] log-probs of `response_ids` (the generated tokens, one per recorded step)."""
+        steps = list(self._steps)
+        length = response_ids.shape[1]
+        if self._previous is not None and len(steps) < length:
+            steps.append(self._previous.gather(-1, response_ids[:, len(steps) : len(steps) + 1]).squeeze(-1))
+        if not steps:
+            return torch.zeros(response_ids.shape)
+        return torch.stack(steps[:length], dim=1)  # [B, T]
+
+
+class HFEngine:
+    """RolloutEngine over `model.generate`.
+
+    Args:
+        logprobs: record behaviour log-probs (training); False returns zeros (evaluation needs texts).
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, logprobs: bool = True) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token before rollouts")
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
+        self.logprobs = logprobs
 
     def sync_weights(self, model: nn.Module) -> None:
         if model is not self.model:
@@ -40,26 +84,31 @@ class HFEngine:
         prompt_ids = enc["input_ids"].repeat_interleave(sampling.n, dim=0)  # [B, P]
         prompt_mask = enc["attention_mask"].repeat_interleave(sampling.n, dim=0).bool()
         greedy = sampling.temperature == 0
+        recorder = SampledLogprobs(1.0 if greedy else sampling.temperature) if self.logprobs else None
+        processors = LogitsProcessorList([recorder] if recorder is not None else [])
+        if not greedy:  # after the recorder, in generate's own order: temperature, then top-p
+            processors.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_p < 1.0:
+                processors.append(TopPLogitsWarper(sampling.top_p))
         was_training = self.model.training
         self.model.eval()
-        out = self.model.generate(
+        # temperature and top-p are applied by `processors`; neutral values override the model's defaults
+        sampling_flags = {} if greedy else dict(temperature=1.0, top_p=1.0, top_k=0)
+        sequences = self.model.generate(
             input_ids=prompt_ids,
             attention_mask=prompt_mask.long(),
             do_sample=not greedy,
-            temperature=None if greedy else sampling.temperature,
-            top_p=None if greedy else sampling.top_p,
-            top_k=None,
+            repetition_penalty=1.0,
+            logits_processor=processors,
+            **sampling_flags,
             max_new_tokens=sampling.max_new_tokens,
             eos_token_id=self.tokenizer.eos_token_id,
             pad_token_id=self.tokenizer.pad_token_id,
-            output_logits=True,
-            return_dict_in_generate=True,
         )
         self.model.train(was_training)
-        response_ids = out.sequences[:, prompt_ids.shape[1] :]  # [B, T]
+        response_ids = sequences[:, prompt_ids.shape[1] :]  # [B, T]
         response_mask, finished = _mask_after_eos(response_ids, self.tokenizer.eos_token_id)
-        logits = torch.stack(out.logits, dim=1)  # [B, T, V]
-        logp = logprobs_from_logits(logits, response_ids, max(sampling.temperature, 1e-6) if not greedy else 1.0)
+        logp = recorder.result(response_ids) if recorder is not None else torch.zeros(response_ids.shape)
         response_ids = response_ids.masked_fill(~response_mask, self.tokenizer.pad_token_id)
         texts = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
         group_ids = torch.arange(len(prompts)).repeat_interleave(sampling.n)

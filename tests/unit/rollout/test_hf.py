@@ -1,0 +1,51 @@
+"""HFEngine: behaviour log-probs recorded step by step (no [B, T, V] logits kept) and the layout."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from quadrants.models.loading import load_policy
+from quadrants.rollout.engine import SamplingSettings
+from quadrants.rollout.hf import HFEngine, SampledLogprobs
+from quadrants.train.policy import response_logprobs
+
+
+def test_the_recorder_gathers_each_sampled_token_at_the_temperature() -> None:
+    # V = 2, T = 2 (temperature). Step 0 logits [0, 2 ln 3] / 2 = [0, ln 3] -> p = [1/4, 3/4];
+    # token 1 is sampled. Step 1 logits [0, 0] -> p = [1/2, 1/2]; token 0 is sampled.
+    recorder = SampledLogprobs(temperature=2.0)
+    prompt = torch.tensor([[5]])
+    scores0 = torch.tensor([[0.0, 2 * math.log(3)]])
+    assert recorder(prompt, scores0) is scores0  # scores pass through untouched
+    recorder(torch.tensor([[5, 1]]), torch.tensor([[0.0, 0.0]]))
+    logp = recorder.result(torch.tensor([[1, 0]]))  # the last step's token is gathered at the end
+    torch.testing.assert_close(logp, torch.tensor([[math.log(3 / 4), math.log(1 / 2)]]), rtol=0, atol=1e-6)
+
+
+def test_engine_logprobs_match_the_trainers_recompute() -> None:
+    torch.set_num_threads(1)
+    model, tokenizer = load_policy("tiny-random", seed=0)
+    sampling = SamplingSettings(n=2, temperature=0.7, top_p=0.9, max_new_tokens=10, seed=5)
+    out = HFEngine(model, tokenizer).generate(["1+2=", "7+8-5+9="], sampling)  # left padding
+    sequences = torch.cat([out.prompt_ids, out.response_ids], dim=1)
+    attention = torch.cat([out.prompt_mask, out.response_mask], dim=1)
+    with torch.no_grad():
+        trainer, _ = response_logprobs(model, sequences, attention, out.response_ids.shape[1], temperature=0.7,
+                                       chunk_size=64, with_entropy=False)
+    assert out.response_mask.any()
+    # same model, same inputs; the engine's KV-cache decoding and the trainer's full forward differ only
+    # in float32 summation order
+    torch.testing.assert_close(out.behaviour_logp, trainer * out.response_mask, rtol=0, atol=1e-5)
+    assert (out.behaviour_logp[~out.response_mask] == 0).all()
+
+
+def test_logprobs_false_returns_zeros_and_the_same_samples() -> None:
+    torch.set_num_threads(1)
+    model, tokenizer = load_policy("tiny-random", seed=0)
+    sampling = SamplingSettings(n=2, temperature=1.0, max_new_tokens=8, seed=1)
+    with_logp = HFEngine(model, tokenizer).generate(["3+4="], sampling)
+    without = HFEngine(model, tokenizer, logprobs=False).generate(["3+4="], sampling)
+    assert torch.equal(with_logp.response_ids, without.response_ids)
+    assert not without.behaviour_logp.any() and with_logp.behaviour_logp[with_logp.response_mask].lt(0).all()
