@@ -38,6 +38,7 @@ class ReportOptions:
     log_to_parent: bool = True
     samples_per_run: int = 6
     base_row: bool = False
+    figures: bool = True
 
 
 @dataclass(frozen=True)
@@ -149,42 +150,11 @@ def _figure(messages: list[str], name: str, draw: Any, *args: Any, **kwargs: Any
         return []
 
 
-def build_report(selection: load.Selection, out_dir: Path, options: ReportOptions = ReportOptions()) -> Report:
-    """Select the runs, build every output in `out_dir`, log it on the parent run (if any and asked).
-
-    Raises:
-        load.SelectionError: nothing selected. ValueError: the table cannot be built (see `build_table`).
-    """
-    client = MlflowClient(selection.tracking_uri)
-    runset = load.select_runs(client, selection)
-    log.info("analysing %d runs (%s)", len(runset.runs), selection.describe())
-    finals = load.final_metrics(client, runset.run_ids, runset.eval_runs)
-    points = load.eval_points(finals)
-    messages: list[str] = []
-    all_runs, all_points = runset.runs, points
-    extra_points = pd.DataFrame(columns=points.columns)
-    row_tags = options.rows or tables.default_row_tags(runset.runs)
-    if options.base_row and not points.empty:
-        extra_runs, extra_points, notes = base_runs(client, runset, points, row_tags)
-        messages += notes
-        if not extra_points.empty:
-            all_runs = pd.concat([runset.runs, extra_runs], ignore_index=True)
-            all_points = pd.concat([points, extra_points], ignore_index=True)
-    table = tables.build_table(all_runs, all_points, rows=row_tags, k=options.k,
-                               benchmarks=options.benchmarks, confidence=options.confidence,
-                               initial_runs=list(all_runs["run_id"][len(runset.runs):]))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = [_write(out_dir / "table.md", tables.to_markdown(table)),
-             _write(out_dir / "table.tex", tables.to_latex(table))]
-    tables.to_frame(table).to_csv(out_dir / "table.csv", index=False)
-    files.append(out_dir / "table.csv")
-
-    comparison = None
-    if options.compare:
-        comparison = paired.paired_comparison(all_runs, all_points, *options.compare, rows=table.row_tags,
-                                              ks=table.ks, confidence=options.confidence)
-        files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
-
+def _figures(client: MlflowClient, runset: load.RunSet, table: tables.ComparisonTable, points: pd.DataFrame,
+             extra_points: pd.DataFrame, all_runs: pd.DataFrame, out_dir: Path, options: ReportOptions,
+             messages: list[str]) -> list[Path]:
+    """Every figure and the sample page; appends a message for each one skipped."""
+    files: list[Path] = []
     frame = _run_frame(runset, table)
     dlogp_keys = [f"train/quadrant/{q}/dlogp_abs" for q in figures.QUADRANTS]
     history = load.histories(client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *dlogp_keys])
@@ -221,6 +191,48 @@ def build_report(selection: load.Selection, out_dir: Path, options: ReportOption
                             render_samples(labelled, options.samples_per_run, f"Samples: {runset.label}")))
     else:
         messages.append("skipped samples.html: no run has sample artifacts (tracking.log_samples_every)")
+
+    return files
+
+
+def build_report(selection: load.Selection, out_dir: Path, options: ReportOptions = ReportOptions()) -> Report:
+    """Select the runs, build every output in `out_dir`, log it on the parent run (if any and asked).
+
+    Raises:
+        load.SelectionError: nothing selected. ValueError: the table cannot be built (see `build_table`).
+    """
+    client = MlflowClient(selection.tracking_uri)
+    runset = load.select_runs(client, selection)
+    log.info("analysing %d runs (%s)", len(runset.runs), selection.describe())
+    finals = load.final_metrics(client, runset.run_ids, runset.eval_runs)
+    points = load.eval_points(finals)
+    messages: list[str] = []
+    all_runs, all_points = runset.runs, points
+    extra_points = pd.DataFrame(columns=points.columns)
+    row_tags = options.rows or tables.default_row_tags(runset.runs)
+    if options.base_row and not points.empty:
+        extra_runs, extra_points, notes = base_runs(client, runset, points, row_tags)
+        messages += notes
+        if not extra_points.empty:
+            all_runs = pd.concat([runset.runs, extra_runs], ignore_index=True)
+            all_points = pd.concat([points, extra_points], ignore_index=True)
+    table = tables.build_table(all_runs, all_points, rows=row_tags, k=options.k,
+                               benchmarks=options.benchmarks, confidence=options.confidence,
+                               initial_runs=list(all_runs["run_id"][len(runset.runs):]))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = [_write(out_dir / "table.md", tables.to_markdown(table)),
+             _write(out_dir / "table.tex", tables.to_latex(table))]
+    tables.to_frame(table).to_csv(out_dir / "table.csv", index=False)
+    files.append(out_dir / "table.csv")
+
+    comparison = None
+    if options.compare:
+        comparison = paired.paired_comparison(all_runs, all_points, *options.compare, rows=table.row_tags,
+                                              ks=table.ks, confidence=options.confidence)
+        files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
+
+    if options.figures:
+        files += _figures(client, runset, table, points, extra_points, all_runs, out_dir, options, messages)
 
     files.append(_write(out_dir / "report.md", _index(runset, table, comparison, files, out_dir, messages)))
     logged = False

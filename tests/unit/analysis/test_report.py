@@ -18,11 +18,12 @@ FIGURES = ("train_solve_rate", "train_entropy", "dlogp_abs_by_quadrant", "pass_a
 def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     uri, client, parent = study_store["uri"], study_store["client"], study_store["parent"]
     out = tmp_path / "out"
-    assert main(["--tracking-uri", uri, "--compare", "PHR", "NHR", "--out", str(out)]) == 0
+    assert main(["--tracking-uri", uri, "--compare", "PHR", "NHR", "--base-row", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "analysis: latest sweep sw1 of experiment study" in printed
     assert "| PHR | **55.0 ± 63.5** / **85.0 ± 63.5** |" in printed
     assert "| aime24 | Avg@4 | +15.0 | [-48.5, +78.5] | 2/2 |" in printed
+    assert "| base (step 0) | 10.0 ± 0.0 / 10.0 ± 0.0 |" in printed
     assert f"logged under artifacts/analysis of run {parent}" in printed
     expected = {"table.md", "table.csv", "table.tex", "paired.md", "samples.html", "report.md"}
     expected |= {f"figures/{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg")}
@@ -72,7 +73,7 @@ def test_base_row_from_the_step_zero_evaluations(study_store, tmp_path):
     # every run logged 0.1 for each eval metric at step 0: per seed the base is 0.1 (seeds 0 and 1 ->
     # 10.0 ± 0.0); it is the worst row, so the best marks do not move; PHR - base on aime24 Avg@4:
     # seed 0 0.5 - 0.1, seed 1 0.6 - 0.1 -> +45.0, interval 0.45 ± t * 0.05 = [-18.5, +108.5]
-    options = ReportOptions(base_row=True, compare=("PHR", "base (step 0)"), log_to_parent=False)
+    options = ReportOptions(base_row=True, compare=("PHR", "base (step 0)"), log_to_parent=False, figures=False)
     report = build_report(load.Selection(study_store["uri"], "study", "sw1"), tmp_path / "out", options)
     table = report.table
     assert table.rows == ("NHR", "PHR", "PLR", "base (step 0)") and table.seeds["base (step 0)"] == 2
@@ -80,3 +81,4 @@ def test_base_row_from_the_step_zero_evaluations(study_store, tmp_path):
         tmp_path / "out" / "table.md").read_text()
     assert not any(cell.best for (row, _, _), cell in table.cells.items() if row == "base (step 0)")
     assert "| aime24 | Avg@4 | +45.0 | [-18.5, +108.5] | 2/2 |" in (tmp_path / "out" / "paired.md").read_text()
+    assert not (tmp_path / "out" / "figures").exists()
