@@ -15,6 +15,7 @@ from typing import Any
 from quadrants.objectives.loss import DENOMINATORS, LossSettings, parse_keep
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
+from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.quadrants import validate_threshold
 
 
@@ -34,12 +35,29 @@ class TaskConfig:
 
 
 @dataclass
+class VLLMConfig:
+    # the colocated vLLM engine (rollout.engine=vllm; quadrants/rollout/vllm.py); dtype = model.dtype
+    gpu_memory_utilization: float = 0.5  # of GPU memory, weights + KV cache
+    kv_cache_gib: float | None = None  # None = sized from gpu_memory_utilization (give a size on CPU)
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False  # True = no CUDA graphs
+    sleep_level: int = 1  # between rollouts (GPU only): 0 never, 1 offload weights, 2 discard them
+    in_process: bool = True  # vLLM's engine core in the trainer's process (weights by reference)
+    max_model_len: int | None = None  # None = the model's
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "hf"
     group_size: int = 8  # G, rollouts per prompt
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 48
+    # train–inference mismatch: truncated importance weights min(π_old/μ_engine, cap) on the
+    # per-token loss, per token or per sequence (ops/mismatch.py); none = only logged
+    mismatch_correction: str = "none"  # none | token | sequence
+    mismatch_cap: float = 2.0
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
 @dataclass
@@ -178,6 +196,26 @@ def loss_settings(cfg: RunConfig) -> LossSettings:
     )
 
 
+def validate_rollout_engine(rollout: RolloutConfig) -> None:
+    """The mismatch correction and the vLLM engine's settings (checked whatever the engine)."""
+    if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
+        raise ValueError(f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
+                         f"choose one of {list(MISMATCH_CORRECTIONS)}")
+    if not 1.0 <= rollout.mismatch_cap:
+        raise ValueError(f"rollout.mismatch_cap={rollout.mismatch_cap} is out of range; allowed: [1, inf) "
+                         "(the cap truncates importance weights from above)")
+    engine = rollout.vllm
+    if not 0 < engine.gpu_memory_utilization <= 1:
+        raise ValueError(f"rollout.vllm.gpu_memory_utilization={engine.gpu_memory_utilization} is out of range; allowed: (0, 1]")
+    if engine.kv_cache_gib is not None:
+        _positive("rollout.vllm.kv_cache_gib", engine.kv_cache_gib)
+    _positive("rollout.vllm.tensor_parallel_size", engine.tensor_parallel_size)
+    if engine.sleep_level not in (0, 1, 2):
+        raise ValueError(f"rollout.vllm.sleep_level={engine.sleep_level} is unknown; choose one of [0, 1, 2]")
+    if engine.max_model_len is not None:
+        _positive("rollout.vllm.max_model_len", engine.max_model_len)
+
+
 def validate_config(cfg: RunConfig) -> None:
     """Fail fast, naming the key and the allowed values, before any model or job is started."""
     try:
@@ -205,6 +243,7 @@ def validate_config(cfg: RunConfig) -> None:
     if not 0 < cfg.rollout.top_p <= 1:
         raise ValueError(f"rollout.top_p={cfg.rollout.top_p} is out of range; allowed: (0, 1]")
     _positive("rollout.max_new_tokens", cfg.rollout.max_new_tokens)
+    validate_rollout_engine(cfg.rollout)
     _positive("train.steps", cfg.train.steps, allow_zero=True)
     _positive("train.prompts_per_step", cfg.train.prompts_per_step)
     _positive("train.mini_batch_size", cfg.train.mini_batch_size)

@@ -180,40 +180,10 @@ class VLLMEngine:
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         self._sleep()
         completions = [c for out in outputs for c in out.outputs]  # prompt-major: the n samples stay together
-        return self._rollouts(prompt_ids, prompt_mask, completions, len(prompts), sampling.n)
-
-    def _rollouts(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completions: list[Any],
-                  num_prompts: int, n: int) -> Rollouts:
-        """Right-pad the completions into the Rollouts layout, masking as the HF engine does: tokens
-        up to and including the first EOS (vLLM stops there anyway); finished = an EOS was sampled."""
-        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
-        length = max(len(c.token_ids) for c in completions)  # T: the longest response, as HF's generate
-        response_ids = torch.full((len(completions), length), pad, dtype=torch.long)  # [B, T]
-        response_mask = torch.zeros(len(completions), length, dtype=torch.bool)  # [B, T]
-        behaviour_logp = torch.zeros(len(completions), length, dtype=torch.float32)  # [B, T]
-        finished = torch.zeros(len(completions), dtype=torch.bool)  # [B]
-        for row, completion in enumerate(completions):
-            tokens = list(completion.token_ids)
-            if eos in tokens:
-                tokens = tokens[: tokens.index(eos) + 1]
-                finished[row] = True
-            kept = len(tokens)
-            response_ids[row, :kept] = torch.tensor(tokens, dtype=torch.long)
-            response_mask[row, :kept] = True
-            # logprobs=0: each entry holds just the sampled token's Logprob
-            behaviour_logp[row, :kept] = torch.tensor(
-                [entry[token].logprob for entry, token in zip(completion.logprobs, tokens)]
-            )
-        return Rollouts(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=response_ids,
-            response_mask=response_mask,
-            behaviour_logp=behaviour_logp,
-            texts=self.tokenizer.batch_decode(response_ids, skip_special_tokens=True),
-            group_ids=torch.arange(num_prompts).repeat_interleave(n),
-            finished=finished,
-        )
+        responses = [list(c.token_ids) for c in completions]
+        # logprobs=0: each position's dict holds just the sampled token's Logprob
+        logprobs = [[entry[token].logprob for entry, token in zip(c.logprobs, c.token_ids)] for c in completions]
+        return assemble_rollouts(self.tokenizer, prompt_ids, prompt_mask, responses, logprobs, n=sampling.n)
 
     def sync_weights(self, model: nn.Module) -> None:
         """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the prefix cache."""
@@ -245,3 +215,51 @@ class VLLMEngine:
         if pending:
             self.llm.wake_up(tags=pending)
             self._asleep -= set(pending)
+
+
+def assemble_rollouts(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: list[list[int]],
+    logprobs: list[list[float]],
+    *,
+    n: int,
+) -> Rollouts:
+    """The Rollouts layout (engine.py) from per-sequence token ids and their log-probs.
+
+    Responses are right-padded with the pad id to the longest one (T, as HF's generate), masked as
+    the HF engine masks them: tokens up to and including the first EOS (vLLM stops there anyway),
+    finished = an EOS was sampled.
+
+    Args:
+        prompt_ids, prompt_mask: [B, P] left-padded prompts, each prompt repeated n times.
+        responses: B lists of sampled token ids, prompt-major (the n samples of a prompt together).
+        logprobs: B lists of the same lengths, the engine's log-prob of each sampled token.
+    """
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    length = max(len(tokens) for tokens in responses)
+    response_ids = torch.full((len(responses), length), pad, dtype=torch.long)  # [B, T]
+    response_mask = torch.zeros(len(responses), length, dtype=torch.bool)  # [B, T]
+    behaviour_logp = torch.zeros(len(responses), length, dtype=torch.float32)  # [B, T]
+    finished = torch.zeros(len(responses), dtype=torch.bool)  # [B]
+    for row, (tokens, values) in enumerate(zip(responses, logprobs)):
+        if len(tokens) != len(values):
+            raise ValueError(f"sequence {row}: {len(tokens)} tokens but {len(values)} log-probs")
+        if eos in tokens:
+            tokens = tokens[: tokens.index(eos) + 1]
+            finished[row] = True
+        kept = len(tokens)
+        response_ids[row, :kept] = torch.tensor(tokens, dtype=torch.long)
+        response_mask[row, :kept] = True
+        behaviour_logp[row, :kept] = torch.tensor(values[:kept], dtype=torch.float32)
+    return Rollouts(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        behaviour_logp=behaviour_logp,
+        texts=tokenizer.batch_decode(response_ids, skip_special_tokens=True),
+        group_ids=torch.arange(len(responses) // n).repeat_interleave(n),
+        finished=finished,
+    )

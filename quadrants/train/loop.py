@@ -17,15 +17,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig, loss_settings, validate_config
-from quadrants.models.loading import load_policy
+from quadrants.models.loading import TINY, TINY_RANDOM, load_policy
 from quadrants.objectives.registry import resolve_objective
 from quadrants.rewards.grader import Grader
-from quadrants.rollout.engine import SamplingSettings
+from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks import make_task
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker, Tracker
@@ -56,10 +57,6 @@ class TrainingResult:
 def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     """Load everything a step needs (model, reference, engine, task, optimizer, objective)."""
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
-    if cfg.rollout.engine != "hf":
-        raise NotImplementedError(
-            f"rollout.engine={cfg.rollout.engine!r} is not available yet (only 'hf'); use rollout=hf"
-        )
     model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
     ref_model = None
     if cfg.objective.kl_coef > 0:
@@ -67,6 +64,8 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         ref_model.requires_grad_(False).eval()
     dist_env = current_dist()  # world 1 without a process group; FSDP2-sharded under torchrun / srun
     model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env)
+    if cfg.rollout.engine == "vllm":
+        engine = _vllm_engine(cfg, model, tokenizer, sharded=dist_env.sharded)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=tuple(cfg.train.betas)
     )
@@ -78,6 +77,27 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         optimizer=optimizer, scheduler=scheduler, spec=spec, params=params, loss_settings=loss_settings(cfg),
         dist=dist_env,
     )
+
+
+def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, *, sharded: bool) -> RolloutEngine:
+    """The colocated vLLM engine (rollout=vllm), started on the model's directory or hub id, or on a
+    saved copy of the embedded tiny model."""
+    if sharded:
+        raise NotImplementedError(
+            "rollout.engine=vllm with several ranks is not built (weight sync from a sharded policy); "
+            "run one process per vLLM engine or use rollout=hf"
+        )
+    from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
+
+    engine = cfg.rollout.vllm
+    settings = VLLMSettings(
+        dtype=cfg.model.dtype, gpu_memory_utilization=engine.gpu_memory_utilization,
+        kv_cache_gib=engine.kv_cache_gib, tensor_parallel_size=engine.tensor_parallel_size,
+        enforce_eager=engine.enforce_eager, sleep_level=engine.sleep_level, in_process=engine.in_process,
+        max_model_len=engine.max_model_len, seed=cfg.seed,
+    )
+    source = None if cfg.model.name_or_path in (TINY, TINY_RANDOM) else cfg.model.name_or_path
+    return VLLMEngine(model, tokenizer, settings, model_source=source)
 
 
 def evaluate(ctx: StepContext, step: int = 0, tracker: Tracker | None = None) -> dict[str, float]:
@@ -106,6 +126,7 @@ def _resume(ctx: StepContext, run_dir: Path | None) -> tuple[int, str | None]:
     if checkpoint is None:
         return 0, known_id
     restore(checkpoint, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler)
+    ctx.engine.sync_weights(ctx.model)  # a separate engine (vLLM) still holds the starting weights
     log.info("resumed from %s (step %d)", checkpoint.path, checkpoint.step)
     return checkpoint.step, checkpoint.run_id or known_id
 
@@ -184,6 +205,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
         result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
         if total:
             log.info("step %d held-out: %s", total, _fmt(result.final_eval))
+        ctx.engine.close()
     tracker.flush()
     result.run_id = tracker.run_id
     result.seconds = time.perf_counter() - started

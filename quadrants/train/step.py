@@ -18,6 +18,7 @@ from quadrants.config import RunConfig
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import ObjectiveSpec
+from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Task
@@ -102,8 +103,13 @@ def build_batch(ctx: StepContext, rollouts: Rollouts, rewards: Tensor) -> TokenB
     )
 
 
-def update_policy(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[dict[str, float], float]:
-    """`epochs` passes of shuffled mini-batch updates. Returns (mean metrics, mean grad norm)."""
+def update_policy(
+    ctx: StepContext, batch: TokenBatch, step: int, is_weights: Tensor | None = None
+) -> tuple[dict[str, float], float]:
+    """`epochs` passes of shuffled mini-batch updates. Returns (mean metrics, mean grad norm).
+
+    `is_weights` [B, T]: the mismatch correction's per-token weights (None = off), sliced with each mini-batch.
+    """
     cfg = ctx.cfg
     wants_entropy = ctx.spec.wants_entropy(ctx.params)
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step))
@@ -113,13 +119,15 @@ def update_policy(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[dict[
     for _ in range(cfg.train.epochs):
         order = torch.randperm(batch.batch_size, generator=generator)
         for start in range(0, batch.batch_size, cfg.train.mini_batch_size):
-            mini = batch.select(order[start : start + cfg.train.mini_batch_size])
+            index = order[start : start + cfg.train.mini_batch_size]
+            mini = batch.select(index)
             # with several ranks: this rank's rows with grad, the others' spliced in (distributed.py)
             policy = sharded_policy_output(
                 ctx.dist, ctx.model, mini, temperature=cfg.rollout.temperature,
                 chunk_size=cfg.train.entropy_chunk_size, with_entropy=wants_entropy,
             )
-            loss, metrics = compute_loss(ctx.spec, ctx.params, mini, policy, ctx.loss_settings)
+            loss, metrics = compute_loss(ctx.spec, ctx.params, mini, policy, ctx.loss_settings,
+                                         is_weights=None if is_weights is None else is_weights[index])
             ctx.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.train.max_grad_norm)))
@@ -158,12 +166,25 @@ def rollout_metrics(rollouts: Rollouts, rewards: Tensor, outcomes: list[Outcome]
         keys.train("response_length"): mask.sum(-1).float().mean().item(),
         keys.train("truncated_frac"): (~rollouts.finished).float().mean().item(),
         keys.train("entropy"): ((batch.entropy * mask).sum() / mask.sum().clamp_min(1)).item(),
-        keys.train("engine_logp_abs_diff"): (((rollouts.behaviour_logp - batch.old_logp).abs() * mask).sum()
-                                             / mask.sum().clamp_min(1)).item(),
     }
+    # train–inference mismatch, always logged: |log μ_engine − log π_old| over response tokens
+    diff_mean, diff_max = logp_abs_diff(rollouts.behaviour_logp, batch.old_logp, mask)
+    out[keys.train("engine_logp_abs_diff")] = diff_mean.item()
+    out[keys.train("engine_logp_abs_diff_max")] = diff_max.item()
     for outcome in Outcome:
         out[keys.train(f"outcome/{outcome.value}_frac")] = sum(o == outcome for o in outcomes) / max(len(outcomes), 1)
     return out
+
+
+def mismatch_weights(cfg: RunConfig, rollouts: Rollouts, batch: TokenBatch) -> Tensor | None:
+    """Truncated IS weights min(π_old/μ_engine, cap) per token or per sequence, [B, T]; None when
+    `rollout.mismatch_correction` is none."""
+    if cfg.rollout.mismatch_correction == "none":
+        return None
+    return truncated_is_weights(
+        batch.old_logp, rollouts.behaviour_logp, batch.response_mask,
+        level=cfg.rollout.mismatch_correction, cap=cfg.rollout.mismatch_cap,  # type: ignore[arg-type]
+    )
 
 
 @dataclass(frozen=True)
@@ -181,13 +202,18 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     t0 = time.perf_counter()
     batch = build_batch(ctx, collected.rollouts, collected.rewards)
     t1 = time.perf_counter()
-    objective_metrics, grad_norm = update_policy(ctx, batch, step)
+    is_weights = mismatch_weights(ctx.cfg, collected.rollouts, batch)
+    objective_metrics, grad_norm = update_policy(ctx, batch, step, is_weights)
     t2 = time.perf_counter()
     dlogp = measure_dlogp(ctx, batch) if ctx.cfg.train.measure_dlogp else None
     ctx.engine.sync_weights(ctx.model)
     t3 = time.perf_counter()
     metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
     metrics.update(quadrant_telemetry(batch, dlogp))
+    if is_weights is not None:
+        weight_mean, capped_frac = is_weight_stats(is_weights, batch.response_mask, cap=ctx.cfg.rollout.mismatch_cap)
+        metrics[keys.train("engine_is_weight_mean")] = weight_mean.item()
+        metrics[keys.train("engine_is_capped_frac")] = capped_frac.item()
     metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
     metrics[keys.train("step")] = float(step + 1)
     metrics[keys.train("grad_norm")] = grad_norm

