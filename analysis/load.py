@@ -154,12 +154,13 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
     found = [r for r in matched if r.data.tags.get(ROLE_TAG) not in ("sweep_parent", "eval")]
     training_ids = {r.info.run_id for r in found}
     eval_runs: dict[str, list[str]] = {}
-    for run in matched:
-        source = run.data.tags.get(SOURCE_RUN_TAG)
-        if run.data.tags.get(ROLE_TAG) == "eval" and source in training_ids:
-            eval_runs.setdefault(source, []).append(run.info.run_id)
-        elif run.data.tags.get(ROLE_TAG) == "eval":
-            found.append(run)  # an evaluation of something not selected (a base model): a row of its own
+    # standalone evaluations of the selected runs' checkpoints, whatever the selection filter says
+    for run in _search(client, sorted({r.info.experiment_id for r in found}) or ids, f"tags.`{ROLE_TAG}` = 'eval'"):
+        if run.data.tags.get(SOURCE_RUN_TAG) in training_ids:
+            eval_runs.setdefault(run.data.tags[SOURCE_RUN_TAG], []).append(run.info.run_id)
+    # an evaluation of something not selected (a base model) that the filter matched: a row of its own
+    found += [r for r in matched if r.data.tags.get(ROLE_TAG) == "eval"
+              and r.data.tags.get(SOURCE_RUN_TAG) not in training_ids]
     if not found:
         sweeps = sorted({r.data.tags.get(SWEEP_ID_TAG, "") for r in _search(client, ids, "")} - {""})
         raise SelectionError(f"no runs match {selection.describe()}; sweep ids in the store: {sweeps or 'none'}")

@@ -116,11 +116,16 @@ def row_labels(runs: pd.DataFrame, row_tags: Sequence[str]) -> pd.Series:
         available = sorted(c for c in runs.columns if c not in _NOT_ROW_TAGS) + [SWEPT]
         raise ValueError(f"row tag(s) {missing_columns} not on these runs; available: {available}")
     parts = [_tag_column(runs, t) for t in row_tags]
+    # a standalone evaluation (of a base model, say) need not carry the training tags: its run name labels it
+    evaluation = runs["quadrants.role"].eq("eval") if "quadrants.role" in runs else pd.Series(False, index=runs.index)
     for tag, column in zip(row_tags, parts):
-        lacking = runs.loc[column.isna(), "run_name"].tolist()
+        lacking = runs.loc[column.isna() & ~evaluation, "run_name"].tolist()
         if lacking:
             raise ValueError(f"run(s) {lacking} have no tag {tag!r}; choose other --rows or filter them out")
-    return pd.Series([", ".join(str(p.iloc[i]) for p in parts) for i in range(len(runs))], index=runs.index)
+    labels = [", ".join(str(p.iloc[i]) for p in parts) for i in range(len(runs))]
+    labels = [runs["run_name"].iloc[i] if evaluation.iloc[i] and any(pd.isna(p.iloc[i]) for p in parts) else label
+              for i, label in enumerate(labels)]
+    return pd.Series(labels, index=runs.index)
 
 
 def _duplicates(runs: pd.DataFrame, row_tags: tuple[str, ...]) -> list[tuple[str, str, list[str]]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from mlflow.entities import Metric
 
-from analysis import load
+from analysis import load, tables
 from analysis.report import pass_at_k_by_run
 
 from .conftest import eval_metrics, make_child, make_parent, new_store
@@ -78,6 +78,13 @@ def test_standalone_evaluations_count_for_their_training_run(template_db, tmp_pa
     runset = load.select_runs(client, load.Selection(uri, "study", "sw1"))
     assert set(runset.run_ids) == {train, base}
     assert runset.eval_runs == {train: [evaluation]}
+    # selected as the parent's children, the training run still finds its (parentless) evaluation
+    by_parent = load.select_runs(client, load.Selection(uri, parent_run_id=parent))
+    assert by_parent.run_ids == [train] and by_parent.eval_runs == {train: [evaluation]}
+    # an evaluation of a model (no training tags) is labelled by its run name
+    untagged = client.create_run(exp_id, run_name="eval Qwen", tags={"quadrants.role": "eval"}).info.run_id
+    runs = load.select_runs(client, load.Selection(uri, "study")).runs
+    assert dict(zip(runs["run_id"], tables.row_labels(runs, ["quadrant"])))[untagged] == "eval Qwen"
     points = load.eval_points(load.final_metrics(client, [train], runset.eval_runs))
     got = {(p.kind, p.k): p.value for p in points.itertuples()}
     assert got == {("avg", 4): 0.5, ("pass", 4): 0.8, ("avg", 8): 0.6, ("pass", 8): 0.95}
