@@ -44,6 +44,9 @@ def register() -> None:
         "quadrants.job_name": lambda name: name or "default",
         "quadrants.parallel_jobs": lambda: max(1, min(4, _cpu_count())),
         "quadrants.threads_per_job": lambda n: max(1, _cpu_count() // max(1, int(n))),
+        # GPUs one run's process needs (launcher=slurm): the colocated vLLM engine's tensor-parallel
+        # size; none for the HF engine (CPU or whatever the job finds)
+        "quadrants.gpus_per_run": lambda engine, tp: int(tp) if engine == "vllm" else None,
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

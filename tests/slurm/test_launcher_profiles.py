@@ -90,3 +90,37 @@ def test_quadrants_preflight_accepts_the_profiles():
         )
         == 6
     )
+
+
+# ------------------------------------------------------------------ cluster-scale presets on SLURM
+# The paper presets need GPUs and the vLLM engine: they are composed here, never run (no GPU on these
+# machines). With launcher=slurm each job asks SLURM for the GPUs its process uses.
+PAPER_PRESETS = {"paper_quadrants_qwen7b": 8, "paper_main_qwen7b": 6, "paper_main_dsr1p5b": 4}
+
+
+@pytest.mark.parametrize("preset", sorted(PAPER_PRESETS))
+def test_paper_presets_compose_with_the_slurm_profile_and_request_gpus(preset):
+    from quadrants.hydra_setup import preflight
+
+    launcher, threads = _compose(f"experiment={preset}", "launcher=slurm", "hydra.launcher.partition=gpu")
+    assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
+    assert launcher["gpus_per_node"] == 1  # the vLLM engine's tensor-parallel size (default 1)
+    assert launcher["partition"] == "gpu" and launcher["name"] == preset  # job name = the study
+    assert launcher["timeout_min"] * (launcher["max_num_timeout"] + 1) >= 4 * 1440  # days, with requeues
+    assert launcher["additional_parameters"]["requeue"] is True
+    assert threads == launcher["cpus_per_task"] == 8
+    # every job of the study validates with the profile (one job array)
+    assert preflight(["-m", f"experiment={preset}", "launcher=slurm"]) == PAPER_PRESETS[preset]
+
+
+def test_gpu_request_follows_the_tensor_parallel_size_and_stays_overridable():
+    launcher, _ = _compose("experiment=paper_main_qwen7b", "launcher=slurm", "rollout.vllm.tensor_parallel_size=4")
+    assert launcher["gpus_per_node"] == 4
+    launcher, _ = _compose("experiment=paper_main_qwen7b", "launcher=slurm", "hydra.launcher.gpus_per_node=8")
+    assert launcher["gpus_per_node"] == 8
+
+
+def test_cpu_runs_request_no_gpu():
+    assert _compose("launcher=slurm")[0]["gpus_per_node"] is None  # the HF engine on the tiny model
+    # the dev cluster has no GPU: its profile never asks, whatever the run
+    assert _compose("experiment=paper_main_qwen7b", "launcher=slurm_dev")[0]["gpus_per_node"] is None
