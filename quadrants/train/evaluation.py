@@ -1,14 +1,16 @@
 """Held-out accuracy of the current policy on a task's held-out split (sampled, graded).
 
 The full benchmark evaluation (unbiased pass@k curves, real benchmarks) is `quadrants.eval`; this is
-the in-training check on the task's own held-out split: Avg@k (mean correctness over k samples per
-problem) and Pass@k (at least one of the k correct, which is the unbiased estimator when n = k).
+the in-training check on the task's own held-out split: Avg@n (mean correctness over the n samples
+of each problem) and the unbiased Pass@k for k = 1, 2, 4, ..., n from the same samples (so even the
+quick check gives a Pass@k curve).
 """
 
 from __future__ import annotations
 
 import torch
 
+from quadrants.eval.metrics import pass_at_k_curve
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
@@ -22,10 +24,10 @@ def heldout_metrics(
     """Generate `sampling.n` answers per problem and grade them.
 
     Returns:
-        {eval/<name>/avg_at_k, eval/<name>/pass_at_k, eval/<name>/no_answer_frac}.
+        {eval/<name>/avg_at_n, eval/<name>/pass_at_k for k = 1, 2, 4, ..., n, eval/<name>/no_answer_frac}.
     """
     correct_per_problem: list[float] = []
-    any_correct: list[float] = []
+    correct_counts: list[int] = []
     no_answer = 0
     k = sampling.n
     for i in range(0, len(problems), batch_prompts):
@@ -35,11 +37,12 @@ def heldout_metrics(
         graded = grader.grade(rollouts.texts, golds)
         correct = torch.tensor([o == Outcome.correct for o in graded.outcomes], dtype=torch.float32).view(len(chunk), k)
         correct_per_problem.extend(correct.mean(-1).tolist())
-        any_correct.extend((correct.max(-1).values).tolist())
+        correct_counts.extend(int(c) for c in correct.sum(-1).tolist())
         no_answer += sum(o == Outcome.no_answer for o in graded.outcomes)
     n = max(len(correct_per_problem), 1)
-    return {
-        keys.evaluation(name, keys.avg_at(k)): sum(correct_per_problem) / n,
-        keys.evaluation(name, keys.pass_at(k)): sum(any_correct) / n,
-        keys.evaluation(name, "no_answer_frac"): no_answer / max(n * k, 1),
-    }
+    metrics = {keys.evaluation(name, keys.avg_at(k)): sum(correct_per_problem) / n}
+    if correct_counts:
+        curve = pass_at_k_curve([k] * len(correct_counts), correct_counts)
+        metrics.update({keys.evaluation(name, keys.pass_at(j)): value for j, value in curve.items()})
+    metrics[keys.evaluation(name, "no_answer_frac")] = no_answer / max(n * k, 1)
+    return metrics

@@ -1,0 +1,49 @@
+"""The in-training held-out check: Avg@n, the unbiased Pass@k curve and the no-answer share, graded by
+the real math-verify grader."""
+
+from __future__ import annotations
+
+import torch
+
+from quadrants.rewards.grader import Grader
+from quadrants.rollout.engine import Rollouts, SamplingSettings
+from quadrants.tasks.base import Problem
+from quadrants.train.evaluation import heldout_metrics
+
+
+class ScriptedEngine:
+    """Returns fixed response texts (the model is not under test here: only how answers are counted).
+    Only `texts` and `group_ids` are read by heldout_metrics; the tensors are placeholders of the
+    right shapes."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = texts
+
+    def generate(self, prompts: list[str], sampling: SamplingSettings) -> Rollouts:
+        b = len(prompts) * sampling.n
+        assert b == len(self.texts)
+        zeros = torch.zeros(b, 1)
+        return Rollouts(prompt_ids=zeros.long(), prompt_mask=zeros.bool(), response_ids=zeros.long(),
+                        response_mask=zeros.bool(), behaviour_logp=zeros, texts=self.texts,
+                        group_ids=torch.arange(len(prompts)).repeat_interleave(sampling.n),
+                        finished=torch.ones(b, dtype=torch.bool))
+
+    def sync_weights(self, model: object) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_avg_pass_curve_and_no_answer_by_hand() -> None:
+    problems = [Problem(id="a", prompt="1+2=", answer="3"), Problem(id="b", prompt="2+3=", answer="5")]
+    texts = [r"\boxed{3}", r"\boxed{3}", r"\boxed{4}", "no idea",  # c = 2 of n = 4
+             r"\boxed{5}", r"\boxed{1}", r"\boxed{1}", r"\boxed{1}"]  # c = 1 of n = 4
+    with Grader(num_workers=1, timeout_s=5.0) as grader:
+        metrics = heldout_metrics(ScriptedEngine(texts), grader, problems, SamplingSettings(n=4), "toy")
+    # Avg@4 = (2/4 + 1/4) / 2 = 0.375 = Pass@1
+    # Pass@2 = mean(1 - C(2,2)/C(4,2), 1 - C(3,2)/C(4,2)) = mean(5/6, 1/2) = 2/3
+    # Pass@4 = mean(1, 1) = 1; one of eight responses has no answer -> 0.125
+    expected = {"eval/toy/avg_at_4": 0.375, "eval/toy/pass_at_1": 0.375, "eval/toy/pass_at_2": 2 / 3,
+                "eval/toy/pass_at_4": 1.0, "eval/toy/no_answer_frac": 0.125}
+    assert metrics.keys() == expected.keys()
+    for key, value in expected.items():
+        assert abs(metrics[key] - value) < 1e-12, key
