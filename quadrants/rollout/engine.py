@@ -34,7 +34,9 @@ class Rollouts:
         response_ids: [B, T] long, right-padded with the pad id.
         response_mask: [B, T] bool, generated tokens up to and including EOS.
         behaviour_logp: [B, T] float, the engine's log-prob of each sampled token at the sampling
-            temperature (before top-p truncation); 0 on padding. The trainer recomputes its own.
+            temperature; 0 on padding. The trainer recomputes its own. With top_p < 1 the HF engine
+            reports it before top-p truncation, vLLM after (truncated and renormalised); the two
+            agree at top_p = 1.
         texts: B decoded responses (special tokens stripped).
         group_ids: [B] long, index of the prompt in the request.
         finished: [B] bool, the response ended with EOS (False = cut at max_new_tokens).

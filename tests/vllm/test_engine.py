@@ -7,6 +7,7 @@ them (synced back into the engine)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -129,3 +130,95 @@ def test_hf_and_vllm_engines_return_the_same_structure(engine, policy):
         assert torch.equal(getattr(hf, name), getattr(vl, name)), name
     assert hf.texts == vl.texts
     torch.testing.assert_close(vl.behaviour_logp, hf.behaviour_logp, rtol=0, atol=LOGP_TOL)
+
+
+class SleepRecorder:
+    """Stands in for `LLM.sleep` / `LLM.wake_up` (vLLM's sleep mode needs CUDA/ROCm/XPU: on CPU the
+    engine refuses `enable_sleep_mode`), recording the calls in order next to the real generate and
+    weight-reload calls, which still go to the real engine."""
+
+    def __init__(self, llm):
+        self.llm, self.calls = llm, []
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags)))
+
+    def generate(self, *args, **kwargs):
+        self.calls.append(("generate",))
+        return self.llm.generate(*args, **kwargs)
+
+    def collective_rpc(self, method, **kwargs):
+        self.calls.append(("collective_rpc", method))
+        return self.llm.collective_rpc(method, **kwargs)
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+        return self.llm.reset_prefix_cache()
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_sleep_and_wake_order_around_training(engine, policy, level):
+    """The GPU sleep/wake protocol, with the sleep calls recorded rather than run (see SleepRecorder):
+    sleep after every generation, wake only the weights for a sync, the KV cache before generating;
+    after a level-2 sleep (weights dropped) generating without a sync first is refused."""
+    model, _ = policy
+    real_llm, real_settings = engine.llm, engine.settings
+    recorder = SleepRecorder(real_llm)
+    engine.llm, engine.sleeps = recorder, True
+    engine.settings = dataclasses.replace(real_settings, sleep_level=level)
+    short = SamplingSettings(n=2, temperature=1.0, max_new_tokens=4, seed=1)
+    try:
+        engine.generate(PROMPTS, short)  # starts awake
+        engine.sync_weights(model)
+        engine.generate(PROMPTS, short)
+        assert recorder.calls == [
+            ("generate",), ("sleep", level),
+            ("wake_up", ("weights",)), ("collective_rpc", "reload_weights"), ("reset_prefix_cache",),
+            ("wake_up", ("kv_cache",)), ("generate",), ("sleep", level),
+        ]
+        recorder.calls.clear()
+        if level == 2:
+            with pytest.raises(RuntimeError, match="level 2, which discards the weights, and no sync_weights"):
+                engine.generate(PROMPTS, short)
+            assert recorder.calls == []
+        else:  # level 1 keeps the weights (offloaded): generating again wakes everything
+            engine.generate(PROMPTS, short)
+            assert recorder.calls == [("wake_up", ("weights", "kv_cache")), ("generate",), ("sleep", 1)]
+    finally:
+        engine.llm, engine.settings, engine.sleeps = real_llm, real_settings, False
+        engine._asleep, engine._weights_discarded = set(), False
+
+
+def test_top_p_logprobs_are_those_of_the_truncated_distribution(engine, policy):
+    """With top_p < 1 vLLM's processed log-probs are of the nucleus-truncated, renormalised
+    distribution (what engine.py documents); the trainer's recompute is untruncated. Reference: the
+    trainer's logits at T, tokens dropped while the ascending cumulative probability is <= 1 - p (the
+    rule of vLLM's `apply_top_k_top_p`), then log-softmax over the kept ones."""
+    from quadrants.train.policy import position_ids_from_mask
+
+    model, _ = policy
+    temperature, top_p = 0.8, 0.7
+    rollouts = engine.generate(PROMPTS, SamplingSettings(n=4, temperature=temperature, top_p=top_p,
+                                                         max_new_tokens=24, seed=9))
+    sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)
+    attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
+    length = rollouts.response_ids.shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=sequences, attention_mask=attention_mask.long(),
+                       position_ids=position_ids_from_mask(attention_mask)).logits[:, -length - 1 : -1]
+    scaled = logits.float() / temperature  # [B, T, V]
+    ascending, order = scaled.sort(dim=-1)
+    dropped = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
+    dropped[..., -1] = False
+    truncated = torch.full_like(scaled, float("-inf")).scatter(-1, order, ascending.masked_fill(dropped, float("-inf")))
+    mask = rollouts.response_mask
+    targets = rollouts.response_ids.unsqueeze(-1)
+    nucleus = truncated.log_softmax(-1).gather(-1, targets).squeeze(-1) * mask
+    full = scaled.log_softmax(-1).gather(-1, targets).squeeze(-1) * mask
+    assert logp_abs_diff(rollouts.behaviour_logp, nucleus, mask)[1] <= LOGP_TOL
+    # and they are not the untruncated ones: renormalising over the nucleus raises them
+    assert logp_abs_diff(rollouts.behaviour_logp, full, mask)[1] > 100 * LOGP_TOL
+    assert (rollouts.behaviour_logp[mask] >= full[mask] - LOGP_TOL).all()

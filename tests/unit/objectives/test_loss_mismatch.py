@@ -13,8 +13,6 @@ from quadrants.ops.quadrants import Quadrant
 from .helpers import GRPO_RATIOS, close, grad_of, grpo_batch, logp_for_ratios, random_batch
 from .test_loss import VARIANTS, _loss
 
-PHR, PLR, NHR, NLR = Quadrant.PHR, Quadrant.PLR, Quadrant.NHR, Quadrant.NLR
-
 
 def _weighted(name, params, tb, logp, entropy, keep, weights, kl_coef=0.0, loss_agg="token-mean"):
     from quadrants.objectives.batch import PolicyOutput
