@@ -114,8 +114,8 @@ def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
         if addr is None and world > 1:
             addr = first_slurm_host(environ["SLURM_JOB_NODELIST"])
         port = environ.get("MASTER_PORT")
-        # one port per job, so two jobs sharing a node do not collide
-        port_number = int(port) if port else 20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000
+        # one port per job, so two jobs sharing a node do not collide (below the ephemeral range)
+        port_number = int(port) if port else 15000 + int(environ.get("SLURM_JOB_ID", "0")) % 5000
         return LaunchInfo(int(environ["SLURM_PROCID"]), world, int(environ.get("SLURM_LOCALID", "0")),
                           addr, port_number, "slurm")
     return None

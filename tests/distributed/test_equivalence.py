@@ -1,0 +1,53 @@
+"""A 2-rank run (torchrun, gloo, FSDP2) equals a 1-process run on the same global batch and seeds.
+
+Both runs train the cached tiny policy for 2 steps of 4 prompts x 4 samples, mini-batches of 8
+sequences (2 optimizer updates per step, 4 rows per rank), with the same blocks of prompts per
+generate call (`distributed.prompts_per_generate=2`; the runs are tests/distributed/worker.py).
+
+What may differ is floating-point summation order only: each rank's weight gradient is a partial
+sum that FSDP2 adds up, and the behaviour pass groups rows differently. Tolerances (float32):
+- the loss and every metric computed from the global batch (rewards, entropy, quadrant fractions,
+  objective metrics): atol 1e-6 (observed: losses equal to 3e-8, rewards and fractions exactly);
+- metrics built from log-prob differences (|log mu - log pi_old| max, per-quadrant |dlogp|): atol
+  1e-5, log-probs reach ~15 nats where a float32 ulp is ~1e-6 (observed <= 5.7e-6);
+- the gradient norm: rtol 1e-5 (a sum of two partial sums; observed ~1e-6 relative);
+- parameters after 2 steps: `worker.parameter_atol` (1e-6; attention key biases 2e-5, see there).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+CASES = ["grpo", "hapo", "forking", "kl_cov", "PHR"]
+LOGP_DIFF_METRICS = ("train/engine_logp_abs_diff", "dlogp_abs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_two_ranks_match_one_process(equivalent_runs, worker, case):
+    one, two = worker.logged(equivalent_runs / "one" / case), worker.logged(equivalent_runs / "two" / case)
+    assert (one["world_size"], two["world_size"]) == (1, 2)
+    assert sorted(one["steps"]) == sorted(two["steps"]) == ["0", "1", "2"]
+    for step in ("1", "2"):
+        a, b = one["steps"][step], two["steps"][step]
+        assert set(a) == set(b)
+        assert b["train/objective/loss"] == pytest.approx(a["train/objective/loss"], abs=1e-6)
+        assert b["train/reward_mean"] == a["train/reward_mean"]  # the same rollouts, graded the same
+        assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-5)
+        for key in a:
+            if key.startswith("time/") or key == "train/grad_norm":
+                continue
+            atol = 1e-5 if any(part in key for part in LOGP_DIFF_METRICS) else 1e-6
+            assert b[key] == pytest.approx(a[key], abs=atol), (case, step, key)
+    # the update is not trivial: some reward signal, a non-zero loss
+    assert any(abs(one["steps"][s]["train/objective/loss"]) > 1e-4 for s in ("1", "2"))
+    single = worker.parameters(equivalent_runs / "one" / case, 2)
+    sharded = worker.parameters(equivalent_runs / "two" / case, 2)
+    assert set(single) == set(sharded) and len(single) > 10
+    step_1 = worker.parameters(equivalent_runs / "one" / case, 1)
+    moved = max((step_1[name] - value).abs().max().item() for name, value in single.items())
+    assert moved > 1e-5  # step 2 changed the parameters far more than the tolerance
+    for name, value in single.items():
+        torch.testing.assert_close(sharded[name], value, rtol=0, atol=worker.parameter_atol(name),
+                                   msg=f"{case}: {name}")

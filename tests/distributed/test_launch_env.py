@@ -1,0 +1,53 @@
+"""Rank layout from the launcher's environment, and the layout checks (no processes started).
+The SLURM nodelist expansion runs against the real dev cluster in tests/slurm/test_distributed_slurm.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from quadrants.config import RunConfig
+from quadrants.train.distributed import check_layout, generation_block, launch_info
+
+
+def test_torchrun_environment():
+    info = launch_info({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "n1", "MASTER_PORT": "29500"})
+    assert (info.rank, info.world_size, info.local_rank, info.master_addr, info.master_port, info.source) == (
+        3, 4, 1, "n1", 29500, "torchrun")
+
+
+def test_slurm_environment_with_an_explicit_master():
+    # srun task 5 of 8, second task on its node; job 123456 -> port 15000 + 123456 % 5000 = 15000 + 3456
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "123456",
+           "MASTER_ADDR": "gpu-001"}
+    info = launch_info(env)
+    assert (info.rank, info.world_size, info.local_rank, info.master_addr, info.master_port) == (
+        5, 8, 1, "gpu-001", 18456)
+    # the step's task count wins over the job's (srun --ntasks smaller than the allocation)
+    assert launch_info({**env, "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}).world_size == 2
+
+
+def test_plain_process_and_single_task_jobs_have_no_layout():
+    assert launch_info({}) is None
+    info = launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"})  # a one-task job array element
+    assert info.world_size == 1
+
+
+def layout(prompts: int, group: int, mini: int, block: int | None = None) -> RunConfig:
+    cfg = RunConfig()
+    cfg.train.prompts_per_step, cfg.rollout.group_size, cfg.train.mini_batch_size = prompts, group, mini
+    cfg.distributed.prompts_per_generate = block
+    return cfg
+
+
+def test_layout_checks_name_the_key_and_what_to_use():
+    check_layout(layout(4, 4, 8), 2)  # 16 sequences, mini-batches of 8 -> 4 rows per rank
+    assert generation_block(layout(4, 4, 8), 2) == 2  # default: one block of 4 / 2 prompts per rank
+    with pytest.raises(ValueError, match="train.prompts_per_step=3"):
+        check_layout(layout(3, 4, 4), 2)
+    with pytest.raises(ValueError, match="train.mini_batch_size=6"):
+        check_layout(layout(4, 4, 6), 4)  # 6 rows do not split into 4 shares
+    check_layout(layout(4, 4, 12), 2)  # 16 = 12 + 4 sequences: both mini-batches split in 2
+    with pytest.raises(ValueError, match="distributed.prompts_per_generate=3"):
+        check_layout(layout(4, 4, 8, block=3), 1)
+    with pytest.raises(ValueError, match="does not deal evenly"):
+        check_layout(layout(4, 4, 8, block=4), 2)  # one block of 4 prompts for 2 ranks
