@@ -10,6 +10,9 @@ What we ask vLLM for, and why:
 - `SamplingParams(n, temperature, top_p, top_k=-1, max_tokens, seed, logprobs=0,
   stop_token_ids=[eos], detokenize=False)`: `logprobs=0` returns the log-prob of the sampled token
   only. With n > 1 and a seed, vLLM gives the i-th sample of a prompt the seed `seed + i`.
+  `LLM(generation_config="vllm")` keeps the model's generation_config.json out (its extra EOS ids,
+  max_new_tokens cap or penalties), as the HF engine does by passing everything explicitly: both
+  engines stop at the tokenizer's EOS only.
 - `LLM(logprobs_mode="processed_logprobs")`. vLLM's default, `raw_logprobs`, is the log-softmax of
   the raw logits, i.e. at temperature 1, which is not the distribution we sample from. Its docs:
   "Processed means the values after applying all processors, including temperature and top_k/top_p"
@@ -138,6 +141,7 @@ class VLLMEngine:
             dtype=settings.dtype,
             seed=settings.seed,
             logprobs_mode="processed_logprobs",
+            generation_config="vllm",  # not the model's: its extra EOS ids, max_new_tokens, penalties
             gpu_memory_utilization=settings.gpu_memory_utilization,
             kv_cache_memory_bytes=kv_bytes,
             tensor_parallel_size=settings.tensor_parallel_size,
