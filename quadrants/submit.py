@@ -178,7 +178,8 @@ def submit(plan: SweepPlan, parent_run_id: str | None) -> list[Any]:
     except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError, OSError) as err:
         # the pickles and sbatch script of the refused array are of no use: leave the folder as it was
         for path in (set(spool.iterdir()) if spool.is_dir() else set()) - before:
-            path.unlink(missing_ok=True) if path.is_file() else None
+            if path.is_file():
+                path.unlink(missing_ok=True)
         reason = str(err).strip() or type(err).__name__
         raise SubmissionRefused(reason) from None
 

@@ -124,3 +124,17 @@ def test_cpu_runs_request_no_gpu():
     assert _compose("launcher=slurm")[0]["gpus_per_node"] is None  # the HF engine on the tiny model
     # the dev cluster has no GPU: its profile never asks, whatever the run
     assert _compose("experiment=paper_main_qwen7b", "launcher=slurm_dev")[0]["gpus_per_node"] is None
+
+
+def test_detached_submission_needs_a_slurm_profile(tmp_path, monkeypatch, capsys):
+    from quadrants.submit import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["quadrant=PHR,NHR", "model=tiny_random"])  # the default launcher: local
+    assert "needs a SLURM launcher profile" in str(exit_info.value)
+    assert "launcher=slurm" in str(exit_info.value)
+    assert not (tmp_path / "outputs").exists()  # nothing written
+    with pytest.raises(SystemExit) as exit_info:
+        main(["quadrant=PHR,XHR", "launcher=slurm_dev"])
+    assert "nothing was submitted" in str(exit_info.value) and "XHR" in str(exit_info.value)
