@@ -136,6 +136,9 @@ class TrackingConfig:
     # MLflow tracking URI; None = a SQLite store `<outputs>/mlflow.db` (one machine only)
     uri: str | None = None
     log_samples_every: int = 10  # steps between sample-completion artifacts; 0 = never
+    # CPU, memory, disk, network (and GPU) readings as `system/*` metrics on the training steps
+    system_metrics: bool = False
+    system_metrics_interval_s: float = 5.0  # seconds between readings; a step logs their mean
 
 
 @dataclass
@@ -164,9 +167,6 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     quadrant: QuadrantConfig = field(default_factory=QuadrantConfig)
-    # CPU, memory, disk, network (and GPU) readings as `system/*` metrics on the training steps
-    system_metrics: bool = False
-    system_metrics_interval_s: float = 5.0  # seconds between readings; a step logs their mean
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
