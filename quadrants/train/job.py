@@ -18,7 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from quadrants.config import RunConfig
 from quadrants.hydra_setup import to_run_config
+from quadrants.tracking.base import NullTracker
 from quadrants.tracking.run_info import run_tags
+from quadrants.train.distributed import init_distributed
 from quadrants.train.loop import run_training
 
 log = logging.getLogger("quadrants.job")
@@ -86,8 +88,11 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
     assert cfg.run_dir is not None
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
-    tracker = make_tracker(cfg, run_dir, parent_run_id)
+    # several srun tasks of one job (launcher=slurm_ddp) join one process group; else world 1, no group
+    env = init_distributed(cfg.distributed.backend)
+    if env.is_main:
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
+    tracker = make_tracker(cfg, run_dir, parent_run_id) if env.is_main else NullTracker()
     log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
     try:
         result = run_training(cfg, tracker)
