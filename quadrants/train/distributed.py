@@ -134,8 +134,8 @@ def init_distributed(backend: str = "auto", environ: Mapping[str, str] | None = 
     """Start the process group if the launcher says there are several ranks; else world 1, no group."""
     environ = os.environ if environ is None else environ
     info = launch_info(environ)
-    if info is None or info.world_size == 1 and info.source == "slurm":
-        return current()
+    if info is None or (info.world_size == 1 and info.source == "slurm"):
+        return current()  # a plain process, or a one-task SLURM job (a job array element): no group
     if dist.is_initialized():
         return current()
     chosen = pick_backend(backend)
