@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from quadrants.sweep_manifest import TERMINAL_RUN_STATUSES, Manifest, child_runs, find_manifest
