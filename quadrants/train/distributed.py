@@ -102,14 +102,17 @@ def first_slurm_host(nodelist: str) -> str:
 
 def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
     """Rank layout from torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT) or from an srun
-    task (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, first host of SLURM_JOB_NODELIST); None when the
-    process was started by neither (a plain single process)."""
+    task (SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, first host of SLURM_JOB_NODELIST); None
+    when the process was started by neither (a plain process, or a batch script outside srun)."""
     if "RANK" in environ and "WORLD_SIZE" in environ:
         port = environ.get("MASTER_PORT")
         return LaunchInfo(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ.get("LOCAL_RANK", "0")),
                           environ.get("MASTER_ADDR"), int(port) if port else None, "torchrun")
-    if "SLURM_PROCID" in environ and ("SLURM_STEP_NUM_TASKS" in environ or "SLURM_NTASKS" in environ):
-        world = int(environ.get("SLURM_STEP_NUM_TASKS", environ.get("SLURM_NTASKS", "1")))
+    # only srun tasks: the batch script itself also has SLURM_PROCID=0 and the job's SLURM_NTASKS,
+    # but not SLURM_STEP_NUM_TASKS (measured on SLURM 22.05), and must not wait for ranks that
+    # will never come
+    if "SLURM_PROCID" in environ and "SLURM_STEP_NUM_TASKS" in environ:
+        world = int(environ["SLURM_STEP_NUM_TASKS"])
         addr = environ.get("MASTER_ADDR")
         if addr is None and world > 1:
             addr = first_slurm_host(environ["SLURM_JOB_NODELIST"])

@@ -17,18 +17,20 @@ def test_torchrun_environment():
 
 def test_slurm_environment_with_an_explicit_master():
     # srun task 5 of 8, second task on its node; job 123456 -> port 15000 + 123456 % 5000 = 15000 + 3456
-    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "123456",
-           "MASTER_ADDR": "gpu-001"}
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1",
+           "SLURM_JOB_ID": "123456", "MASTER_ADDR": "gpu-001"}
     info = launch_info(env)
     assert (info.rank, info.world_size, info.local_rank, info.master_addr, info.master_port) == (
         5, 8, 1, "gpu-001", 18456)
-    # the step's task count wins over the job's (srun --ntasks smaller than the allocation)
+    # the step's task count, not the job's (srun --ntasks smaller than the allocation)
     assert launch_info({**env, "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}).world_size == 2
+    # the batch script of a 2-task job (outside srun): PROCID 0 and NTASKS 2 but no step -> no group
+    assert launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}) is None
 
 
 def test_plain_process_and_single_task_jobs_have_no_layout():
     assert launch_info({}) is None
-    info = launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"})  # a one-task job array element
+    info = launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_NUM_TASKS": "1"})  # one-task job
     assert info.world_size == 1
 
 

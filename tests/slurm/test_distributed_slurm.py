@@ -26,7 +26,8 @@ FAST = [
 
 def test_slurm_nodelist_expands_to_its_first_host(slurm_cluster):
     # what a rank does without MASTER_ADDR: `scontrol show hostnames` against the cluster
-    env = {**slurm_cluster.env, "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu[007-009]"}
+    env = {**slurm_cluster.env, "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
+           "SLURM_JOB_NODELIST": "gpu[007-009]"}
     env.pop("MASTER_ADDR", None)
     done = subprocess.run([sys.executable, "-c", "import os; from quadrants.train.distributed import launch_info; "
                            "print(launch_info(os.environ).master_addr)"], env=env, capture_output=True, text=True)
