@@ -98,6 +98,7 @@ class TrainConfig:
     entropy_chunk_size: int = 256
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
     measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
+    device: str = "auto"  # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
 
 
 @dataclass
@@ -253,6 +254,9 @@ def validate_config(cfg: RunConfig) -> None:
     _positive("train.max_grad_norm", cfg.train.max_grad_norm)
     _positive("train.entropy_chunk_size", cfg.train.entropy_chunk_size)
     _positive("train.threads", cfg.train.threads, allow_zero=True)
+    from quadrants.train.device import validate_device
+
+    validate_device(cfg.train.device)
     _positive("eval.every", cfg.eval.every, allow_zero=True)
     _positive("eval.problems", cfg.eval.problems, allow_zero=True)
     _positive("eval.samples", cfg.eval.samples)

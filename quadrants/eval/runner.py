@@ -240,6 +240,7 @@ def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | Non
 
     from quadrants.eval.generation import TextEngine
     from quadrants.tracking.mlflow_tracker import MlflowTracker
+    from quadrants.train.device import resolve_device
     from quadrants.train.job import tracking_uri
 
     if cfg.train.threads:
@@ -254,6 +255,7 @@ def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | Non
     tracker.log_params(eval_params(cfg, target))
     try:
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
+        model = model.to(resolve_device(cfg.train.device))  # generation on train.device; results on the CPU
         with Grader(num_workers=_grader_workers(), timeout_s=GRADER_TIMEOUT_S) as grader:
             report = run_suite(TextEngine(model, tokenizer), grader, cfg.eval, cfg.task, tokenizer=tokenizer,
                                seed=cfg.seed + 7, out_dir=directory / "results")

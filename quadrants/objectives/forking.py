@@ -82,7 +82,7 @@ def forking(
     )
     metrics = surrogate_metrics(terms, mask)
     metrics["selected_frac"] = fraction(selected, mask)
-    metrics["entropy_threshold"] = torch.as_tensor(threshold).detach().float()
+    metrics["entropy_threshold"] = threshold.detach().float()  # a 0-dim tensor on the batch's device
     kept = drop_constant_groups(batch, dynamic_sampling, metrics)
     kept = mask if kept is None else kept
     denominator_mask = kept & selected if denominator == "selected_tokens" else kept

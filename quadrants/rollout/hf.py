@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from quadrants.rollout.engine import Rollouts, SamplingSettings
+from quadrants.train.device import model_device
 
 
 class SampledLogprobs(LogitsProcessor):
@@ -50,12 +51,13 @@ class SampledLogprobs(LogitsProcessor):
         if self._previous is not None and len(steps) < length:
             steps.append(self._previous.gather(-1, response_ids[:, len(steps) : len(steps) + 1]).squeeze(-1))
         if not steps:
-            return torch.zeros(response_ids.shape)
+            return torch.zeros(response_ids.shape, device=response_ids.device)
         return torch.stack(steps[:length], dim=1)  # [B, T]
 
 
 class HFEngine:
-    """RolloutEngine over `model.generate`.
+    """RolloutEngine over `model.generate`, on the model's device; the Rollouts it returns are on the
+    CPU (quadrants.train.device: the step moves them to the training device once).
 
     Args:
         logprobs: record behaviour log-probs (training); False returns zeros (evaluation needs texts).
@@ -94,9 +96,10 @@ class HFEngine:
         self.model.eval()
         # temperature and top-p are applied by `processors`; neutral values override the model's defaults
         sampling_flags = {} if greedy else dict(temperature=1.0, top_p=1.0, top_k=0)
+        device = model_device(self.model)
         sequences = self.model.generate(
-            input_ids=prompt_ids,
-            attention_mask=prompt_mask.long(),
+            input_ids=prompt_ids.to(device),
+            attention_mask=prompt_mask.long().to(device),
             do_sample=not greedy,
             repetition_penalty=1.0,
             logits_processor=processors,
@@ -106,9 +109,10 @@ class HFEngine:
             pad_token_id=self.tokenizer.pad_token_id,
         )
         self.model.train(was_training)
-        response_ids = sequences[:, prompt_ids.shape[1] :]  # [B, T]
+        response_ids = sequences[:, prompt_ids.shape[1] :]  # [B, T], on the model's device
+        logp = recorder.result(response_ids).cpu() if recorder is not None else torch.zeros(response_ids.shape)
+        response_ids = response_ids.cpu()
         response_mask, finished = _mask_after_eos(response_ids, self.tokenizer.eos_token_id)
-        logp = recorder.result(response_ids) if recorder is not None else torch.zeros(response_ids.shape)
         response_ids = response_ids.masked_fill(~response_mask, self.tokenizer.pad_token_id)
         texts = self.tokenizer.batch_decode(response_ids, skip_special_tokens=True)
         group_ids = torch.arange(len(prompts)).repeat_interleave(sampling.n)

@@ -124,31 +124,43 @@ def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
     return None
 
 
-def pick_backend(backend: str) -> str:
+def pick_backend(backend: str, cuda: bool | None = None) -> str:
+    """The process-group backend: `auto` is nccl when training tensors live on CUDA (`cuda`; default:
+    whether CUDA is available), else gloo. NCCL only moves CUDA tensors, so nccl with CPU training fails."""
     if backend not in BACKENDS:
         raise ValueError(f"distributed.backend={backend!r} is unknown; choose one of {list(BACKENDS)}")
+    cuda = torch.cuda.is_available() if cuda is None else cuda
     if backend == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return "nccl" if cuda else "gloo"
+    if backend == "nccl" and not cuda:
+        raise ValueError("distributed.backend=nccl moves CUDA tensors only, but training runs on the CPU "
+                         "(train.device=cpu, or no CUDA here); use distributed.backend=gloo or auto")
     return backend
 
 
 def init_distributed(backend: str = "auto", environ: Mapping[str, str] | None = None,
-                     timeout_s: float = 1800.0) -> DistEnv:
-    """Start the process group if the launcher says there are several ranks; else world 1, no group."""
+                     timeout_s: float = 1800.0, device: str = "auto") -> DistEnv:
+    """Start the process group if the launcher says there are several ranks; else world 1, no group.
+
+    `device` is `train.device`: with CUDA, each rank binds `cuda:<LOCAL_RANK>` (torch.cuda.set_device)
+    before the group starts, as NCCL requires (not run here: no GPU on these machines)."""
     environ = os.environ if environ is None else environ
     info = launch_info(environ)
     if info is None or (info.world_size == 1 and info.source == "slurm"):
         return current()  # a plain process, or a one-task SLURM job (a job array element): no group
     if dist.is_initialized():
         return current()
-    chosen = pick_backend(backend)
+    from quadrants.train.device import resolve_device
+
+    target = resolve_device(device, info.local_rank)  # train.device=cuda without CUDA fails here
+    chosen = pick_backend(backend, cuda=target.type == "cuda")
     if info.master_addr is not None:
         os.environ.setdefault("MASTER_ADDR", info.master_addr)
     if info.master_port is not None:
         os.environ.setdefault("MASTER_PORT", str(info.master_port))
     os.environ.setdefault("LOCAL_RANK", str(info.local_rank))
-    if chosen == "nccl":  # not run here: no GPU on these machines
-        torch.cuda.set_device(info.local_rank)
+    if target.type == "cuda":  # not run here: no GPU on these machines
+        torch.cuda.set_device(target)
     dist.init_process_group(chosen, rank=info.rank, world_size=info.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     log.info("rank %d/%d (local %d) joined the %s process group via %s",
@@ -203,6 +215,9 @@ def validate_distributed_config(cfg: RunConfig) -> None:
     if d.mixed_precision not in MIXED_PRECISION:
         raise ValueError(f"distributed.mixed_precision={d.mixed_precision!r} is unknown; "
                          f"choose one of {list(MIXED_PRECISION)}")
+    if d.backend == "nccl" and cfg.train.device == "cpu":
+        raise ValueError("distributed.backend=nccl moves CUDA tensors only, but train.device=cpu; "
+                         "use distributed.backend=gloo or auto, or train.device=auto or cuda")
     if d.prompts_per_generate is not None and d.prompts_per_generate <= 0:
         raise ValueError(f"distributed.prompts_per_generate={d.prompts_per_generate} is out of range; "
                          f"allowed: null or > 0")
@@ -213,10 +228,15 @@ def validate_distributed_config(cfg: RunConfig) -> None:
 
 
 def shard_model(model: nn.Module, env: DistEnv, *, mixed_precision: str = "none",
-                activation_checkpointing: bool = False, reshard_after_forward: bool = True) -> nn.Module:
+                activation_checkpointing: bool = False, reshard_after_forward: bool = True,
+                device: torch.device | None = None) -> nn.Module:
     """FSDP2-shard `model` in place over all ranks (each transformer block, then the root) and make
     gradient reduction a plain SUM (see the module docstring). World 1 without a group: unchanged,
-    except for activation checkpointing."""
+    except for activation checkpointing.
+
+    `device`: the training device. The shards live on the mesh's device, so the mesh is built on
+    `device.type` explicitly (FSDP2's default mesh would pick CUDA whenever it exists, even for
+    train.device=cpu); on CUDA the module is on `cuda:<LOCAL_RANK>` already (build_context)."""
     if activation_checkpointing:  # not run here on GPU; HF's own non-reentrant checkpointing
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if not env.sharded:
@@ -229,11 +249,14 @@ def shard_model(model: nn.Module, env: DistEnv, *, mixed_precision: str = "none"
     policy = MixedPrecisionPolicy()
     if mixed_precision == "bf16":  # not run here: bf16 compute, fp32 gradient reduction
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh((device or torch.device("cpu")).type, (env.world_size,))
     block_names = set(getattr(model, "_no_split_modules", None) or ())
     blocks = [m for m in model.modules() if type(m).__name__ in block_names]
     for block in blocks:
-        fully_shard(block, mp_policy=policy, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
@@ -298,10 +321,18 @@ def reduce_metrics(metrics: dict[str, float], env: DistEnv) -> dict[str, float]:
     if not env.sharded:
         return metrics
     timing = sorted(k for k in metrics if k.startswith("time/"))
-    values = torch.tensor([float(metrics[k]) for k in timing], dtype=torch.float64)
+    values = torch.tensor([float(metrics[k]) for k in timing], dtype=torch.float64, device=collective_device())
     if timing:
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return {**metrics, **{k: float(v) for k, v in zip(timing, values.tolist())}}
+
+
+def collective_device() -> torch.device:
+    """Where a tensor built only for a collective must live: the bound CUDA device under NCCL
+    (which moves CUDA tensors only; not run here), else the CPU."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def barrier(env: DistEnv) -> None:

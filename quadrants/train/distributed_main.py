@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = compose_run_config(overrides)
     except ValueError as err:
         sys.exit(f"quadrants: invalid configuration, nothing was launched.\n  {err}")
-    env = init_distributed(cfg.distributed.backend)
+    env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
     logging.basicConfig(level=logging.INFO, format=f"[rank {env.rank}] %(asctime)s %(name)s: %(message)s")
     from quadrants.train.job import make_tracker
     from quadrants.train.loop import run_training

@@ -130,12 +130,20 @@ def sharded_policy_output(env: DistEnv, model: nn.Module, mini: TokenBatch, *, t
 
 
 def prepare_policy(cfg: RunConfig, model: nn.Module, tokenizer: Any, ref_model: nn.Module | None,
-                   env: DistEnv) -> tuple[nn.Module, nn.Module | None, HFEngine]:
-    """Shard the policy (and the frozen reference) over the ranks and give the rollout engine its
-    module: the policy itself in one plain process, a full per-rank copy when sharded."""
+                   env: DistEnv, device: torch.device | None = None) -> tuple[nn.Module, nn.Module | None, HFEngine]:
+    """Place the policy (and the frozen reference) on `device` (default: `train.device` resolved for
+    this rank), shard them over the ranks, and give the rollout engine its module: the policy itself
+    in one plain process, a full per-rank copy on the same device when sharded. The modules are
+    moved before `fully_shard`, so each rank's shards and its rollout copy are on `cuda:<LOCAL_RANK>`
+    with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op)."""
+    from quadrants.train.device import resolve_device
+
     check_layout(cfg, env.world_size)
+    device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
+    model = model.to(device)
+    ref_model = None if ref_model is None else ref_model.to(device)
     options = dict(mixed_precision=cfg.distributed.mixed_precision,
-                   reshard_after_forward=cfg.distributed.reshard_after_forward)
+                   reshard_after_forward=cfg.distributed.reshard_after_forward, device=device)
     if not env.sharded:
         model = shard_model(model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options)
         return model, ref_model, HFEngine(model, tokenizer)

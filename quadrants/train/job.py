@@ -89,7 +89,7 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     # several srun tasks of one job (launcher=slurm_ddp) join one process group; else world 1, no group
-    env = init_distributed(cfg.distributed.backend)
+    env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
     if env.is_main:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
     tracker = make_tracker(cfg, run_dir, parent_run_id) if env.is_main else NullTracker()

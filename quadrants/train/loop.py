@@ -32,6 +32,7 @@ from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
+from quadrants.train.device import resolve_device
 from quadrants.train.distributed import current as current_dist
 from quadrants.train.distributed_step import prepare_policy
 from quadrants.train.evaluation import heldout_metrics
@@ -55,15 +56,17 @@ class TrainingResult:
 
 
 def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
-    """Load everything a step needs (model, reference, engine, task, optimizer, objective)."""
+    """Load everything a step needs (model, reference, engine, task, optimizer, objective), the
+    modules on `train.device` (resolved first: train.device=cuda without CUDA fails before any load)."""
+    dist_env = current_dist()  # world 1 without a process group; FSDP2-sharded under torchrun / srun
+    device = resolve_device(cfg.train.device, dist_env.local_rank)
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
     ref_model = None
     if cfg.objective.kl_coef > 0:
         ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
         ref_model.requires_grad_(False).eval()
-    dist_env = current_dist()  # world 1 without a process group; FSDP2-sharded under torchrun / srun
-    model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env)
+    model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
     if cfg.rollout.engine == "vllm":
         engine = _vllm_engine(cfg, model, tokenizer, sharded=dist_env.sharded)
     optimizer = torch.optim.AdamW(
@@ -75,7 +78,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         cfg=cfg, model=model, tokenizer=tokenizer, ref_model=ref_model, engine=engine, grader=grader,
         task=make_task(cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params)),
         optimizer=optimizer, scheduler=scheduler, spec=spec, params=params, loss_settings=loss_settings(cfg),
-        dist=dist_env,
+        dist=dist_env, device=device,
     )
 
 

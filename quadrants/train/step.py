@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Task
 from quadrants.tracking import keys
+from quadrants.train.device import rollouts_to
 from quadrants.train.distributed import DistEnv, reduce_metrics
 from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass, sharded_policy_output
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
@@ -43,6 +44,7 @@ class StepContext:
     params: dict[str, Any]
     loss_settings: LossSettings
     dist: DistEnv = field(default_factory=DistEnv)  # rank layout (world 1 = one plain process)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # train.device, resolved
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -117,7 +119,8 @@ def update_policy(
     grad_norms: list[float] = []
     ctx.model.train()
     for _ in range(cfg.train.epochs):
-        order = torch.randperm(batch.batch_size, generator=generator)
+        # drawn on the CPU generator (the same order on every device), then moved to the batch
+        order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
         for start in range(0, batch.batch_size, cfg.train.mini_batch_size):
             index = order[start : start + cfg.train.mini_batch_size]
             mini = batch.select(index)
@@ -151,11 +154,11 @@ def measure_dlogp(ctx: StepContext, batch: TokenBatch) -> Tensor:
 
 def rollout_metrics(rollouts: Rollouts, rewards: Tensor, outcomes: list[Outcome], batch: TokenBatch) -> dict[str, float]:
     """Reward, solve rates, lengths, entropy and grading outcome fractions of one rollout batch."""
-    correct = torch.tensor([o == Outcome.correct for o in outcomes], dtype=torch.float32)
     groups = rollouts.group_ids
+    correct = torch.tensor([o == Outcome.correct for o in outcomes], dtype=torch.float32, device=groups.device)
     num_groups = int(groups.max()) + 1 if groups.numel() else 0
-    per_group = torch.zeros(num_groups).index_add_(0, groups, correct)
-    sizes = torch.zeros(num_groups).index_add_(0, groups, torch.ones_like(correct))
+    per_group = torch.zeros(num_groups, device=groups.device).index_add_(0, groups, correct)
+    sizes = torch.zeros(num_groups, device=groups.device).index_add_(0, groups, torch.ones_like(correct))
     mask = batch.response_mask
     out = {
         keys.train("reward_mean"): rewards.mean().item(),
@@ -198,7 +201,9 @@ class StepOutput:
 
 def train_step(ctx: StepContext, step: int) -> StepOutput:
     """Run one step: its flat metrics (everything the tracker logs for it) and the graded batch."""
-    collected = collect_rollouts(ctx, step)
+    collected = collect_rollouts(ctx, step)  # on the CPU (every engine), moved to the device once
+    collected = replace(collected, rollouts=rollouts_to(collected.rollouts, ctx.device),
+                        rewards=collected.rewards.to(ctx.device))
     t0 = time.perf_counter()
     batch = build_batch(ctx, collected.rollouts, collected.rewards)
     t1 = time.perf_counter()
