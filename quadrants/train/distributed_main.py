@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"quadrants: invalid configuration, nothing was launched.\n  {err}")
     env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
     logging.basicConfig(level=logging.INFO, format=f"[rank {env.rank}] %(asctime)s %(name)s: %(message)s")
-    from quadrants.train.job import make_tracker
+    from quadrants.train.job import make_tracker, tracked
     from quadrants.train.loop import run_training
 
     assert cfg.run_dir is not None
@@ -50,16 +50,10 @@ def main(argv: list[str] | None = None) -> None:
         tracker = make_tracker(cfg, run_dir)
         log.info("run %s over %d rank(s)", run_dir, env.world_size)
     try:
-        result = run_training(cfg, tracker)
-    except Exception:
-        tracker.finish("FAILED")
-        raise
-    except BaseException:
-        tracker.flush()  # a requeued job resumes into the same, still open, run
-        raise
+        with tracked(tracker):
+            result = run_training(cfg, tracker)
     finally:
         shutdown()
-    tracker.finish("FINISHED")
     if env.is_main:
         print(f"run_dir={run_dir} run_id={result.run_id} resumed_from={result.resumed_from}")
 

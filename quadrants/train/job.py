@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from quadrants.config import RunConfig
 from quadrants.hydra_setup import to_run_config
-from quadrants.tracking.base import NullTracker
+from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.run_info import run_tags
 from quadrants.train.distributed import init_distributed
 from quadrants.train.loop import run_training
@@ -64,6 +66,22 @@ def slurm_tags() -> dict[str, str]:
     return {"slurm.job_id": job_id, "slurm.node": env.get("SLURMD_NODENAME", "")}
 
 
+@contextmanager
+def tracked(tracker: Tracker) -> Iterator[None]:
+    """End the run FINISHED when the block completes and FAILED when it raises an error. On SystemExit
+    (submitit's preemption/timeout handler, which requeues the job) or Ctrl-C, deliver what was logged
+    and leave the run open: the requeued or re-run job resumes into it."""
+    try:
+        yield
+    except Exception:
+        tracker.finish("FAILED")
+        raise
+    except BaseException:
+        tracker.flush()
+        raise
+    tracker.finish("FINISHED")
+
+
 def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:
     """The run's MLflow tracker; its parent is `parent_run_id`, else the one in the sweep's sweep.json."""
     from quadrants.tracking.mlflow_tracker import MlflowTracker
@@ -94,15 +112,6 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
     tracker = make_tracker(cfg, run_dir, parent_run_id) if env.is_main else NullTracker()
     log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
-    try:
+    with tracked(tracker):
         result = run_training(cfg, tracker)
-    except Exception:
-        tracker.finish("FAILED")
-        raise
-    except BaseException:
-        # SystemExit from submitit's preemption/timeout handler (it requeues the job), or Ctrl-C:
-        # deliver what was logged and leave the run open; the requeued job resumes into it.
-        tracker.flush()
-        raise
-    tracker.finish("FINISHED")
     return {"run_dir": str(run_dir), "run_id": result.run_id, **result.final_eval}
