@@ -19,8 +19,14 @@ signal while leaving is ignored (submitit's own `scontrol requeue` sends a SIGTE
 
 Outside SLURM the same applies to SIGTERM (`kill <pid>`); USR2 keeps its default unless a handler
 (submitit's) is installed. Signal handlers exist only in the main thread: elsewhere (a thread pool
-launcher) the steps pass through untouched, and so they do in a multi-rank (torch.distributed) run,
-where a save is collective: there only the periodic checkpoints apply (not yet on a signal).
+launcher) the steps pass through untouched.
+
+In a multi-rank (torch.distributed) run a save is collective and the ranks see a signal at different
+points of a step, so a handler cannot save on its own. There the handler only notes the signal; at
+every step boundary the ranks exchange what they noted (one all_gather_object of an int), and if any
+rank was signalled, all of them save the completed step together and leave. A signal there costs at
+most the rest of the step in flight (which must fit in SLURM's warning: `signal_delay_s` for USR2,
+`KillWait` for SIGTERM).
 """
 
 from __future__ import annotations
@@ -135,12 +141,65 @@ class _ExitCheckpoint:
             raise SystemExit(128 + signal.SIGTERM)
 
 
+class _CollectiveExitCheckpoint:
+    """The multi-rank guard: handlers note the signal; ranks agree at step boundaries and save together."""
+
+    def __init__(self, save: SaveFn, exchange: Callable[[int], list[int]]) -> None:
+        self._save = save
+        self._exchange = exchange
+        self._noted = 0  # the signal this rank received (0: none)
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (preempt_signal(), signal.SIGTERM):
+            previous = signal.getsignal(sig)
+            if previous is signal.SIG_IGN or (sig != signal.SIGTERM and not callable(previous)):
+                continue
+            self._previous[sig] = previous
+            signal.signal(sig, self._on_signal)
+
+    def uninstall(self) -> None:
+        for sig, previous in self._previous.items():
+            if signal.getsignal(sig) == self._on_signal:
+                signal.signal(sig, previous)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if not self._noted:
+            self._noted = signum
+            log.warning("%s: the ranks checkpoint together when the step in flight completes, then leave",
+                        signal.Signals(signum).name)
+
+    def step_completed(self, step: int, saved: bool) -> None:
+        """A collective: every rank calls it after every step."""
+        signalled = [sig for sig in self._exchange(self._noted) if sig]
+        if not signalled:
+            return
+        if not saved:
+            started = time.perf_counter()
+            self._save(step, _rng_state())  # collective: every rank writes its shards
+            log.warning("checkpoint of step %d written by every rank in %.1fs", step, time.perf_counter() - started)
+        sig = self._noted or signalled[0]
+        self._noted = -1  # leaving: later signals are ignored
+        previous = self._previous.get(sig)
+        if callable(previous):
+            previous(sig, None)  # submitit: scontrol requeue, then SystemExit
+        raise SystemExit(128 + sig)
+
+
 def _several_ranks() -> bool:
-    """A multi-rank run: saving is collective and ranks see signals at different points of a step, so a
-    save from one rank's handler could wait forever on the others. Periodic checkpoints only (not yet)."""
+    """A multi-rank run (saving is collective, see _CollectiveExitCheckpoint)."""
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _exchange_across_ranks(value: int) -> list[int]:
+    """Every rank's `value`, in rank order (a collective)."""
+    import torch.distributed as dist
+
+    values: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
 
 
 def _rng_state() -> dict[str, Any]:
@@ -162,10 +221,14 @@ def checkpointed_steps(
         is_saved: whether a completed step already has a checkpoint (the loop's periodic ones).
         defer_s: longest wait for a step in its update phase to complete.
     """
-    if save is None or threading.current_thread() is not threading.main_thread() or _several_ranks():
+    if save is None or threading.current_thread() is not threading.main_thread():
         yield from steps
         return
-    guard = _ExitCheckpoint(optimizer, save, first_step, defer_s)
+    guard: _ExitCheckpoint | _CollectiveExitCheckpoint
+    if _several_ranks():
+        guard = _CollectiveExitCheckpoint(save, _exchange_across_ranks)
+    else:
+        guard = _ExitCheckpoint(optimizer, save, first_step, defer_s)
     guard.install()
     try:
         for index in steps:

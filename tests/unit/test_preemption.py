@@ -151,3 +151,46 @@ def test_no_checkpoints_configured_passes_the_steps_through():
     for _ in checkpointed_steps(range(3), optimizer=opt, save=None, first_step=0, is_saved=lambda s: False):
         seen.append(signal.getsignal(signal.SIGTERM))
     assert seen == [signal.SIG_DFL] * 3
+
+
+# --- several ranks: handlers only note the signal; ranks agree at step boundaries --------------------
+# The exchange (an all_gather_object across ranks) is given as a function here, returning what the
+# other rank "noted"; tests/distributed/test_preemption.py runs the real collective over 2 gloo ranks.
+
+from quadrants.train.preemption import _CollectiveExitCheckpoint  # noqa: E402
+
+
+def _collective(other_rank_noted: int, saved: list[int]) -> _CollectiveExitCheckpoint:
+    return _CollectiveExitCheckpoint(lambda step, rng: saved.append(step),
+                                     exchange=lambda mine: [mine, other_rank_noted])
+
+
+def test_no_signal_anywhere_lets_the_steps_go_on():
+    saved: list[int] = []
+    guard = _collective(0, saved)
+    guard.step_completed(3, saved=False)
+    assert saved == []
+
+
+def test_a_signal_on_another_rank_saves_the_completed_step_and_leaves():
+    saved: list[int] = []
+    guard = _collective(int(signal.SIGTERM), saved)  # rank 1 got SIGTERM, this rank nothing
+    with pytest.raises(SystemExit) as leaving:
+        guard.step_completed(4, saved=False)
+    assert saved == [4] and leaving.value.code == 128 + signal.SIGTERM
+
+
+def test_a_signal_here_waits_for_the_step_boundary_and_skips_a_step_already_saved():
+    saved: list[int] = []
+    guard = _collective(0, saved)
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # noted only: the step in flight goes on
+        time.sleep(0.05)
+        assert saved == []
+        with pytest.raises(SystemExit) as leaving:
+            guard.step_completed(5, saved=True)  # the periodic checkpoint of step 5 exists already
+    finally:
+        guard.uninstall()
+    assert saved == [] and leaving.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
