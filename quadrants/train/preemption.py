@@ -178,6 +178,7 @@ class _CollectiveExitCheckpoint:
             started = time.perf_counter()
             self._save(step, _rng_state())  # collective: every rank writes its shards
             log.warning("checkpoint of step %d written by every rank in %.1fs", step, time.perf_counter() - started)
+        log.warning("step %d is checkpointed: leaving", step)
         sig = self._noted or signalled[0]
         self._noted = -1  # leaving: later signals are ignored
         previous = self._previous.get(sig)

@@ -1,11 +1,13 @@
 """A 2-rank training job on the real one-machine SLURM cluster (launcher=slurm_ddp): submitit starts
 one srun task per rank, the ranks find each other from SLURM's environment (gloo), train, checkpoint
-every 2 steps with DCP, are requeued mid-run (`scontrol requeue`: SIGTERM, then the job starts again
-from the beginning) and resume from the last periodic checkpoint into the same MLflow run, with
+every 2 steps with DCP, are requeued mid-run (`scontrol requeue`: SIGTERM to both tasks, then the job
+starts again from the beginning). On the SIGTERM the ranks agree at the next step boundary and save
+that step together; the requeued job resumes from exactly that step into the same MLflow run, with
 every step logged exactly once. The tiny random model keeps it to seconds."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -57,7 +59,11 @@ def test_two_task_job_trains_is_requeued_and_resumes_every_step_once(slurm_clust
     assert len(logs) == 2  # one log per srun task (rank)
     log = (run_dir / "quadrants.log").read_text()
     assert "joined the gloo process group via slurm" in log
-    assert "resumed from" in log  # the requeued job started from a periodic checkpoint
+    # on SIGTERM both ranks left at the same step boundary, with that step checkpointed (by the signal,
+    # or already by the periodic save when the step was even)
+    saved = re.findall(r"step (\d+) is checkpointed: leaving", log)
+    assert len(saved) == 2 and saved[0] == saved[1], log[-3000:]
+    assert f"(step {int(saved[0])})" in log.split("resumed from", 1)[1].splitlines()[0]  # and resumed there
     shards = sorted(p.name for p in (run_dir / "checkpoints" / "step_0000030" / "model_optim").iterdir())
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
