@@ -155,15 +155,21 @@ def token_arrays(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.n
     return np.asarray(advantages, dtype=np.float64), np.asarray(entropies, dtype=np.float64)
 
 
+def _rows_with_samples(samples: Mapping[str, Sequence[Mapping[str, Any]]], what: str) -> list[str]:
+    """The rows (sorted) that have sample artifacts; raises if none has any."""
+    rows = [r for r in sorted(samples) if samples[r]]
+    if not rows:
+        raise ValueError(f"no sample artifacts in any run: cannot draw {what}")
+    return rows
+
+
 def advantage_histograms(samples: Mapping[str, Sequence[Mapping[str, Any]]], out: Path) -> list[Path]:
     """Histogram of token advantages per method (row), over the tokens of its sample artifacts.
 
     The samples carry the sequence advantage (GRPO/DAPO's), so a token's advantage here is its
     response's; objective-specific token reshaping (HAPO, EntroAdv) is not in the artifact.
     """
-    rows = [r for r in sorted(samples) if samples[r]]
-    if not rows:
-        raise ValueError("no sample artifacts in any run: cannot draw advantage histograms")
+    rows = _rows_with_samples(samples, "advantage histograms")
     fig, axes = _grid(len(rows), 3.6, 2.8)
     for ax, row in zip(axes, rows):
         adv, _ = token_arrays(samples[row])
@@ -181,9 +187,7 @@ def entropy_by_polarity(samples: Mapping[str, Sequence[Mapping[str, Any]]], out:
     Tokens with advantage exactly 0 (groups whose rewards are all equal) carry no gradient and are
     left out; their count is in the panel title.
     """
-    rows = [r for r in sorted(samples) if samples[r]]
-    if not rows:
-        raise ValueError("no sample artifacts in any run: cannot draw entropy distributions")
+    rows = _rows_with_samples(samples, "entropy distributions")
     fig, axes = _grid(len(rows), 3.6, 2.8)
     for ax, row in zip(axes, rows):
         adv, ent = token_arrays(samples[row])
