@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from quadrants.config import RunConfig, validate_config
+from quadrants.train.distributed import check_layout
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 _HYDRA_FLAGS_WITHOUT_JOBS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc", "--version")
@@ -128,20 +129,31 @@ def preflight(argv: list[str]) -> int:
     if any(a in _HYDRA_FLAGS_WITHOUT_JOBS or a.startswith("--cfg") for a in argv):
         return 0
     register()
-    overrides = [o for o in _overrides(argv) if not o.startswith(("hydra.", "hydra/"))]
+    everything = _overrides(argv)
+    overrides = [o for o in everything if not o.startswith(("hydra.", "hydra/"))]
     multirun = "-m" in argv or "--multirun" in argv
+    ranks = 1
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         if multirun:
-            fixed = [o for o in overrides if "," not in o.split("=", 1)[-1]]
+            fixed = [o for o in everything if "," not in o.split("=", 1)[-1]]
             base = _checked(fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True))
             sweeper_params = base.hydra.sweeper.get("params")
             params = OmegaConf.to_container(sweeper_params, resolve=False) if sweeper_params else {}
             jobs = _checked(overrides, lambda: expand_jobs(overrides, params))
+            ranks = launcher_ranks(base.hydra.launcher)
         else:
             jobs = [overrides]
         for job in jobs:
-            _checked(job, lambda: to_run_config(_compose_job(job)))
+            run = _checked(job, lambda: to_run_config(_compose_job(job)))
+            if ranks > 1:  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
+                _checked(job, lambda: check_layout(run, ranks))
     return len(jobs)
+
+
+def launcher_ranks(launcher: DictConfig) -> int:
+    """Ranks per run of a launcher config: nodes x tasks_per_node (launcher=slurm_ddp), else 1."""
+    nodes, tasks = launcher.get("nodes"), launcher.get("tasks_per_node")
+    return int(nodes or 1) * int(tasks or 1) if "tasks_per_node" in launcher else 1
 
 
 def _checked(job: list[str], fn: Any) -> Any:

@@ -29,6 +29,18 @@ What we ask vLLM for, and why:
   engine core in the trainer's process, so the weights are handed over by reference (no pickling)
   and no spawned process needs a `__main__` guard. With tensor parallelism the workers are still
   separate processes and the weights are serialised to them.
+- Several trainer ranks (torchrun / srun, FSDP2): every rank runs its own engine on its own device
+  (its own blocks of prompts, collect_blocks), and the engines join the trainer's process group
+  instead of starting worlds of their own: `LLM(distributed_executor_backend="external_launcher",
+  data_parallel_size=world)`, vLLM's torchrun mode (it reads RANK / LOCAL_RANK / MASTER_ADDR /
+  MASTER_PORT, builds its groups as subgroups of the existing world, and runs in-process). With
+  data_parallel_size = world and one GPU per engine each rank is a data-parallel replica that
+  generates independently (`LLMEngine.external_launcher_dp`: no per-step exchange for dense models).
+  A sync streams the sharded policy one tensor at a time: each FSDP2 `DTensor` is gathered with
+  `full_tensor()` (a collective: every rank syncs at the same point of the step, in the same
+  parameter order) and handed to `reload_weights`, so the peak extra memory is one full tensor, not a
+  full copy of the model. vLLM's teardown (`EngineCore.shutdown`) ends the whole process group
+  (`destroy_distributed_environment`), so such an engine is closed last.
 - Sleep mode (GPU only): `LLM(enable_sleep_mode=True)`; after each generation the engine sleeps
   (`sleep(level)`: level 1 offloads the weights to CPU memory and drops the KV cache, level 2 drops
   both) so the trainer gets the GPU memory; a weight sync wakes only the weights
@@ -45,10 +57,11 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from transformers import PreTrainedTokenizerBase
 
 from quadrants.rollout.engine import Rollouts, SamplingSettings
@@ -78,6 +91,8 @@ class VLLMSettings:
         in_process: run vLLM's engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
         max_model_len: prompt + response token budget; None = the model's.
         seed: engine seed (per-request seeds come from SamplingSettings.seed).
+        data_parallel_size: engines in the trainer's process group (its world size / tensor_parallel_size);
+            above 1 the engine joins that group through vLLM's external launcher (see the module docstring).
     """
 
     dtype: str = "auto"
@@ -89,6 +104,12 @@ class VLLMSettings:
     in_process: bool = True
     max_model_len: int | None = None
     seed: int = 0
+    data_parallel_size: int = 1
+
+    @property
+    def external_launcher(self) -> bool:
+        """The engine is one of several in an existing torch.distributed world (torchrun / srun)."""
+        return self.data_parallel_size > 1
 
 
 def import_vllm() -> Any:
@@ -112,7 +133,8 @@ class VLLMEngine:
         model_source: str | None = None,
     ) -> None:
         """Start vLLM on `model_source` (a directory or hub id with the same weights as `model`), or,
-        when None, on a temporary copy of `model` and `tokenizer` written with save_pretrained."""
+        when None, on `model`'s config and `tokenizer` saved to a temporary directory and then
+        `model`'s weights (a collective when `model` is sharded: every rank starts its engine together)."""
         if tokenizer.pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token before rollouts")
         vllm = import_vllm()
@@ -125,15 +147,22 @@ class VLLMEngine:
         if model_source is None:
             self._scratch = tempfile.mkdtemp(prefix="quadrants-vllm-")
             weakref.finalize(self, shutil.rmtree, self._scratch, True)  # also if close() is never called
-            model.save_pretrained(self._scratch)
+            # config and tokenizer only: vLLM starts on dummy weights and the first sync below loads
+            # `model`'s (no weight file, and it works from FSDP2 shards, where transformers'
+            # save_pretrained would write on rank 0 only)
+            model.config.save_pretrained(self._scratch)
             tokenizer.save_pretrained(self._scratch)
             model_source = self._scratch
         self.sleeps = settings.sleep_level > 0 and current_platform.is_sleep_mode_available()
         if settings.sleep_level > 0 and not self.sleeps:
             log.info("vLLM sleep mode is GPU-only (CUDA/ROCm/XPU); on %s the engine stays resident",
                      current_platform.device_type)
-        if settings.in_process:
+        if settings.in_process or settings.external_launcher:  # vLLM's external launcher requires it
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        launcher: dict[str, Any] = {}
+        if settings.external_launcher:
+            launcher = dict(distributed_executor_backend="external_launcher",
+                            data_parallel_size=settings.data_parallel_size)
         kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
         self.llm = vllm.LLM(
             model=model_source,
@@ -148,9 +177,13 @@ class VLLMEngine:
             enforce_eager=settings.enforce_eager,
             enable_sleep_mode=self.sleeps,
             max_model_len=settings.max_model_len,
+            load_format="dummy" if self._scratch is not None else "auto",
+            **launcher,
         )
         self._asleep: set[str] = set()  # "weights", "kv_cache" while sleeping
         self._weights_discarded = False  # level-2 sleep dropped them; only a sync restores them
+        if self._scratch is not None:
+            self.sync_weights(model)
 
     def generate(self, prompts: list[str], sampling: SamplingSettings) -> Rollouts:
         from vllm import SamplingParams
@@ -190,10 +223,10 @@ class VLLMEngine:
         return assemble_rollouts(self.tokenizer, prompt_ids, prompt_mask, responses, logprobs, n=sampling.n)
 
     def sync_weights(self, model: nn.Module) -> None:
-        """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the prefix cache."""
+        """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the prefix cache.
+        With a sharded `model` this is a collective: every rank calls it at the same point."""
         self._wake(["weights"])
-        weights = [(name, tensor.detach()) for name, tensor in model.state_dict().items()]
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(model)})
         self.llm.reset_prefix_cache()
         self._weights_discarded = False
 
@@ -219,6 +252,16 @@ class VLLMEngine:
         if pending:
             self.llm.wake_up(tags=pending)
             self._asleep -= set(pending)
+
+
+def full_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) for every entry of `model`'s state dict, one at a time. An FSDP2-sharded
+    entry (a DTensor) is all-gathered when reached, so every rank must consume the iterator to the
+    end, in order; a plain module's tensors pass through (detached, no copy)."""
+    for name, tensor in model.state_dict().items():
+        if isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
+        yield name, tensor.detach()
 
 
 def assemble_rollouts(

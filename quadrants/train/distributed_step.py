@@ -130,12 +130,15 @@ def sharded_policy_output(env: DistEnv, model: nn.Module, mini: TokenBatch, *, t
 
 
 def prepare_policy(cfg: RunConfig, model: nn.Module, tokenizer: Any, ref_model: nn.Module | None,
-                   env: DistEnv, device: torch.device | None = None) -> tuple[nn.Module, nn.Module | None, HFEngine]:
+                   env: DistEnv, device: torch.device | None = None
+                   ) -> tuple[nn.Module, nn.Module | None, HFEngine | None]:
     """Place the policy (and the frozen reference) on `device` (default: `train.device` resolved for
-    this rank), shard them over the ranks, and give the rollout engine its module: the policy itself
+    this rank), shard them over the ranks, and give the HF rollout engine its module: the policy itself
     in one plain process, a full per-rank copy on the same device when sharded. The modules are
     moved before `fully_shard`, so each rank's shards and its rollout copy are on `cuda:<LOCAL_RANK>`
-    with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op)."""
+    with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op).
+    With `rollout.engine=vllm` no HF engine (and no copy) is made: the engine is None, and the caller
+    starts vLLM on the placed, sharded policy."""
     from quadrants.train.device import resolve_device
 
     check_layout(cfg, env.world_size)
@@ -144,11 +147,12 @@ def prepare_policy(cfg: RunConfig, model: nn.Module, tokenizer: Any, ref_model: 
     ref_model = None if ref_model is None else ref_model.to(device)
     options = dict(mixed_precision=cfg.distributed.mixed_precision,
                    reshard_after_forward=cfg.distributed.reshard_after_forward, device=device)
+    hf = cfg.rollout.engine == "hf"
     if not env.sharded:
         model = shard_model(model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options)
-        return model, ref_model, HFEngine(model, tokenizer)
-    replica = rollout_replica(model, env)
+        return model, ref_model, HFEngine(model, tokenizer) if hf else None
+    replica = rollout_replica(model, env) if hf else None
     model = shard_model(model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options)
     if ref_model is not None:
         ref_model = shard_model(ref_model, env, **options)
-    return model, ref_model, ReplicaHFEngine(replica, tokenizer)
+    return model, ref_model, ReplicaHFEngine(replica, tokenizer) if replica is not None else None

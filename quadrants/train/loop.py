@@ -33,7 +33,7 @@ from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
 from quadrants.train.device import resolve_device
-from quadrants.train.distributed import current as current_dist
+from quadrants.train.distributed import DistEnv, current as current_dist
 from quadrants.train.distributed_step import prepare_policy
 from quadrants.train.evaluation import heldout_metrics
 from quadrants.train.preemption import checkpointed_steps
@@ -67,8 +67,8 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
         ref_model.requires_grad_(False).eval()
     model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
-    if cfg.rollout.engine == "vllm":
-        engine = _vllm_engine(cfg, model, tokenizer, sharded=dist_env.sharded)
+    if engine is None:  # rollout.engine=vllm: started on the placed (and sharded) policy
+        engine = _vllm_engine(cfg, model, tokenizer, dist_env)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=tuple(cfg.train.betas)
     )
@@ -82,14 +82,11 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     )
 
 
-def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, *, sharded: bool) -> RolloutEngine:
+def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, dist_env: DistEnv) -> RolloutEngine:
     """The colocated vLLM engine (rollout=vllm), started on the model's directory or hub id, or on a
-    saved copy of the embedded tiny model."""
-    if sharded:
-        raise NotImplementedError(
-            "rollout.engine=vllm with several ranks is not built (weight sync from a sharded policy); "
-            "run one process per vLLM engine or use rollout=hf"
-        )
+    saved copy of the embedded tiny model. Under torch.distributed every rank starts one, inside the
+    trainer's process group (vLLM's external launcher, one data-parallel replica per rank; one GPU
+    each, which check_layout has checked)."""
     from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
 
     engine = cfg.rollout.vllm
@@ -97,7 +94,7 @@ def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, *, shar
         dtype=cfg.model.dtype, gpu_memory_utilization=engine.gpu_memory_utilization,
         kv_cache_gib=engine.kv_cache_gib, tensor_parallel_size=engine.tensor_parallel_size,
         enforce_eager=engine.enforce_eager, sleep_level=engine.sleep_level, in_process=engine.in_process,
-        max_model_len=engine.max_model_len, seed=cfg.seed,
+        max_model_len=engine.max_model_len, seed=cfg.seed, data_parallel_size=dist_env.world_size,
     )
     source = None if cfg.model.name_or_path in (TINY, TINY_RANDOM) else cfg.model.name_or_path
     return VLLMEngine(model, tokenizer, settings, model_source=source)
@@ -169,46 +166,48 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     total = cfg.train.steps
     with Grader(num_workers=1, timeout_s=5.0) as grader:
         ctx = build_context(cfg, grader)
-        first, known_id = _resume(ctx, run_dir)
-        result.resumed_from = first
-        result.run_id = tracker.start(known_id)
-        if first == 0:
-            tracker.log_params(flat_params(cfg))
-        if run_dir is not None:
-            _write_run_id(run_dir, tracker.run_id)
-            if first == 0 and (run_dir / "config.yaml").exists():
-                tracker.log_artifact(run_dir / "config.yaml", "config")
-        if first == 0:
-            result.initial_eval = evaluate(ctx, 0, tracker)
-            tracker.log_metrics(result.initial_eval, step=0)
-            log.info("step 0 held-out: %s", _fmt(result.initial_eval))
-        bar = tqdm(range(first, total), desc="train", initial=first, total=total,
-                   disable=not sys.stderr.isatty(), dynamic_ncols=True)
-        for index in checkpointed_steps(bar, optimizer=ctx.optimizer, save=_signal_save(ctx, run_dir, tracker),
-                                        first_step=first, is_saved=lambda s: has_checkpoint(run_dir, s)):
-            step = index + 1
-            output = train_step(ctx, index)
-            metrics = output.metrics
-            if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
-                metrics.update(evaluate(ctx, step, tracker))
-            tracker.log_metrics(metrics, step=step)
-            result.last_step = metrics
-            every = cfg.tracking.log_samples_every
-            if run_dir is not None and every and ctx.dist.is_main and (step % every == 0 or step == total):
-                path = write_samples(run_dir / "samples" / f"step_{step:06d}.json", output, ctx.tokenizer, step)
-                tracker.log_artifact(path, "samples")
-            line = _step_line(step, total, metrics)
-            bar.set_postfix_str(line.split(" ", 2)[2])
-            if bar.disable:
-                log.info(line)
-            if run_dir is not None and cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == total):
+        try:
+            first, known_id = _resume(ctx, run_dir)
+            result.resumed_from = first
+            result.run_id = tracker.start(known_id)
+            if first == 0:
+                tracker.log_params(flat_params(cfg))
+            if run_dir is not None:
                 _write_run_id(run_dir, tracker.run_id)
-                save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler,
-                                run_id=tracker.run_id, keep=cfg.checkpoint.keep)
-        result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
-        if total:
-            log.info("step %d held-out: %s", total, _fmt(result.final_eval))
-        ctx.engine.close()
+                if first == 0 and (run_dir / "config.yaml").exists():
+                    tracker.log_artifact(run_dir / "config.yaml", "config")
+            if first == 0:
+                result.initial_eval = evaluate(ctx, 0, tracker)
+                tracker.log_metrics(result.initial_eval, step=0)
+                log.info("step 0 held-out: %s", _fmt(result.initial_eval))
+            bar = tqdm(range(first, total), desc="train", initial=first, total=total,
+                       disable=not sys.stderr.isatty(), dynamic_ncols=True)
+            for index in checkpointed_steps(bar, optimizer=ctx.optimizer, save=_signal_save(ctx, run_dir, tracker),
+                                            first_step=first, is_saved=lambda s: has_checkpoint(run_dir, s)):
+                step = index + 1
+                output = train_step(ctx, index)
+                metrics = output.metrics
+                if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
+                    metrics.update(evaluate(ctx, step, tracker))
+                tracker.log_metrics(metrics, step=step)
+                result.last_step = metrics
+                every = cfg.tracking.log_samples_every
+                if run_dir is not None and every and ctx.dist.is_main and (step % every == 0 or step == total):
+                    path = write_samples(run_dir / "samples" / f"step_{step:06d}.json", output, ctx.tokenizer, step)
+                    tracker.log_artifact(path, "samples")
+                line = _step_line(step, total, metrics)
+                bar.set_postfix_str(line.split(" ", 2)[2])
+                if bar.disable:
+                    log.info(line)
+                if run_dir is not None and cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == total):
+                    _write_run_id(run_dir, tracker.run_id)
+                    save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler,
+                                    run_id=tracker.run_id, keep=cfg.checkpoint.keep)
+            result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
+            if total:
+                log.info("step %d held-out: %s", total, _fmt(result.final_eval))
+        finally:  # also on a preemption exit; a vLLM engine under torchrun ends the process group with it
+            ctx.engine.close()
     tracker.flush()
     result.run_id = tracker.run_id
     result.seconds = time.perf_counter() - started

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.train.distributed import check_layout, generation_block, launch_info
+from quadrants.train.distributed import check_layout, export_rendezvous, generation_block, launch_info
 
 
 def test_torchrun_environment():
@@ -26,6 +26,15 @@ def test_slurm_environment_with_an_explicit_master():
     assert launch_info({**env, "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}).world_size == 2
     # the batch script of a 2-task job (outside srun): PROCID 0 and NTASKS 2 but no step -> no group
     assert launch_info({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}) is None
+
+
+def test_an_srun_task_gets_torchruns_variables_for_the_process_group_and_vllm():
+    # task 5 of 8 from the SLURM variables above; a MASTER_PORT already set is kept
+    environ = {"SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "123456",
+               "MASTER_ADDR": "gpu-001", "MASTER_PORT": "29999"}
+    export_rendezvous(launch_info(environ), environ)
+    assert {k: environ[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")} == {
+        "MASTER_ADDR": "gpu-001", "MASTER_PORT": "29999", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}
 
 
 def test_plain_process_and_single_task_jobs_have_no_layout():

@@ -31,6 +31,9 @@ CASES: dict[str, dict[str, Any]] = {
     # 2 % of ~500 tokens -> ~10 selected tokens per mini-batch (the default 0.2 % would pick one)
     "kl_cov": dict(objective="kl_cov", params={"fraction": 0.02, "coef": 1.0}),
     "PHR": dict(objective="dapo", params={}, keep="PHR"),
+    # rollouts from one colocated vLLM engine per rank (the vLLM stage only: tests/vllm/run.sh). vLLM's
+    # teardown ends the process group, so a vLLM case must be the last case of a worker invocation
+    "grpo_vllm": dict(objective="grpo", params={}, engine="vllm"),
 }
 
 
@@ -63,6 +66,9 @@ def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
     cfg.eval.problems = 0
     cfg.checkpoint.every = 1
     cfg.tracking.log_samples_every = 0
+    if spec.get("engine") == "vllm":
+        cfg.rollout.engine = "vllm"
+        cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.enforce_eager = 0.25, True
     return cfg
 
 

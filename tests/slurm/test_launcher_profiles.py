@@ -138,3 +138,22 @@ def test_detached_submission_needs_a_slurm_profile(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit) as exit_info:
         main(["quadrant=PHR,XHR", "launcher=slurm_dev"])
     assert "nothing was submitted" in str(exit_info.value) and "XHR" in str(exit_info.value)
+
+
+def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
+    """launcher=slurm_ddp runs nodes x tasks_per_node ranks per run: a batch that does not deal evenly
+    to them, or a vLLM engine wider than one GPU per rank, stops the command before any submission."""
+    from quadrants.hydra_setup import preflight
+
+    assert preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp"]) == 2  # 2 ranks (the profile's default)
+    # 16 ranks: the 7B preset's batch deals evenly (its prompts and mini-batches are multiples of 16)
+    assert preflight(["-m", "experiment=paper_main_qwen7b", "launcher=slurm_ddp", "hydra.launcher.nodes=2",
+                      "hydra.launcher.tasks_per_node=8"]) == 6
+    with pytest.raises(ValueError, match=r"train.prompts_per_step=3 does not deal evenly to 2 ranks"):
+        preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp", "train.prompts_per_step=3"])
+    with pytest.raises(ValueError, match=r"train.prompts_per_step=16 does not deal evenly to 3 ranks; use a multiple of 3"):
+        preflight(["-m", "quadrant=PHR", "launcher=slurm_ddp", "hydra.launcher.tasks_per_node=3"])
+    with pytest.raises(ValueError, match=r"rollout.vllm.tensor_parallel_size=2 with 2 trainer ranks is not built"):
+        preflight(["-m", "quadrant=PHR", "launcher=slurm_ddp", "rollout=vllm", "rollout.vllm.tensor_parallel_size=2"])
+    # one process per run (launcher=slurm): a 2-GPU engine is fine
+    assert preflight(["-m", "quadrant=PHR", "launcher=slurm", "rollout=vllm", "rollout.vllm.tensor_parallel_size=2"]) == 1

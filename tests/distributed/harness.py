@@ -1,0 +1,55 @@
+"""Run the training worker (tests/distributed/worker.py) as 1 plain process or as W gloo ranks under
+torchrun (real processes, one torch thread each), and read what it wrote. Shared by tests/distributed
+and the vLLM stage (tests/vllm/test_distributed.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+WORKER = Path(__file__).with_name("worker.py")
+
+
+class Worker:
+    """Run the training worker and read its outputs (the `worker` fixture of tests/distributed)."""
+
+    @staticmethod
+    def run(out_dir: Path, cases: list[str], *, ranks: int, timeout: float = 600) -> None:
+        """Train `cases` ("name" or "name:steps") with `ranks` processes (1: plain python, no process
+        group; >1: torchrun --standalone, gloo)."""
+        launcher = [sys.executable, str(WORKER)] if ranks == 1 else [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+            str(WORKER)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        done = subprocess.run([*launcher, str(out_dir), ",".join(cases)], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+
+    @staticmethod
+    def logged(run_dir: Path) -> dict:
+        """What rank 0 logged: {"world_size", "resumed_from", "steps": {step: metrics}}."""
+        return json.loads((run_dir / "metrics.json").read_text())
+
+    @staticmethod
+    def parameters(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+        """The model state of checkpoint `step`, whatever the number of ranks that wrote its shards."""
+        out = run_dir / f"params_{step}.pt"
+        dcp_to_torch_save(run_dir / "checkpoints" / f"step_{step:07d}" / "model_optim", out)
+        return torch.load(out, weights_only=False)["model"]
+
+    @staticmethod
+    def parameter_atol(name: str) -> float:
+        """Tolerance on a parameter after a few AdamW steps of lr 3e-4, 1 vs 2 ranks.
+
+        1e-6 (observed <= 7.4e-7) for every parameter except the attention key biases: their exact
+        gradient is zero (a bias added to every key shifts all of a query's scores by the same
+        q.b, which softmax ignores), so what they receive is rounding noise (~1e-9) that differs
+        with summation order, and AdamW's m / (sqrt(v) + eps) turns it into steps of a sizeable
+        fraction of lr in both runs. 2e-5 for those (observed <= 5.1e-6)."""
+        return 2e-5 if name.endswith("k_proj.bias") else 1e-6
