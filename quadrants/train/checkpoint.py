@@ -44,13 +44,21 @@ class Checkpoint:
     path: Path
 
 
-def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states: torch's CPU generator, Python's, and with CUDA every device's
+    generator (not run here: no GPU on these machines)."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
+    cuda = state.get("cuda")  # absent in CPU checkpoints and those written before it was kept
+    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def save_checkpoint(
@@ -85,7 +93,7 @@ def save_checkpoint(
         "step": step,
         "run_id": run_id,
         "scheduler": scheduler.state_dict(),
-        "rng": rng if rng is not None else _rng_state(),
+        "rng": rng if rng is not None else rng_state(),
     }
     with open(tmp / "state.pt", "wb") as f:
         torch.save(state, f)

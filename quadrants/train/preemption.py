@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import threading
 import time
@@ -41,6 +40,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
+
+from quadrants.train.checkpoint import rng_state
 
 log = logging.getLogger("quadrants.train")
 
@@ -61,7 +62,7 @@ class _ExitCheckpoint:
         self._defer_s = defer_s
         self.completed = first_step  # steps completed (and logged) so far
         self._saved = first_step  # newest step known to have a checkpoint
-        self._rng = _rng_state()
+        self._rng = rng_state()
         self._updates = 0  # optimizer.step() calls begun, counted by a pre-hook
         self._updates_at_boundary = 0
         self._pending: tuple[int, float] | None = None  # (signal, deadline) deferred to the step's end
@@ -95,7 +96,7 @@ class _ExitCheckpoint:
         if saved:
             self._saved = step
         self._updates_at_boundary = self._updates
-        self._rng = _rng_state()
+        self._rng = rng_state()
         if self._pending is not None:
             sig, _ = self._pending
             log.warning("step %d completed after %s: leaving now", step, signal.Signals(sig).name)
@@ -176,7 +177,7 @@ class _CollectiveExitCheckpoint:
             return
         if not saved:
             started = time.perf_counter()
-            self._save(step, _rng_state())  # collective: every rank writes its shards
+            self._save(step, rng_state())  # collective: every rank writes its shards
             log.warning("checkpoint of step %d written by every rank in %.1fs", step, time.perf_counter() - started)
         log.warning("step %d is checkpointed: leaving", step)
         sig = self._noted or signalled[0]
@@ -201,10 +202,6 @@ def _exchange_across_ranks(value: int) -> list[int]:
     values: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(values, value)
     return values
-
-
-def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
 
 
 def checkpointed_steps(
