@@ -20,11 +20,12 @@ What we ask vLLM for, and why:
   exactly the trainer's recompute at `top_p = 1` (the training default). With `top_p < 1` they are
   the log-probs of the truncated, renormalised distribution μ that really sampled the token (the HF
   engine reports them before truncation); the difference shows up in the mismatch metrics.
-- Weight sync: the trainer's `state_dict()` goes through `LLM.collective_rpc("reload_weights",
-  weights_iterator=...)`, vLLM's in-place reload (`vllm.model_executor.model_loader.reload`), which
+- Weight sync: the trainer's state dict, one tensor at a time (quadrants.rollout.weights.full_weights),
+  goes through `LLM.collective_rpc("reload_weights", weights_iterator=...)`, vLLM's in-place reload (`vllm.model_executor.model_loader.reload`), which
   re-runs the post-load kernel processing (a bare `model.load_weights` fails on CPU once the linear
   weights have been repacked). The prefix cache is reset after every sync: cached prompt KV entries
-  were computed by the old weights.
+  were computed by the old weights. The embedded tiny model has no directory: its engine starts on
+  its config and tokenizer with `load_format="dummy"` and gets the weights by that same sync.
 - Colocation: `VLLM_ENABLE_V1_MULTIPROCESSING=0` (the default here, `in_process=True`) runs vLLM's
   engine core in the trainer's process, so the weights are handed over by reference (no pickling)
   and no spawned process needs a `__main__` guard. With tensor parallelism the workers are still
@@ -57,14 +58,14 @@ import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor
 from transformers import PreTrainedTokenizerBase
 
 from quadrants.rollout.engine import Rollouts, SamplingSettings
+from quadrants.rollout.weights import full_weights
 
 log = logging.getLogger("quadrants.rollout.vllm")
 
@@ -252,16 +253,6 @@ class VLLMEngine:
         if pending:
             self.llm.wake_up(tags=pending)
             self._asleep -= set(pending)
-
-
-def full_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) for every entry of `model`'s state dict, one at a time. An FSDP2-sharded
-    entry (a DTensor) is all-gathered when reached, so every rank must consume the iterator to the
-    end, in order; a plain module's tensors pass through (detached, no copy)."""
-    for name, tensor in model.state_dict().items():
-        if isinstance(tensor, DTensor):
-            tensor = tensor.full_tensor()
-        yield name, tensor.detach()
 
 
 def assemble_rollouts(

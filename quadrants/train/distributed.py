@@ -285,15 +285,6 @@ def shard_model(model: nn.Module, env: DistEnv, *, mixed_precision: str = "none"
     return model
 
 
-def full_state_dict(model: nn.Module) -> dict[str, Tensor]:
-    """The unsharded model state on every rank (a collective when sharded)."""
-    if not current().sharded:
-        return model.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-
-
 def rollout_replica(model: nn.Module, env: DistEnv) -> nn.Module:
     """The module the rollout engine samples from: the model itself in one process; a full, unsharded
     copy per rank when sharded (as a colocated vLLM engine holds one), refreshed by `sync_weights`."""

@@ -23,7 +23,8 @@ from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.rollout.hf import HFEngine
-from quadrants.train.distributed import (DistEnv, all_gather_rows, check_layout, full_state_dict, gather_objects,
+from quadrants.rollout.weights import copy_weights
+from quadrants.train.distributed import (DistEnv, all_gather_rows, check_layout, gather_objects,
                                          generation_block, rollout_replica, row_share, shard_model, splice)
 from quadrants.train.policy import behaviour_pass, response_logprobs
 
@@ -33,11 +34,12 @@ if TYPE_CHECKING:
 
 
 class ReplicaHFEngine(HFEngine):
-    """The HF engine over a per-rank full copy of the policy; `sync_weights` gathers the sharded
-    policy's full state (a collective: every rank calls it at the same point of the step)."""
+    """The HF engine over a per-rank full copy of the policy; `sync_weights` copies the sharded
+    policy into it one gathered tensor at a time (a collective: every rank calls it at the same point
+    of the step)."""
 
     def sync_weights(self, model: nn.Module) -> None:
-        self.model.load_state_dict(full_state_dict(model))
+        copy_weights(self.model, model)
 
 
 def block_seed(step_seed: int, block: int) -> int:
