@@ -25,13 +25,6 @@ DEVCLUSTER = REPO / "slurm" / "devcluster.sh"
 EXIT_CANNOT_INSTALL = 75
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "slurm: runs against a real SLURM cluster (tests/slurm brings one up on localhost)",
-    )
-
-
 @dataclass
 class SlurmCluster:
     dir: Path
@@ -68,6 +61,31 @@ class SlurmCluster:
         raise AssertionError(
             f"timed out after {timeout:.0f}s waiting for {what} (logs in {self.dir / 'log'})"
         )
+
+    def interrupted_sweep(self, cwd: Path, overrides: list[str], *, sweep_id: str, what: str,
+                          ready: Callable[[Path], bool], interrupt: list[str], env: dict[str, str] | None = None,
+                          ready_timeout: float = 180, timeout: float = 300) -> tuple[Path, str]:
+        """Run `python -m quadrants.sweep -m OVERRIDES sweep_id=SWEEP_ID` (one job) in `cwd` against
+        this cluster; once `ready(run directory)` (`what` names it), run the client command
+        `interrupt` + the job id (`scontrol requeue`, `scancel --signal=USR2`) and wait for the sweep
+        to finish, which must succeed. Returns (run directory, job id)."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "quadrants.sweep", "-m", *overrides, f"sweep_id={sweep_id}"], cwd=cwd,
+            env={**self.env, "HF_HUB_OFFLINE": "1", **(env or {})}, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
+        )
+        sweep_dir = cwd / "outputs" / "quadrants" / sweep_id
+        run_dir = sweep_dir / "default"  # one job, named after no swept key
+        try:
+            self.wait_for(what, lambda: ready(run_dir), ready_timeout)
+            (job_dir,) = [p for p in (sweep_dir / ".submitit").iterdir() if p.is_dir()]  # one job: no array
+            self.run(*interrupt, job_dir.name)
+            out, _ = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, out[-3000:]
+        return run_dir, job_dir.name
 
     def job_state(self, job_id: str) -> str:
         """The job's state as the controller sees it (finished jobs stay for MinJobAge)."""

@@ -37,24 +37,12 @@ def test_slurm_nodelist_expands_to_its_first_host(slurm_cluster):
 
 
 def test_two_task_job_trains_is_requeued_and_resumes_every_step_once(slurm_cluster, tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "quadrants.sweep", "-m", "objective=grpo", *DEV_CLUSTER, *FAST,
-         "train.steps=30", "checkpoint.every=2", "sweep_id=ddp"],
-        cwd=tmp_path, env={**slurm_cluster.env, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )
-    sweep_dir = tmp_path / "outputs" / "quadrants" / "ddp"
-    run_dir = sweep_dir / "default"
-    try:
-        slurm_cluster.wait_for("a checkpoint of step 4", lambda: (run_dir / "checkpoints" / "step_0000004").exists(), 180)
-        (job_dir,) = [p for p in (sweep_dir / ".submitit").iterdir() if p.is_dir()]
-        slurm_cluster.run("scontrol", "requeue", job_dir.name)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-3000:]
-    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_dir.name).stdout
+    run_dir, job_id = slurm_cluster.interrupted_sweep(
+        tmp_path, ["objective=grpo", *DEV_CLUSTER, *FAST, "train.steps=30", "checkpoint.every=2"], sweep_id="ddp",
+        what="a checkpoint of step 4", ready=lambda run: (run / "checkpoints" / "step_0000004").exists(),
+        interrupt=["scontrol", "requeue"])
+    job_dir = run_dir.parent / ".submitit" / job_id
+    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     logs = sorted(p.name for p in job_dir.iterdir() if p.name.endswith("_log.out"))
     assert len(logs) == 2  # one log per srun task (rank)
     log = (run_dir / "quadrants.log").read_text()

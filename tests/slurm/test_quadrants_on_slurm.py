@@ -57,10 +57,6 @@ def _steps(cwd: Path, run_id: str, key: str = "train/step") -> list[int]:
     return sorted(m.step for m in _client(cwd).get_metric_history(run_id, key))
 
 
-def _wait_for_log(cluster, log_file: Path, text: str, timeout: float = 120) -> None:
-    cluster.wait_for(f"{text!r} in {log_file}", lambda: log_file.exists() and text in log_file.read_text(), timeout)
-
-
 def test_four_quadrant_sweep_is_one_job_array_with_four_child_runs(slurm_cluster, tmp_path):
     done = _quadrants(slurm_cluster, tmp_path, "quadrants.sweep", "-m", "quadrant=PHR,NHR,PLR,NLR",
                       "launcher=slurm_dev", "train.steps=3", *FAST)
@@ -93,22 +89,11 @@ def test_signalled_job_checkpoints_is_requeued_and_resumes_every_step_once(slurm
     # checkpoint.every=1000: no periodic checkpoint before the end, so the resume point can only
     # come from the checkpoint written on the signal. A 30-minute limit makes the early USR2 a
     # preemption notice for submitit: requeued without counting as a time-out.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "quadrants.sweep", "-m", "quadrant=PHR", "launcher=slurm_dev", "train.steps=40",
-         "checkpoint.every=1000", "sweep_id=requeue", *FAST],
-        cwd=tmp_path, env=_env(slurm_cluster), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    sweep_dir = tmp_path / "outputs" / "quadrants" / "requeue"
-    try:
-        _wait_for_log(slurm_cluster, sweep_dir / "default" / "quadrants.log", "step 3/40")  # one job: "default"
-        (task_dir,) = [p for p in (sweep_dir / ".submitit").iterdir() if p.is_dir()]  # one job: no array
-        slurm_cluster.run("scancel", "--signal=USR2", task_dir.name)
-        out, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-3000:]
-    log = (sweep_dir / "default" / "quadrants.log").read_text()  # both runs of the job append to it
+    run_dir, job_id = slurm_cluster.interrupted_sweep(
+        tmp_path, ["quadrant=PHR", "launcher=slurm_dev", "train.steps=40", "checkpoint.every=1000", *FAST],
+        sweep_id="requeue", what="step 3 in the log", interrupt=["scancel", "--signal=USR2"], timeout=240,
+        ready=lambda run: (run / "quadrants.log").exists() and "step 3/40" in (run / "quadrants.log").read_text())
+    log = (run_dir / "quadrants.log").read_text()  # both runs of the job append to it
     assert "this job is preempted" in log and "Requeued job" in log, log[-3000:]
     # the loop checkpointed before submitit's handler requeued the job
     assert log.index("checkpoint of step") < log.index("Requeued job")
@@ -120,7 +105,7 @@ def test_signalled_job_checkpoints_is_requeued_and_resumes_every_step_once(slurm
     assert run.info.status == "FINISHED"
     assert _steps(tmp_path, run.info.run_id) == list(range(1, 41))
     assert _steps(tmp_path, run.info.run_id, "tracking/step_logged") == list(range(0, 41))
-    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", task_dir.name).stdout
+    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
 
 
 def _status(cluster, cwd: Path, sweep_dir: Path) -> list[dict]:

