@@ -39,10 +39,12 @@ from quadrants.eval.results import (
 from quadrants.eval.target import EvalTarget, load_target_policy
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
+from quadrants.tasks.base import Problem
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker, Tracker
+from quadrants.train.distributed import DistEnv, dealt, run_dealt
 
-if TYPE_CHECKING:  # the training stack is not imported at run time
+if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
     from quadrants.config import EvalConfig, RunConfig, TaskConfig
     from quadrants.train.step import StepContext
 
@@ -71,38 +73,72 @@ def sampling_for(eval_cfg: EvalConfig, n: int, seed: int) -> SamplingSettings:
     )
 
 
+@dataclass(frozen=True)
+class GenerateCall:
+    """One generate call of a benchmark: problems [start, stop) of the plan, `samples` answers each."""
+
+    start: int
+    stop: int
+    samples: int
+
+
+def generate_calls(problems: int, samples: int, batch_size: int) -> list[GenerateCall]:
+    """The generate calls of `problems` x `samples` answers, in order, each at most `batch_size`
+    sequences: several prompts x n when n is small, or one prompt's n samples split over several
+    calls when n is larger (pass@256)."""
+    draw = min(samples, batch_size)  # samples of one prompt per call
+    per_call = max(1, batch_size // draw)  # prompts per call
+    return [
+        GenerateCall(start, min(start + per_call, problems), min(draw, samples - first))
+        for start in range(0, problems, per_call)
+        for first in range(0, samples, draw)
+    ]
+
+
+def generate_and_grade(
+    engine: RolloutEngine, grader: Grader, problems: tuple[Problem, ...], sampling: SamplingSettings
+) -> list[tuple[int, SampleResult]]:
+    """One generate call: (index of the problem in `problems`, its graded sample) per sequence, a
+    prompt's samples consecutive."""
+    rollouts = engine.generate([p.prompt for p in problems], sampling)
+    graded = grader.grade(rollouts.texts, [problems[int(g)].answer for g in rollouts.group_ids])
+    lengths = rollouts.response_mask.sum(-1).tolist()  # [B]
+    finished = rollouts.finished.tolist()  # [B]
+    return [
+        (group, SampleResult(rollouts.texts[b], graded.outcomes[b].value, bool(finished[b]), int(lengths[b])))
+        for b, group in enumerate(rollouts.group_ids.tolist())
+    ]
+
+
 def grade_benchmark(
-    engine: RolloutEngine, grader: Grader, plan: BenchmarkPlan, eval_cfg: EvalConfig, seed: int
+    engine: RolloutEngine, grader: Grader, plan: BenchmarkPlan, eval_cfg: EvalConfig, seed: int,
+    dist: DistEnv | None = None,
 ) -> BenchmarkResult:
     """Generate ``plan.samples`` answers for every problem of `plan` and grade them.
 
-    A generate call holds at most ``eval.batch_size`` sequences: several prompts x n when n is
-    small, or one prompt's n samples split over several calls when n is larger (pass@256).
-    Call i is seeded with ``seed + i``.
+    A generate call holds at most ``eval.batch_size`` sequences (`generate_calls`); call i is seeded
+    with ``seed + i``. With `dist` sharded, call i is made by rank i % W and every rank gets every
+    call's samples (a collective: every rank calls this), so the result is the one-process result.
     """
-    draw = min(plan.samples, eval_cfg.batch_size)  # samples of one prompt per call
-    per_call = max(1, eval_cfg.batch_size // draw)  # prompts per call
-    problems: list[ProblemResult] = []
-    calls = 0
-    starts = range(0, len(plan.problems), per_call)
-    bar = tqdm(starts, desc=f"eval {plan.name}", unit="batch", disable=not sys.stderr.isatty(), leave=False)
-    for start in bar:
-        chunk = plan.problems[start : start + per_call]
-        drawn: list[list[SampleResult]] = [[] for _ in chunk]
-        for first in range(0, plan.samples, draw):
-            size = min(draw, plan.samples - first)
-            rollouts = engine.generate([p.prompt for p in chunk], sampling_for(eval_cfg, size, seed + calls))
-            calls += 1
-            golds = [chunk[int(g)].answer for g in rollouts.group_ids]
-            graded = grader.grade(rollouts.texts, golds)
-            lengths = rollouts.response_mask.sum(-1).tolist()  # [B]
-            finished = rollouts.finished.tolist()  # [B]
-            for b, group in enumerate(rollouts.group_ids.tolist()):  # a prompt's samples are consecutive
-                drawn[group].append(
-                    SampleResult(rollouts.texts[b], graded.outcomes[b].value, bool(finished[b]), int(lengths[b]))
-                )
-        for problem, samples in zip(chunk, drawn):
-            problems.append(ProblemResult(problem.id, problem.prompt, problem.answer, tuple(samples)))
+    dist = dist or DistEnv()
+    calls = generate_calls(len(plan.problems), plan.samples, eval_cfg.batch_size)
+    bar = tqdm(total=len(dealt(len(calls), dist)), desc=f"eval {plan.name}", unit="batch",
+               disable=not sys.stderr.isatty(), leave=False)
+
+    def work(i: int) -> list[tuple[int, SampleResult]]:
+        call = calls[i]
+        drawn = generate_and_grade(engine, grader, plan.problems[call.start : call.stop],
+                                   sampling_for(eval_cfg, call.samples, seed + i))
+        bar.update()
+        return drawn
+
+    drawn = run_dealt(len(calls), work, dist)
+    bar.close()
+    samples: list[list[SampleResult]] = [[] for _ in plan.problems]
+    for call, results in zip(calls, drawn):
+        for group, sample in results:
+            samples[call.start + group].append(sample)
+    problems = (ProblemResult(p.id, p.prompt, p.answer, tuple(s)) for p, s in zip(plan.problems, samples))
     return BenchmarkResult(name=plan.name, problems=tuple(problems))
 
 
@@ -115,12 +151,16 @@ def run_suite(
     tokenizer: Any,
     seed: int,
     out_dir: Path | None = None,
+    dist: DistEnv | None = None,
 ) -> SuiteReport:
-    """Evaluate every benchmark of the config; write its files under `out_dir` when given."""
+    """Evaluate every benchmark of the config; write its files under `out_dir` when given.
+
+    With `dist` sharded every rank calls this (the generate calls are dealt, see `grade_benchmark`)
+    and every rank gets the full report; give `out_dir` on one rank only."""
     started = time.perf_counter()
     report = SuiteReport()
     for index, plan in enumerate(build_plans(eval_cfg, task_cfg, tokenizer)):
-        result = grade_benchmark(engine, grader, plan, eval_cfg, seed=seed + 10_000 * index)
+        result = grade_benchmark(engine, grader, plan, eval_cfg, seed=seed + 10_000 * index, dist=dist)
         report.results.append(result)
         if out_dir is not None:
             report.files.extend(write_benchmark(result, out_dir))
@@ -136,14 +176,17 @@ def run_suite(
 def evaluate_in_training(ctx: StepContext, step: int, tracker: Tracker | None = None) -> dict[str, float]:
     """The configured benchmarks on the live policy (`quadrants.train.loop.evaluate` calls this).
 
-    Files go to ``<run_dir>/eval/step_<step>/`` and, with a tracker, to the run's artifacts.
+    Files go to ``<run_dir>/eval/step_<step>/`` and, with a tracker, to the run's artifacts. Under
+    torch.distributed every rank calls this and generates its share of the calls (`ctx.dist`); rank 0
+    writes the files and returns the metrics, the other ranks return {}.
     """
     cfg = ctx.cfg
-    dist = getattr(ctx, "dist", None)
-    if dist is not None and not dist.is_main:  # under torch.distributed, rank 0 evaluates its full copy
+    is_main = ctx.dist.is_main
+    out_dir = Path(cfg.run_dir) / "eval" / f"step_{step:07d}" if cfg.run_dir and is_main else None
+    report = run_suite(ctx.engine, ctx.grader, cfg.eval, cfg.task, tokenizer=ctx.tokenizer, seed=cfg.seed + 7,
+                       out_dir=out_dir, dist=ctx.dist)
+    if not is_main:
         return {}
-    out_dir = Path(cfg.run_dir) / "eval" / f"step_{step:07d}" if cfg.run_dir else None
-    report = run_suite(ctx.engine, ctx.grader, cfg.eval, cfg.task, tokenizer=ctx.tokenizer, seed=cfg.seed + 7, out_dir=out_dir)
     if out_dir is not None and tracker is not None:
         tracker.log_artifact(out_dir, f"eval/step_{step:07d}")
     log.info("step %d evaluation (%.1f s):\n%s", step, report.seconds, format_table(report))

@@ -40,7 +40,7 @@ import logging
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, MutableMapping, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from quadrants.config import RunConfig
 
 log = logging.getLogger("quadrants.distributed")
+
+T = TypeVar("T")
 
 BACKENDS = ("auto", "gloo", "nccl")
 MIXED_PRECISION = ("none", "bf16")
@@ -301,6 +303,26 @@ def gather_objects(obj: Any, env: DistEnv) -> list[Any]:
     out: list[Any] = [None] * env.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def dealt(calls: int, env: DistEnv) -> range:
+    """The calls of 0 .. calls - 1 this rank makes: call c goes to rank c % W. A call keeps its number
+    (and so its seed) for any W, which makes the dealing world-size invariant."""
+    return range(env.rank, calls, env.world_size)
+
+
+def in_call_order(parts: list[list[tuple[int, T]]]) -> list[T]:
+    """The results of every rank's (call, result) pairs, in call order."""
+    return [result for _, result in sorted((pair for part in parts for pair in part), key=lambda pair: pair[0])]
+
+
+def run_dealt(calls: int, work: Callable[[int], T], env: DistEnv) -> list[T]:
+    """[work(0), ..., work(calls - 1)] on every rank, work(c) run by rank c % W only.
+
+    A collective (one `gather_objects`): every rank calls it, also a rank with no call of its own.
+    In one process it is the plain loop."""
+    mine = [(call, work(call)) for call in dealt(calls, env)]
+    return in_call_order(gather_objects(mine, env))
 
 
 def all_gather_rows(tensor: Tensor, env: DistEnv) -> list[Tensor]:

@@ -24,8 +24,9 @@ from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.rollout.hf import HFEngine
 from quadrants.rollout.weights import copy_weights
-from quadrants.train.distributed import (DistEnv, all_gather_rows, check_layout, gather_objects,
-                                         generation_block, rollout_replica, row_share, shard_model, splice)
+from quadrants.train.distributed import (DistEnv, all_gather_rows, check_layout, dealt, gather_objects,
+                                         generation_block, in_call_order, rollout_replica, row_share,
+                                         shard_model, splice)
 from quadrants.train.policy import behaviour_pass, response_logprobs
 
 if TYPE_CHECKING:
@@ -85,9 +86,9 @@ def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSett
     env: DistEnv = ctx.dist
     size = generation_block(ctx.cfg, env.world_size)
     blocks = [problems[i : i + size] for i in range(0, len(problems), size)]
-    mine: list[tuple[int, Rollouts, list[float], list[str]]] = []
+    mine: list[tuple[int, tuple[Rollouts, list[float], list[str]]]] = []
     generate_s = grade_s = 0.0
-    for index in range(env.rank, len(blocks), env.world_size):
+    for index in dealt(len(blocks), env):
         block = blocks[index]
         t0 = time.perf_counter()
         seeded = SamplingSettings(n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
@@ -98,11 +99,11 @@ def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSett
         graded = ctx.grader.grade(rollouts.texts, [block[int(g)].answer for g in rollouts.group_ids])
         grade_s += time.perf_counter() - t1
         generate_s += t1 - t0
-        mine.append((index, rollouts, list(graded.rewards), [o.value for o in graded.outcomes]))
-    everything = sorted((item for part in gather_objects(mine, env) for item in part), key=lambda item: item[0])
-    rollouts = concat_rollouts([item[1] for item in everything], int(ctx.tokenizer.pad_token_id))
-    rewards = torch.tensor([r for item in everything for r in item[2]], dtype=torch.float32)
-    outcomes = [Outcome(o) for item in everything for o in item[3]]
+        mine.append((index, (rollouts, list(graded.rewards), [o.value for o in graded.outcomes])))
+    everything = in_call_order(gather_objects(mine, env))  # timings stay per rank, so not run_dealt
+    rollouts = concat_rollouts([item[0] for item in everything], int(ctx.tokenizer.pad_token_id))
+    rewards = torch.tensor([r for item in everything for r in item[1]], dtype=torch.float32)
+    outcomes = [Outcome(o) for item in everything for o in item[2]]
     return Collected(rollouts, rewards, outcomes, generate_s, grade_s)
 
 

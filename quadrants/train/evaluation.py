@@ -4,9 +4,15 @@ The full benchmark evaluation (unbiased pass@k curves, real benchmarks) is `quad
 the in-training check on the task's own held-out split: Avg@n (mean correctness over the n samples
 of each problem) and the unbiased Pass@k for k = 1, 2, 4, ..., n from the same samples (so even the
 quick check gives a Pass@k curve).
+
+Under torch.distributed the chunks of problems (one generate call each, all with the same sampling
+seed) are dealt to the ranks, chunk c to rank c % W, and gathered in chunk order on every rank
+(`quadrants.train.distributed.run_dealt`), so the metrics are those of one process for any W.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -15,34 +21,58 @@ from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
 from quadrants.tracking import keys
+from quadrants.train.distributed import DistEnv, run_dealt
 
 
-def heldout_metrics(
-    engine: RolloutEngine, grader: Grader, problems: list[Problem], sampling: SamplingSettings, name: str,
-    batch_prompts: int = 64,
-) -> dict[str, float]:
-    """Generate `sampling.n` answers per problem and grade them.
+@dataclass(frozen=True)
+class ChunkCounts:
+    """One chunk's graded samples: per problem the correct fraction and count of n, and the
+    number of samples with no answer."""
 
-    Returns:
-        {eval/<name>/avg_at_n, eval/<name>/pass_at_k for k = 1, 2, 4, ..., n, eval/<name>/no_answer_frac}.
-    """
-    correct_per_problem: list[float] = []
-    correct_counts: list[int] = []
-    no_answer = 0
-    k = sampling.n
-    for i in range(0, len(problems), batch_prompts):
-        chunk = problems[i : i + batch_prompts]
-        rollouts = engine.generate([p.prompt for p in chunk], sampling)
-        golds = [chunk[int(g)].answer for g in rollouts.group_ids]
-        graded = grader.grade(rollouts.texts, golds)
-        correct = torch.tensor([o == Outcome.correct for o in graded.outcomes], dtype=torch.float32).view(len(chunk), k)
-        correct_per_problem.extend(correct.mean(-1).tolist())
-        correct_counts.extend(int(c) for c in correct.sum(-1).tolist())
-        no_answer += sum(o == Outcome.no_answer for o in graded.outcomes)
+    correct_fraction: list[float]
+    correct_count: list[int]
+    no_answer: int
+
+
+def grade_chunk(engine: RolloutEngine, grader: Grader, chunk: list[Problem], sampling: SamplingSettings) -> ChunkCounts:
+    """Generate `sampling.n` answers for each problem of `chunk` in one call and count the correct ones."""
+    rollouts = engine.generate([p.prompt for p in chunk], sampling)
+    golds = [chunk[int(g)].answer for g in rollouts.group_ids]
+    graded = grader.grade(rollouts.texts, golds)
+    correct = torch.tensor([o == Outcome.correct for o in graded.outcomes], dtype=torch.float32).view(len(chunk), sampling.n)
+    return ChunkCounts(
+        correct_fraction=correct.mean(-1).tolist(),  # [prompts]
+        correct_count=[int(c) for c in correct.sum(-1).tolist()],  # [prompts]
+        no_answer=sum(o == Outcome.no_answer for o in graded.outcomes),
+    )
+
+
+def summarize(chunks: list[ChunkCounts], k: int, name: str) -> dict[str, float]:
+    """Avg@k, the Pass@k curve and the no-answer share over the chunks' problems (in chunk order)."""
+    correct_per_problem = [f for chunk in chunks for f in chunk.correct_fraction]
+    correct_counts = [c for chunk in chunks for c in chunk.correct_count]
     n = max(len(correct_per_problem), 1)
     metrics = {keys.evaluation(name, keys.avg_at(k)): sum(correct_per_problem) / n}
     if correct_counts:
         curve = pass_at_k_curve([k] * len(correct_counts), correct_counts)
         metrics.update({keys.evaluation(name, keys.pass_at(j)): value for j, value in curve.items()})
-    metrics[keys.evaluation(name, "no_answer_frac")] = no_answer / max(n * k, 1)
+    metrics[keys.evaluation(name, "no_answer_frac")] = sum(chunk.no_answer for chunk in chunks) / max(n * k, 1)
     return metrics
+
+
+def heldout_metrics(
+    engine: RolloutEngine, grader: Grader, problems: list[Problem], sampling: SamplingSettings, name: str,
+    batch_prompts: int = 64, dist: DistEnv | None = None,
+) -> dict[str, float]:
+    """Generate `sampling.n` answers per problem, `batch_prompts` problems per generate call, and grade them.
+
+    With `dist` sharded, chunk c is generated and graded by rank c % W and every rank gets every
+    chunk (a collective: every rank calls this, even when there are fewer chunks than ranks).
+
+    Returns:
+        {eval/<name>/avg_at_n, eval/<name>/pass_at_k for k = 1, 2, 4, ..., n, eval/<name>/no_answer_frac},
+        the same on every rank.
+    """
+    chunks = [problems[i : i + batch_prompts] for i in range(0, len(problems), batch_prompts)]
+    counts = run_dealt(len(chunks), lambda c: grade_chunk(engine, grader, chunks[c], sampling), dist or DistEnv())
+    return summarize(counts, sampling.n, name)

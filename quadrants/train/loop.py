@@ -102,19 +102,24 @@ def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, dist_en
 
 def evaluate(ctx: StepContext, step: int = 0, tracker: Tracker | None = None) -> dict[str, float]:
     """Held-out metrics of the current policy: the configured benchmarks (`eval.benchmarks`, through
-    quadrants.eval.runner, tables and samples as artifacts), else the task's held-out split ({} when disabled)."""
+    quadrants.eval.runner, tables and samples as artifacts), else the task's held-out split ({} when disabled).
+
+    Every rank calls this: the generate calls are dealt to the ranks (each on its own rollout engine)
+    and gathered; rank 0 returns the metrics, the other ranks {}."""
     cfg = ctx.cfg
     if cfg.eval.benchmarks:
         from quadrants.eval.runner import evaluate_in_training
 
         return evaluate_in_training(ctx, step, tracker)
-    if cfg.eval.problems == 0 or not ctx.dist.is_main:  # rank 0 evaluates on its full policy copy
+    if cfg.eval.problems == 0:
         return {}
     sampling = SamplingSettings(
         n=cfg.eval.samples, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
         max_new_tokens=cfg.eval.max_new_tokens, seed=cfg.seed + 7,
     )
-    return heldout_metrics(ctx.engine, ctx.grader, ctx.task.heldout(cfg.eval.problems), sampling, ctx.task.name)
+    metrics = heldout_metrics(ctx.engine, ctx.grader, ctx.task.heldout(cfg.eval.problems), sampling, ctx.task.name,
+                              batch_prompts=max(1, cfg.eval.batch_size // cfg.eval.samples), dist=ctx.dist)
+    return metrics if ctx.dist.is_main else {}
 
 
 def _resume(ctx: StepContext, run_dir: Path | None) -> tuple[int, str | None]:

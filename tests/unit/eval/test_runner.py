@@ -8,7 +8,7 @@ import torch
 from quadrants.config import EvalConfig
 from quadrants.eval.generation import TextEngine
 from quadrants.eval.plan import BenchmarkPlan
-from quadrants.eval.runner import grade_benchmark
+from quadrants.eval.runner import GenerateCall, generate_calls, grade_benchmark
 from quadrants.models.loading import load_policy
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.tasks.synthetic import ArithmeticTask
@@ -54,3 +54,11 @@ def test_calls_hold_at_most_batch_size_sequences_and_every_problem_gets_n(engine
     outcomes = {s.outcome for p in result.problems for s in p.samples}
     assert outcomes <= {o.value for o in Outcome}
     assert all(0 < s.num_tokens <= 6 for p in result.problems for s in p.samples)
+
+
+def test_generate_calls_by_hand():
+    # 3 problems x n = 5 in calls of 10 sequences: 2 prompts x 5, then 1 prompt x 5
+    assert generate_calls(3, 5, 10) == [GenerateCall(0, 2, 5), GenerateCall(2, 3, 5)]
+    # calls of 4 sequences: each prompt's 5 samples as 4 + 1
+    assert generate_calls(2, 5, 4) == [GenerateCall(0, 1, 4), GenerateCall(0, 1, 1),
+                                       GenerateCall(1, 2, 4), GenerateCall(1, 2, 1)]
