@@ -119,7 +119,7 @@ class EvalConfig:
     data_dir: str | None = None  # benchmark files; None = $QUADRANTS_DATA, else ../shared/data
     source: str = "local"  # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
     prompt: str = "auto"  # auto (chat template if the tokenizer has one) | chat | plain
-    batch_size: int = 256  # sequences (prompts x n) per generate call
+    batch_size: int = 256  # sequences (prompts x n) per generate call, benchmarks and the held-out check
     confidence: float = 0.95  # of the normal interval around each mean (value +/- z * stderr)
     # `python -m quadrants.evaluate TARGET`: a run dir (its newest checkpoint), a checkpoint dir,
     # a local model dir, "tiny", or a hub id; None = model.name_or_path

@@ -18,6 +18,11 @@ no objective's math touched:
    detached log-probs of the whole mini-batch), and rank r's gradient is the contribution of its rows:
    the SUM of the ranks' gradients is exactly the global gradient. FSDP2's reduce-scatter averages by
    default; we set its divide factor to 1 and force a plain SUM (gloo has no PREMUL_SUM).
+4. Evaluation. Its generate calls are dealt like the blocks of 1. (`dealt`, `run_dealt`: call c on
+   rank c % W, each keeping its one-process seed), generated on each rank's own rollout engine,
+   graded there and gathered in call order, so every rank holds the one-process result; rank 0 logs
+   it and writes the files. It uses the rollout engine only, never the sharded policy, so ranks with
+   fewer calls just wait at the gather.
 
 What differs from one process is only floating-point summation order (a weight gradient is a sum of
 W partial sums instead of one), which is why the tests compare with a tolerance, not bitwise.

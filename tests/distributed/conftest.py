@@ -1,5 +1,5 @@
-"""Fixtures for the distributed tests: the worker harness (harness.py), the cached base policy, and
-the equivalence runs every case of test_equivalence.py reads."""
+"""Fixtures for the distributed tests: the worker harness (harness.py), the cached base policy, the
+equivalence runs every case of test_equivalence.py reads, and the evaluation runs of test_sharded_eval.py."""
 
 from __future__ import annotations
 
@@ -32,4 +32,16 @@ def equivalent_runs(tmp_path_factory, base_policy, worker) -> Path:
     root = tmp_path_factory.mktemp("equivalence")
     worker.run(root / "one", CASES, ranks=1)
     worker.run(root / "two", CASES, ranks=2)
+    return root
+
+
+EVAL_CASES = ["grpo_eval:1", "grpo_bench:1"]  # evaluation at step 0 and after step 1
+
+
+@pytest.fixture(scope="session")
+def evaluated_runs(tmp_path_factory, base_policy, worker) -> Path:
+    """The evaluation cases trained by 1 plain process (`one/`) and by 2 gloo ranks (`two/`)."""
+    root = tmp_path_factory.mktemp("evaluation")
+    worker.run(root / "one", EVAL_CASES, ranks=1)
+    worker.run(root / "two", EVAL_CASES, ranks=2)
     return root

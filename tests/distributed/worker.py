@@ -4,7 +4,8 @@ group) or under `torchrun --nproc-per-node 2` (two gloo ranks). Same code, same 
     python tests/distributed/worker.py OUT_DIR CASE[:STEPS][,CASE[:STEPS]...]
 
 For each case it trains the cached tiny policy for STEPS (default 2) steps into OUT_DIR/CASE
-(a torch.distributed.checkpoint checkpoint after every step, the last two kept), and rank 0 writes every
+(a torch.distributed.checkpoint checkpoint after every step, the last two kept; none in the
+evaluation cases), and rank 0 writes every
 metric this process logged to
 OUT_DIR/CASE/metrics.json. Re-running resumes from OUT_DIR/CASE's newest checkpoint, whatever the
 number of ranks that wrote it.
@@ -34,6 +35,11 @@ CASES: dict[str, dict[str, Any]] = {
     # rollouts from one colocated vLLM engine per rank (the vLLM stage only: tests/vllm/run.sh). vLLM's
     # teardown ends the process group, so a vLLM case must be the last case of a worker invocation
     "grpo_vllm": dict(objective="grpo", params={}, engine="vllm"),
+    # evaluation at step 0 and after the last step, its generate calls dealt to the ranks: the task's
+    # held-out split (16 problems x 2 samples in 4 calls of 8 sequences), or the same split as a
+    # benchmark through quadrants.eval.runner (8 problems x 2 in 4 calls of 4; files in run_dir/eval)
+    "grpo_eval": dict(objective="grpo", params={}, eval=dict(problems=16, samples=2, batch_size=8)),
+    "grpo_bench": dict(objective="grpo", params={}, eval=dict(benchmarks={"arithmetic": 2}, limit=8, batch_size=4)),
 }
 
 
@@ -66,6 +72,10 @@ def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
     cfg.eval.problems = 0
     cfg.checkpoint.every = 1
     cfg.tracking.log_samples_every = 0
+    for key, value in spec.get("eval", {}).items():
+        setattr(cfg.eval, key, value)
+    if "eval" in spec:
+        cfg.eval.max_new_tokens, cfg.checkpoint.every = 40, 0
     if spec.get("engine") == "vllm":
         cfg.rollout.engine = "vllm"
         cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.enforce_eager = 0.25, True
