@@ -29,10 +29,7 @@ CASES = ["grpo", "hapo", "forking", "kl_cov", "PHR"]  # 2 steps each, checkpoint
 @pytest.fixture(scope="session")
 def equivalent_runs(tmp_path_factory, base_policy, worker) -> Path:
     """The same cases trained by 1 plain process (`one/`) and by 2 gloo ranks (`two/`)."""
-    root = tmp_path_factory.mktemp("equivalence")
-    worker.run(root / "one", CASES, ranks=1)
-    worker.run(root / "two", CASES, ranks=2)
-    return root
+    return one_and_two_ranks(tmp_path_factory.mktemp("equivalence"), CASES, worker)
 
 
 EVAL_CASES = ["grpo_eval:1", "grpo_bench:1"]  # evaluation at step 0 and after step 1
@@ -41,7 +38,11 @@ EVAL_CASES = ["grpo_eval:1", "grpo_bench:1"]  # evaluation at step 0 and after s
 @pytest.fixture(scope="session")
 def evaluated_runs(tmp_path_factory, base_policy, worker) -> Path:
     """The evaluation cases trained by 1 plain process (`one/`) and by 2 gloo ranks (`two/`)."""
-    root = tmp_path_factory.mktemp("evaluation")
-    worker.run(root / "one", EVAL_CASES, ranks=1)
-    worker.run(root / "two", EVAL_CASES, ranks=2)
+    return one_and_two_ranks(tmp_path_factory.mktemp("evaluation"), EVAL_CASES, worker)
+
+
+def one_and_two_ranks(root: Path, cases: list[str], worker: type[Worker]) -> Path:
+    """Train `cases` by 1 plain process into `root/one` and by 2 gloo ranks into `root/two`."""
+    worker.run(root / "one", cases, ranks=1)
+    worker.run(root / "two", cases, ranks=2)
     return root
