@@ -184,7 +184,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             if first == 0:
                 result.initial_eval = evaluate(ctx, 0, tracker)
                 tracker.log_metrics(result.initial_eval, step=0)
-                log.info("step 0 held-out: %s", _fmt(result.initial_eval))
+                if result.initial_eval:  # {} with evaluation off, and on ranks other than 0
+                    log.info("step 0 held-out: %s", _fmt(result.initial_eval))
             bar = tqdm(range(first, total), desc="train", initial=first, total=total,
                        disable=not sys.stderr.isatty(), dynamic_ncols=True)
             for index in checkpointed_steps(bar, optimizer=ctx.optimizer, save=_signal_save(ctx, run_dir, tracker),
@@ -209,7 +210,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                     save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler,
                                     run_id=tracker.run_id, keep=cfg.checkpoint.keep)
             result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
-            if total:
+            if total and result.final_eval:
                 log.info("step %d held-out: %s", total, _fmt(result.final_eval))
         finally:  # also on a preemption exit; a vLLM engine under torchrun ends the process group with it
             ctx.engine.close()
