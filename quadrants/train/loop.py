@@ -83,8 +83,8 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
 
 
 def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, dist_env: DistEnv) -> RolloutEngine:
-    """The colocated vLLM engine (rollout=vllm), started on the model's directory or hub id, or on a
-    saved copy of the embedded tiny model. Under torch.distributed every rank starts one, inside the
+    """The colocated vLLM engine (rollout=vllm), started on the model's directory or hub id, or, for
+    the embedded tiny model, on its config with the weights synced in (VLLMEngine). Under torch.distributed every rank starts one, inside the
     trainer's process group (vLLM's external launcher, one data-parallel replica per rank; one GPU
     each, which check_layout has checked)."""
     from quadrants.rollout.vllm import VLLMEngine, VLLMSettings

@@ -124,3 +124,13 @@ def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         (folder / "counts.json").write_text(json.dumps({"benchmark": "aime24", "problems": [{"n": 9, "c": 9}]}))
         client.log_artifacts(run_ids[("PHR", 0)], str(folder), f"eval/step_{step:07d}/aime24")
     return {"uri": uri, "client": client, "parent": parent, "runs": run_ids, "dir": directory, "exp_id": exp_id}
+
+
+@pytest.fixture(scope="module")
+def study_frames(study_store: dict):
+    """(runset, eval points) of the study's sweep sw1, read back through analysis.load."""
+    from analysis import load
+
+    client = study_store["client"]
+    runset = load.select_runs(client, load.Selection(study_store["uri"], "study", "sw1"))
+    return runset, load.eval_points(load.final_metrics(client, runset.run_ids))

@@ -41,10 +41,9 @@ def test_problem_tables_take_the_newest_csv(study_store):
     assert set(tables) == {"aime24"}
 
 
-def test_pass_at_k_curve_from_the_table_else_from_logged_points(study_store):
+def test_pass_at_k_curve_from_the_table_else_from_logged_points(study_store, study_frames):
     client = study_store["client"]
-    runset = load.select_runs(client, load.Selection(study_store["uri"], "study", "sw1"))
-    points = load.eval_points(load.final_metrics(client, runset.run_ids))
+    runset, points = study_frames
     curves, sources = pass_at_k_by_run(client, runset, points)
     phr0, nhr0 = study_store["runs"][("PHR", 0)], study_store["runs"][("NHR", 0)]
     # (4, 2), (4, 0): pass@1 = (2/4 + 0) / 2 = 0.25; pass@2 = (1 - C(2,2)/C(4,2) + 0) / 2 = (5/6) / 2;

@@ -6,16 +6,14 @@ import math
 
 import pytest
 
-from analysis import load, paired
+from analysis import paired
 
 T1 = math.tan(math.pi * 0.475)
 
 
 @pytest.fixture(scope="module")
-def comparison(study_store):
-    client = study_store["client"]
-    runset = load.select_runs(client, load.Selection(study_store["uri"], "study", "sw1"))
-    points = load.eval_points(load.final_metrics(client, runset.run_ids))
+def comparison(study_frames):
+    runset, points = study_frames
     return paired.paired_comparison(runset.runs, points, "PHR", "NHR", rows=("quadrant",),
                                     ks={"aime24": 4, "math500": 4})
 
@@ -46,10 +44,8 @@ def test_markdown_and_wins(comparison):
     assert "| math500 | Avg@4 | -5.0 | [-5.0, -5.0] | 0/2 |" in text
 
 
-def test_unpaired_seed_and_unknown_row(study_store):
-    client = study_store["client"]
-    runset = load.select_runs(client, load.Selection(study_store["uri"], "study", "sw1"))
-    points = load.eval_points(load.final_metrics(client, runset.run_ids))
+def test_unpaired_seed_and_unknown_row(study_frames):
+    runset, points = study_frames
     # PLR ran seed 0 only: one pair, no interval, and the note says so
     result = paired.paired_comparison(runset.runs, points, "PHR", "PLR", rows=("quadrant",), ks={"aime24": 4})
     assert result.seeds == ("0",)

@@ -11,17 +11,15 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import load, tables
+from analysis import tables
 from analysis.tables import build_table
 
 T1 = math.tan(math.pi * 0.475)
 
 
 @pytest.fixture(scope="module")
-def frames(study_store):
-    client = study_store["client"]
-    runset = load.select_runs(client, load.Selection(study_store["uri"], "study", "sw1"))
-    points = load.eval_points(load.final_metrics(client, runset.run_ids))
+def frames(study_frames):
+    runset, points = study_frames
     return runset.runs, points
 
 
