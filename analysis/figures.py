@@ -39,15 +39,20 @@ def _palette(rows: Sequence[str]) -> dict[str, Any]:
     """Quadrant rows keep the quadrant colours; other rows take tab10 colours in label order."""
     cmap = plt.get_cmap("tab10")
     others = [row for row in sorted(set(rows)) if row not in QUADRANT_COLORS]
-    return {**{row: QUADRANT_COLORS[row] for row in set(rows) if row in QUADRANT_COLORS},
-            **{row: cmap(i % 10) for i, row in enumerate(others)}}
+    return {
+        **{row: QUADRANT_COLORS[row] for row in set(rows) if row in QUADRANT_COLORS},
+        **{row: cmap(i % 10) for i, row in enumerate(others)},
+    }
 
 
-def _grid(count: int, width: float = 4.0, height: float = 3.0, cols: int = 4) -> tuple[Any, list[Any]]:
+def _grid(
+    count: int, width: float = 4.0, height: float = 3.0, cols: int = 4
+) -> tuple[Any, list[Any]]:
     cols = max(1, min(cols, count))
     lines = math.ceil(count / cols)
-    fig, axes = plt.subplots(lines, cols, figsize=(width * cols, height * lines), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        lines, cols, figsize=(width * cols, height * lines), squeeze=False, layout="constrained"
+    )
     flat = list(axes.ravel())
     for ax in flat[count:]:
         ax.set_visible(False)
@@ -79,9 +84,16 @@ def mean_band(points: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     return band.reset_index()[["x", "mean", "low", "high", "n"]]
 
 
-def _draw_rows(ax: Any, per_run: Mapping[str, pd.DataFrame], runs: pd.DataFrame, colors: Mapping[str, Any],
-               per_seed: bool, confidence: float, label_suffix: Mapping[str, str] | None = None,
-               marker: str | None = None) -> None:
+def _draw_rows(
+    ax: Any,
+    per_run: Mapping[str, pd.DataFrame],
+    runs: pd.DataFrame,
+    colors: Mapping[str, Any],
+    per_seed: bool,
+    confidence: float,
+    label_suffix: Mapping[str, str] | None = None,
+    marker: str | None = None,
+) -> None:
     """One mean line and shaded band per row over its runs; `per_seed` adds each run's thin line.
 
     Args:
@@ -90,7 +102,11 @@ def _draw_rows(ax: Any, per_run: Mapping[str, pd.DataFrame], runs: pd.DataFrame,
     """
     for row in _row_order(list(runs["row"])):
         members = runs[runs["row"] == row]
-        frames = [per_run[r].assign(run_id=r) for r in members["run_id"] if r in per_run and not per_run[r].empty]
+        frames = [
+            per_run[r].assign(run_id=r)
+            for r in members["run_id"]
+            if r in per_run and not per_run[r].empty
+        ]
         if not frames:
             continue
         points = pd.concat(frames, ignore_index=True)
@@ -98,10 +114,19 @@ def _draw_rows(ax: Any, per_run: Mapping[str, pd.DataFrame], runs: pd.DataFrame,
         seeds = len(frames)
         label = f"{row} (mean of {seeds} seeds)" if seeds > 1 else f"{row} (1 seed)"
         label += (label_suffix or {}).get(row, "")
-        ax.plot(band["x"], band["mean"], color=colors[row], linewidth=1.8, marker=marker, markersize=3,
-                label=label)
+        ax.plot(
+            band["x"],
+            band["mean"],
+            color=colors[row],
+            linewidth=1.8,
+            marker=marker,
+            markersize=3,
+            label=label,
+        )
         if band["low"].notna().any():
-            ax.fill_between(band["x"], band["low"], band["high"], color=colors[row], alpha=0.18, linewidth=0)
+            ax.fill_between(
+                band["x"], band["low"], band["high"], color=colors[row], alpha=0.18, linewidth=0
+            )
         if per_seed:
             for frame in frames:
                 ax.plot(frame["x"], frame["value"], color=colors[row], linewidth=0.7, alpha=0.45)
@@ -110,14 +135,32 @@ def _draw_rows(ax: Any, per_run: Mapping[str, pd.DataFrame], runs: pd.DataFrame,
 def _legend_outside(ax: Any, confidence: float, per_seed: bool) -> None:
     """The legend right of the axes (never over the curves), saying what the band and thin lines are."""
     handles, labels = ax.get_legend_handles_labels()
-    title = f"shaded: {confidence:.0%} t-interval over seeds" + ("\nthin lines: single seeds" if per_seed else "")
-    ax.legend(handles, labels, fontsize=8, title=title, title_fontsize=7, loc="upper left",
-              bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
+    title = f"shaded: {confidence:.0%} t-interval over seeds" + (
+        "\nthin lines: single seeds" if per_seed else ""
+    )
+    ax.legend(
+        handles,
+        labels,
+        fontsize=8,
+        title=title,
+        title_fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        frameon=False,
+    )
 
 
 def training_curve(
-    history: pd.DataFrame, key: str, runs: pd.DataFrame, out: Path, stem: str, ylabel: str,
-    log_y: bool = False, per_seed: bool = False, confidence: float = 0.95,
+    history: pd.DataFrame,
+    key: str,
+    runs: pd.DataFrame,
+    out: Path,
+    stem: str,
+    ylabel: str,
+    log_y: bool = False,
+    per_seed: bool = False,
+    confidence: float = 0.95,
 ) -> list[Path]:
     """Metric `key` over training steps: per row (method) the mean over its seeds, with a shaded
     `confidence` band (Student t, rows with 2+ seeds) and one colour per row.
@@ -130,8 +173,10 @@ def training_curve(
     part = history[history["key"] == key]
     if part.empty:
         raise ValueError(f"no run logged {key!r}: cannot draw {stem}")
-    per_run = {run_id: points.rename(columns={"step": "x"})[["x", "value"]]
-               for run_id, points in part.groupby("run_id")}
+    per_run = {
+        run_id: points.rename(columns={"step": "x"})[["x", "value"]]
+        for run_id, points in part.groupby("run_id")
+    }
     fig, ax = plt.subplots(figsize=(6.4, 3.8), layout="constrained")
     _draw_rows(ax, per_run, runs, _palette(runs["row"]), per_seed, confidence)
     ax.set_xlabel("training step")
@@ -144,9 +189,14 @@ def training_curve(
     return _save(fig, out, stem)
 
 
-def pass_at_k_curves(curves: Mapping[str, Mapping[str, Mapping[int, float]]], runs: pd.DataFrame, out: Path,
-                     sources: Mapping[str, str] | None = None, per_seed: bool = False,
-                     confidence: float = 0.95) -> list[Path]:
+def pass_at_k_curves(
+    curves: Mapping[str, Mapping[str, Mapping[int, float]]],
+    runs: pd.DataFrame,
+    out: Path,
+    sources: Mapping[str, str] | None = None,
+    per_seed: bool = False,
+    confidence: float = 0.95,
+) -> list[Path]:
     """Pass@k against k (log-2 axis), one panel per benchmark; per row the mean over its seeds with a
     shaded `confidence` band, one colour per row (`per_seed`: each run as a thin line too).
 
@@ -166,8 +216,16 @@ def pass_at_k_curves(curves: Mapping[str, Mapping[str, Mapping[int, float]]], ru
             suffix[row] = f"\n  from {', '.join(kinds)}" if kinds else ""
     fig, axes = _grid(len(benchmarks), 4.5, 3.4, cols=3)
     for ax, bench in zip(axes, benchmarks):
-        per_run = {run_id: pd.DataFrame({"x": sorted(per[bench]), "value": [100 * per[bench][k] for k in sorted(per[bench])]})
-                   for run_id, per in curves.items() if per.get(bench)}
+        per_run = {
+            run_id: pd.DataFrame(
+                {
+                    "x": sorted(per[bench]),
+                    "value": [100 * per[bench][k] for k in sorted(per[bench])],
+                }
+            )
+            for run_id, per in curves.items()
+            if per.get(bench)
+        }
         ks_all = sorted({k for per in curves.values() for k in per.get(bench, {})})
         _draw_rows(ax, per_run, runs, colors, per_seed, confidence, suffix, marker="o")
         ax.set_xscale("log", base=2)
@@ -192,9 +250,17 @@ def dlogp_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: Path) -> l
     fig, axes = _grid(len(present), 3.6, 2.8)
     for ax, run in zip(axes, present.itertuples(index=False)):
         for q, key in keys.items():
-            points = history[(history["run_id"] == run.run_id) & (history["key"] == key) & (history["value"] > 0)]
+            points = history[
+                (history["run_id"] == run.run_id) & (history["key"] == key) & (history["value"] > 0)
+            ]
             if not points.empty:
-                ax.plot(points["step"], points["value"], color=QUADRANT_COLORS[q], label=q, linewidth=1.2)
+                ax.plot(
+                    points["step"],
+                    points["value"],
+                    color=QUADRANT_COLORS[q],
+                    label=q,
+                    linewidth=1.2,
+                )
         ax.set_yscale("log")
         ax.set_title(f"{run.row} s{run.seed}", fontsize=10)
         ax.set_xlabel("training step")
@@ -222,7 +288,9 @@ def _rows_with_samples(samples: Mapping[str, Sequence[Mapping[str, Any]]], what:
     return rows
 
 
-def advantage_histograms(samples: Mapping[str, Sequence[Mapping[str, Any]]], out: Path) -> list[Path]:
+def advantage_histograms(
+    samples: Mapping[str, Sequence[Mapping[str, Any]]], out: Path
+) -> list[Path]:
     """Histogram of token advantages per method (row), over the tokens of its sample artifacts.
 
     The samples carry the sequence advantage (GRPO/DAPO's), so a token's advantage here is its
@@ -240,7 +308,9 @@ def advantage_histograms(samples: Mapping[str, Sequence[Mapping[str, Any]]], out
     return _save(fig, out, "token_advantage_hist")
 
 
-def entropy_by_polarity(samples: Mapping[str, Sequence[Mapping[str, Any]]], out: Path) -> list[Path]:
+def entropy_by_polarity(
+    samples: Mapping[str, Sequence[Mapping[str, Any]]], out: Path
+) -> list[Path]:
     """Token entropy distributions of positive (advantage > 0) vs negative (< 0) tokens, per method.
 
     Tokens with advantage exactly 0 (groups whose rewards are all equal) carry no gradient and are
@@ -252,10 +322,20 @@ def entropy_by_polarity(samples: Mapping[str, Sequence[Mapping[str, Any]]], out:
         adv, ent = token_arrays(samples[row])
         top = max(float(ent.max()) if ent.size else 1.0, 1e-6)
         bins = np.linspace(0.0, top, 31)
-        for mask, name, color in ((adv > 0, "positive", "#1b7837"), (adv < 0, "negative", "#b2182b")):
+        for mask, name, color in (
+            (adv > 0, "positive", "#1b7837"),
+            (adv < 0, "negative", "#b2182b"),
+        ):
             if mask.any():
-                ax.hist(ent[mask], bins=bins, density=True, histtype="step", linewidth=1.4, color=color,
-                        label=f"{name} ({int(mask.sum())})")
+                ax.hist(
+                    ent[mask],
+                    bins=bins,
+                    density=True,
+                    histtype="step",
+                    linewidth=1.4,
+                    color=color,
+                    label=f"{name} ({int(mask.sum())})",
+                )
         ax.set_yscale("log")
         ax.set_title(f"{row} (zero adv: {int((adv == 0).sum())})", fontsize=10)
         ax.set_xlabel("token entropy (nats)")

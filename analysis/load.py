@@ -30,7 +30,9 @@ EVAL_KEY = re.compile(r"^eval/(?P<benchmark>[^/]+)/(?P<kind>avg|pass)_at_(?P<k>\
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "quadrants.study"
 SOURCE_RUN_TAG = "quadrants.source_run_id"
-PROBLEM_TABLE = re.compile(r"(problem|per_problem|counts|nc)[^/]*\.(csv|json|jsonl)$", re.IGNORECASE)
+PROBLEM_TABLE = re.compile(
+    r"(problem|per_problem|counts|nc)[^/]*\.(csv|json|jsonl)$", re.IGNORECASE
+)
 """File names that may hold a per-problem (n, c) table (see `problem_tables`)."""
 
 
@@ -133,8 +135,12 @@ def _experiment_ids(client: MlflowClient, experiment: str | None) -> list[str]:
 def latest_sweep(client: MlflowClient, experiment: str | None = None) -> tuple[str, str]:
     """(experiment name, sweep id) of the most recently started sweep parent run in the store."""
     ids = _experiment_ids(client, experiment)
-    parents = client.search_runs(ids, f"tags.`{ROLE_TAG}` = 'sweep_parent'",
-                                 order_by=["attributes.start_time DESC"], max_results=1)
+    parents = client.search_runs(
+        ids,
+        f"tags.`{ROLE_TAG}` = 'sweep_parent'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not parents:
         raise SelectionError(
             "no sweep parent run in the store; select runs with --experiment (and --tag key=value)"
@@ -155,15 +161,25 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
     training_ids = {r.info.run_id for r in found}
     eval_runs: dict[str, list[str]] = {}
     # standalone evaluations of the selected runs' checkpoints, whatever the selection filter says
-    for run in _search(client, sorted({r.info.experiment_id for r in found}) or ids, f"tags.`{ROLE_TAG}` = 'eval'"):
+    for run in _search(
+        client, sorted({r.info.experiment_id for r in found}) or ids, f"tags.`{ROLE_TAG}` = 'eval'"
+    ):
         if run.data.tags.get(SOURCE_RUN_TAG) in training_ids:
             eval_runs.setdefault(run.data.tags[SOURCE_RUN_TAG], []).append(run.info.run_id)
     # an evaluation of something not selected (a base model) that the filter matched: a row of its own
-    found += [r for r in matched if r.data.tags.get(ROLE_TAG) == "eval"
-              and r.data.tags.get(SOURCE_RUN_TAG) not in training_ids]
+    found += [
+        r
+        for r in matched
+        if r.data.tags.get(ROLE_TAG) == "eval"
+        and r.data.tags.get(SOURCE_RUN_TAG) not in training_ids
+    ]
     if not found:
-        sweeps = sorted({r.data.tags.get(SWEEP_ID_TAG, "") for r in _search(client, ids, "")} - {""})
-        raise SelectionError(f"no runs match {selection.describe()}; sweep ids in the store: {sweeps or 'none'}")
+        sweeps = sorted(
+            {r.data.tags.get(SWEEP_ID_TAG, "") for r in _search(client, ids, "")} - {""}
+        )
+        raise SelectionError(
+            f"no runs match {selection.describe()}; sweep ids in the store: {sweeps or 'none'}"
+        )
     rows = []
     for run in found:
         row: dict[str, Any] = {
@@ -185,8 +201,11 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
     return RunSet(frame, parent, selection, label, eval_runs)
 
 
-def final_metrics(client: MlflowClient, run_ids: Sequence[str],
-                  eval_runs: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
+def final_metrics(
+    client: MlflowClient,
+    run_ids: Sequence[str],
+    eval_runs: Mapping[str, Sequence[str]] | None = None,
+) -> pd.DataFrame:
     """The final value of every Avg@k / Pass@k metric (`EVAL_KEY`) per run: the point at the largest step
     (then the latest timestamp), with that step. A run's `eval_runs` (standalone evaluations of its
     checkpoints, logged at the checkpoint's step) compete with its own in-training evaluations.
@@ -199,11 +218,21 @@ def final_metrics(client: MlflowClient, run_ids: Sequence[str],
         best: dict[str, Any] = {}
         for source in [run_id, *((eval_runs or {}).get(run_id, []))]:
             for key in client.get_run(source).data.metrics:
-                if EVAL_KEY.match(key):  # only Avg@k / Pass@k: a benchmark also logs ~15 other eval keys
-                    last = max(client.get_metric_history(source, key), key=lambda m: (m.step, m.timestamp))
-                    if key not in best or (last.step, last.timestamp) > (best[key].step, best[key].timestamp):
+                if EVAL_KEY.match(
+                    key
+                ):  # only Avg@k / Pass@k: a benchmark also logs ~15 other eval keys
+                    last = max(
+                        client.get_metric_history(source, key), key=lambda m: (m.step, m.timestamp)
+                    )
+                    if key not in best or (last.step, last.timestamp) > (
+                        best[key].step,
+                        best[key].timestamp,
+                    ):
                         best[key] = last
-        rows += [{"run_id": run_id, "key": key, "step": m.step, "value": m.value} for key, m in best.items()]
+        rows += [
+            {"run_id": run_id, "key": key, "step": m.step, "value": m.value}
+            for key, m in best.items()
+        ]
     return pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
 
 
@@ -217,8 +246,16 @@ def eval_points(metrics: pd.DataFrame) -> pd.DataFrame:
     for record in metrics.itertuples(index=False):
         match = EVAL_KEY.match(record.key)
         if match:
-            rows.append({"run_id": record.run_id, "benchmark": match["benchmark"], "kind": match["kind"],
-                         "k": int(match["k"]), "step": int(record.step), "value": float(record.value)})
+            rows.append(
+                {
+                    "run_id": record.run_id,
+                    "benchmark": match["benchmark"],
+                    "kind": match["kind"],
+                    "k": int(match["k"]),
+                    "step": int(record.step),
+                    "value": float(record.value),
+                }
+            )
     return pd.DataFrame(rows, columns=["run_id", "benchmark", "kind", "k", "step", "value"])
 
 
@@ -234,8 +271,10 @@ def histories(client: MlflowClient, run_ids: Sequence[str], keys: Iterable[str])
         present = client.get_run(run_id).data.metrics
         for key in wanted:
             if key in present:
-                rows += [{"run_id": run_id, "key": key, "step": m.step, "value": m.value}
-                         for m in client.get_metric_history(run_id, key)]
+                rows += [
+                    {"run_id": run_id, "key": key, "step": m.step, "value": m.value}
+                    for m in client.get_metric_history(run_id, key)
+                ]
     frame = pd.DataFrame(rows, columns=["run_id", "key", "step", "value"])
     return frame.sort_values(["run_id", "key", "step"]).reset_index(drop=True)
 
@@ -263,20 +302,26 @@ def _download(client: MlflowClient, run_id: str, path: str, dst: Path) -> Path:
     return Path(client.download_artifacts(run_id, path, str(dst)))
 
 
-def load_samples(client: MlflowClient, run_id: str, cache: Path | None = None) -> list[dict[str, Any]]:
+def load_samples(
+    client: MlflowClient, run_id: str, cache: Path | None = None
+) -> list[dict[str, Any]]:
     """Every sample record of the run's `samples/step_*.json` artifacts, each with its "step" added.
 
     The records are those of `quadrants.train.samples`: prompt, response, reward, advantage, and per
     token its text, entropy and quadrant. A run without the artifact gives [].
     """
-    names = sorted(f.path for f in client.list_artifacts(run_id, "samples") if f.path.endswith(".json"))
+    names = sorted(
+        f.path for f in client.list_artifacts(run_id, "samples") if f.path.endswith(".json")
+    )
     if not names:
         return []
     records = []
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         for name in names:
             payload = json.loads(_download(client, run_id, name, Path(tmp)).read_text())
-            records += [{**sample, "step": payload.get("step")} for sample in payload.get("samples", [])]
+            records += [
+                {**sample, "step": payload.get("step")} for sample in payload.get("samples", [])
+            ]
     return records
 
 
@@ -284,15 +329,18 @@ def _read_table(path: Path) -> pd.DataFrame:
     if path.suffix == ".csv":
         return pd.read_csv(path)
     if path.suffix == ".jsonl":
-        return pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+        return pd.DataFrame(
+            [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        )
     payload = json.loads(path.read_text())
     if isinstance(payload, dict):
         payload = payload.get("problems", payload.get("records", payload))
     return pd.DataFrame(payload)
 
 
-def problem_tables(client: MlflowClient, run_id: str, benchmarks: Iterable[str],
-                   default_step: int = -1) -> dict[str, tuple[int, pd.DataFrame]]:
+def problem_tables(
+    client: MlflowClient, run_id: str, benchmarks: Iterable[str], default_step: int = -1
+) -> dict[str, tuple[int, pd.DataFrame]]:
     """Per-problem (n, c) tables among the run's artifacts, by benchmark, the newest evaluation's.
 
     A file qualifies when its name looks like a per-problem table (`PROBLEM_TABLE`; the evaluation
@@ -308,7 +356,9 @@ def problem_tables(client: MlflowClient, run_id: str, benchmarks: Iterable[str],
     known = set(benchmarks)
     candidates = [p for p in _walk(client, run_id, None, 3) if PROBLEM_TABLE.search(Path(p).name)]
     csvs = {str(Path(p).with_suffix("")) for p in candidates if p.endswith(".csv")}
-    candidates = [p for p in candidates if p.endswith(".csv") or str(Path(p).with_suffix("")) not in csvs]
+    candidates = [
+        p for p in candidates if p.endswith(".csv") or str(Path(p).with_suffix("")) not in csvs
+    ]
     tables: dict[str, tuple[int, pd.DataFrame]] = {}
 
     def keep(bench: str, step: int, table: pd.DataFrame) -> None:

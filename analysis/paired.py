@@ -65,11 +65,17 @@ def paired_comparison(
     for name in (a, b):
         if name not in set(labels):
             raise ValueError(f"no row {name!r} for --compare; rows are {sorted(set(labels))}")
-    seeds_of = {name: dict(zip(runs.loc[labels == name, "seed"].astype(str), runs.loc[labels == name, "run_id"]))
-                for name in (a, b)}
+    seeds_of = {
+        name: dict(
+            zip(runs.loc[labels == name, "seed"].astype(str), runs.loc[labels == name, "run_id"])
+        )
+        for name in (a, b)
+    }
     common = sorted(set(seeds_of[a]) & set(seeds_of[b]), key=lambda s: (len(s), s))
     if not common:
-        raise ValueError(f"{a!r} ran seeds {sorted(seeds_of[a])} and {b!r} seeds {sorted(seeds_of[b])}: none in common")
+        raise ValueError(
+            f"{a!r} ran seeds {sorted(seeds_of[a])} and {b!r} seeds {sorted(seeds_of[b])}: none in common"
+        )
     notes = []
     unpaired = sorted(set(seeds_of[a]) ^ set(seeds_of[b]))
     if unpaired:
@@ -78,12 +84,19 @@ def paired_comparison(
         notes.append("one common seed: differences are shown without an interval")
 
     def value(run_id: str, bench: str, kind: str, k: int) -> float | None:
-        hit = points[(points["run_id"] == run_id) & (points["benchmark"] == bench)
-                     & (points["kind"] == kind) & (points["k"] == k)]
+        hit = points[
+            (points["run_id"] == run_id)
+            & (points["benchmark"] == bench)
+            & (points["kind"] == kind)
+            & (points["k"] == k)
+        ]
         return float(hit["value"].iloc[0]) if len(hit) else None
 
     lines = []
-    overall: dict[str, list[list[float]]] = {"avg": [[] for _ in common], "pass": [[] for _ in common]}
+    overall: dict[str, list[list[float]]] = {
+        "avg": [[] for _ in common],
+        "pass": [[] for _ in common],
+    }
     for bench, k in ks.items():
         if k is None:
             notes.append(f"{bench}: no common k, left out")
@@ -91,13 +104,18 @@ def paired_comparison(
         for kind in ("avg", "pass"):
             diffs = []
             for index, seed in enumerate(common):
-                va, vb = value(seeds_of[a][seed], bench, kind, k), value(seeds_of[b][seed], bench, kind, k)
+                va, vb = (
+                    value(seeds_of[a][seed], bench, kind, k),
+                    value(seeds_of[b][seed], bench, kind, k),
+                )
                 if va is None or vb is None:
                     break
                 diffs.append(va - vb)
                 overall[kind][index].append(va - vb)
             if len(diffs) < len(common):
-                notes.append(f"{bench} {kind.capitalize()}@{k}: missing for seed {common[len(diffs)]}, left out")
+                notes.append(
+                    f"{bench} {kind.capitalize()}@{k}: missing for seed {common[len(diffs)]}, left out"
+                )
                 for index in range(len(diffs)):
                     overall[kind][index].pop()
                 continue
@@ -105,24 +123,44 @@ def paired_comparison(
     for kind in ("avg", "pass"):
         per_seed = [math.fsum(d) / len(d) for d in overall[kind] if d]
         if len(per_seed) == len(common):
-            lines.append(PairedLine("mean over benchmarks", None, kind, seed_estimate(per_seed, confidence),
-                                    tuple(per_seed)))
+            lines.append(
+                PairedLine(
+                    "mean over benchmarks",
+                    None,
+                    kind,
+                    seed_estimate(per_seed, confidence),
+                    tuple(per_seed),
+                )
+            )
     return PairedComparison(a, b, tuple(common), tuple(lines), confidence, tuple(notes))
 
 
 def to_markdown(comparison: PairedComparison) -> str:
     """The comparison as Markdown: difference in points (%), its t-interval over seeds, wins per seed."""
     level = round(100 * comparison.confidence)
-    head = (f"Paired comparison {comparison.a} − {comparison.b} over seed(s) {', '.join(comparison.seeds)}: "
-            f"difference in points (%), mean over seeds with the {level}% Student-t interval; "
-            f"'A better' counts the seeds where {comparison.a} is higher.")
-    out = [head, "", f"| benchmark | metric | {comparison.a} − {comparison.b} | {level}% CI | A better |", "|---|---|---|---|---|"]
+    head = (
+        f"Paired comparison {comparison.a} − {comparison.b} over seed(s) {', '.join(comparison.seeds)}: "
+        f"difference in points (%), mean over seeds with the {level}% Student-t interval; "
+        f"'A better' counts the seeds where {comparison.a} is higher."
+    )
+    out = [
+        head,
+        "",
+        f"| benchmark | metric | {comparison.a} − {comparison.b} | {level}% CI | A better |",
+        "|---|---|---|---|---|",
+    ]
     for line in comparison.lines:
         est = line.estimate
-        metric = f"{line.metric.capitalize()}@{line.k}" if line.k is not None else line.metric.capitalize()
+        metric = (
+            f"{line.metric.capitalize()}@{line.k}"
+            if line.k is not None
+            else line.metric.capitalize()
+        )
         interval = f"[{100 * est.low:+.1f}, {100 * est.high:+.1f}]" if est.has_ci else "— (1 seed)"
-        out.append(f"| {line.benchmark} | {metric} | {100 * est.mean:+.1f} | {interval} | "
-                   f"{line.wins}/{len(line.differences)} |")
+        out.append(
+            f"| {line.benchmark} | {metric} | {100 * est.mean:+.1f} | {interval} | "
+            f"{line.wins}/{len(line.differences)} |"
+        )
     if comparison.notes:
         out.append("")
         out += [f"- {note}" for note in comparison.notes]

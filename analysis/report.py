@@ -60,8 +60,14 @@ class Report:
 
 def _run_frame(runset: load.RunSet, table: tables.ComparisonTable) -> pd.DataFrame:
     runs = runset.runs
-    seeds = runs["seed"].astype(str) if "seed" in runs else pd.Series(["0"] * len(runs), index=runs.index)
-    return pd.DataFrame({"run_id": runs["run_id"], "row": tables.row_labels(runs, table.row_tags), "seed": seeds})
+    seeds = (
+        runs["seed"].astype(str)
+        if "seed" in runs
+        else pd.Series(["0"] * len(runs), index=runs.index)
+    )
+    return pd.DataFrame(
+        {"run_id": runs["run_id"], "row": tables.row_labels(runs, table.row_tags), "seed": seeds}
+    )
 
 
 def _missing(history: pd.DataFrame, key: str, frame: pd.DataFrame) -> list[str]:
@@ -69,8 +75,9 @@ def _missing(history: pd.DataFrame, key: str, frame: pd.DataFrame) -> list[str]:
     return [f"{r.row} s{r.seed}" for r in frame.itertuples(index=False) if r.run_id not in have]
 
 
-def pass_at_k_by_run(client: MlflowClient, runset: load.RunSet, points: pd.DataFrame
-                     ) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, str]]:
+def pass_at_k_by_run(
+    client: MlflowClient, runset: load.RunSet, points: pd.DataFrame
+) -> tuple[dict[str, dict[str, dict[int, float]]], dict[str, str]]:
     """Pass@k curves of every run's final evaluation, per benchmark.
 
     From the per-problem (n, c) table of that evaluation when one is among the artifacts of the run
@@ -85,11 +92,18 @@ def pass_at_k_by_run(client: MlflowClient, runset: load.RunSet, points: pd.DataF
     benchmarks = set(points["benchmark"])
     for run_id in runset.run_ids:
         logged = points[(points["run_id"] == run_id) & (points["kind"] == "pass")]
-        per_bench = {b: {int(k): float(v) for k, v in zip(part["k"], part["value"])} for b, part in logged.groupby("benchmark")}
+        per_bench = {
+            b: {int(k): float(v) for k, v in zip(part["k"], part["value"])}
+            for b, part in logged.groupby("benchmark")
+        }
         final_step = {b: int(part["step"].max()) for b, part in logged.groupby("benchmark")}
         found: dict[str, tuple[int, pd.DataFrame]] = {}
         for source in [run_id, *runset.eval_runs.get(run_id, [])]:
-            step = int(client.get_run(source).data.tags.get("quadrants.checkpoint_step", -1)) if source != run_id else -1
+            step = (
+                int(client.get_run(source).data.tags.get("quadrants.checkpoint_step", -1))
+                if source != run_id
+                else -1
+            )
             for bench, (at, table) in load.problem_tables(client, source, benchmarks, step).items():
                 if bench not in found or at > found[bench][0]:
                     found[bench] = (at, table)
@@ -107,8 +121,9 @@ def pass_at_k_by_run(client: MlflowClient, runset: load.RunSet, points: pd.DataF
 BASE_LABEL = "base (step 0)"
 
 
-def base_runs(client: MlflowClient, runset: load.RunSet, points: pd.DataFrame, row_tags: Sequence[str]
-              ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+def base_runs(
+    client: MlflowClient, runset: load.RunSet, points: pd.DataFrame, row_tags: Sequence[str]
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """A "base" row: the starting policy's evaluation (step 0) that every run logs before its first update.
 
     Runs of one seed start from the same policy and evaluate it with the same sampling seed, so their
@@ -123,20 +138,41 @@ def base_runs(client: MlflowClient, runset: load.RunSet, points: pd.DataFrame, r
     initial = load.eval_points(history[history["step"] == 0])
     messages: list[str] = []
     if initial.empty:
-        return pd.DataFrame(columns=runset.runs.columns), initial, ["no run logged a step-0 evaluation: no base row"]
+        return (
+            pd.DataFrame(columns=runset.runs.columns),
+            initial,
+            ["no run logged a step-0 evaluation: no base row"],
+        )
     seeds = runset.runs.set_index("run_id")["seed"].astype(str) if "seed" in runset.runs else None
     initial["seed"] = initial["run_id"].map(seeds) if seeds is not None else "0"
     rows, extra = [], []
     for seed, part in initial.groupby("seed"):
         pseudo = f"base-seed-{seed}"
-        rows.append({"run_id": pseudo, "run_name": f"{BASE_LABEL},seed={seed}", "status": "FINISHED", "seed": seed,
-                     **{tag: (BASE_LABEL if i == 0 else "-") for i, tag in enumerate(row_tags)}})
+        rows.append(
+            {
+                "run_id": pseudo,
+                "run_name": f"{BASE_LABEL},seed={seed}",
+                "status": "FINISHED",
+                "seed": seed,
+                **{tag: (BASE_LABEL if i == 0 else "-") for i, tag in enumerate(row_tags)},
+            }
+        )
         for (bench, kind, k), values in part.groupby(["benchmark", "kind", "k"])["value"]:
             if values.max() - values.min() > 1e-9:
-                messages.append(f"base row: seed {seed} runs disagree on step-0 {bench} {kind}@{k} "
-                                f"({values.min():.4f}..{values.max():.4f}); their mean is shown")
-            extra.append({"run_id": pseudo, "benchmark": bench, "kind": kind, "k": int(k), "step": 0,
-                          "value": float(values.mean())})
+                messages.append(
+                    f"base row: seed {seed} runs disagree on step-0 {bench} {kind}@{k} "
+                    f"({values.min():.4f}..{values.max():.4f}); their mean is shown"
+                )
+            extra.append(
+                {
+                    "run_id": pseudo,
+                    "benchmark": bench,
+                    "kind": kind,
+                    "k": int(k),
+                    "step": 0,
+                    "value": float(values.mean()),
+                }
+            )
     return pd.DataFrame(rows), pd.DataFrame(extra), messages
 
 
@@ -154,54 +190,111 @@ def _figure(messages: list[str], name: str, draw: Any, *args: Any, **kwargs: Any
         return []
 
 
-def _figures(client: MlflowClient, runset: load.RunSet, table: tables.ComparisonTable, points: pd.DataFrame,
-             extra_points: pd.DataFrame, all_runs: pd.DataFrame, out_dir: Path, options: ReportOptions,
-             messages: list[str]) -> list[Path]:
+def _figures(
+    client: MlflowClient,
+    runset: load.RunSet,
+    table: tables.ComparisonTable,
+    points: pd.DataFrame,
+    extra_points: pd.DataFrame,
+    all_runs: pd.DataFrame,
+    out_dir: Path,
+    options: ReportOptions,
+    messages: list[str],
+) -> list[Path]:
     """Every figure and the sample page; appends a message for each one skipped."""
     files: list[Path] = []
     frame = _run_frame(runset, table)
     dlogp_keys = [f"train/quadrant/{q}/dlogp_abs" for q in figures.QUADRANTS]
     history = load.histories(client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *dlogp_keys])
     fig_dir = out_dir / "figures"
-    for key, stem, label in ((TRAIN_SOLVE_RATE, "train_solve_rate", "training solve rate"),
-                             (TRAIN_ENTROPY, "train_entropy", "token entropy (nats)")):
-        files += _figure(messages, stem, figures.training_curve, history, key, frame, fig_dir, stem, label,
-                         per_seed=options.per_seed, confidence=options.confidence)
+    for key, stem, label in (
+        (TRAIN_SOLVE_RATE, "train_solve_rate", "training solve rate"),
+        (TRAIN_ENTROPY, "train_entropy", "token entropy (nats)"),
+    ):
+        files += _figure(
+            messages,
+            stem,
+            figures.training_curve,
+            history,
+            key,
+            frame,
+            fig_dir,
+            stem,
+            label,
+            per_seed=options.per_seed,
+            confidence=options.confidence,
+        )
         lacking = _missing(history, key, frame)
         if lacking and len(lacking) < len(frame):
             messages.append(f"{stem}: no {key} in run(s) {lacking}")
-    files += _figure(messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir)
+    files += _figure(
+        messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir
+    )
     curves, sources = pass_at_k_by_run(client, runset, points)
     curve_frame = frame
-    if not extra_points.empty:  # the base row's curve: every run's step-0 Pass@k points, averaged per seed
+    if (
+        not extra_points.empty
+    ):  # the base row's curve: every run's step-0 Pass@k points, averaged per seed
         base = extra_points[extra_points["kind"] == "pass"]
         for run_id, part in base.groupby("run_id"):
-            curves[run_id] = {b: dict(zip(q["k"], q["value"])) for b, q in part.groupby("benchmark")}
+            curves[run_id] = {
+                b: dict(zip(q["k"], q["value"])) for b, q in part.groupby("benchmark")
+            }
             sources[run_id] = "step-0 points"
         seeds = all_runs.set_index("run_id")["seed"].astype(str)
-        curve_frame = pd.concat([frame, pd.DataFrame({"run_id": list(curves.keys() - set(frame["run_id"])),
-                                                      "row": BASE_LABEL})], ignore_index=True)
+        curve_frame = pd.concat(
+            [
+                frame,
+                pd.DataFrame(
+                    {"run_id": list(curves.keys() - set(frame["run_id"])), "row": BASE_LABEL}
+                ),
+            ],
+            ignore_index=True,
+        )
         curve_frame["seed"] = curve_frame["run_id"].map(seeds)
-    files += _figure(messages, "pass_at_k", figures.pass_at_k_curves, curves, curve_frame, fig_dir, sources,
-                     per_seed=options.per_seed, confidence=options.confidence)
+    files += _figure(
+        messages,
+        "pass_at_k",
+        figures.pass_at_k_curves,
+        curves,
+        curve_frame,
+        fig_dir,
+        sources,
+        per_seed=options.per_seed,
+        confidence=options.confidence,
+    )
 
-    samples_by_run = {r.run_id: load.load_samples(client, r.run_id) for r in frame.itertuples(index=False)}
+    samples_by_run = {
+        r.run_id: load.load_samples(client, r.run_id) for r in frame.itertuples(index=False)
+    }
     by_row: dict[str, list[dict[str, Any]]] = {}
     for r in frame.itertuples(index=False):
         by_row.setdefault(r.row, []).extend(samples_by_run[r.run_id])
-    files += _figure(messages, "token_advantage_hist", figures.advantage_histograms, by_row, fig_dir)
+    files += _figure(
+        messages, "token_advantage_hist", figures.advantage_histograms, by_row, fig_dir
+    )
     files += _figure(messages, "entropy_pos_vs_neg", figures.entropy_by_polarity, by_row, fig_dir)
     if any(samples_by_run.values()):
-        labelled = {f"{r.row} s{r.seed}": samples_by_run[r.run_id] for r in frame.itertuples(index=False)}
-        files.append(_write(out_dir / "samples.html",
-                            render_samples(labelled, options.samples_per_run, f"Samples: {runset.label}")))
+        labelled = {
+            f"{r.row} s{r.seed}": samples_by_run[r.run_id] for r in frame.itertuples(index=False)
+        }
+        files.append(
+            _write(
+                out_dir / "samples.html",
+                render_samples(labelled, options.samples_per_run, f"Samples: {runset.label}"),
+            )
+        )
     else:
-        messages.append("skipped samples.html: no run has sample artifacts (tracking.log_samples_every)")
+        messages.append(
+            "skipped samples.html: no run has sample artifacts (tracking.log_samples_every)"
+        )
 
     return files
 
 
-def build_report(selection: load.Selection, out_dir: Path, options: ReportOptions = ReportOptions()) -> Report:
+def build_report(
+    selection: load.Selection, out_dir: Path, options: ReportOptions = ReportOptions()
+) -> Report:
     """Select the runs, build every output in `out_dir`, log it on the parent run (if any and asked).
 
     Raises:
@@ -222,46 +315,84 @@ def build_report(selection: load.Selection, out_dir: Path, options: ReportOption
         if not extra_points.empty:
             all_runs = pd.concat([runset.runs, extra_runs], ignore_index=True)
             all_points = pd.concat([points, extra_points], ignore_index=True)
-    table = tables.build_table(all_runs, all_points, rows=row_tags, k=options.k,
-                               benchmarks=options.benchmarks, confidence=options.confidence,
-                               initial_runs=list(all_runs["run_id"][len(runset.runs):]))
+    table = tables.build_table(
+        all_runs,
+        all_points,
+        rows=row_tags,
+        k=options.k,
+        benchmarks=options.benchmarks,
+        confidence=options.confidence,
+        initial_runs=list(all_runs["run_id"][len(runset.runs) :]),
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = [_write(out_dir / "table.md", tables.to_markdown(table)),
-             _write(out_dir / "table.tex", tables.to_latex(table))]
+    files = [
+        _write(out_dir / "table.md", tables.to_markdown(table)),
+        _write(out_dir / "table.tex", tables.to_latex(table)),
+    ]
     tables.to_frame(table).to_csv(out_dir / "table.csv", index=False)
     files.append(out_dir / "table.csv")
 
     comparison = None
     if options.compare:
-        comparison = paired.paired_comparison(all_runs, all_points, *options.compare, rows=table.row_tags,
-                                              ks=table.ks, confidence=options.confidence)
+        comparison = paired.paired_comparison(
+            all_runs,
+            all_points,
+            *options.compare,
+            rows=table.row_tags,
+            ks=table.ks,
+            confidence=options.confidence,
+        )
         files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
 
     if options.figures:
-        files += _figures(client, runset, table, points, extra_points, all_runs, out_dir, options, messages)
+        files += _figures(
+            client, runset, table, points, extra_points, all_runs, out_dir, options, messages
+        )
 
-    files.append(_write(out_dir / "report.md", _index(runset, table, comparison, files, out_dir, messages)))
-    blocks = [f"Selection: {runset.selection.describe()}; {len(runset.runs)} runs.", tables.to_markdown(table)]
+    files.append(
+        _write(out_dir / "report.md", _index(runset, table, comparison, files, out_dir, messages))
+    )
+    blocks = [
+        f"Selection: {runset.selection.describe()}; {len(runset.runs)} runs.",
+        tables.to_markdown(table),
+    ]
     if comparison is not None:
         blocks.append(paired.to_markdown(comparison))
     pngs = [path for path in files if path.suffix == ".png"]
-    files.append(_write(out_dir / "report.html",
-                        render_report(f"Analysis: {runset.label}", blocks, pngs, messages)))
+    files.append(
+        _write(
+            out_dir / "report.html",
+            render_report(f"Analysis: {runset.label}", blocks, pngs, messages),
+        )
+    )
     logged = False
     parent = runset.parent_run_id
     if options.log_to_parent:
         if parent is None:
-            messages.append("not logged to MLflow: the runs have no single parent run (pass --parent RUN_ID)")
+            messages.append(
+                "not logged to MLflow: the runs have no single parent run (pass --parent RUN_ID)"
+            )
         else:
             client.log_artifacts(parent, str(out_dir), "analysis")
             logged = True
     return Report(out_dir, tuple(files), table, comparison, parent, logged, tuple(messages))
 
 
-def _index(runset: load.RunSet, table: tables.ComparisonTable, comparison: paired.PairedComparison | None,
-           files: Sequence[Path], out_dir: Path, messages: Sequence[str]) -> str:
-    lines = [f"# Analysis: {runset.label}", "", f"Selection: {runset.selection.describe()}; {len(runset.runs)} runs.", "",
-             tables.to_markdown(table)]
+def _index(
+    runset: load.RunSet,
+    table: tables.ComparisonTable,
+    comparison: paired.PairedComparison | None,
+    files: Sequence[Path],
+    out_dir: Path,
+    messages: Sequence[str],
+) -> str:
+    lines = [
+        f"# Analysis: {runset.label}",
+        "",
+        f"Selection: {runset.selection.describe()}; {len(runset.runs)} runs.",
+        "",
+        tables.to_markdown(table),
+    ]
     if comparison is not None:
         lines += [paired.to_markdown(comparison)]
     for path in files:

@@ -55,17 +55,26 @@ def markdown_block(text: str) -> str:
     return "\n".join(out)
 
 
-def render_report(title: str, blocks: Sequence[str], figures: Sequence[Path], messages: Sequence[str]) -> str:
+def render_report(
+    title: str, blocks: Sequence[str], figures: Sequence[Path], messages: Sequence[str]
+) -> str:
     """The page: `title`, each Markdown block (`markdown_block`), each PNG in `figures` inline, the notes."""
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
-             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+    ]
     parts += [markdown_block(block) for block in blocks]
     for path in figures:
         data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-        parts.append(f"<h3>{html.escape(path.stem)}</h3><img alt='{html.escape(path.stem)}' "
-                     f"src='data:image/png;base64,{data}'>")
+        parts.append(
+            f"<h3>{html.escape(path.stem)}</h3><img alt='{html.escape(path.stem)}' "
+            f"src='data:image/png;base64,{data}'>"
+        )
     if messages:
-        parts.append("<h3>Notes</h3><ul class='note'>" + "".join(f"<li>{html.escape(m)}</li>" for m in messages)
-                     + "</ul>")
+        parts.append(
+            "<h3>Notes</h3><ul class='note'>"
+            + "".join(f"<li>{html.escape(m)}</li>" for m in messages)
+            + "</ul>"
+        )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -32,7 +32,7 @@ def _pick(records: Sequence[Mapping[str, Any]], per_run: int) -> list[Mapping[st
     latest = [r for r in records if (r.get("step") or 0) == last]
     good = [r for r in latest if float(r.get("reward", 0)) > 0]
     bad = [r for r in latest if float(r.get("reward", 0)) <= 0]
-    mixed = [r for pair in zip(good, bad) for r in pair] + good[len(bad):] + bad[len(good):]
+    mixed = [r for pair in zip(good, bad) for r in pair] + good[len(bad) :] + bad[len(good) :]
     return mixed[:per_run]
 
 
@@ -43,14 +43,23 @@ def _token(token: Mapping[str, Any], cap: float) -> str:
     underline = QUADRANT_COLORS.get(quadrant or "", "transparent")
     text = html.escape(str(token.get("text", ""))).replace("\n", "⏎\n")
     title = f"H={entropy:.3f} nats · {quadrant or '-'}"
-    return (f'<span class="tok" title="{title}" style="background: rgba(255,140,0,{alpha:.3f}); '
-            f'border-bottom-color: {underline}">{text}</span>')
+    return (
+        f'<span class="tok" title="{title}" style="background: rgba(255,140,0,{alpha:.3f}); '
+        f'border-bottom-color: {underline}">{text}</span>'
+    )
 
 
-def render_samples(samples: Mapping[str, Sequence[Mapping[str, Any]]], per_run: int = 6, title: str = "") -> str:
+def render_samples(
+    samples: Mapping[str, Sequence[Mapping[str, Any]]], per_run: int = 6, title: str = ""
+) -> str:
     """The page for {run label: sample records}; runs without samples are listed as such."""
     shown = {label: _pick(records, per_run) for label, records in samples.items()}
-    entropies = [float(t.get("entropy", 0.0)) for recs in shown.values() for r in recs for t in r.get("tokens", [])]
+    entropies = [
+        float(t.get("entropy", 0.0))
+        for recs in shown.values()
+        for r in recs
+        for t in r.get("tokens", [])
+    ]
     cap = float(np.quantile(entropies, 0.99)) if entropies else 1.0
     legend = "".join(
         f'<span><span class="tok" style="border-bottom-color:{color}">&nbsp;{q}&nbsp;</span></span>'
@@ -60,8 +69,10 @@ def render_samples(samples: Mapping[str, Sequence[Mapping[str, Any]]], per_run: 
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title or 'samples')}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title or 'Sample responses')}</h1>",
-        (f"<p>Background: token entropy, from 0 (white) to {cap:.3f} nats (full orange; the 99th percentile "
-        "of the tokens shown). Underline: the token's quadrant. Hover a token for its values.</p>"),
+        (
+            f"<p>Background: token entropy, from 0 (white) to {cap:.3f} nats (full orange; the 99th percentile "
+            "of the tokens shown). Underline: the token's quadrant. Hover a token for its values.</p>"
+        ),
         f"<p class='legend'>{legend}</p>",
     ]
     for label, records in shown.items():
@@ -76,6 +87,10 @@ def render_samples(samples: Mapping[str, Sequence[Mapping[str, Any]]], per_run: 
                 f" · entropy threshold {float(record.get('entropy_threshold', 0)):.3f} · prompt: "
                 f"<code>{html.escape(str(record.get('prompt', '')))}</code></div>"
             )
-            parts.append("<div class='resp'>" + "".join(_token(t, cap) for t in record.get("tokens", [])) + "</div>")
+            parts.append(
+                "<div class='resp'>"
+                + "".join(_token(t, cap) for t in record.get("tokens", []))
+                + "</div>"
+            )
     parts.append("</body></html>")
     return "\n".join(parts)

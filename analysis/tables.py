@@ -31,8 +31,18 @@ SWEPT = "swept"
 """Pseudo-tag: the run name (Hydra's override list) without its `seed=N` item."""
 DESCRIBING_TAGS = ("objective", "quadrant", "model", "task")
 """Tags tried, in this order, when choosing the default row tags (those that vary)."""
-_NOT_ROW_TAGS = {"run_id", "run_name", "status", "experiment_id", "start_time", "seed", "mlflow.parentRunId",
-                 "quadrants.sweep_id", "quadrants.study", "quadrants.role"}
+_NOT_ROW_TAGS = {
+    "run_id",
+    "run_name",
+    "status",
+    "experiment_id",
+    "start_time",
+    "seed",
+    "mlflow.parentRunId",
+    "quadrants.sweep_id",
+    "quadrants.study",
+    "quadrants.role",
+}
 
 
 @dataclass(frozen=True)
@@ -105,8 +115,13 @@ def default_row_tags(runs: pd.DataFrame) -> tuple[str, ...]:
     """The describing tags that vary across the runs; `swept` if they leave two runs of a seed in one row."""
     varying = [t for t in DESCRIBING_TAGS if t in runs and runs[t].nunique(dropna=False) > 1]
     if not varying:
-        extra = [t for t in runs.columns if t not in _NOT_ROW_TAGS and t not in DESCRIBING_TAGS
-                 and runs[t].nunique(dropna=False) > 1]
+        extra = [
+            t
+            for t in runs.columns
+            if t not in _NOT_ROW_TAGS
+            and t not in DESCRIBING_TAGS
+            and runs[t].nunique(dropna=False) > 1
+        ]
         varying = extra[:1] or [t for t in ("objective", "quadrant") if t in runs][:1]
     if not varying:
         return (SWEPT,)
@@ -123,14 +138,24 @@ def row_labels(runs: pd.DataFrame, row_tags: Sequence[str]) -> pd.Series:
         raise ValueError(f"row tag(s) {missing_columns} not on these runs; available: {available}")
     parts = [_tag_column(runs, t) for t in row_tags]
     # a standalone evaluation (of a base model, say) need not carry the training tags: its run name labels it
-    evaluation = runs["quadrants.role"].eq("eval") if "quadrants.role" in runs else pd.Series(False, index=runs.index)
+    evaluation = (
+        runs["quadrants.role"].eq("eval")
+        if "quadrants.role" in runs
+        else pd.Series(False, index=runs.index)
+    )
     for tag, column in zip(row_tags, parts):
         lacking = runs.loc[column.isna() & ~evaluation, "run_name"].tolist()
         if lacking:
-            raise ValueError(f"run(s) {lacking} have no tag {tag!r}; choose other --rows or filter them out")
+            raise ValueError(
+                f"run(s) {lacking} have no tag {tag!r}; choose other --rows or filter them out"
+            )
     labels = [", ".join(str(p.iloc[i]) for p in parts) for i in range(len(runs))]
-    labels = [runs["run_name"].iloc[i] if evaluation.iloc[i] and any(pd.isna(p.iloc[i]) for p in parts) else label
-              for i, label in enumerate(labels)]
+    labels = [
+        runs["run_name"].iloc[i]
+        if evaluation.iloc[i] and any(pd.isna(p.iloc[i]) for p in parts)
+        else label
+        for i, label in enumerate(labels)
+    ]
     return pd.Series(labels, index=runs.index)
 
 
@@ -138,18 +163,24 @@ def _duplicates(runs: pd.DataFrame, row_tags: tuple[str, ...]) -> list[tuple[str
     labels = row_labels(runs, row_tags)
     seeds = runs["seed"] if "seed" in runs else pd.Series(["?"] * len(runs), index=runs.index)
     frame = pd.DataFrame({"label": labels, "seed": seeds.astype(str), "name": runs["run_name"]})
-    return [(label, seed, list(group["name"])) for (label, seed), group in frame.groupby(["label", "seed"])
-            if len(group) > 1]
+    return [
+        (label, seed, list(group["name"]))
+        for (label, seed), group in frame.groupby(["label", "seed"])
+        if len(group) > 1
+    ]
 
 
 def order_benchmarks(names: Sequence[str]) -> tuple[str, ...]:
     """The paper's six first, in its order, then the others alphabetically."""
     names = set(names)
-    return tuple([b for b in PAPER_BENCHMARKS if b in names] + sorted(names - set(PAPER_BENCHMARKS)))
+    return tuple(
+        [b for b in PAPER_BENCHMARKS if b in names] + sorted(names - set(PAPER_BENCHMARKS))
+    )
 
 
-def _choose_k(bench: str, points: pd.DataFrame, names: Mapping[str, str], k: int | None,
-              notes: _Notes) -> tuple[int | None, tuple[int, ...]]:
+def _choose_k(
+    bench: str, points: pd.DataFrame, names: Mapping[str, str], k: int | None, notes: _Notes
+) -> tuple[int | None, tuple[int, ...]]:
     """The k of one benchmark's column and the footnotes it needs."""
     per_run = {run: set(part["k"]) for run, part in points.groupby("run_id")}
     if k is not None:
@@ -159,12 +190,18 @@ def _choose_k(bench: str, points: pd.DataFrame, names: Mapping[str, str], k: int
         listing = "; ".join(f"{name}: {ks}" for name, ks in sorted(lacking.items()))
         return k, (notes.add(f"{bench}: k={k} was asked for; run(s) without it ({listing})"),)
     common = set.intersection(*per_run.values())
-    listing = "; ".join(f"{names[r]}: {sorted(ks)}" for r, ks in sorted(per_run.items(), key=lambda x: names[x[0]]))
+    listing = "; ".join(
+        f"{names[r]}: {sorted(ks)}" for r, ks in sorted(per_run.items(), key=lambda x: names[x[0]])
+    )
     if not common:
         return None, (notes.add(f"{bench}: the runs share no k, nothing is compared ({listing})"),)
     chosen = max(common)
     if any(ks != per_run[next(iter(per_run))] for ks in per_run.values()):
-        return chosen, (notes.add(f"{bench}: runs logged different k ({listing}); compared at the largest common k={chosen}"),)
+        return chosen, (
+            notes.add(
+                f"{bench}: runs logged different k ({listing}); compared at the largest common k={chosen}"
+            ),
+        )
     return chosen, ()
 
 
@@ -218,22 +255,28 @@ def build_table(
     dup = _duplicates(runs, row_tags) if "seed" in runs else []
     if dup:
         described = "; ".join(f"row {label!r} seed {seed}: {names}" for label, seed, names in dup)
-        raise ValueError(f"rows {list(row_tags)} put several runs of one seed in a row ({described}); "
-                         f"pass --rows with the tags that tell them apart (e.g. --rows {SWEPT}) or narrow the selection")
+        raise ValueError(
+            f"rows {list(row_tags)} put several runs of one seed in a row ({described}); "
+            f"pass --rows with the tags that tell them apart (e.g. --rows {SWEPT}) or narrow the selection"
+        )
     names = dict(zip(runs["run_id"], runs["run_name"]))
     points = points[points["run_id"].isin(names)]
     available = order_benchmarks(points["benchmark"].unique())
     if benchmarks:
         unknown = [b for b in benchmarks if b not in available]
         if unknown:
-            raise ValueError(f"benchmark(s) {unknown} not logged by these runs; logged: {list(available)}")
+            raise ValueError(
+                f"benchmark(s) {unknown} not logged by these runs; logged: {list(available)}"
+            )
         columns = tuple(benchmarks)
     else:
         columns = available
     ks_asked = k if isinstance(k, Mapping) else dict.fromkeys(columns, k)
     unknown_k = [b for b in ks_asked if b not in columns]
     if unknown_k:
-        raise ValueError(f"k given for benchmark(s) {unknown_k} that are not columns; columns: {list(columns)}")
+        raise ValueError(
+            f"k given for benchmark(s) {unknown_k} that are not columns; columns: {list(columns)}"
+        )
 
     notes = _Notes()
     order = list(dict.fromkeys(sorted(labels)))
@@ -241,8 +284,10 @@ def build_table(
     run_of_label = {label: list(runs.loc[labels == label, "run_id"]) for label in order}
     unfinished = runs.loc[runs["status"] != "FINISHED", ["run_name", "status"]]
     if not unfinished.empty:
-        notes.add("runs not FINISHED (their last logged values are used): "
-                  + ", ".join(f"{n} ({s})" for n, s in unfinished.itertuples(index=False)))
+        notes.add(
+            "runs not FINISHED (their last logged values are used): "
+            + ", ".join(f"{n} ({s})" for n, s in unfinished.itertuples(index=False))
+        )
 
     ks: dict[str, int | None] = {}
     cells: dict[tuple[str, str, str], Cell] = {}
@@ -254,7 +299,9 @@ def build_table(
         at_k = bench_points[bench_points["k"] == chosen]
         steps = sorted(set(at_k.loc[~at_k["run_id"].isin(initial_runs), "step"]))
         if len(steps) > 1:
-            column_notes += (notes.add(f"{bench}: final evaluations were at different steps {steps}"),)
+            column_notes += (
+                notes.add(f"{bench}: final evaluations were at different steps {steps}"),
+            )
         for label in order:
             for kind in ("avg", "pass"):
                 found = at_k[(at_k["kind"] == kind) & at_k["run_id"].isin(run_of_label[label])]
@@ -265,7 +312,11 @@ def build_table(
                     estimate = None
                 elif lacking:
                     estimate = None
-                    marks += (notes.add(f"{bench} {kind.capitalize()}@{chosen} missing in run(s) {sorted(lacking)}: cell left blank"),)
+                    marks += (
+                        notes.add(
+                            f"{bench} {kind.capitalize()}@{chosen} missing in run(s) {sorted(lacking)}: cell left blank"
+                        ),
+                    )
                 else:
                     estimate = seed_estimate([found[r] for r in run_of_label[label]], confidence)
                     if kind == "avg":
@@ -275,21 +326,53 @@ def build_table(
             _best(cells, [(label, bench, kind) for label in order])
 
     paper = all(b in columns for b in PAPER_BENCHMARKS)
-    avg_benchmarks = PAPER_BENCHMARKS if paper else tuple(c for c in columns if c not in OOD_BENCHMARKS)
+    avg_benchmarks = (
+        PAPER_BENCHMARKS if paper else tuple(c for c in columns if c not in OOD_BENCHMARKS)
+    )
     ood_benchmarks = tuple(c for c in columns if c in OOD_BENCHMARKS)
-    avg_cells = _mean_cells(order, run_of_label, values, avg_benchmarks, paper_avg if paper else _plain_mean,
-                            "avg", notes, confidence)
-    ood_cells = _mean_cells(order, run_of_label, values, ood_benchmarks, ood_avg, "ood avg", notes, confidence)
-    return ComparisonTable(row_tags, tuple(order), columns, ks, cells, avg_cells, tuple(avg_benchmarks), seeds,
-                           confidence, tuple(notes.texts), ood_cells, ood_benchmarks)
+    avg_cells = _mean_cells(
+        order,
+        run_of_label,
+        values,
+        avg_benchmarks,
+        paper_avg if paper else _plain_mean,
+        "avg",
+        notes,
+        confidence,
+    )
+    ood_cells = _mean_cells(
+        order, run_of_label, values, ood_benchmarks, ood_avg, "ood avg", notes, confidence
+    )
+    return ComparisonTable(
+        row_tags,
+        tuple(order),
+        columns,
+        ks,
+        cells,
+        avg_cells,
+        tuple(avg_benchmarks),
+        seeds,
+        confidence,
+        tuple(notes.texts),
+        ood_cells,
+        ood_benchmarks,
+    )
 
 
 def _plain_mean(values: Mapping[str, float]) -> float:
     return math.fsum(values.values()) / len(values)
 
 
-def _mean_cells(order: Sequence[str], run_of_label: Mapping[str, list[str]], values: Mapping[tuple[str, str], float],
-                benchmarks: Sequence[str], combine, column: str, notes: _Notes, confidence: float) -> dict[str, Cell]:
+def _mean_cells(
+    order: Sequence[str],
+    run_of_label: Mapping[str, list[str]],
+    values: Mapping[tuple[str, str], float],
+    benchmarks: Sequence[str],
+    combine,
+    column: str,
+    notes: _Notes,
+    confidence: float,
+) -> dict[str, Cell]:
     """One averaging column ("avg", "ood avg"): per row, `combine` of each run's Avg@k over `benchmarks`,
     then the mean over seeds; blank (with a footnote) where a run lacks one of them; {} without benchmarks."""
     if not benchmarks:
@@ -304,7 +387,9 @@ def _mean_cells(order: Sequence[str], run_of_label: Mapping[str, list[str]], val
                 break
             per_run.append(combine(got))
         if per_run is None:
-            mark = notes.add(f"{column} left blank where a row lacks an Avg@k of one of its benchmarks")
+            mark = notes.add(
+                f"{column} left blank where a row lacks an Avg@k of one of its benchmarks"
+            )
             cells[label] = Cell(None, False, (mark,))
         else:
             cells[label] = Cell(seed_estimate(per_run, confidence))
@@ -354,15 +439,23 @@ def _seeds(table: ComparisonTable, row: str) -> str:
 def caption(table: ComparisonTable) -> str:
     """What the numbers are, in one paragraph (printed above the Markdown table and as the LaTeX caption)."""
     level = round(100 * table.confidence)
-    what = "the paper's avg: mean Avg@k of" if len(table.avg_benchmarks) == len(PAPER_BENCHMARKS) and set(
-        table.avg_benchmarks) == set(PAPER_BENCHMARKS) else "mean Avg@k over"
-    text = (f"Avg@k / Pass@k in %, final evaluation of each run; mean ± half-width of the {level}% Student-t "
-            f"interval over seeds (a row with one seed has no interval); bold = best in its column")
+    what = (
+        "the paper's avg: mean Avg@k of"
+        if len(table.avg_benchmarks) == len(PAPER_BENCHMARKS)
+        and set(table.avg_benchmarks) == set(PAPER_BENCHMARKS)
+        else "mean Avg@k over"
+    )
+    text = (
+        f"Avg@k / Pass@k in %, final evaluation of each run; mean ± half-width of the {level}% Student-t "
+        f"interval over seeds (a row with one seed has no interval); bold = best in its column"
+    )
     if table.avg_benchmarks:
         text += f"; avg = {what} {', '.join(table.avg_benchmarks)}"
     if table.ood_benchmarks:
-        text += (f"; ood avg = mean Avg@k over the out-of-domain {', '.join(table.ood_benchmarks)} (chance level: "
-                 "25 % gpqa, 10 % mmlu_pro, 50 % on graphwiz's yes/no tasks)")
+        text += (
+            f"; ood avg = mean Avg@k over the out-of-domain {', '.join(table.ood_benchmarks)} (chance level: "
+            "25 % gpqa, 10 % mmlu_pro, 50 % on graphwiz's yes/no tasks)"
+        )
     return text + "."
 
 
@@ -397,8 +490,18 @@ def to_markdown(table: ComparisonTable) -> str:
     return "\n".join(lines) + "\n"
 
 
-_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_LATEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -408,9 +511,15 @@ def latex_escape(text: str) -> str:
 def to_latex(table: ComparisonTable) -> str:
     """A `table` environment (needs \\usepackage{booktabs}); footnotes as lines under the tabular."""
     heads = [latex_escape(h) for h in _header(table)]
-    lines = [r"\begin{table}[t]", r"\centering", r"\small",
-             r"\begin{tabular}{l" + "c" * (len(heads) - 1) + "}", r"\toprule", " & ".join(heads) + r" \\",
-             r"\midrule"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        r"\begin{tabular}{l" + "c" * (len(heads) - 1) + "}",
+        r"\toprule",
+        " & ".join(heads) + r" \\",
+        r"\midrule",
+    ]
     for row in table.rows:
         cells = [latex_escape(row)] + [_pair(table, row, b, "latex") for b in table.benchmarks]
         cells += [*_average_cells(table, row, "latex"), latex_escape(_seeds(table, row))]
@@ -433,14 +542,21 @@ def to_frame(table: ComparisonTable) -> pd.DataFrame:
 
     def add(row: str, bench: str, k: int | None, metric: str, cell: Cell) -> None:
         est = cell.estimate
-        records.append({
-            "row": row, "benchmark": bench, "k": k, "metric": metric,
-            "mean": est.mean if est else math.nan,
-            "ci_half_width": est.half_width if est else math.nan,
-            "ci_low": est.low if est else math.nan, "ci_high": est.high if est else math.nan,
-            "n_seeds": table.seeds[row], "best": cell.best,
-            "notes": "; ".join(table.footnotes[n - 1] for n in sorted(set(cell.notes))),
-        })
+        records.append(
+            {
+                "row": row,
+                "benchmark": bench,
+                "k": k,
+                "metric": metric,
+                "mean": est.mean if est else math.nan,
+                "ci_half_width": est.half_width if est else math.nan,
+                "ci_low": est.low if est else math.nan,
+                "ci_high": est.high if est else math.nan,
+                "n_seeds": table.seeds[row],
+                "best": cell.best,
+                "notes": "; ".join(table.footnotes[n - 1] for n in sorted(set(cell.notes))),
+            }
+        )
 
     for row in table.rows:
         for bench in table.benchmarks:

@@ -64,14 +64,42 @@ def worker(out: str, steps: int, prompts: int, threads: int) -> None:
 def run_layout(ranks: int, threads: int, steps: int, prompts: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "timings.json")
-        args = [__file__, "--worker", out, "--steps", str(steps), "--prompts", str(prompts), "--threads", str(threads)]
-        launcher = [sys.executable] if ranks == 1 else [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        args = [
+            __file__,
+            "--worker",
+            out,
+            "--steps",
+            str(steps),
+            "--prompts",
+            str(prompts),
+            "--threads",
+            str(threads),
+        ]
+        launcher = (
+            [sys.executable]
+            if ranks == 1
+            else [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(ranks),
+            ]
+        )
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(threads),
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         subprocess.run([*launcher, *args], check=True, env=env, capture_output=True)
         per_step = {int(k): v for k, v in json.loads(Path(out).read_text()).items() if int(k) > 1}
     phases = {p: statistics.median(s[f"time/{p}_s"] for s in per_step.values()) for p in PHASES}
-    return {"step": statistics.median(sum(s[f"time/{p}_s"] for p in PHASES) for s in per_step.values()), **phases}
+    return {
+        "step": statistics.median(sum(s[f"time/{p}_s"] for p in PHASES) for s in per_step.values()),
+        **phases,
+    }
 
 
 def main() -> None:
@@ -84,13 +112,19 @@ def main() -> None:
     if args.worker:
         worker(args.worker, args.steps, args.prompts, args.threads)
         return
-    layouts = {"1 process x 1 thread": (1, 1), "1 process x 2 threads": (1, 2), "2 ranks x 1 thread": (2, 1)}
+    layouts = {
+        "1 process x 1 thread": (1, 1),
+        "1 process x 2 threads": (1, 2),
+        "2 ranks x 1 thread": (2, 1),
+    }
     results = {}
     for name, (ranks, threads) in layouts.items():
         print(f"running {name} ({args.steps} steps of {args.prompts} prompts x 8) ...", flush=True)
         results[name] = run_layout(ranks, threads, args.steps, args.prompts)
     base = results["1 process x 1 thread"]
-    print(f"\nmedian seconds per training step (steps 2..{args.steps}), ratio to 1 process x 1 thread")
+    print(
+        f"\nmedian seconds per training step (steps 2..{args.steps}), ratio to 1 process x 1 thread"
+    )
     print(f"{'layout':24s} {'step':>14s} " + " ".join(f"{p:>16s}" for p in PHASES))
     for name, r in results.items():
         cells = " ".join(f"{r[p]:7.2f} ({r[p] / base[p]:4.2f}x)" for p in PHASES)

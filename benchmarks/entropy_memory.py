@@ -149,7 +149,9 @@ def head_child(fn_name: str, tokens: int, vocab: int, hidden_size: int, out_path
     torch.set_num_threads(2)
     gen = torch.Generator().manual_seed(SEED)
     hidden = torch.randn(tokens, hidden_size, generator=gen).requires_grad_(True)
-    weight = torch.randn(vocab, hidden_size, generator=gen).mul_(0.05).requires_grad_(True)  # no transient copy
+    weight = (
+        torch.randn(vocab, hidden_size, generator=gen).mul_(0.05).requires_grad_(True)
+    )  # no transient copy
     ids = torch.randint(0, vocab, (tokens,), generator=gen)
     g_logp, g_entropy = torch.randn(tokens, generator=gen), torch.randn(tokens, generator=gen)
     baseline = peak_rss_bytes()
@@ -167,10 +169,24 @@ def head_child(fn_name: str, tokens: int, vocab: int, hidden_size: int, out_path
     seconds = time.perf_counter() - start
     user1, sys1 = cpu_seconds()
     peak = peak_rss_bytes()
-    torch.save({"entropy": entropy.detach(), "grad_sample": hidden.grad[::GRAD_ROW_STRIDE].clone(),
-                "weight_grad_sample": weight.grad[::GRAD_ROW_STRIDE].clone()}, out_path)
-    print(json.dumps({"extra_mb": (peak - baseline) / MB, "seconds": seconds, "user_s": user1 - user0,
-                      "sys_s": sys1 - sys0}))
+    torch.save(
+        {
+            "entropy": entropy.detach(),
+            "grad_sample": hidden.grad[::GRAD_ROW_STRIDE].clone(),
+            "weight_grad_sample": weight.grad[::GRAD_ROW_STRIDE].clone(),
+        },
+        out_path,
+    )
+    print(
+        json.dumps(
+            {
+                "extra_mb": (peak - baseline) / MB,
+                "seconds": seconds,
+                "user_s": user1 - user0,
+                "sys_s": sys1 - sys0,
+            }
+        )
+    )
 
 
 def head_report(tokens: int, vocab: int, hidden_size: int, workdir: str) -> None:
@@ -178,38 +194,62 @@ def head_report(tokens: int, vocab: int, hidden_size: int, workdir: str) -> None
 
     logits_mb = tokens * vocab * 4 / MB
     grad_mb = vocab * hidden_size * 4 / MB
-    print(f"== fused LM head, forward + backward: N = {tokens:,}, H = {hidden_size}, logits {logits_mb:,.0f} MB,"
-          f" head gradient {grad_mb:,.0f} MB")
+    print(
+        f"== fused LM head, forward + backward: N = {tokens:,}, H = {hidden_size}, logits {logits_mb:,.0f} MB,"
+        f" head gradient {grad_mb:,.0f} MB"
+    )
     results = {}
     for name, buffers in (("fused", 0.5), ("logits", 2.5), ("direct", 7)):
         if not enough_memory(tokens * vocab * 4, buffers):
-            print(f"   {name:8s} skipped: MemAvailable {mem_available_bytes() / MB:,.0f} MB is too small")
+            print(
+                f"   {name:8s} skipped: MemAvailable {mem_available_bytes() / MB:,.0f} MB is too small"
+            )
             continue
         out_path = os.path.join(workdir, f"head_{name}.pt")
-        cmd = [sys.executable, os.path.abspath(__file__), "--head-child", name, str(tokens), str(vocab),
-               str(hidden_size), out_path]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--head-child",
+            name,
+            str(tokens),
+            str(vocab),
+            str(hidden_size),
+            out_path,
+        ]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = (
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            + os.pathsep
+            + env.get("PYTHONPATH", "")
+        )
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"head {name} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+            raise RuntimeError(
+                f"head {name} failed (exit {done.returncode}):\n{done.stderr[-2000:]}"
+            )
         results[name] = {**json.loads(done.stdout.strip().splitlines()[-1]), "path": out_path}
         res = results[name]
-        print(f"   {name:8s} peak extra {res['extra_mb']:8,.0f} MB   wall {res['seconds']:6.2f} s"
-              f"  (cpu user {res['user_s']:5.1f} s, sys {res['sys_s']:5.1f} s)")
+        print(
+            f"   {name:8s} peak extra {res['extra_mb']:8,.0f} MB   wall {res['seconds']:6.2f} s"
+            f"  (cpu user {res['user_s']:5.1f} s, sys {res['sys_s']:5.1f} s)"
+        )
     fused = results["fused"]
     for other in ("logits", "direct"):
         if other in results:
             ratio = fused["extra_mb"] / results[other]["extra_mb"]
             without = (fused["extra_mb"] - grad_mb) / (results[other]["extra_mb"] - grad_mb)
             verdict = "meets" if ratio <= 1 / 8 else "misses"
-            print(f"   fused/{other}: {ratio:.3f} (goal <= 0.125: {verdict} it); without the head gradient"
-                  f" both have: {without:.3f}")
+            print(
+                f"   fused/{other}: {ratio:.3f} (goal <= 0.125: {verdict} it); without the head gradient"
+                f" both have: {without:.3f}"
+            )
     if "logits" in results:
         a, b = torch.load(fused["path"]), torch.load(results["logits"]["path"])
         for key in ("entropy", "grad_sample", "weight_grad_sample"):
             diff = (a[key] - b[key]).abs().max().item()
-            print(f"   max |fused - logits| {key} {diff:.3e} (max |value| {b[key].abs().max().item():.3e})")
+            print(
+                f"   max |fused - logits| {key} {diff:.3e} (max |value| {b[key].abs().max().item():.3e})"
+            )
     print()
 
 
@@ -284,12 +324,16 @@ def report(label: str, mode: str, tokens: int, vocab: int, workdir: str) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=4096, help="rows N for the no-grad forward; 0 skips")
+    parser.add_argument(
+        "--tokens", type=int, default=4096, help="rows N for the no-grad forward; 0 skips"
+    )
     parser.add_argument("--vocab", type=int, default=151_936)
     parser.add_argument(
         "--backward-tokens", type=int, default=512, help="rows N for forward + backward; 0 skips"
     )
-    parser.add_argument("--head-tokens", type=int, default=4096, help="rows N for the fused head; 0 skips")
+    parser.add_argument(
+        "--head-tokens", type=int, default=4096, help="rows N for the fused head; 0 skips"
+    )
     parser.add_argument("--hidden", type=int, default=896, help="hidden size H for the fused head")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--head-child", nargs=5, help=argparse.SUPPRESS)

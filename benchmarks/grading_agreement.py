@@ -211,7 +211,9 @@ def main() -> int:
         for report, _ in reports
         if report.correct_as_correct < CORRECT_GOAL or report.wrong_as_correct > WRONG_GOAL
     ]
-    missed += [f"{c.benchmark} self-check" for c in self_checks if c.grader_correct < c.math_verify_correct]
+    missed += [
+        f"{c.benchmark} self-check" for c in self_checks if c.grader_correct < c.math_verify_correct
+    ]
     print(f"\ngoals missed on: {missed}" if missed else "\nall goals met")
     return 1 if missed else 0
 

@@ -56,7 +56,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--cpu", type=int, default=0)
     args = parser.parse_args()
-    print(f"answer {COMPLETION} vs gold {GOLD}, budget {args.timeout} s, load 1-min avg {os.getloadavg()[0]:.1f}")
+    print(
+        f"answer {COMPLETION} vs gold {GOLD}, budget {args.timeout} s, load 1-min avg {os.getloadavg()[0]:.1f}"
+    )
     print("| repeat | spinners | clock | outcome | wall s |")
     print("|---|---|---|---|---|")
     for repeat in range(args.repeats):

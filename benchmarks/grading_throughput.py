@@ -108,8 +108,12 @@ def real_answers(name: str, data_dir: str, problems: int) -> tuple[list[str], li
 
 def measure_real(sequential: Grader, pool: Grader, data_dir: str, problems: int) -> None:
     """Answers/s per benchmark, sequential (one call per answer, timed) vs the pool (one batch)."""
-    print(f"real benchmark answers from {data_dir} (first {problems or 'all'} problems each; 2 answers per problem)")
-    print(f"{'benchmark':<15}{'answers':>8}{'seq/s':>8}{'pool/s':>8}{'pool/seq':>10}{'slowest ms':>12}   outcomes (pool)")
+    print(
+        f"real benchmark answers from {data_dir} (first {problems or 'all'} problems each; 2 answers per problem)"
+    )
+    print(
+        f"{'benchmark':<15}{'answers':>8}{'seq/s':>8}{'pool/s':>8}{'pool/seq':>10}{'slowest ms':>12}   outcomes (pool)"
+    )
     total_answers, total_seq, total_pool = 0, 0.0, 0.0
     for name in known_benchmarks():
         if not (Path(data_dir) / get_spec(name).local_file).is_file():
@@ -130,7 +134,11 @@ def measure_real(sequential: Grader, pool: Grader, data_dir: str, problems: int)
             f"{name:<15}{len(completions):>8}{len(completions) / seq_s:>8.0f}{len(completions) / pool_s:>8.0f}"
             f"{seq_s / pool_s:>10.2f}{1e3 * max(times):>12.1f}   {counts}"
         )
-        total_answers, total_seq, total_pool = total_answers + len(completions), total_seq + seq_s, total_pool + pool_s
+        total_answers, total_seq, total_pool = (
+            total_answers + len(completions),
+            total_seq + seq_s,
+            total_pool + pool_s,
+        )
     if total_answers:
         print(
             f"{'all':<15}{total_answers:>8}{total_answers / total_seq:>8.0f}{total_answers / total_pool:>8.0f}"

@@ -47,13 +47,28 @@ def main() -> None:
     minutes = (time.perf_counter() - start) / 60
     name = keys.evaluation("arithmetic", keys.avg_at(cfg.eval.samples))
     before, after = result.initial_eval[name], result.final_eval[name]
-    step_times = [m[keys.timing("rollout")] + m[keys.timing("reward")] + m[keys.timing("old_logp")]
-                  + m[keys.timing("update")] + m[keys.timing("telemetry")] for _, m in tracker.history if keys.timing("update") in m]
-    print(f"objective {args.objective}, {args.steps} steps x {args.prompts} prompts x G={args.group}, {args.threads} threads")
-    print(f"held-out {name} ({args.eval_problems} problems): before {before:.3f}  after {after:.3f}  "
-          f"change {100 * (after - before):+.1f} points")
-    print(f"wall time {minutes:.1f} min (incl. evaluation); mean step {sum(step_times) / len(step_times):.2f} s")
-    print(f"goal: +15 points within 10 minutes -> {'met' if after - before >= 0.15 and minutes <= 10 else 'NOT met'}")
+    step_times = [
+        m[keys.timing("rollout")]
+        + m[keys.timing("reward")]
+        + m[keys.timing("old_logp")]
+        + m[keys.timing("update")]
+        + m[keys.timing("telemetry")]
+        for _, m in tracker.history
+        if keys.timing("update") in m
+    ]
+    print(
+        f"objective {args.objective}, {args.steps} steps x {args.prompts} prompts x G={args.group}, {args.threads} threads"
+    )
+    print(
+        f"held-out {name} ({args.eval_problems} problems): before {before:.3f}  after {after:.3f}  "
+        f"change {100 * (after - before):+.1f} points"
+    )
+    print(
+        f"wall time {minutes:.1f} min (incl. evaluation); mean step {sum(step_times) / len(step_times):.2f} s"
+    )
+    print(
+        f"goal: +15 points within 10 minutes -> {'met' if after - before >= 0.15 and minutes <= 10 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

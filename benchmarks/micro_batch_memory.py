@@ -40,21 +40,43 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
     from quadrants.train.step import StepContext
 
     torch.set_num_threads(2)
-    model, _ = random_tiny_policy(0, hidden_size=hidden, intermediate_size=hidden * 4, max_position_embeddings=4096)
+    model, _ = random_tiny_policy(
+        0, hidden_size=hidden, intermediate_size=hidden * 4, max_position_embeddings=4096
+    )
     gen = torch.Generator().manual_seed(0)
     sequences = torch.randint(3, 60, (rows, prompt + length), generator=gen)
     response_mask = torch.ones(rows, length, dtype=torch.bool)
     attention = torch.ones(rows, prompt + length, dtype=torch.bool)
-    logp, entropy = behaviour_pass(model, sequences, attention, length, temperature=1.0, chunk_size=256, batch_size=4)
-    batch = make_token_batch(sequences=sequences, attention_mask=attention, response_mask=response_mask,
-                             old_logp=logp, entropy=entropy, rewards=(torch.arange(rows) % 2).float(),
-                             group_ids=torch.arange(rows) // 8)
+    logp, entropy = behaviour_pass(
+        model, sequences, attention, length, temperature=1.0, chunk_size=256, batch_size=4
+    )
+    batch = make_token_batch(
+        sequences=sequences,
+        attention_mask=attention,
+        response_mask=response_mask,
+        old_logp=logp,
+        entropy=entropy,
+        rewards=(torch.arange(rows) % 2).float(),
+        group_ids=torch.arange(rows) // 8,
+    )
     cfg = RunConfig()
     cfg.objective.name = "dapo"
     cfg.train.micro_batch_size = micro
     spec, params = resolve_objective("dapo", {})
-    ctx = StepContext(cfg=cfg, model=model, tokenizer=None, ref_model=None, engine=None, grader=None, task=None,
-                      optimizer=None, scheduler=None, spec=spec, params=params, loss_settings=loss_settings(cfg))
+    ctx = StepContext(
+        cfg=cfg,
+        model=model,
+        tokenizer=None,
+        ref_model=None,
+        engine=None,
+        grader=None,
+        task=None,
+        optimizer=None,
+        scheduler=None,
+        spec=spec,
+        params=params,
+        loss_settings=loss_settings(cfg),
+    )
     model.train()
     baseline = peak_rss_bytes()
     start = time.perf_counter()
@@ -80,25 +102,41 @@ def main() -> None:
     import torch
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"mini-batch {args.rows} x ({args.prompt} + {args.length}) tokens, hidden {args.hidden}, 2 threads; load {load}")
+    print(
+        f"mini-batch {args.rows} x ({args.prompt} + {args.length}) tokens, hidden {args.hidden}, 2 threads; load {load}"
+    )
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for micro in args.micro:
             out = os.path.join(tmp, f"grad_{micro}.pt")
-            cmd = [sys.executable, os.path.abspath(__file__), "--child", str(micro), str(args.rows), str(args.prompt),
-                   str(args.length), str(args.hidden), out]
+            cmd = [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--child",
+                str(micro),
+                str(args.rows),
+                str(args.prompt),
+                str(args.length),
+                str(args.hidden),
+                out,
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
             if done.returncode != 0:
                 raise RuntimeError(done.stderr[-3000:])
             results[micro] = json.loads(done.stdout.strip().splitlines()[-1])
             label = "whole mini-batch" if micro == 0 else f"micro-batches of {micro}"
-            print(f"  {label:22s} peak extra {results[micro]['extra_mb']:8,.0f} MB   wall {results[micro]['seconds']:6.1f} s",
-                  flush=True)
+            print(
+                f"  {label:22s} peak extra {results[micro]['extra_mb']:8,.0f} MB   wall {results[micro]['seconds']:6.1f} s",
+                flush=True,
+            )
         reference = torch.load(os.path.join(tmp, f"grad_{args.micro[0]}.pt"))
         for micro in args.micro[1:]:
             grads = torch.load(os.path.join(tmp, f"grad_{micro}.pt"))
-            worst = max(((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-12)).item() for n, g in reference.items())
+            worst = max(
+                ((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-12)).item()
+                for n, g in reference.items()
+            )
             print(f"  micro {micro}: max |grad - unsplit| / max |grad| per tensor {worst:.2e}")
 
 

@@ -47,11 +47,17 @@ def main() -> None:
     lengths = torch.randint(t // 2, t + 1, (b,))
     response_mask = torch.arange(t)[None, :] < lengths[:, None]  # [B, T]
     attention_mask = torch.cat([torch.ones(b, p, dtype=torch.bool), response_mask], dim=1)
-    old_logp, entropy = behaviour_pass(model, sequences, attention_mask, t, temperature=1.0, chunk_size=256, batch_size=b)
+    old_logp, entropy = behaviour_pass(
+        model, sequences, attention_mask, t, temperature=1.0, chunk_size=256, batch_size=b
+    )
     rewards = (torch.rand(b) < 0.4).float()
     batch = make_token_batch(
-        sequences=sequences, attention_mask=attention_mask, response_mask=response_mask,
-        old_logp=old_logp * response_mask, entropy=entropy * response_mask, rewards=rewards,
+        sequences=sequences,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        old_logp=old_logp * response_mask,
+        entropy=entropy * response_mask,
+        rewards=rewards,
         group_ids=torch.arange(b) // args.group,
     )
     cfg = RunConfig()
@@ -63,9 +69,18 @@ def main() -> None:
         spec, params = resolve_objective(name, {})
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         ctx = StepContext(
-            cfg=cfg, model=model, tokenizer=tokenizer, ref_model=None, engine=None, grader=None, task=None,  # type: ignore[arg-type]
-            optimizer=optimizer, scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-            spec=spec, params=params, loss_settings=LossSettings(),
+            cfg=cfg,
+            model=model,
+            tokenizer=tokenizer,
+            ref_model=None,
+            engine=None,
+            grader=None,
+            task=None,  # type: ignore[arg-type]
+            optimizer=optimizer,
+            scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+            spec=spec,
+            params=params,
+            loss_settings=LossSettings(),
         )
         start = time.perf_counter()
         update_policy(ctx, batch, step=0)
@@ -82,7 +97,9 @@ def main() -> None:
         grpo_times.append(times["grpo"])
         for n in names:
             ratios[n].append(times[n] / times["grpo"])
-    print(f"batch {b} x {t} response tokens, tiny model, {args.threads} threads, {args.rounds} rounds")
+    print(
+        f"batch {b} x {t} response tokens, tiny model, {args.threads} threads, {args.rounds} rounds"
+    )
     print(f"grpo update step: median {statistics.median(grpo_times) * 1e3:.1f} ms")
     print(f"{'objective':<12} {'ratio to grpo (median)':>24} {'goal':>6}")
     for n in names:

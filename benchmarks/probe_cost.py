@@ -19,7 +19,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("overrides", nargs="*", help="probe settings, e.g. positions=16 continuations=16")
+    parser.add_argument(
+        "overrides", nargs="*", help="probe settings, e.g. positions=16 continuations=16"
+    )
     args = parser.parse_args()
 
     import torch
@@ -32,25 +34,35 @@ def main() -> None:
     from quadrants.train.loop import make_run_task
 
     torch.set_num_threads(args.threads)
-    settings = {k: type(getattr(ProbeConfig(), k))(v) for k, v in (o.split("=", 1) for o in args.overrides)}
+    settings = {
+        k: type(getattr(ProbeConfig(), k))(v) for k, v in (o.split("=", 1) for o in args.overrides)
+    }
     cfg = RunConfig(probe=replace(ProbeConfig(), **settings))
     model, tokenizer = load_policy("tiny")
     task = make_run_task(cfg, tokenizer)
     p = cfg.probe
-    print(f"probe settings: prompts {p.prompts} x G {cfg.rollout.group_size}, positions {p.positions}, branches "
-          f"{p.branches} (+ rest), coverage {p.coverage}, continuations {p.continuations}, resamples {p.resamples}; "
-          f"{args.threads} thread(s)")
+    print(
+        f"probe settings: prompts {p.prompts} x G {cfg.rollout.group_size}, positions {p.positions}, branches "
+        f"{p.branches} (+ rest), coverage {p.coverage}, continuations {p.continuations}, resamples {p.resamples}; "
+        f"{args.threads} thread(s)"
+    )
     seconds, rates = [], []
     with Grader(num_workers=1, timeout_s=5.0) as grader:
         for repeat in range(args.repeats):
             run = replace(cfg, probe=replace(cfg.probe, seed=repeat))
-            result = probe_policy(model, tokenizer, TextEngine(model, tokenizer), grader, task, run, announce=False)
+            result = probe_policy(
+                model, tokenizer, TextEngine(model, tokenizer), grader, task, run, announce=False
+            )
             m = result.metrics
             seconds.append(result.seconds)
             rates.append(m["probe/rollouts_per_s"])
-            print(f"  seed {repeat}: {m['probe/rollouts']:.0f} rollouts, {m['probe/tokens']:.0f} tokens, "
-                  f"{result.seconds:.1f} s, {m['probe/rollouts_per_s']:.1f} rollouts/s (load {os.getloadavg()[0]:.1f})")
-    print(f"median: {statistics.median(seconds):.1f} s per probe, {statistics.median(rates):.1f} rollouts/s")
+            print(
+                f"  seed {repeat}: {m['probe/rollouts']:.0f} rollouts, {m['probe/tokens']:.0f} tokens, "
+                f"{result.seconds:.1f} s, {m['probe/rollouts_per_s']:.1f} rollouts/s (load {os.getloadavg()[0]:.1f})"
+            )
+    print(
+        f"median: {statistics.median(seconds):.1f} s per probe, {statistics.median(rates):.1f} rollouts/s"
+    )
 
 
 if __name__ == "__main__":

@@ -39,25 +39,49 @@ def main(overrides: list[str]) -> None:
     task = tracker.params.get("task", cfg.task.name)
     name = next(k.split("/")[1] for k in result.initial_eval if k.startswith("eval/"))
     k = cfg.eval.samples
-    avg, err = keys.evaluation(name, keys.avg_at(k)), keys.evaluation(name, keys.stderr(keys.avg_at(k)))
-    step_s = [sum(m[keys.timing(p)] for p in PHASES if keys.timing(p) in m)
-              for _, m in tracker.history if keys.timing("update") in m]
-    print(f"model {cfg.model.name_or_path}, task {task} ({name}), objective {cfg.objective.name}, quadrant "
-          f"{cfg.quadrant.keep}, {cfg.train.steps} steps x {cfg.train.prompts_per_step} prompts x "
-          f"G={cfg.rollout.group_size} x {cfg.rollout.max_new_tokens} tokens, lr {cfg.train.lr}")
+    avg, err = (
+        keys.evaluation(name, keys.avg_at(k)),
+        keys.evaluation(name, keys.stderr(keys.avg_at(k))),
+    )
+    step_s = [
+        sum(m[keys.timing(p)] for p in PHASES if keys.timing(p) in m)
+        for _, m in tracker.history
+        if keys.timing("update") in m
+    ]
+    print(
+        f"model {cfg.model.name_or_path}, task {task} ({name}), objective {cfg.objective.name}, quadrant "
+        f"{cfg.quadrant.keep}, {cfg.train.steps} steps x {cfg.train.prompts_per_step} prompts x "
+        f"G={cfg.rollout.group_size} x {cfg.rollout.max_new_tokens} tokens, lr {cfg.train.lr}"
+    )
     for label, metrics in (("before", result.initial_eval), ("after", result.final_eval)):
-        curve = "  ".join(f"pass@{j} {metrics[keys.evaluation(name, keys.pass_at(j))]:.3f}"
-                          for j in (1, 2, 4, 8, 16, 32) if keys.evaluation(name, keys.pass_at(j)) in metrics)
-        print(f"held-out {label:6s} avg@{k} {metrics[avg]:.3f} +/- {metrics.get(err, float('nan')):.3f} (SE, "
-              f"{cfg.eval.problems} problems, T={cfg.eval.temperature})  {curve}")
+        curve = "  ".join(
+            f"pass@{j} {metrics[keys.evaluation(name, keys.pass_at(j))]:.3f}"
+            for j in (1, 2, 4, 8, 16, 32)
+            if keys.evaluation(name, keys.pass_at(j)) in metrics
+        )
+        print(
+            f"held-out {label:6s} avg@{k} {metrics[avg]:.3f} +/- {metrics.get(err, float('nan')):.3f} (SE, "
+            f"{cfg.eval.problems} problems, T={cfg.eval.temperature})  {curve}"
+        )
     change = result.final_eval[avg] - result.initial_eval[avg]
     combined = (result.final_eval.get(err, 0) ** 2 + result.initial_eval.get(err, 0) ** 2) ** 0.5
     print(f"change {100 * change:+.1f} points (+/- {100 * combined:.1f}, the two SEs combined)")
-    print(f"seconds per step: median {statistics.median(step_s):.1f} (phases summed), wall {minutes:.1f} min "
-          f"incl. evaluation")
-    (out / "real_model_learning.json").write_text(json.dumps(
-        {"overrides": overrides, "history": tracker.history, "initial_eval": result.initial_eval,
-         "final_eval": result.final_eval, "minutes": minutes}, indent=1))
+    print(
+        f"seconds per step: median {statistics.median(step_s):.1f} (phases summed), wall {minutes:.1f} min "
+        f"incl. evaluation"
+    )
+    (out / "real_model_learning.json").write_text(
+        json.dumps(
+            {
+                "overrides": overrides,
+                "history": tracker.history,
+                "initial_eval": result.initial_eval,
+                "final_eval": result.final_eval,
+                "minutes": minutes,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

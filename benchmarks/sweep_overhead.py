@@ -51,10 +51,23 @@ class TimedTracker:
 
 
 def time_to_first_step(model: str, workdir: Path) -> tuple[float, float | None]:
-    args = [sys.executable, "-m", "quadrants.sweep", f"model={model}", "train.steps=2", "eval.problems=20"]
+    args = [
+        sys.executable,
+        "-m",
+        "quadrants.sweep",
+        f"model={model}",
+        "train.steps=2",
+        "eval.problems=20",
+    ]
     start = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen(
+        args,
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     first_step = eval_done = None
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -75,9 +88,15 @@ def tracking_share(model: str, steps: int, workdir: Path) -> tuple[float, float,
     cfg.eval.problems = 0
     cfg.run_dir = str(workdir / "run")
     cfg.checkpoint.every = 0
-    tracker = TimedTracker(MlflowTracker(f"sqlite:///{workdir / 'mlflow.db'}", "bench", run_name="bench",
-                                         spool_dir=workdir / "run" / "tracking",
-                                         artifact_location=(workdir / "artifacts").as_uri()))
+    tracker = TimedTracker(
+        MlflowTracker(
+            f"sqlite:///{workdir / 'mlflow.db'}",
+            "bench",
+            run_name="bench",
+            spool_dir=workdir / "run" / "tracking",
+            artifact_location=(workdir / "artifacts").as_uri(),
+        )
+    )
     start = time.perf_counter()
     run_training(cfg, tracker)
     total = time.perf_counter() - start
@@ -92,12 +111,16 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         first, evaluated = time_to_first_step(args.model, Path(tmp))
-        print(f"(a) command -> first training step: {first:.1f} s "
-              f"(step-0 held-out evaluation of 20 problems done at {evaluated:.1f} s)")
+        print(
+            f"(a) command -> first training step: {first:.1f} s "
+            f"(step-0 held-out evaluation of 20 problems done at {evaluated:.1f} s)"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         spent, total, steps = tracking_share(args.model, args.steps, Path(tmp))
-        print(f"(b) {steps} steps in {total:.1f} s; training thread in tracker calls {spent:.3f} s "
-              f"= {100 * spent / total:.2f} % of step time (goal < 2 %)")
+        print(
+            f"(b) {steps} steps in {total:.1f} s; training thread in tracker calls {spent:.3f} s "
+            f"= {100 * spent / total:.2f} % of step time (goal < 2 %)"
+        )
 
 
 if __name__ == "__main__":

@@ -101,8 +101,10 @@ def live_delays(uri: str, spool: Path, steps: int, step_s: float, metrics: int) 
 
 
 def report_live(name: str, delays: list[float]) -> None:
-    print(f"{name:<28} {statistics.fmean(delays):9.2f} {statistics.median(delays):9.2f} {max(delays):9.2f}"
-          f"   ({len(delays)} steps)")
+    print(
+        f"{name:<28} {statistics.fmean(delays):9.2f} {statistics.median(delays):9.2f} {max(delays):9.2f}"
+        f"   ({len(delays)} steps)"
+    )
 
 
 def start_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -162,8 +164,12 @@ def main() -> None:
         "--pace-ms", type=float, default=20.0, help="gap between calls in the paced run"
     )
     parser.add_argument("--no-server", action="store_true")
-    parser.add_argument("--live-steps", type=int, default=12, help="steps of the live-view measurement (0: skip)")
-    parser.add_argument("--live-step-s", type=float, default=1.3, help="seconds between those steps")
+    parser.add_argument(
+        "--live-steps", type=int, default=12, help="steps of the live-view measurement (0: skip)"
+    )
+    parser.add_argument(
+        "--live-step-s", type=float, default=1.3, help="seconds between those steps"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tracking_overhead_") as scratch:
         root = Path(scratch)
@@ -200,14 +206,32 @@ def main() -> None:
                     "server (loopback)", uri, root / "spool_server", args.steps, args.metrics
                 )
             if args.live_steps:
-                print(f"\nlive view: step logged -> readable from the store, default tracker settings, "
-                      f"a step every {args.live_step_s} s")
+                print(
+                    f"\nlive view: step logged -> readable from the store, default tracker settings, "
+                    f"a step every {args.live_step_s} s"
+                )
                 print(f"{'target':<28} {'mean s':>9} {'p50 s':>9} {'max s':>9}")
-                report_live("sqlite", live_delays(sqlite_uri, root / "live_sqlite", args.live_steps,
-                                                  args.live_step_s, args.metrics))
+                report_live(
+                    "sqlite",
+                    live_delays(
+                        sqlite_uri,
+                        root / "live_sqlite",
+                        args.live_steps,
+                        args.live_step_s,
+                        args.metrics,
+                    ),
+                )
                 if uri is not None:
-                    report_live("server (loopback)", live_delays(uri, root / "live_server", args.live_steps,
-                                                                 args.live_step_s, args.metrics))
+                    report_live(
+                        "server (loopback)",
+                        live_delays(
+                            uri,
+                            root / "live_server",
+                            args.live_steps,
+                            args.live_step_s,
+                            args.metrics,
+                        ),
+                    )
         finally:
             if process is not None:
                 stop_server(process)

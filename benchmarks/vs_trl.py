@@ -43,8 +43,13 @@ WORKLOADS = {
     "tiny": dict(prompts=8, group=8, new_tokens=32, lr=1e-4),
     "smollm2": dict(prompts=4, group=4, new_tokens=64, lr=1e-6),
 }
-TINY_SHAPE = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=2)
+TINY_SHAPE = dict(
+    hidden_size=256,
+    intermediate_size=688,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+)
 
 
 def prepare(workload: str, workdir: Path, steps: int) -> dict:
@@ -75,13 +80,20 @@ def prepare(workload: str, workdir: Path, steps: int) -> dict:
     task = make_run_task(cfg, tokenizer)
     rng = random.Random(0)
     problems = [p for _ in range(steps) for p in task.train_batch(spec["prompts"], rng)]
-    return {"model_dir": str(model_dir), "task": cfg.task.name,
-            "prompts": [p.prompt for p in problems], "answers": [str(p.answer) for p in problems]}
+    return {
+        "model_dir": str(model_dir),
+        "task": cfg.task.name,
+        "prompts": [p.prompt for p in problems],
+        "answers": [str(p.answer) for p in problems],
+    }
 
 
 # ---------------------------------------------------------------- quadrants (this interpreter)
 
-def quadrants_child(setup: dict, workload: str, steps: int, threads: int, overrides: list[str]) -> dict:
+
+def quadrants_child(
+    setup: dict, workload: str, steps: int, threads: int, overrides: list[str]
+) -> dict:
     from quadrants.config import RunConfig
     from quadrants.tracking.base import NullTracker
     from quadrants.train.loop import run_training
@@ -115,7 +127,11 @@ def quadrants_child(setup: dict, workload: str, steps: int, threads: int, overri
         for part in path:
             node = getattr(node, part)
         current = getattr(node, leaf)
-        setattr(node, leaf, type(current)(value) if not isinstance(current, bool) else value.lower() == "true")
+        setattr(
+            node,
+            leaf,
+            type(current)(value) if not isinstance(current, bool) else value.lower() == "true",
+        )
     start = time.perf_counter()
     run_training(cfg, Timing())
     step_s = [b - a for a, b in zip([start, *ends[:-1]], ends)]
@@ -123,6 +139,7 @@ def quadrants_child(setup: dict, workload: str, steps: int, threads: int, overri
 
 
 # ---------------------------------------------------------------- TRL (the TRL interpreter)
+
 
 def trl_child(setup: dict, workload: str, steps: int, threads: int) -> dict:
     import torch
@@ -161,15 +178,37 @@ def trl_child(setup: dict, workload: str, steps: int, threads: int) -> dict:
 
     with tempfile.TemporaryDirectory() as out_dir:
         args = GRPOConfig(
-            output_dir=out_dir, per_device_train_batch_size=spec["prompts"] * spec["group"],
-            num_generations=spec["group"], max_completion_length=spec["new_tokens"], temperature=1.0,
-            top_p=1.0, top_k=0, loss_type="dapo", beta=0.0, num_iterations=1, gradient_accumulation_steps=1,
-            learning_rate=spec["lr"], max_steps=steps, use_cpu=True, bf16=False, fp16=False,
-            gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", seed=0,
+            output_dir=out_dir,
+            per_device_train_batch_size=spec["prompts"] * spec["group"],
+            num_generations=spec["group"],
+            max_completion_length=spec["new_tokens"],
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            loss_type="dapo",
+            beta=0.0,
+            num_iterations=1,
+            gradient_accumulation_steps=1,
+            learning_rate=spec["lr"],
+            max_steps=steps,
+            use_cpu=True,
+            bf16=False,
+            fp16=False,
+            gradient_checkpointing=False,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            seed=0,
             dataloader_num_workers=0,
         )
-        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                              processing_class=tokenizer, callbacks=[Timer()])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=reward,
+            args=args,
+            train_dataset=data,
+            processing_class=tokenizer,
+            callbacks=[Timer()],
+        )
         start = time.perf_counter()
         trainer.train()
     step_s = [b - a for a, b in zip([start, *ends[:-1]], ends)]
@@ -178,16 +217,35 @@ def trl_child(setup: dict, workload: str, steps: int, threads: int) -> dict:
 
 # ---------------------------------------------------------------- driver
 
+
 def run_child(python: str, system: str, setup_path: Path, args: argparse.Namespace) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    cmd = [python, os.path.abspath(__file__), "--child", system, str(setup_path), "--workload", args.workload,
-           "--steps", str(args.steps), "--threads", str(args.threads)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(args.threads),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONUNBUFFERED": "1",
+    }
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--child",
+        system,
+        str(setup_path),
+        "--workload",
+        args.workload,
+        "--steps",
+        str(args.steps),
+        "--threads",
+        str(args.threads),
+    ]
     for item in args.quadrants_override:
         cmd += ["--quadrants-override", item]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"{system} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+        raise RuntimeError(
+            f"{system} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -212,7 +270,9 @@ def main() -> None:
         if system == "trl":
             result = trl_child(setup, args.workload, args.steps, args.threads)
         else:
-            result = quadrants_child(setup, args.workload, args.steps, args.threads, args.quadrants_override)
+            result = quadrants_child(
+                setup, args.workload, args.steps, args.threads, args.quadrants_override
+            )
         print(json.dumps(result))
         return
     if not args.trl_python:
@@ -220,8 +280,10 @@ def main() -> None:
     if args.steps < 3:
         parser.error("--steps must be >= 3 (steps 1 and 2 are warm-up)")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"workload {args.workload}: {WORKLOADS[args.workload]}, {args.threads} threads, {args.rounds} rounds x "
-          f"{args.steps} steps; load average {load}")
+    print(
+        f"workload {args.workload}: {WORKLOADS[args.workload]}, {args.threads} threads, {args.rounds} rounds x "
+        f"{args.steps} steps; load average {load}"
+    )
     rounds: dict[str, list[float]] = {"trl": [], "quadrants": []}
     extra: dict[str, list[float]] = {"trl generate": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -237,9 +299,13 @@ def main() -> None:
                     extra["trl generate"].append(steady(result["generate_s"]))
                 else:
                     for key in result["phases"][0]:
-                        extra.setdefault(f"quadrants {key}", []).append(steady([p[key] for p in result["phases"]]))
-            print(f"round {r + 1}: TRL {rounds['trl'][-1]:.3f} s/step, quadrants {rounds['quadrants'][-1]:.3f} s/step",
-                  flush=True)
+                        extra.setdefault(f"quadrants {key}", []).append(
+                            steady([p[key] for p in result["phases"]])
+                        )
+            print(
+                f"round {r + 1}: TRL {rounds['trl'][-1]:.3f} s/step, quadrants {rounds['quadrants'][-1]:.3f} s/step",
+                flush=True,
+            )
     trl, ours = statistics.median(rounds["trl"]), statistics.median(rounds["quadrants"])
     print(f"\nmedian over rounds of the median of steps 3-{args.steps}:")
     print(f"  TRL        {trl:.3f} s/step")

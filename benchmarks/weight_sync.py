@@ -34,7 +34,7 @@ class PeakRSS:
         self._process = psutil.Process()
         self.extra = 0
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self._start = self._process.memory_info().rss
         self._peak = self._start
         self._done = threading.Event()
@@ -68,8 +68,15 @@ def rank_main(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     env = DistEnv(dist.get_rank(), dist.get_world_size(), 0, sharded=True)
-    config = Qwen2Config(hidden_size=args.hidden, intermediate_size=args.hidden * 3, num_hidden_layers=args.layers,
-                         num_attention_heads=8, num_key_value_heads=8, vocab_size=args.vocab, tie_word_embeddings=False)
+    config = Qwen2Config(
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 3,
+        num_hidden_layers=args.layers,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        vocab_size=args.vocab,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
     replica = copy.deepcopy(model)
@@ -77,7 +84,9 @@ def rank_main(args: argparse.Namespace) -> None:
     params = sum(p.numel() for p in replica.parameters())
 
     def gathered() -> None:
-        replica.load_state_dict(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
+        replica.load_state_dict(
+            get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        )
 
     def streamed() -> None:
         copy_weights(replica, model)
@@ -95,7 +104,9 @@ def rank_main(args: argparse.Namespace) -> None:
             peaks.append(peak.extra)
         results[name] = {"seconds": statistics.median(times), "peak_extra_bytes": max(peaks)}
     # both methods leave the replica equal to the sharded policy
-    for name, value in get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)).items():
+    for name, value in get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True)
+    ).items():
         assert torch.equal(replica.state_dict()[name], value), name
     if env.rank == 0:
         print(json.dumps({"params": params, **results}))
@@ -113,24 +124,43 @@ def main() -> None:
     if args.rank:
         rank_main(args)
         return
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", __file__,
-               "--rank", "--hidden", str(args.hidden), "--layers", str(args.layers), "--vocab", str(args.vocab),
-               "--repeats", str(args.repeats)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        __file__,
+        "--rank",
+        "--hidden",
+        str(args.hidden),
+        "--layers",
+        str(args.layers),
+        "--vocab",
+        str(args.vocab),
+        "--repeats",
+        str(args.repeats),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
     if done.returncode != 0:
         sys.exit(f"the 2-rank run failed ({done.returncode}):\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     gib = 2**30
-    print(f"2 gloo ranks, FSDP2-sharded Qwen2 of {result['params'] / 1e6:.0f} M parameters "
-          f"({result['params'] * 4 / gib:.2f} GiB fp32), sync into each rank's full copy; rank 0:")
+    print(
+        f"2 gloo ranks, FSDP2-sharded Qwen2 of {result['params'] / 1e6:.0f} M parameters "
+        f"({result['params'] * 4 / gib:.2f} GiB fp32), sync into each rank's full copy; rank 0:"
+    )
     print(f"{'method':<10} {'sync s':>8} {'peak extra GiB':>15}")
     for name in ("gathered", "streamed"):
         r = result[name]
         print(f"{name:<10} {r['seconds']:>8.3f} {r['peak_extra_bytes'] / gib:>15.3f}")
     g, s = result["gathered"], result["streamed"]
-    print(f"streamed / gathered: time {s['seconds'] / g['seconds']:.2f}x, "
-          f"peak extra memory {s['peak_extra_bytes'] / max(g['peak_extra_bytes'], 1):.2f}x")
+    print(
+        f"streamed / gathered: time {s['seconds'] / g['seconds']:.2f}x, "
+        f"peak extra memory {s['peak_extra_bytes'] / max(g['peak_extra_bytes'], 1):.2f}x"
+    )
 
 
 if __name__ == "__main__":

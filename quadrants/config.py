@@ -46,14 +46,18 @@ class PromptConfig:
     # auto (the task's own, else chat with a chat template, else plain) | raw | plain | chat |
     # qwen_math | deepscaler
     format: str = "auto"
-    instruction: str | None = None  # replaces the format's instruction (qwen_math: its system prompt)
+    instruction: str | None = (
+        None  # replaces the format's instruction (qwen_math: its system prompt)
+    )
 
 
 @dataclass
 class VLLMConfig:
     # the colocated vLLM engine (rollout.engine=vllm; quadrants/rollout/vllm.py); dtype = model.dtype
     gpu_memory_utilization: float = 0.5  # of GPU memory, weights + KV cache
-    kv_cache_gib: float | None = None  # None = sized from gpu_memory_utilization (give a size on CPU)
+    kv_cache_gib: float | None = (
+        None  # None = sized from gpu_memory_utilization (give a size on CPU)
+    )
     tensor_parallel_size: int = 1
     enforce_eager: bool = False  # True = no CUDA graphs
     sleep_level: int = 1  # between rollouts (GPU only): 0 never, 1 offload weights, 2 discard them
@@ -111,7 +115,9 @@ class TrainConfig:
     steps: int = 60
     prompts_per_step: int = 16
     mini_batch_size: int = 64  # sequences per optimizer step
-    micro_batch_size: int = 0  # sequences per forward/backward, gradients accumulated; 0 = the mini-batch
+    micro_batch_size: int = (
+        0  # sequences per forward/backward, gradients accumulated; 0 = the mini-batch
+    )
     epochs: int = 1  # passes over each rollout batch
     lr: float = 1e-4
     weight_decay: float = 0.0
@@ -121,7 +127,9 @@ class TrainConfig:
     entropy_chunk_size: int = 256
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
     measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
-    dlogp_rows: int = 8  # sequences in that pass (a seeded subsample, standard error logged); 0 = all
+    dlogp_rows: int = (
+        8  # sequences in that pass (a seeded subsample, standard error logged); 0 = all
+    )
     # auto: take old log-probs and entropy from the HF engine when they are exact (its own weights, no
     # mismatch correction, no bf16 trainer), skipping the no-grad pass; always: recompute them
     behaviour_pass: str = "auto"  # auto | always
@@ -141,11 +149,15 @@ class EvalConfig:
     # tasks.benchmarks.known_benchmarks(), tasks.ood.known_ood_benchmarks() or a task (its held-out split). Empty = the task's
     # held-out split, `problems` x `samples` (the quick in-training check).
     benchmarks: dict[str, int] = field(default_factory=dict)
-    limit: int | None = None  # the first `limit` problems of each benchmark (each group of an OOD one) and of the held-out check; None = all
+    limit: int | None = (
+        None  # the first `limit` problems of each benchmark (each group of an OOD one) and of the held-out check; None = all
+    )
     ks: list[int] = field(default_factory=list)  # Pass@k also at these k (each <= every n)
     data_dir: str | None = None  # benchmark files; None = $QUADRANTS_DATA, else ../shared/data
     source: str = "local"  # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
-    batch_size: int = 256  # sequences (prompts x n) per generate call, benchmarks and the held-out check
+    batch_size: int = (
+        256  # sequences (prompts x n) per generate call, benchmarks and the held-out check
+    )
     confidence: float = 0.95  # of the normal interval around each mean (value +/- z * stderr)
     # `python -m quadrants.evaluate TARGET`: a run dir (its newest checkpoint), a checkpoint dir,
     # a local model dir, "tiny", or a hub id; None = model.name_or_path
@@ -155,19 +167,29 @@ class EvalConfig:
 @dataclass
 class ProbeConfig:
     # the hindsight-credit probe (quadrants/probe, `python -m quadrants.probe`; docs/probe.md)
-    prompts: int = 8  # training prompts; rollout.group_size responses each are the probe's population
+    prompts: int = (
+        8  # training prompts; rollout.group_size responses each are the probe's population
+    )
     positions: int = 32  # response tokens probed, stratified by quadrant x entropy bin
     entropy_bins: int = 3  # entropy strata within each quadrant
     branches: int = 4  # at most this many top next tokens per position (m), plus one "rest" branch
-    coverage: float = 0.9  # top tokens until their mass reaches this (1 - eps), capped by `branches`
+    coverage: float = (
+        0.9  # top tokens until their mass reaches this (1 - eps), capped by `branches`
+    )
     continuations: int = 8  # K graded continuations per branch
-    min_rest_mass: float = 0.001  # a smaller rest branch is not rolled out (its CMI share <= mass * ln C)
+    min_rest_mass: float = (
+        0.001  # a smaller rest branch is not rolled out (its CMI share <= mass * ln C)
+    )
     batch_size: int = 512  # sequences per generate call
     resamples: int = 200  # bootstrap resamples of the continuations
     confidence: float = 0.9  # of the bootstrap and correlation intervals
-    pseudocount: float = 0.5  # add-alpha smoothing of branch outcome frequencies (pointwise credit, bootstrap)
+    pseudocount: float = (
+        0.5  # add-alpha smoothing of branch outcome frequencies (pointwise credit, bootstrap)
+    )
     seed: int = 0
-    every: int = 0  # during training: probe the live policy every N steps (probe/* metrics); 0 = never
+    every: int = (
+        0  # during training: probe the live policy every N steps (probe/* metrics); 0 = never
+    )
 
 
 @dataclass
@@ -184,7 +206,9 @@ class TrackingConfig:
     # CPU, memory, disk, network (and GPU) readings as `system/*` metrics on the training steps
     system_metrics: bool = False
     system_metrics_interval_s: float = 5.0  # seconds between readings; a step logs their mean
-    report: bool = True  # at the end of a sweep, log the analysis report (report.html) on its parent run
+    report: bool = (
+        True  # at the end of a sweep, log the analysis report (report.html) on its parent run
+    )
 
 
 @dataclass
@@ -242,13 +266,19 @@ def validate_rollout_engine(rollout: RolloutConfig) -> None:
     """The mismatch correction and the vLLM engine's settings (checked whatever the engine; their
     numeric ranges are in config_ranges.RANGES)."""
     if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
-        raise ValueError(f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
-                         f"choose one of {list(MISMATCH_CORRECTIONS)}")
+        raise ValueError(
+            f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
+            f"choose one of {list(MISMATCH_CORRECTIONS)}"
+        )
     if rollout.overlong_buffer > rollout.max_new_tokens:
-        raise ValueError(f"rollout.overlong_buffer={rollout.overlong_buffer} is out of range; allowed: "
-                         f"[0, rollout.max_new_tokens={rollout.max_new_tokens}] (0 = no overlong penalty)")
+        raise ValueError(
+            f"rollout.overlong_buffer={rollout.overlong_buffer} is out of range; allowed: "
+            f"[0, rollout.max_new_tokens={rollout.max_new_tokens}] (0 = no overlong penalty)"
+        )
     if rollout.vllm.sleep_level not in (0, 1, 2):
-        raise ValueError(f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; choose one of [0, 1, 2]")
+        raise ValueError(
+            f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; choose one of [0, 1, 2]"
+        )
 
 
 def validate_config(cfg: RunConfig) -> None:
@@ -260,9 +290,13 @@ def validate_config(cfg: RunConfig) -> None:
     except ValueError as err:
         raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
     if cfg.objective.loss_agg not in LOSS_AGGREGATIONS:
-        raise ValueError(f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}")
+        raise ValueError(
+            f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
+        )
     if cfg.quadrant.denominator not in DENOMINATORS:
-        raise ValueError(f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one of {list(DENOMINATORS)}")
+        raise ValueError(
+            f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one of {list(DENOMINATORS)}"
+        )
     try:
         validate_threshold(cfg.quadrant.threshold, cfg.quadrant.threshold_value)
     except ValueError as err:
@@ -271,15 +305,23 @@ def validate_config(cfg: RunConfig) -> None:
     from quadrants.tasks import validate_task
     from quadrants.tasks.prompts import validate_prompt
 
-    validate_task(cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params), model=cfg.model.name_or_path)
+    validate_task(
+        cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params), model=cfg.model.name_or_path
+    )
     validate_prompt(cfg.prompt.format)
     if cfg.task.answer_extraction not in EXTRACTIONS:
-        raise ValueError(f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose one of {list(EXTRACTIONS)}")
+        raise ValueError(
+            f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose one of {list(EXTRACTIONS)}"
+        )
     if cfg.rollout.engine not in ("hf", "vllm"):
-        raise ValueError(f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']")
+        raise ValueError(
+            f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']"
+        )
     validate_rollout_engine(cfg.rollout)
     if cfg.train.behaviour_pass not in ("auto", "always"):
-        raise ValueError(f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose one of ['auto', 'always']")
+        raise ValueError(
+            f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose one of ['auto', 'always']"
+        )
     from quadrants.train.device import validate_device
 
     validate_device(cfg.train.device)

@@ -32,7 +32,9 @@ class Range:
             return False
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             return False
-        return not (self.high is not None and (value > self.high or (self.high_open and value == self.high)))
+        return not (
+            self.high is not None and (value > self.high or (self.high_open and value == self.high))
+        )
 
     def text(self) -> str:
         low = "-inf" if self.low is None else f"{self.low:g}"
@@ -57,7 +59,9 @@ RANGES: dict[str, Range] = {
     "rollout.max_new_tokens": _AT_LEAST_ONE,
     "rollout.mismatch_cap": Range(1, why="the cap truncates importance weights from above"),
     "rollout.refill_rounds": Range(0, why="0 = no refill"),
-    "rollout.overlong_buffer": Range(0, why="0 = no overlong penalty; at most rollout.max_new_tokens"),
+    "rollout.overlong_buffer": Range(
+        0, why="0 = no overlong penalty; at most rollout.max_new_tokens"
+    ),
     "rollout.overlong_penalty": _NON_NEGATIVE,
     "rollout.vllm.gpu_memory_utilization": Range(0, 1, low_open=True),
     "rollout.vllm.kv_cache_gib": Range(0, low_open=True, null=True),
@@ -72,7 +76,9 @@ RANGES: dict[str, Range] = {
     "train.lr": _POSITIVE,
     "train.weight_decay": _NON_NEGATIVE,
     "train.betas": Range(0, 1, high_open=True, why="AdamW's (beta1, beta2)"),
-    "train.warmup_steps": Range(0, why="0 = no warm-up; a negative one would make the learning rate negative"),
+    "train.warmup_steps": Range(
+        0, why="0 = no warm-up; a negative one would make the learning rate negative"
+    ),
     "train.max_grad_norm": _POSITIVE,
     "train.entropy_chunk_size": _AT_LEAST_ONE,
     "train.threads": Range(0, why="0 = torch's default"),
@@ -105,7 +111,9 @@ RANGES: dict[str, Range] = {
     "checkpoint.keep": _AT_LEAST_ONE,
     "tracking.log_samples_every": Range(0, why="0 = never"),
     "tracking.system_metrics_interval_s": _POSITIVE,
-    "distributed.prompts_per_generate": Range(1, null=True, why="null = prompts_per_step / world size"),
+    "distributed.prompts_per_generate": Range(
+        1, null=True, why="null = prompts_per_step / world size"
+    ),
 }
 
 NO_RANGE: dict[str, str] = {

@@ -39,7 +39,9 @@ def _split_benchmarks(overrides: list[str]) -> tuple[list[str], dict[str, int] |
             continue
         value = OverridesParser.create().parse_override(item).value()
         if not isinstance(value, dict) or not all(isinstance(n, int) for n in value.values()):
-            raise ValueError(f"{item}: expected a mapping benchmark -> samples, e.g. eval.benchmarks={{aime24:32,math500:4}}")
+            raise ValueError(
+                f"{item}: expected a mapping benchmark -> samples, e.g. eval.benchmarks={{aime24:32,math500:4}}"
+            )
         benchmarks = {str(name): int(n) for name, n in value.items()}
     return rest, benchmarks
 
@@ -57,10 +59,24 @@ def prepare(target: str, overrides: list[str]) -> tuple[RunConfig, EvalTarget]:
         run = resolved.run_config or {}
         model = ModelConfig(name_or_path=resolved.model, dtype=resolved.dtype or cfg.model.dtype)
         task = run.get("task") or {}
-        cfg = replace(cfg, model=model, task=replace(cfg.task, **{k: v for k, v in task.items() if k in TaskConfig.__dataclass_fields__}))
+        cfg = replace(
+            cfg,
+            model=model,
+            task=replace(
+                cfg.task, **{k: v for k, v in task.items() if k in TaskConfig.__dataclass_fields__}
+            ),
+        )
         prompt = run.get("prompt") or {}
-        if not any(o.startswith(("prompt=", "prompt.")) for o in overrides):  # the run's own prompt format
-            cfg = replace(cfg, prompt=replace(cfg.prompt, **{k: v for k, v in prompt.items() if k in PromptConfig.__dataclass_fields__}))
+        if not any(
+            o.startswith(("prompt=", "prompt.")) for o in overrides
+        ):  # the run's own prompt format
+            cfg = replace(
+                cfg,
+                prompt=replace(
+                    cfg.prompt,
+                    **{k: v for k, v in prompt.items() if k in PromptConfig.__dataclass_fields__},
+                ),
+            )
     else:
         cfg = replace(cfg, model=replace(cfg.model, name_or_path=resolved.model))
     validate_config(cfg)
@@ -76,7 +92,11 @@ def main(argv: list[str] | None = None) -> None:
         "eval=paper_ood (GPQA, MMLU-Pro, GraphWiz), eval=toy (the task's held-out split). See README 'Evaluation'.",
     )
     parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides of the sweeps/ tree, e.g. eval=paper eval.limit=10")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides of the sweeps/ tree, e.g. eval=paper eval.limit=10",
+    )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from hydra.core.config_store import ConfigStore
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from quadrants.config import RunConfig, validate_config
@@ -28,7 +28,17 @@ from quadrants.slurm_host import SLURM_LAUNCHER
 from quadrants.train.distributed import check_layout
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-_HYDRA_FLAGS_WITHOUT_JOBS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--shell-completion", "-sc", "--version")
+_HYDRA_FLAGS_WITHOUT_JOBS = (
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "--shell-completion",
+    "-sc",
+    "--version",
+)
 
 
 def _cpu_count() -> int:
@@ -56,8 +66,19 @@ def register() -> None:
 
 
 # Hydra's command-line flags that take a value (`--cfg job`, `-cn config`); `--info` takes one optionally
-_HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                      "--config-dir", "-cd", "--experimental-rerun")
+_HYDRA_VALUE_FLAGS = (
+    "--cfg",
+    "-c",
+    "--package",
+    "-p",
+    "--config-path",
+    "-cp",
+    "--config-name",
+    "-cn",
+    "--config-dir",
+    "-cd",
+    "--experimental-rerun",
+)
 _HYDRA_INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
@@ -74,7 +95,8 @@ def split_hydra_argv(argv: list[str]) -> tuple[list[str], list[str]]:
         arg = argv[index]
         following = argv[index + 1] if index + 1 < len(argv) else None
         takes_value = following is not None and (
-            arg in _HYDRA_VALUE_FLAGS or (arg in ("--info", "-i") and following in _HYDRA_INFO_CHOICES)
+            arg in _HYDRA_VALUE_FLAGS
+            or (arg in ("--info", "-i") and following in _HYDRA_INFO_CHOICES)
         )
         if not arg.startswith("-"):
             overrides.append(arg)
@@ -113,7 +135,16 @@ def with_sweep_id(argv: list[str]) -> list[str]:
     return [*argv, f"sweep_id=s{digest}"]
 
 
-DEFAULT_EXCLUDED_KEYS = ("sweep_id", "study", "outputs", "launcher", "tracking", "tracking.uri", "train.threads", "experiment")
+DEFAULT_EXCLUDED_KEYS = (
+    "sweep_id",
+    "study",
+    "outputs",
+    "launcher",
+    "tracking",
+    "tracking.uri",
+    "train.threads",
+    "experiment",
+)
 
 
 def name_runs_by_swept_keys(argv: list[str]) -> list[str]:
@@ -124,13 +155,20 @@ def name_runs_by_swept_keys(argv: list[str]) -> list[str]:
     """
     if any(o.startswith("hydra.job.config.override_dirname.exclude_keys") for o in argv):
         return argv
-    shared = [o.split("=", 1)[0] for o in _overrides(argv)
-              if "=" in o and "," not in o.split("=", 1)[1] and not o.startswith(("hydra.", "hydra/", "+", "~"))]
+    shared = [
+        o.split("=", 1)[0]
+        for o in _overrides(argv)
+        if "=" in o
+        and "," not in o.split("=", 1)[1]
+        and not o.startswith(("hydra.", "hydra/", "+", "~"))
+    ]
     keys = list(dict.fromkeys([*DEFAULT_EXCLUDED_KEYS, *shared]))
     return [*argv, f"hydra.job.config.override_dirname.exclude_keys=[{','.join(keys)}]"]
 
 
-def expand_jobs(overrides: list[str], sweeper_params: dict[str, Any] | None = None) -> list[list[str]]:
+def expand_jobs(
+    overrides: list[str], sweeper_params: dict[str, Any] | None = None
+) -> list[list[str]]:
     """The per-job override lists of a multirun, as Hydra's basic sweeper expands them."""
     merged: dict[str, str] = {str(k): str(v) for k, v in (sweeper_params or {}).items()}
     order: list[str] = []
@@ -181,7 +219,9 @@ def preflight(argv: list[str]) -> int:
     uris: set[str] = set()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         fixed = [o for o in everything if "," not in o.split("=", 1)[-1]]
-        base = _checked(fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True))
+        base = _checked(
+            fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True)
+        )
         if multirun:
             sweeper_params = base.hydra.sweeper.get("params")
             params = OmegaConf.to_container(sweeper_params, resolve=False) if sweeper_params else {}
@@ -193,7 +233,9 @@ def preflight(argv: list[str]) -> int:
         for job in jobs:
             run = _checked(job, lambda: to_run_config(_compose_job(job)))
             uris.add(run.tracking.uri or "")
-            if ranks > 1:  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
+            if (
+                ranks > 1
+            ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
                 _checked(job, lambda: check_layout(run, ranks))
     for uri in sorted(uris):
         check_tracking_server(uri)
@@ -204,10 +246,12 @@ def check_single_run_launcher(launcher: DictConfig) -> None:
     """A SLURM launcher without -m: Hydra uses a launcher only in multirun mode, so the run would
     train on this machine, in the directory of the same command without the launcher."""
     if str(launcher.get("_target_", "")) == SLURM_LAUNCHER:
-        raise ValueError("launcher=slurm (a SLURM launcher profile) needs -m: Hydra uses a launcher only for a "
-                         "multirun, so without -m this command would train here, on this machine. Add -m "
-                         "(python -m quadrants.sweep -m ... launcher=slurm), or submit detached with "
-                         "python -m quadrants.submit ... launcher=slurm")
+        raise ValueError(
+            "launcher=slurm (a SLURM launcher profile) needs -m: Hydra uses a launcher only for a "
+            "multirun, so without -m this command would train here, on this machine. Add -m "
+            "(python -m quadrants.sweep -m ... launcher=slurm), or submit detached with "
+            "python -m quadrants.submit ... launcher=slurm"
+        )
 
 
 def check_tracking_server(uri: str) -> None:
@@ -225,7 +269,9 @@ def launcher_target(argv: list[str]) -> str:
     register()
     fixed = [o for o in _overrides(argv) if "," not in o.split("=", 1)[-1]]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        base = _checked(fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True))
+        base = _checked(
+            fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True)
+        )
     return str(base.hydra.launcher.get("_target_", ""))
 
 

@@ -18,7 +18,9 @@ def slurm_problem() -> str | None:
     if shutil.which("scontrol") is None:
         return None  # no way to ask the controller; sbatch will say
     try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=_PING_TIMEOUT_S)
+        ping = subprocess.run(
+            ["scontrol", "ping"], capture_output=True, text=True, timeout=_PING_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
         return f"the SLURM controller did not answer `scontrol ping` within {_PING_TIMEOUT_S:.0f} s"
     text = " ".join((ping.stdout + ping.stderr).split())
@@ -29,7 +31,9 @@ def slurm_problem() -> str | None:
 
 def no_slurm_message(reason: str) -> str:
     """What `quadrants.sweep` and `quadrants.submit` print when SLURM is not available."""
-    return ("quadrants: SLURM is not available, nothing was submitted and nothing was written.\n"
-            f"  {reason}\n"
-            "  run the command on a SLURM login node; or start the one-machine dev cluster (slurm/devcluster.sh) "
-            "and use launcher=slurm_dev; or drop launcher=slurm to train on this machine")
+    return (
+        "quadrants: SLURM is not available, nothing was submitted and nothing was written.\n"
+        f"  {reason}\n"
+        "  run the command on a SLURM login node; or start the one-machine dev cluster (slurm/devcluster.sh) "
+        "and use launcher=slurm_dev; or drop launcher=slurm to train on this machine"
+    )

@@ -27,8 +27,19 @@ from quadrants.sweep_manifest import TERMINAL_RUN_STATUSES, Manifest, child_runs
 
 # SLURM job states after which nothing more happens to the job (PREEMPTED/NODE_FAIL jobs that are
 # requeued show up as PENDING again).
-ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
-         "PREEMPTED", "REVOKED", "SPECIAL_EXIT")
+ENDED = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "PREEMPTED",
+    "REVOKED",
+    "SPECIAL_EXIT",
+)
 METRICS = ("train/reward_mean", "train/solve_rate", "train/entropy")
 
 
@@ -43,14 +54,21 @@ class JobStatus:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def slurm_states(job_ids: list[str], env: dict[str, str] | None = None) -> tuple[dict[str, str], str | None]:
+def slurm_states(
+    job_ids: list[str], env: dict[str, str] | None = None
+) -> tuple[dict[str, str], str | None]:
     """({job id: state}, problem) for `<array>_<index>` / `<id>` job ids, from sacct, else squeue."""
     arrays = sorted({j.split("_")[0] for j in job_ids})
     states: dict[str, str] = {}
     problem = None
     try:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(arrays)],
-                             capture_output=True, text=True, timeout=60, env=env)
+        out = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(arrays)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         if out.returncode == 0:
             for line in out.stdout.splitlines():
                 if "|" in line:
@@ -58,9 +76,16 @@ def slurm_states(job_ids: list[str], env: dict[str, str] | None = None) -> tuple
                     states.update({j: state.split()[0] for j in _expand(job)})
         else:
             problem = f"sacct: {out.stderr.strip()}"
-        if any(j not in states for j in job_ids):  # not in accounting (yet, or no slurmdbd): ask squeue
-            out = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(arrays)],
-                                 capture_output=True, text=True, timeout=60, env=env)
+        if any(
+            j not in states for j in job_ids
+        ):  # not in accounting (yet, or no slurmdbd): ask squeue
+            out = subprocess.run(
+                ["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(arrays)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
             for line in out.stdout.splitlines() if out.returncode == 0 else []:
                 job, state = line.strip().split("|", 1)
                 states.setdefault(job, state)
@@ -81,7 +106,9 @@ def _expand(job: str) -> list[str]:
     return out
 
 
-def sweep_status(manifest: Manifest, env: dict[str, str] | None = None) -> tuple[list[JobStatus], list[str]]:
+def sweep_status(
+    manifest: Manifest, env: dict[str, str] | None = None
+) -> tuple[list[JobStatus], list[str]]:
     """Each job's status, and notes (problems, bookkeeping done)."""
     states, problem = slurm_states([job.job_id for job in manifest.jobs], env)
     notes = [problem] if problem else []
@@ -89,7 +116,10 @@ def sweep_status(manifest: Manifest, env: dict[str, str] | None = None) -> tuple
     runs: dict[str, Any] = {}
     if manifest.parent_run_id:
         try:
-            runs = {r.info.run_name: r for r in child_runs(manifest.tracking_uri, manifest.parent_run_id)}
+            runs = {
+                r.info.run_name: r
+                for r in child_runs(manifest.tracking_uri, manifest.parent_run_id)
+            }
         except Exception as err:  # noqa: BLE001 - report, don't fail
             notes.append(f"MLflow at {manifest.tracking_uri}: {err}")
     for job in jobs:
@@ -98,8 +128,11 @@ def sweep_status(manifest: Manifest, env: dict[str, str] | None = None) -> tuple
             job.run_status, job.run_id = run.info.status, run.info.run_id
             metrics = run.data.metrics
             job.step = int(metrics["train/step"]) if "train/step" in metrics else None
-            job.metrics = {k: v for k, v in sorted(metrics.items())
-                           if k in METRICS or (k.startswith("eval/") and "_at_" in k)}
+            job.metrics = {
+                k: v
+                for k, v in sorted(metrics.items())
+                if k in METRICS or (k.startswith("eval/") and "_at_" in k)
+            }
     if states and all(s in ENDED for s in states.values()) and not problem and runs:
         notes += _close_ended(manifest, jobs)
     return jobs, notes
@@ -114,7 +147,9 @@ def _close_ended(manifest: Manifest, jobs: list[JobStatus]) -> list[str]:
     for job in jobs:
         if job.run_id and job.run_status not in TERMINAL_RUN_STATUSES:
             client.set_terminated(job.run_id, "FAILED")
-            notes.append(f"run of {job.name} left RUNNING by a job that ended {job.slurm_state}: marked FAILED")
+            notes.append(
+                f"run of {job.name} left RUNNING by a job that ended {job.slurm_state}: marked FAILED"
+            )
             job.run_status = "FAILED"
     parent = client.get_run(manifest.parent_run_id)
     if parent.info.status == "RUNNING":
@@ -124,8 +159,13 @@ def _close_ended(manifest: Manifest, jobs: list[JobStatus]) -> list[str]:
 
             from quadrants.sweep_report import report_on_parent
 
-            count = report_on_parent(manifest.tracking_uri, manifest.study, manifest.sweep_id,
-                                     manifest.parent_run_id, Path(manifest.sweep_dir) / "analysis")
+            count = report_on_parent(
+                manifest.tracking_uri,
+                manifest.study,
+                manifest.sweep_id,
+                manifest.parent_run_id,
+                Path(manifest.sweep_dir) / "analysis",
+            )
             notes.append(f"analysis report ({count} files) logged on the parent run")
         except Exception as err:  # noqa: BLE001 - the bookkeeping goes on without a report
             notes.append(f"could not put the analysis report on the parent run: {err}")
@@ -137,19 +177,38 @@ def _close_ended(manifest: Manifest, jobs: list[JobStatus]) -> list[str]:
 def format_table(manifest: Manifest, jobs: list[JobStatus]) -> str:
     keys = sorted({k for job in jobs for k in job.metrics})
     header = ["job", "slurm", "state", "run", "step", *[k.split("/", 1)[1] for k in keys]]
-    rows = [[job.name, job.job_id, job.slurm_state, job.run_status or "-", "-" if job.step is None else str(job.step),
-             *[f"{job.metrics[k]:.3f}" if k in job.metrics else "-" for k in keys]] for job in jobs]
+    rows = [
+        [
+            job.name,
+            job.job_id,
+            job.slurm_state,
+            job.run_status or "-",
+            "-" if job.step is None else str(job.step),
+            *[f"{job.metrics[k]:.3f}" if k in job.metrics else "-" for k in keys],
+        ]
+        for job in jobs
+    ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
-    return f"sweep {manifest.sweep_id} ({manifest.study}), array {manifest.array_job_id}, " \
-           f"submitted {manifest.submitted_at}\n" + "\n".join(lines)
+    return (
+        f"sweep {manifest.sweep_id} ({manifest.study}), array {manifest.array_job_id}, "
+        f"submitted {manifest.submitted_at}\n" + "\n".join(lines)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m quadrants.status", description=__doc__.split("\n")[0])
-    parser.add_argument("sweep", help="sweep directory (printed by quadrants.submit), its sweep.json, or a sweep id")
-    parser.add_argument("--outputs", default="outputs", help="where to look for a sweep id (default: outputs)")
-    parser.add_argument("--json", action="store_true", help="one JSON object per job instead of a table")
+    parser = argparse.ArgumentParser(
+        prog="python -m quadrants.status", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "sweep", help="sweep directory (printed by quadrants.submit), its sweep.json, or a sweep id"
+    )
+    parser.add_argument(
+        "--outputs", default="outputs", help="where to look for a sweep id (default: outputs)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per job instead of a table"
+    )
     args = parser.parse_args(argv)
     try:
         path = find_manifest(args.sweep, args.outputs)
@@ -157,8 +216,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"quadrants: {err}")
     record = json.loads(path.read_text())
     if not record.get("jobs"):
-        sys.exit(f"quadrants: {path} records no SLURM jobs (the sweep was not submitted with "
-                 f"python -m quadrants.submit); its runs are in MLflow at {record.get('tracking_uri')}")
+        sys.exit(
+            f"quadrants: {path} records no SLURM jobs (the sweep was not submitted with "
+            f"python -m quadrants.submit); its runs are in MLflow at {record.get('tracking_uri')}"
+        )
     manifest = Manifest.from_dict(record)
     env = None
     if "SLURM_CONF" not in os.environ and manifest.slurm_conf:
@@ -175,8 +236,12 @@ def main(argv: list[str] | None = None) -> None:
         from quadrants.tracking.links import experiment_id_of, link_lines
 
         experiment_id = experiment_id_of(manifest.tracking_uri, manifest.study)
-        for line in link_lines(manifest.tracking_uri, experiment_id, sweep_id=manifest.sweep_id,
-                               runs={"parent run": manifest.parent_run_id}):
+        for line in link_lines(
+            manifest.tracking_uri,
+            experiment_id,
+            sweep_id=manifest.sweep_id,
+            runs={"parent run": manifest.parent_run_id},
+        ):
             print(line)
 
 

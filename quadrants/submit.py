@@ -49,14 +49,28 @@ from quadrants.hydra_setup import (
     with_sweep_id,
 )
 from quadrants.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
-from quadrants.sweep_manifest import JobRecord, Manifest, close_parent_if_done, read_record, write_manifest
+from quadrants.sweep_manifest import (
+    JobRecord,
+    Manifest,
+    close_parent_if_done,
+    read_record,
+    write_manifest,
+)
 
 log = logging.getLogger("quadrants.submit")
 
 # hydra-submitit-launcher's BaseQueueConf keys: passed to submitit as they are; every other launcher
 # key is SLURM-specific and gets the `slurm_` prefix (as the launcher itself does).
-_BASE_KEYS = {"timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name",
-              "stderr_to_stdout"}
+_BASE_KEYS = {
+    "timeout_min",
+    "cpus_per_task",
+    "gpus_per_node",
+    "tasks_per_node",
+    "mem_gb",
+    "nodes",
+    "name",
+    "stderr_to_stdout",
+}
 
 
 class SubmissionRefused(RuntimeError):
@@ -93,14 +107,22 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
     parsed = OverridesParser.create().parse_overrides(split_hydra_argv(argv)[1])
     hydra_overrides = [o.input_line for o in parsed if o.is_hydra_override()]
     task = [o.input_line for o in parsed if not o.is_hydra_override()]
-    fixed = [o.input_line for o in parsed if not o.is_hydra_override() and not o.is_sweep_override()]
+    fixed = [
+        o.input_line for o in parsed if not o.is_hydra_override() and not o.is_sweep_override()
+    ]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        base = _checked(fixed, lambda: compose(config_name="config", overrides=[*hydra_overrides, *fixed],
-                                               return_hydra_config=True))
+        base = _checked(
+            fixed,
+            lambda: compose(
+                config_name="config", overrides=[*hydra_overrides, *fixed], return_hydra_config=True
+            ),
+        )
         params = base.hydra.sweeper.get("params")
         params = OmegaConf.to_container(params, resolve=False) if params else {}
         HydraConfig.instance().set_config(base)
-        launcher = _checked(fixed, lambda: OmegaConf.to_container(base.hydra.launcher, resolve=True))
+        launcher = _checked(
+            fixed, lambda: OmegaConf.to_container(base.hydra.launcher, resolve=True)
+        )
         planned, first = [], None
         for job in _checked(task, lambda: expand_jobs(task, params)):
             cfg = _checked(job, lambda: _compose_job([*hydra_overrides, *job]))
@@ -109,9 +131,15 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
             first = first or run
     assert first is not None
     return SweepPlan(
-        study=first.study, sweep_id=first.sweep_id, sweep_dir=sweep_dir(first), tracking_uri=tracking_uri(first),
-        artifact_location=artifact_location(first), model=first.model.name_or_path,
-        hydra_overrides=hydra_overrides, launcher=launcher, jobs=planned,
+        study=first.study,
+        sweep_id=first.sweep_id,
+        sweep_dir=sweep_dir(first),
+        tracking_uri=tracking_uri(first),
+        artifact_location=artifact_location(first),
+        model=first.model.name_or_path,
+        hydra_overrides=hydra_overrides,
+        launcher=launcher,
+        jobs=planned,
     )
 
 
@@ -119,9 +147,12 @@ def make_executor(launcher: dict[str, Any]) -> submitit.AutoExecutor:
     """A submitit SLURM executor set up from a `hydra.launcher` node, as hydra-submitit-launcher does."""
     params = {k: v for k, v in launcher.items() if k != "_target_"}
     folder = params.pop("submitit_folder")
-    executor = submitit.AutoExecutor(folder=folder, cluster="slurm",
-                                     slurm_max_num_timeout=params.pop("max_num_timeout"))
-    executor.update_parameters(**{k if k in _BASE_KEYS else f"slurm_{k}": v for k, v in params.items()})
+    executor = submitit.AutoExecutor(
+        folder=folder, cluster="slurm", slurm_max_num_timeout=params.pop("max_num_timeout")
+    )
+    executor.update_parameters(
+        **{k if k in _BASE_KEYS else f"slurm_{k}": v for k, v in params.items()}
+    )
     return executor
 
 
@@ -158,7 +189,9 @@ class DetachedJob(submitit.helpers.Checkpointable):
             if close_parent_if_done(uri, self.parent_run_id, self.jobs) is None:
                 return
         except Exception as err:  # noqa: BLE001 - bookkeeping never fails a finished job
-            log.warning("could not check/close the sweep's parent run %s: %s", self.parent_run_id, err)
+            log.warning(
+                "could not check/close the sweep's parent run %s: %s", self.parent_run_id, err
+            )
             return
         try:
             from quadrants.sweep_report import report_on_parent
@@ -166,8 +199,11 @@ class DetachedJob(submitit.helpers.Checkpointable):
             out = Path(str(run.run_dir)).parent / "analysis" if run.tracking.report else None
             report_on_parent(uri, run.study, run.sweep_id, str(self.parent_run_id), out)
         except Exception as err:  # noqa: BLE001
-            log.warning("could not put the summary and analysis report on the parent run %s: %s",
-                        self.parent_run_id, err)
+            log.warning(
+                "could not put the summary and analysis report on the parent run %s: %s",
+                self.parent_run_id,
+                err,
+            )
 
 
 def _log_to(path: Path) -> None:
@@ -189,7 +225,11 @@ def submit(plan: SweepPlan, parent_run_id: str | None) -> list[Any]:
     job_args = [[*plan.hydra_overrides, *job.overrides] for job in plan.jobs]
     try:
         return executor.map_array(DetachedJob(parent_run_id, len(plan.jobs)), job_args)
-    except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError, OSError) as err:
+    except (
+        submitit.core.utils.FailedJobError,
+        submitit.core.utils.FailedSubmissionError,
+        OSError,
+    ) as err:
         # the pickles and sbatch script of the refused array are of no use: leave the folder as it was
         for path in (set(spool.iterdir()) if spool.is_dir() else set()) - before:
             if path.is_file():
@@ -205,13 +245,18 @@ def _open_parent(plan: SweepPlan) -> tuple[str | None, bool]:
     before = read_record(plan.sweep_dir).get("parent_run_id")
     try:
         parent = start_parent_run(
-            plan.tracking_uri, plan.study, plan.sweep_id,
+            plan.tracking_uri,
+            plan.study,
+            plan.sweep_id,
             {"quadrants.study": plan.study, "quadrants.sweep_id": plan.sweep_id},
             artifact_location=plan.artifact_location,
         )
     except Exception as err:  # noqa: BLE001 - tracking trouble never stops a sweep
-        log.warning("could not open the sweep's parent run at %s (%s); runs will have no parent",
-                    plan.tracking_uri, err)
+        log.warning(
+            "could not open the sweep's parent run at %s (%s); runs will have no parent",
+            plan.tracking_uri,
+            err,
+        )
         return None, False
     return parent, parent != before
 
@@ -230,8 +275,12 @@ def _close_parent_failed(plan: SweepPlan, parent: str, *, delete: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = hydra_argv(list(sys.argv[1:] if argv is None else argv))  # Hydra's flags may stand anywhere
-    if prints_only(argv):  # --cfg job, --help, --info: Hydra prints (it refuses them with -m); nothing is submitted
+    argv = hydra_argv(
+        list(sys.argv[1:] if argv is None else argv)
+    )  # Hydra's flags may stand anywhere
+    if prints_only(
+        argv
+    ):  # --cfg job, --help, --info: Hydra prints (it refuses them with -m); nothing is submitted
         from quadrants.sweep import main as sweep_main
 
         sweep_main([a for a in argv if a not in ("-m", "--multirun")])
@@ -245,8 +294,10 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as err:
         sys.exit(f"quadrants: invalid configuration, nothing was submitted.\n  {err}")
     if plan.launcher.get("_target_") != SLURM_LAUNCHER:
-        sys.exit("quadrants: detached submission needs a SLURM launcher profile, nothing was submitted.\n"
-                 "  add launcher=slurm (a cluster) or launcher=slurm_dev (slurm/devcluster.sh)")
+        sys.exit(
+            "quadrants: detached submission needs a SLURM launcher profile, nothing was submitted.\n"
+            "  add launcher=slurm (a cluster) or launcher=slurm_dev (slurm/devcluster.sh)"
+        )
     problem = slurm_problem()
     if problem is not None:
         sys.exit(no_slurm_message(problem))
@@ -269,33 +320,57 @@ def main(argv: list[str] | None = None) -> None:
                 if empty.is_dir() and not any(empty.iterdir()):
                     empty.rmdir()
         reason = "\n  ".join(str(err).splitlines())
-        sys.exit(f"quadrants: SLURM refused the sweep; nothing was submitted and no manifest was written.\n"
-                 f"  {reason}\n  check the hydra.launcher.* settings (partition, account, qos, gpus_per_node, "
-                 f"mem_gb, timeout_min; `sinfo` lists partitions and their limits)")
+        sys.exit(
+            f"quadrants: SLURM refused the sweep; nothing was submitted and no manifest was written.\n"
+            f"  {reason}\n  check the hydra.launcher.* settings (partition, account, qos, gpus_per_node, "
+            f"mem_gb, timeout_min; `sinfo` lists partitions and their limits)"
+        )
     previous = read_record(plan.sweep_dir)
     history = list(previous.get("previous_submissions", []))
     if previous.get("array_job_id"):
         history.append({k: previous.get(k) for k in ("array_job_id", "submitted_at", "command")})
     manifest = Manifest(
-        sweep_id=plan.sweep_id, study=plan.study, sweep_dir=str(plan.sweep_dir), tracking_uri=plan.tracking_uri,
-        parent_run_id=parent, command=argv, array_job_id=str(jobs[0].job_id).split("_")[0],
+        sweep_id=plan.sweep_id,
+        study=plan.study,
+        sweep_dir=str(plan.sweep_dir),
+        tracking_uri=plan.tracking_uri,
+        parent_run_id=parent,
+        command=argv,
+        array_job_id=str(jobs[0].job_id).split("_")[0],
         submitted_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         slurm_conf=os.environ.get("SLURM_CONF"),
-        jobs=[JobRecord(index=i, job_id=str(job.job_id), name=planned.name, overrides=planned.overrides,
-                        run_dir=planned.run_dir, stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
-              for i, (job, planned) in enumerate(zip(jobs, plan.jobs))],
+        jobs=[
+            JobRecord(
+                index=i,
+                job_id=str(job.job_id),
+                name=planned.name,
+                overrides=planned.overrides,
+                run_dir=planned.run_dir,
+                stdout=str(job.paths.stdout),
+                stderr=str(job.paths.stderr),
+            )
+            for i, (job, planned) in enumerate(zip(jobs, plan.jobs))
+        ],
         previous_submissions=history,
     )
     path = write_manifest(manifest)
-    print(f"quadrants: submitted {len(jobs)} jobs as SLURM array {manifest.array_job_id} "
-          f"(sweep {plan.sweep_id}, tracking to {plan.tracking_uri})")
+    print(
+        f"quadrants: submitted {len(jobs)} jobs as SLURM array {manifest.array_job_id} "
+        f"(sweep {plan.sweep_id}, tracking to {plan.tracking_uri})"
+    )
     for record in manifest.jobs:
         print(f"  {record.job_id:>12}  {record.name}")
-    print(f"quadrants: manifest {path}\nquadrants: status with  python -m quadrants.status {plan.sweep_dir}")
+    print(
+        f"quadrants: manifest {path}\nquadrants: status with  python -m quadrants.status {plan.sweep_dir}"
+    )
     from quadrants.tracking.links import experiment_id_of, link_lines
 
-    for line in link_lines(plan.tracking_uri, experiment_id_of(plan.tracking_uri, plan.study),
-                           sweep_id=plan.sweep_id, runs={"parent run": parent}):
+    for line in link_lines(
+        plan.tracking_uri,
+        experiment_id_of(plan.tracking_uri, plan.study),
+        sweep_id=plan.sweep_id,
+        runs={"parent run": parent},
+    ):
         print(line)
 
 

@@ -17,7 +17,13 @@ import hydra
 from omegaconf import DictConfig
 
 from quadrants.hydra_setup import (
-    CONFIG_DIR, hydra_argv, launcher_target, name_runs_by_swept_keys, preflight, register, with_sweep_id,
+    CONFIG_DIR,
+    hydra_argv,
+    launcher_target,
+    name_runs_by_swept_keys,
+    preflight,
+    register,
+    with_sweep_id,
 )
 from quadrants.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
 from quadrants.sweep_callbacks import close_open_parent
@@ -33,7 +39,9 @@ def _hydra_main(cfg: DictConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = hydra_argv(list(sys.argv[1:] if argv is None else argv))  # Hydra's flags may stand anywhere
+    argv = hydra_argv(
+        list(sys.argv[1:] if argv is None else argv)
+    )  # Hydra's flags may stand anywhere
     argv = name_runs_by_swept_keys(with_sweep_id(argv))
     try:
         jobs = preflight(argv)

@@ -39,7 +39,9 @@ def _print_links(config: DictConfig, uri: str, parent: str | None) -> None:
     from quadrants.tracking.links import experiment_id_of, link_lines
 
     experiment_id = experiment_id_of(uri, str(config.study))
-    for line in link_lines(uri, experiment_id, sweep_id=str(config.sweep_id), runs={"parent run": parent}):
+    for line in link_lines(
+        uri, experiment_id, sweep_id=str(config.sweep_id), runs={"parent run": parent}
+    ):
         print(line, flush=True)
 
 
@@ -49,7 +51,10 @@ def _report_on_parent(config: DictConfig, uri: str, parent: str) -> None:
     out = _sweep_dir(config) / "analysis" if config.tracking.report else None
     count = report_on_parent(uri, str(config.study), str(config.sweep_id), parent, out)
     if out is not None:
-        print(f"quadrants: analysis report ({count} files) in {out}, logged on the parent run", flush=True)
+        print(
+            f"quadrants: analysis report ({count} files) in {out}, logged on the parent run",
+            flush=True,
+        )
 
 
 def _prepare_model(config: DictConfig) -> None:
@@ -59,7 +64,9 @@ def _prepare_model(config: DictConfig) -> None:
         load_policy("tiny")  # builds and caches the base policy on first use
 
 
-_open_parent: tuple[str, str] | None = None  # (tracking URI, run id) of the parent this process opened
+_open_parent: tuple[str, str] | None = (
+    None  # (tracking URI, run id) of the parent this process opened
+)
 
 
 def close_open_parent(status: str) -> None:
@@ -102,18 +109,31 @@ class SweepCallback(Callback):
             from quadrants.tracking.mlflow_tracker import start_parent_run
 
             parent = start_parent_run(
-                uri, str(config.study), str(config.sweep_id),
+                uri,
+                str(config.study),
+                str(config.sweep_id),
                 {"quadrants.study": str(config.study), "quadrants.sweep_id": str(config.sweep_id)},
-                artifact_location=None if config.tracking.uri else
-                (Path(config.outputs).expanduser().resolve() / "mlartifacts").as_uri(),
+                artifact_location=None
+                if config.tracking.uri
+                else (Path(config.outputs).expanduser().resolve() / "mlartifacts").as_uri(),
             )
         except Exception as err:  # noqa: BLE001 - tracking trouble never stops a sweep
-            log.warning("could not open the sweep's parent run at %s (%s); runs will have no parent", uri, err)
+            log.warning(
+                "could not open the sweep's parent run at %s (%s); runs will have no parent",
+                uri,
+                err,
+            )
         else:
             global _open_parent
             _open_parent = (uri, parent)
-        record.update({"sweep_id": str(config.sweep_id), "study": str(config.study), "tracking_uri": uri,
-                       "parent_run_id": parent})
+        record.update(
+            {
+                "sweep_id": str(config.sweep_id),
+                "study": str(config.study),
+                "tracking_uri": uri,
+                "parent_run_id": parent,
+            }
+        )
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(path)
@@ -125,12 +145,20 @@ class SweepCallback(Callback):
         _open_parent = None  # closed below, as before
         self._summary(config)
         record_path = _sweep_dir(config) / "sweep.json"
-        parent = json.loads(record_path.read_text()).get("parent_run_id") if record_path.exists() else None
+        parent = (
+            json.loads(record_path.read_text()).get("parent_run_id")
+            if record_path.exists()
+            else None
+        )
         if parent:
             try:
                 _report_on_parent(config, _uri(config), parent)
             except Exception as err:  # noqa: BLE001 - a missing report never fails a finished sweep
-                log.warning("could not put the summary and analysis report on the parent run %s: %s", parent, err)
+                log.warning(
+                    "could not put the summary and analysis report on the parent run %s: %s",
+                    parent,
+                    err,
+                )
             try:
                 from quadrants.tracking.mlflow_tracker import end_parent_run
 

@@ -96,10 +96,14 @@ def find_manifest(sweep: str, outputs: str = "outputs") -> Path:
     if len(found) == 1:
         return found[0].resolve()
     if len(found) > 1:
-        raise FileNotFoundError(f"sweep id {sweep!r} exists in several studies: "
-                                f"{', '.join(str(p.parent) for p in found)}; pass the sweep directory")
-    raise FileNotFoundError(f"no sweep {sweep!r}: not a sweep directory, and no {outputs}/<study>/{sweep}/"
-                            f"{MANIFEST} (pass the sweep directory printed at submission, or --outputs DIR)")
+        raise FileNotFoundError(
+            f"sweep id {sweep!r} exists in several studies: "
+            f"{', '.join(str(p.parent) for p in found)}; pass the sweep directory"
+        )
+    raise FileNotFoundError(
+        f"no sweep {sweep!r}: not a sweep directory, and no {outputs}/<study>/{sweep}/"
+        f"{MANIFEST} (pass the sweep directory printed at submission, or --outputs DIR)"
+    )
 
 
 def child_runs(tracking_uri: str, parent_run_id: str) -> list[Any]:
@@ -108,7 +112,9 @@ def child_runs(tracking_uri: str, parent_run_id: str) -> list[Any]:
 
     client = MlflowClient(tracking_uri)
     parent = client.get_run(parent_run_id)
-    return client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
+    return client.search_runs(
+        [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'"
+    )
 
 
 def close_parent_if_done(tracking_uri: str, parent_run_id: str | None, jobs: int) -> str | None:

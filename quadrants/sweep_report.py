@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def report_on_parent(tracking_uri: str, study: str, sweep_id: str, parent_run_id: str, out_dir: Path | None) -> int:
+def report_on_parent(
+    tracking_uri: str, study: str, sweep_id: str, parent_run_id: str, out_dir: Path | None
+) -> int:
     """Set the parent's description to the sweep summary; with `out_dir`, build the analysis report
     there and log it under the parent's `analysis/` artifacts. Returns the number of report files."""
     from mlflow.tracking import MlflowClient
@@ -20,7 +22,8 @@ def report_on_parent(tracking_uri: str, study: str, sweep_id: str, parent_run_id
 
     summary = sweep_summary(tracking_uri, study, sweep_id)
     MlflowClient(tracking_uri).set_tag(
-        parent_run_id, "mlflow.note.content",
+        parent_run_id,
+        "mlflow.note.content",
         f"Sweep `{sweep_id}` of study `{study}`. Figures: artifacts, `analysis/report.html`.\n\n```\n{summary}\n```\n",
     )
     if out_dir is None:
@@ -29,5 +32,7 @@ def report_on_parent(tracking_uri: str, study: str, sweep_id: str, parent_run_id
     from analysis.load import Selection
     from analysis.report import ReportOptions, build_report
 
-    report = build_report(Selection(tracking_uri, study, sweep_id, parent_run_id), out_dir, ReportOptions())
+    report = build_report(
+        Selection(tracking_uri, study, sweep_id, parent_run_id), out_dir, ReportOptions()
+    )
     return len(report.files)

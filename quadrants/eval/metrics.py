@@ -268,4 +268,6 @@ def chance_pass_at_k(chances: Sequence[float], k: int) -> float:
         raise ValueError("no problems")
     if any(not 0.0 <= p <= 1.0 for p in chances):
         raise ValueError("chances must lie in [0, 1]")
-    return math.fsum(-math.expm1(k * math.log1p(-p)) if p < 1.0 else 1.0 for p in chances) / len(chances)
+    return math.fsum(-math.expm1(k * math.log1p(-p)) if p < 1.0 else 1.0 for p in chances) / len(
+        chances
+    )

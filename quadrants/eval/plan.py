@@ -75,9 +75,13 @@ def _data_dir(eval_cfg: EvalConfig) -> Path:
 def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
     """Raise ValueError / FileNotFoundError naming the key and the fix; reads no data, loads no model."""
     if eval_cfg.source not in SOURCES:
-        raise ValueError(f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}")
+        raise ValueError(
+            f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}"
+        )
     if eval_cfg.limit is not None and eval_cfg.limit < 1:
-        raise ValueError(f"eval.limit={eval_cfg.limit} is out of range; allowed: >= 1, or null for all problems")
+        raise ValueError(
+            f"eval.limit={eval_cfg.limit} is out of range; allowed: >= 1, or null for all problems"
+        )
     if eval_cfg.batch_size < 1:
         raise ValueError(f"eval.batch_size={eval_cfg.batch_size} is out of range; allowed: >= 1")
     if not 0 < eval_cfg.confidence < 1:
@@ -85,13 +89,19 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
     if not 0 < eval_cfg.top_p <= 1:
         raise ValueError(f"eval.top_p={eval_cfg.top_p} is out of range; allowed: (0, 1]")
     if eval_cfg.max_new_tokens < 1:
-        raise ValueError(f"eval.max_new_tokens={eval_cfg.max_new_tokens} is out of range; allowed: >= 1")
+        raise ValueError(
+            f"eval.max_new_tokens={eval_cfg.max_new_tokens} is out of range; allowed: >= 1"
+        )
     known = [*known_benchmarks(), *known_ood_benchmarks(), *known_tasks()]
     for name, samples in suite(eval_cfg, task_cfg).items():
         if name not in known:
-            raise ValueError(f"eval.benchmarks: unknown benchmark {name!r}; known benchmarks: {known}")
+            raise ValueError(
+                f"eval.benchmarks: unknown benchmark {name!r}; known benchmarks: {known}"
+            )
         if samples < 1:
-            raise ValueError(f"eval.benchmarks.{name}={samples} is out of range; allowed: >= 1 samples per problem")
+            raise ValueError(
+                f"eval.benchmarks.{name}={samples} is out of range; allowed: >= 1 samples per problem"
+            )
         too_large = [k for k in eval_cfg.ks if k > samples]
         if too_large:
             raise ValueError(
@@ -130,7 +140,9 @@ def _first_of_each_group(indices_by_group: dict[str, list[int]], limit: int | No
     return sorted(kept)
 
 
-def _ood_plan(name: str, samples: int, eval_cfg: EvalConfig, render: Callable[[str], str]) -> BenchmarkPlan:
+def _ood_plan(
+    name: str, samples: int, eval_cfg: EvalConfig, render: Callable[[str], str]
+) -> BenchmarkPlan:
     """An out-of-domain benchmark: the first ``eval.limit`` problems of each group, each problem with
     its answer rule and group; `render` turns a problem's text (question and options) into its prompt."""
     benchmark = load_ood_benchmark(name, data_dir=_data_dir(eval_cfg), source=eval_cfg.source)  # type: ignore[arg-type]
@@ -139,14 +151,20 @@ def _ood_plan(name: str, samples: int, eval_cfg: EvalConfig, render: Callable[[s
         by_group.setdefault(str(item.group), []).append(index)
     items = [benchmark.items[i] for i in _first_of_each_group(by_group, eval_cfg.limit)]
     return BenchmarkPlan(
-        name=name, problems=tuple(replace(item.problem, prompt=render(item.question)) for item in items), samples=samples,
+        name=name,
+        problems=tuple(replace(item.problem, prompt=render(item.question)) for item in items),
+        samples=samples,
         rules=tuple(item.rule for item in items if item.rule is not None),
-        groups=tuple(str(item.group) for item in items), group_kind=get_ood_spec(name).group_kind,
+        groups=tuple(str(item.group) for item in items),
+        group_kind=get_ood_spec(name).group_kind,
     )
 
 
 def build_plans(
-    eval_cfg: EvalConfig, task_cfg: TaskConfig, tokenizer: Any | None = None, prompt_cfg: PromptConfig | None = None
+    eval_cfg: EvalConfig,
+    task_cfg: TaskConfig,
+    tokenizer: Any | None = None,
+    prompt_cfg: PromptConfig | None = None,
 ) -> list[BenchmarkPlan]:
     """Load every benchmark of the suite (the first `eval.limit` problems of each), prompts rendered.
 
@@ -170,21 +188,36 @@ def build_plans(
             # the benchmark's own instruction (the letter of the option, for multiple choice) unless the
             # run sets prompt.instruction
             own = get_ood_spec(name).instruction if instruction is None else instruction
-            plans.append(_ood_plan(name, samples, eval_cfg, make_renderer(prompt_format, tokenizer=tokenizer, instruction=own)))
+            plans.append(
+                _ood_plan(
+                    name,
+                    samples,
+                    eval_cfg,
+                    make_renderer(prompt_format, tokenizer=tokenizer, instruction=own),
+                )
+            )
             continue
         if name in known_benchmarks():
             render = make_renderer(prompt_format, tokenizer=tokenizer, instruction=instruction)
             benchmark = load_benchmark(name, data_dir=_data_dir(eval_cfg), source=eval_cfg.source)  # type: ignore[arg-type]
-            problems = [replace(item.problem, prompt=render(item.question))
-                        for item in benchmark.items[: eval_cfg.limit]]
+            problems = [
+                replace(item.problem, prompt=render(item.question))
+                for item in benchmark.items[: eval_cfg.limit]
+            ]
         else:
             params = dict(task_cfg.params) if name == task_cfg.name else {}
             count = eval_cfg.problems if not eval_cfg.benchmarks else task_cfg.heldout_size
             if eval_cfg.limit is not None:
                 count = min(count, eval_cfg.limit)
             task = make_task(name, max(count, task_cfg.heldout_size), params)
-            render = make_renderer(prompt_format, tokenizer=tokenizer, instruction=instruction,
-                                   task_format=getattr(task, "prompt_format", None))
-            problems = [replace(problem, prompt=render(problem.prompt)) for problem in task.heldout(count)]
+            render = make_renderer(
+                prompt_format,
+                tokenizer=tokenizer,
+                instruction=instruction,
+                task_format=getattr(task, "prompt_format", None),
+            )
+            problems = [
+                replace(problem, prompt=render(problem.prompt)) for problem in task.heldout(count)
+            ]
         plans.append(BenchmarkPlan(name=name, problems=tuple(problems), samples=samples))
     return plans

@@ -56,7 +56,19 @@ __all__ = [
 FAILURE_OUTCOMES = ("no_answer", "timeout", "error")
 """Outcomes counted apart from plain wrong answers (`quadrants.rewards.grader.Outcome` values)."""
 
-COUNT_COLUMNS = ("problem_id", "n", "c", "wrong", "no_answer", "timeout", "error", "truncated", "gold", "group", "chance")
+COUNT_COLUMNS = (
+    "problem_id",
+    "n",
+    "c",
+    "wrong",
+    "no_answer",
+    "timeout",
+    "error",
+    "truncated",
+    "gold",
+    "group",
+    "chance",
+)
 
 
 @dataclass(frozen=True)
@@ -128,11 +140,18 @@ class BenchmarkResult:
         for problem in self.problems:
             if problem.group is not None:
                 found.setdefault(problem.group, []).append(problem)
-        return {group: BenchmarkResult(self.name, tuple(members)) for group, members in found.items()}
+        return {
+            group: BenchmarkResult(self.name, tuple(members)) for group, members in found.items()
+        }
 
 
 def benchmark_metrics(
-    name: str, ns: Sequence[int], cs: Sequence[int], *, extra_ks: Sequence[int] = (), confidence: float = 0.95
+    name: str,
+    ns: Sequence[int],
+    cs: Sequence[int],
+    *,
+    extra_ks: Sequence[int] = (),
+    confidence: float = 0.95,
 ) -> dict[str, float]:
     """Avg@n and Pass@k (k = 1, 2, 4, ..., n and `extra_ks`) with standard errors, from (n, c) alone.
 
@@ -159,7 +178,9 @@ def _outcome_metrics(result: BenchmarkResult) -> dict[str, float]:
         count = sum(p.count(outcome) for p in result.problems)
         metrics[keys.evaluation(result.name, f"{outcome}_count")] = float(count)
         metrics[keys.evaluation(result.name, f"{outcome}_frac")] = count / total
-    metrics[keys.evaluation(result.name, "truncated_frac")] = sum(p.truncated for p in result.problems) / total
+    metrics[keys.evaluation(result.name, "truncated_frac")] = (
+        sum(p.truncated for p in result.problems) / total
+    )
     return metrics
 
 
@@ -167,8 +188,12 @@ def _chance_metrics(name: str, result: BenchmarkResult) -> dict[str, float]:
     chances = [p.chance for p in result.problems if p.chance is not None]
     if len(chances) != len(result.problems) or not chances:
         return {}
-    return {keys.evaluation(name, "chance"): result.chance,  # type: ignore[dict-item]
-            keys.evaluation(name, f"chance_{keys.pass_at(result.samples)}"): chance_pass_at_k(chances, result.samples)}
+    return {
+        keys.evaluation(name, "chance"): result.chance,  # type: ignore[dict-item]
+        keys.evaluation(name, f"chance_{keys.pass_at(result.samples)}"): chance_pass_at_k(
+            chances, result.samples
+        ),
+    }
 
 
 def suite_metrics(
@@ -181,15 +206,21 @@ def suite_metrics(
     avg_by_name: dict[str, float] = {}
     for result in results:
         ns, cs = result.counts()
-        metrics.update(benchmark_metrics(result.name, ns, cs, extra_ks=extra_ks, confidence=confidence))
+        metrics.update(
+            benchmark_metrics(result.name, ns, cs, extra_ks=extra_ks, confidence=confidence)
+        )
         metrics.update(_outcome_metrics(result))
         metrics.update(_chance_metrics(result.name, result))
         for group, part in result.groups().items():
             name = keys.eval_group(result.name, result.group_kind or "group", group)
             ks = [k for k in extra_ks if k <= part.samples]
-            metrics.update(benchmark_metrics(name, *part.counts(), extra_ks=ks, confidence=confidence))
+            metrics.update(
+                benchmark_metrics(name, *part.counts(), extra_ks=ks, confidence=confidence)
+            )
             metrics.update(_chance_metrics(name, part))
-        avg_by_name[result.name] = metrics[keys.evaluation(result.name, keys.avg_at(result.samples))]
+        avg_by_name[result.name] = metrics[
+            keys.evaluation(result.name, keys.avg_at(result.samples))
+        ]
     if all(name in avg_by_name for name in PAPER_BENCHMARKS):
         metrics[keys.paper_avg()] = paper_avg(avg_by_name)
     if any(name in avg_by_name for name in OOD_BENCHMARKS):
@@ -204,9 +235,14 @@ def write_benchmark(result: BenchmarkResult, directory: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     rows = [
         {
-            "problem_id": p.problem_id, "n": p.n, "c": p.c, "wrong": p.count("wrong"),
+            "problem_id": p.problem_id,
+            "n": p.n,
+            "c": p.c,
+            "wrong": p.count("wrong"),
             **{outcome: p.count(outcome) for outcome in FAILURE_OUTCOMES},
-            "truncated": p.truncated, "gold": p.gold, "group": p.group or "",
+            "truncated": p.truncated,
+            "gold": p.gold,
+            "group": p.group or "",
             "chance": "" if p.chance is None else p.chance,
         }
         for p in result.problems
@@ -215,12 +251,22 @@ def write_benchmark(result: BenchmarkResult, directory: Path) -> list[Path]:
         writer = csv.DictWriter(handle, fieldnames=COUNT_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    table = [{**row, "prompt": p.prompt, **({"rule": dict(p.rule)} if p.rule else {})} for row, p in zip(rows, result.problems)]
-    (out / "counts.json").write_text(json.dumps({"benchmark": result.name, "problems": table}, indent=1))
+    table = [
+        {**row, "prompt": p.prompt, **({"rule": dict(p.rule)} if p.rule else {})}
+        for row, p in zip(rows, result.problems)
+    ]
+    (out / "counts.json").write_text(
+        json.dumps({"benchmark": result.name, "problems": table}, indent=1)
+    )
     with (out / "samples.jsonl").open("w", encoding="utf-8") as handle:
         for p in result.problems:
             for index, sample in enumerate(p.samples):
-                record = {"problem_id": p.problem_id, "sample": index, "gold": p.gold, **asdict(sample)}
+                record = {
+                    "problem_id": p.problem_id,
+                    "sample": index,
+                    "gold": p.gold,
+                    **asdict(sample),
+                }
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     return [out / "counts.csv", out / "counts.json", out / "samples.jsonl"]
 

@@ -42,14 +42,21 @@ from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
 from quadrants.tracking import keys
-from quadrants.tracking.base import NullTracker, Tracker
+from quadrants.tracking.base import Tracker
 from quadrants.train.distributed import DistEnv, dealt, run_dealt
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
     from quadrants.config import EvalConfig, PromptConfig, RunConfig, TaskConfig
     from quadrants.train.step import StepContext
 
-__all__ = ["GRADER_TIMEOUT_S", "SuiteReport", "evaluate_in_training", "format_table", "run_evaluation", "run_suite"]
+__all__ = [
+    "GRADER_TIMEOUT_S",
+    "SuiteReport",
+    "evaluate_in_training",
+    "format_table",
+    "run_evaluation",
+    "run_suite",
+]
 
 log = logging.getLogger("quadrants.eval")
 
@@ -69,8 +76,11 @@ class SuiteReport:
 
 def sampling_for(eval_cfg: EvalConfig, n: int, seed: int) -> SamplingSettings:
     return SamplingSettings(
-        n=n, temperature=eval_cfg.temperature, top_p=eval_cfg.top_p,
-        max_new_tokens=eval_cfg.max_new_tokens, seed=seed,
+        n=n,
+        temperature=eval_cfg.temperature,
+        top_p=eval_cfg.top_p,
+        max_new_tokens=eval_cfg.max_new_tokens,
+        seed=seed,
     )
 
 
@@ -97,7 +107,10 @@ def generate_calls(problems: int, samples: int, batch_size: int) -> list[Generat
 
 
 def generate_and_grade(
-    engine: RolloutEngine, grader: Grader, problems: tuple[Problem, ...], sampling: SamplingSettings,
+    engine: RolloutEngine,
+    grader: Grader,
+    problems: tuple[Problem, ...],
+    sampling: SamplingSettings,
     rules: tuple[AnswerRule, ...] = (),
 ) -> list[tuple[int, SampleResult]]:
     """One generate call: (index of the problem in `problems`, its graded sample) per sequence, a
@@ -112,13 +125,20 @@ def generate_and_grade(
     lengths = rollouts.response_mask.sum(-1).tolist()  # [B]
     finished = rollouts.finished.tolist()  # [B]
     return [
-        (group, SampleResult(rollouts.texts[b], outcomes[b].value, bool(finished[b]), int(lengths[b])))
+        (
+            group,
+            SampleResult(rollouts.texts[b], outcomes[b].value, bool(finished[b]), int(lengths[b])),
+        )
         for b, group in enumerate(group_ids)
     ]
 
 
 def grade_benchmark(
-    engine: RolloutEngine, grader: Grader, plan: BenchmarkPlan, eval_cfg: EvalConfig, seed: int,
+    engine: RolloutEngine,
+    grader: Grader,
+    plan: BenchmarkPlan,
+    eval_cfg: EvalConfig,
+    seed: int,
     dist: DistEnv | None = None,
 ) -> BenchmarkResult:
     """Generate ``plan.samples`` answers for every problem of `plan` and grade them.
@@ -129,13 +149,23 @@ def grade_benchmark(
     """
     dist = dist or DistEnv()
     calls = generate_calls(len(plan.problems), plan.samples, eval_cfg.batch_size)
-    bar = tqdm(total=len(dealt(len(calls), dist)), desc=f"eval {plan.name}", unit="batch",
-               disable=not sys.stderr.isatty(), leave=False)
+    bar = tqdm(
+        total=len(dealt(len(calls), dist)),
+        desc=f"eval {plan.name}",
+        unit="batch",
+        disable=not sys.stderr.isatty(),
+        leave=False,
+    )
 
     def work(i: int) -> list[tuple[int, SampleResult]]:
         call = calls[i]
-        drawn = generate_and_grade(engine, grader, plan.problems[call.start : call.stop],
-                                   sampling_for(eval_cfg, call.samples, seed + i), plan.rules[call.start : call.stop])
+        drawn = generate_and_grade(
+            engine,
+            grader,
+            plan.problems[call.start : call.stop],
+            sampling_for(eval_cfg, call.samples, seed + i),
+            plan.rules[call.start : call.stop],
+        )
         bar.update()
         return drawn
 
@@ -145,9 +175,14 @@ def grade_benchmark(
     for call, results in zip(calls, drawn):
         for group, sample in results:
             samples[call.start + group].append(sample)
-    problems = tuple(ProblemResult(p.id, p.prompt, p.answer, tuple(s)) for p, s in zip(plan.problems, samples))
+    problems = tuple(
+        ProblemResult(p.id, p.prompt, p.answer, tuple(s)) for p, s in zip(plan.problems, samples)
+    )
     if plan.rules:
-        problems = tuple(replace(p, chance=rule.chance, rule=rule.describe()) for p, rule in zip(problems, plan.rules))
+        problems = tuple(
+            replace(p, chance=rule.chance, rule=rule.describe())
+            for p, rule in zip(problems, plan.rules)
+        )
     if plan.groups:
         problems = tuple(replace(p, group=group) for p, group in zip(problems, plan.groups))
     return BenchmarkResult(name=plan.name, problems=problems, group_kind=plan.group_kind)
@@ -172,11 +207,15 @@ def run_suite(
     started = time.perf_counter()
     report = SuiteReport()
     for index, plan in enumerate(build_plans(eval_cfg, task_cfg, tokenizer, prompt_cfg)):
-        result = grade_benchmark(engine, grader, plan, eval_cfg, seed=seed + 10_000 * index, dist=dist)
+        result = grade_benchmark(
+            engine, grader, plan, eval_cfg, seed=seed + 10_000 * index, dist=dist
+        )
         report.results.append(result)
         if out_dir is not None:
             report.files.extend(write_benchmark(result, out_dir))
-    report.metrics = suite_metrics(report.results, extra_ks=list(eval_cfg.ks), confidence=eval_cfg.confidence)
+    report.metrics = suite_metrics(
+        report.results, extra_ks=list(eval_cfg.ks), confidence=eval_cfg.confidence
+    )
     report.seconds = time.perf_counter() - started
     if out_dir is not None:
         summary = Path(out_dir) / "metrics.json"
@@ -185,7 +224,9 @@ def run_suite(
     return report
 
 
-def evaluate_in_training(ctx: StepContext, step: int, tracker: Tracker | None = None) -> dict[str, float]:
+def evaluate_in_training(
+    ctx: StepContext, step: int, tracker: Tracker | None = None
+) -> dict[str, float]:
     """The configured benchmarks on the live policy (`quadrants.train.loop.evaluate` calls this).
 
     Files go to ``<run_dir>/eval/step_<step>/`` and, with a tracker, to the run's artifacts. Under
@@ -195,8 +236,17 @@ def evaluate_in_training(ctx: StepContext, step: int, tracker: Tracker | None = 
     cfg = ctx.cfg
     is_main = ctx.dist.is_main
     out_dir = Path(cfg.run_dir) / "eval" / f"step_{step:07d}" if cfg.run_dir and is_main else None
-    report = run_suite(ctx.engine, ctx.grader, cfg.eval, cfg.task, tokenizer=ctx.tokenizer, seed=cfg.seed + 7, prompt_cfg=cfg.prompt,
-                       out_dir=out_dir, dist=ctx.dist)
+    report = run_suite(
+        ctx.engine,
+        ctx.grader,
+        cfg.eval,
+        cfg.task,
+        tokenizer=ctx.tokenizer,
+        seed=cfg.seed + 7,
+        prompt_cfg=cfg.prompt,
+        out_dir=out_dir,
+        dist=ctx.dist,
+    )
     if not is_main:
         return {}
     if out_dir is not None and tracker is not None:
@@ -209,35 +259,60 @@ def format_table(report: SuiteReport) -> str:
     """One line per benchmark: problems, n, Avg@n +/- stderr, Pass@1 and Pass@n, the chance level of
     Avg@n and Pass@n (uniform guessing; "-" where answers are not guessable from a list), failure
     counts; then one indented line per group (MMLU-Pro domain, GraphWiz task) of grouped benchmarks."""
-    lines = [f"{'benchmark':<28}{'problems':>9}{'n':>5}{'avg@n':>8}{'+/-se':>7}{'pass@n':>8}{'chance':>8}"
-             f"{'chance@n':>9}{'no_answer':>10}{'timeout':>8}{'error':>6}{'truncated':>10}"]
+    lines = [
+        f"{'benchmark':<28}{'problems':>9}{'n':>5}{'avg@n':>8}{'+/-se':>7}{'pass@n':>8}{'chance':>8}"
+        f"{'chance@n':>9}{'no_answer':>10}{'timeout':>8}{'error':>6}{'truncated':>10}"
+    ]
     m = report.metrics
     for result in report.results:
-        lines.append(_table_line(m, result.name, result.name, len(result.problems), result.samples, counts=True))
+        lines.append(
+            _table_line(
+                m, result.name, result.name, len(result.problems), result.samples, counts=True
+            )
+        )
         for group, part in result.groups().items():
             name = keys.eval_group(result.name, result.group_kind or "group", group)
-            lines.append(_table_line(m, name, f"  {result.group_kind or 'group'} {group}", len(part.problems),
-                                     result.samples, counts=False))
+            lines.append(
+                _table_line(
+                    m,
+                    name,
+                    f"  {result.group_kind or 'group'} {group}",
+                    len(part.problems),
+                    result.samples,
+                    counts=False,
+                )
+            )
     if keys.paper_avg() in m:
         lines.append(f"paper avg column (mean of the six Avg@k): {m[keys.paper_avg()]:.4f}")
     if keys.ood_avg() in m:
-        lines.append(f"ood avg column (mean Avg@k of the out-of-domain benchmarks): {m[keys.ood_avg()]:.4f}")
+        lines.append(
+            f"ood avg column (mean Avg@k of the out-of-domain benchmarks): {m[keys.ood_avg()]:.4f}"
+        )
     if any(keys.evaluation(r.name, "chance") in m for r in report.results):
-        lines.append("chance = Avg@n of uniform guessing (25 % GPQA, 10 % MMLU-Pro, 50 % yes/no tasks), "
-                     "chance@n = its Pass@n: scores near them carry no signal")
+        lines.append(
+            "chance = Avg@n of uniform guessing (25 % GPQA, 10 % MMLU-Pro, 50 % yes/no tasks), "
+            "chance@n = its Pass@n: scores near them carry no signal"
+        )
     return "\n".join(lines)
 
 
-def _table_line(m: dict[str, float], name: str, label: str, problems: int, n: int, *, counts: bool) -> str:
+def _table_line(
+    m: dict[str, float], name: str, label: str, problems: int, n: int, *, counts: bool
+) -> str:
     def chance(metric: str) -> str:
         key = keys.evaluation(name, metric)
         return f"{m[key]:.3f}" if key in m else "-"
 
-    line = (f"{label:<28}{problems:>9}{n:>5}{m[keys.evaluation(name, keys.avg_at(n))]:>8.3f}"
-            f"{m[keys.evaluation(name, keys.stderr(keys.avg_at(n)))]:>7.3f}{m[keys.evaluation(name, keys.pass_at(n))]:>8.3f}"
-            f"{chance('chance'):>8}{chance(f'chance_{keys.pass_at(n)}'):>9}")
+    line = (
+        f"{label:<28}{problems:>9}{n:>5}{m[keys.evaluation(name, keys.avg_at(n))]:>8.3f}"
+        f"{m[keys.evaluation(name, keys.stderr(keys.avg_at(n)))]:>7.3f}{m[keys.evaluation(name, keys.pass_at(n))]:>8.3f}"
+        f"{chance('chance'):>8}{chance(f'chance_{keys.pass_at(n)}'):>9}"
+    )
     if counts:
-        line += "".join(f"{int(m[keys.evaluation(name, f'{o}_count')]):>{w}}" for o, w in zip(FAILURE_OUTCOMES, (10, 8, 6)))
+        line += "".join(
+            f"{int(m[keys.evaluation(name, f'{o}_count')]):>{w}}"
+            for o, w in zip(FAILURE_OUTCOMES, (10, 8, 6))
+        )
         line += f"{m[keys.evaluation(name, 'truncated_frac')]:>10.2f}"
     return line
 
@@ -254,16 +329,23 @@ def eval_dir(cfg: RunConfig, target: EvalTarget) -> Path:
 
 def eval_tags(cfg: RunConfig, target: EvalTarget) -> dict[str, str]:
     tags = {
-        "quadrants.study": cfg.study, "quadrants.role": "eval", "quadrants.eval_target": cfg.eval.target or target.model,
-        "quadrants.eval_kind": target.kind, "model": target.model, "task": cfg.task.name,
+        "quadrants.study": cfg.study,
+        "quadrants.role": "eval",
+        "quadrants.eval_target": cfg.eval.target or target.model,
+        "quadrants.eval_kind": target.kind,
+        "model": target.model,
+        "task": cfg.task.name,
     }
     if target.kind == "checkpoint":
         tags["quadrants.checkpoint_step"] = str(target.step)
         run = target.run_config or {}
         for key in ("quadrants.sweep_id", "seed", "objective", "quadrant"):
-            value = {"quadrants.sweep_id": run.get("sweep_id"), "seed": run.get("seed"),
-                     "objective": (run.get("objective") or {}).get("name"),
-                     "quadrant": (run.get("quadrant") or {}).get("keep")}[key]
+            value = {
+                "quadrants.sweep_id": run.get("sweep_id"),
+                "seed": run.get("seed"),
+                "objective": (run.get("objective") or {}).get("name"),
+                "quadrant": (run.get("quadrant") or {}).get("keep"),
+            }[key]
             if value is not None:
                 tags[key] = str(value)
     if target.source_run_id:
@@ -273,10 +355,17 @@ def eval_tags(cfg: RunConfig, target: EvalTarget) -> dict[str, str]:
 
 def eval_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
     params: dict[str, Any] = {
-        "target": cfg.eval.target or target.model, "model": target.model, "checkpoint_step": target.step,
-        "eval.temperature": cfg.eval.temperature, "eval.top_p": cfg.eval.top_p,
-        "eval.max_new_tokens": cfg.eval.max_new_tokens, "eval.limit": cfg.eval.limit,
-        "prompt.format": cfg.prompt.format, "prompt.instruction": cfg.prompt.instruction, "eval.source": cfg.eval.source, "eval.ks": list(cfg.eval.ks),
+        "target": cfg.eval.target or target.model,
+        "model": target.model,
+        "checkpoint_step": target.step,
+        "eval.temperature": cfg.eval.temperature,
+        "eval.top_p": cfg.eval.top_p,
+        "eval.max_new_tokens": cfg.eval.max_new_tokens,
+        "eval.limit": cfg.eval.limit,
+        "prompt.format": cfg.prompt.format,
+        "prompt.instruction": cfg.prompt.instruction,
+        "eval.source": cfg.eval.source,
+        "eval.ks": list(cfg.eval.ks),
         "seed": cfg.seed,
     }
     from quadrants.eval.plan import suite
@@ -290,8 +379,12 @@ def _make_tracker(cfg: RunConfig, target: EvalTarget, directory: Path) -> Tracke
     from quadrants.train.job import artifact_location, tracking_uri
 
     return MlflowTracker(
-        tracking_uri(cfg), cfg.study, run_name=f"eval {target.label}", tags=eval_tags(cfg, target),
-        spool_dir=directory / "tracking", artifact_location=artifact_location(cfg),
+        tracking_uri(cfg),
+        cfg.study,
+        run_name=f"eval {target.label}",
+        tags=eval_tags(cfg, target),
+        spool_dir=directory / "tracking",
+        artifact_location=artifact_location(cfg),
     )
 
 
@@ -303,7 +396,9 @@ def _grader_workers() -> int:
     return max(1, min(2, cores))
 
 
-def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> SuiteReport:
+def run_evaluation(
+    cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None
+) -> SuiteReport:
     """Evaluate `target` as `cfg.eval` says, in its own MLflow run (`cfg.tracking`); returns the report.
 
     `cfg` must be validated (`validate_config`) and `target` resolved (`resolve_target`) first: both
@@ -324,15 +419,31 @@ def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | Non
     tracker = tracker if tracker is not None else _make_tracker(cfg, target, directory)
     run_id = tracker.start()
     if isinstance(tracker, MlflowTracker):
-        print(f"quadrants: evaluating {target.label} ({target.kind}); MLflow run {run_id} at {tracking_uri(cfg)}", flush=True)
+        print(
+            f"quadrants: evaluating {target.label} ({target.kind}); MLflow run {run_id} at {tracking_uri(cfg)}",
+            flush=True,
+        )
     tracker.log_params(eval_params(cfg, target))
     try:
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
-        model = model.to(resolve_device(cfg.train.device))  # generation on train.device; results on the CPU
-        with Grader(num_workers=_grader_workers(), timeout_s=GRADER_TIMEOUT_S,
-                    extraction=cfg.task.answer_extraction) as grader:
-            report = run_suite(TextEngine(model, tokenizer), grader, cfg.eval, cfg.task, tokenizer=tokenizer, prompt_cfg=cfg.prompt,
-                               seed=cfg.seed + 7, out_dir=directory / "results")
+        model = model.to(
+            resolve_device(cfg.train.device)
+        )  # generation on train.device; results on the CPU
+        with Grader(
+            num_workers=_grader_workers(),
+            timeout_s=GRADER_TIMEOUT_S,
+            extraction=cfg.task.answer_extraction,
+        ) as grader:
+            report = run_suite(
+                TextEngine(model, tokenizer),
+                grader,
+                cfg.eval,
+                cfg.task,
+                tokenizer=tokenizer,
+                prompt_cfg=cfg.prompt,
+                seed=cfg.seed + 7,
+                out_dir=directory / "results",
+            )
         tracker.log_metrics(report.metrics, step=target.step)
         tracker.log_artifact(directory / "results", "eval")
     except BaseException:
@@ -342,12 +453,16 @@ def run_evaluation(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | Non
     if own_tracker:
         tracker.finish("FINISHED")
     print(format_table(report), flush=True)
-    print(f"quadrants: {len(report.results)} benchmark(s) in {report.seconds:.1f} s; files in {directory / 'results'}", flush=True)
+    print(
+        f"quadrants: {len(report.results)} benchmark(s) in {report.seconds:.1f} s; files in {directory / 'results'}",
+        flush=True,
+    )
     if isinstance(tracker, MlflowTracker):
         from quadrants.tracking.links import experiment_id_of, link_lines
 
         uri = tracking_uri(cfg)
-        for line in link_lines(uri, experiment_id_of(uri, cfg.study), runs={"eval run": tracker.run_id}):
+        for line in link_lines(
+            uri, experiment_id_of(uri, cfg.study), runs={"eval run": tracker.run_id}
+        ):
             print(line, flush=True)
     return report
-

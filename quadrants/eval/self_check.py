@@ -55,7 +55,9 @@ class SelfCheckReport:
 def _math_verify_alone(solution: str, boxed: str) -> bool:
     """math-verify with its defaults: gold ``$boxed$`` first, the whole solution as the prediction."""
     try:
-        return bool(math_verify.verify(math_verify.parse(f"${boxed}$"), math_verify.parse(solution)))
+        return bool(
+            math_verify.verify(math_verify.parse(f"${boxed}$"), math_verify.parse(solution))
+        )
     except BaseException as error:  # its TimeoutException is a BaseException
         if isinstance(error, KeyboardInterrupt):
             raise
@@ -75,7 +77,9 @@ def reference_self_check(
     Must run in a main thread (math-verify alone uses its alarms).
     """
     benchmark = load_benchmark(name, data_dir=data_dir)
-    path = Path(data_dir if data_dir is not None else default_data_dir()) / get_spec(name).local_file
+    path = (
+        Path(data_dir if data_dir is not None else default_data_dir()) / get_spec(name).local_file
+    )
     with path.open(encoding="utf-8") as lines:
         rows = [json.loads(line) for line in lines if line.strip()]
     if len(rows) != len(benchmark.items):
@@ -85,7 +89,9 @@ def reference_self_check(
         for item, row in zip(benchmark.items, rows)
         if row.get("solution")
     ]
-    graded = grader.grade([solution for _, solution, _, _ in cases], [gold for _, _, gold, _ in cases])
+    graded = grader.grade(
+        [solution for _, solution, _, _ in cases], [gold for _, _, gold, _ in cases]
+    )
     rejected = tuple(
         (problem_id, boxed, outcome.value)
         for (problem_id, _, _, boxed), outcome in zip(cases, graded.outcomes)

@@ -29,7 +29,9 @@ from quadrants.models.loading import SMOLLM2, TINY, TINY_RANDOM
 __all__ = ["EvalTarget", "load_target_policy", "resolve_target"]
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
-_SHARDS_DIR = "model_optim"  # model + optimizer as torch.distributed.checkpoint shards (train/checkpoint.py)
+_SHARDS_DIR = (
+    "model_optim"  # model + optimizer as torch.distributed.checkpoint shards (train/checkpoint.py)
+)
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,13 @@ def _from_checkpoint(step: int, path: Path, run_dir: Path) -> EvalTarget:
     run_json = run_dir / "run.json"
     source_run_id = json.loads(run_json.read_text()).get("run_id") if run_json.is_file() else None
     return EvalTarget(
-        kind="checkpoint", label=f"{run_dir.name}@step_{step}", model=str(model["name_or_path"]),
-        dtype=model.get("dtype"), checkpoint=path / "state.pt", step=step, run_config=run_config,
+        kind="checkpoint",
+        label=f"{run_dir.name}@step_{step}",
+        model=str(model["name_or_path"]),
+        dtype=model.get("dtype"),
+        checkpoint=path / "state.pt",
+        step=step,
+        run_config=run_config,
         source_run_id=source_run_id,
     )
 
@@ -95,7 +102,9 @@ def resolve_target(target: str) -> EvalTarget:
     if path.is_dir():
         path = path.resolve()
         if _STEP_DIR.match(path.name) and (path / "state.pt").is_file():
-            return _from_checkpoint(int(_STEP_DIR.match(path.name).group(1)), path, path.parent.parent)  # type: ignore[union-attr]
+            return _from_checkpoint(
+                int(_STEP_DIR.match(path.name).group(1)), path, path.parent.parent
+            )  # type: ignore[union-attr]
         if (path / "checkpoints").is_dir():
             complete = _complete_checkpoints(path / "checkpoints")
             if not complete:
@@ -162,7 +171,11 @@ def _load_sharded_model(directory: Path, model: Any) -> None:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     state = {"model": get_model_state_dict(model)}
-    with warnings.catch_warnings():  # DCP warns that it runs in single-process mode without a group: meant
-        warnings.filterwarnings("ignore", message=".*torch.distributed is (disabled|not initialized|unavailable).*")
+    with (
+        warnings.catch_warnings()
+    ):  # DCP warns that it runs in single-process mode without a group: meant
+        warnings.filterwarnings(
+            "ignore", message=".*torch.distributed is (disabled|not initialized|unavailable).*"
+        )
         dcp.load(state, checkpoint_id=str(directory))
     set_model_state_dict(model, state["model"])

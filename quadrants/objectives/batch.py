@@ -71,7 +71,7 @@ class TokenBatch:
     def response_length(self) -> int:
         return int(self.response_mask.shape[1])
 
-    def select(self, index: Tensor) -> "TokenBatch":
+    def select(self, index: Tensor) -> TokenBatch:
         """The sub-batch of sequences `index` ([b] long); rollout-level fields are shared."""
         sliced = {}
         for f in fields(self):
@@ -80,7 +80,10 @@ class TokenBatch:
                 continue
             if isinstance(value, QuadrantMasks):
                 sliced[f.name] = QuadrantMasks(
-                    **{q: getattr(value, q)[index] for q in ("PHR", "PLR", "NHR", "NLR", "threshold")}
+                    **{
+                        q: getattr(value, q)[index]
+                        for q in ("PHR", "PLR", "NHR", "NLR", "threshold")
+                    }
                 )
             else:
                 sliced[f.name] = value[index]
@@ -157,9 +160,16 @@ def make_token_batch(
     """
     response_mask = response_mask.bool()
     rewards = rewards.float()
-    advantages = group_advantages(rewards, group_ids, normalize_std=normalize_std, eps=advantage_eps)
+    advantages = group_advantages(
+        rewards, group_ids, normalize_std=normalize_std, eps=advantage_eps
+    )
     masks = split_quadrants(
-        entropy, advantages, response_mask, group_ids, rule=threshold_rule, value=threshold_value  # type: ignore[arg-type]
+        entropy,
+        advantages,
+        response_mask,
+        group_ids,
+        rule=threshold_rule,
+        value=threshold_value,  # type: ignore[arg-type]
     )
     mean, std, _ = group_token_mean_std(entropy.float(), response_mask, group_ids)
     ordered, _ = torch.sort(entropy[response_mask].float())
@@ -172,7 +182,9 @@ def make_token_batch(
         rewards=rewards,
         advantages=advantages,
         group_ids=group_ids,
-        constant_group_mask=constant_reward_groups(rewards if constant_by is None else constant_by, group_ids),
+        constant_group_mask=constant_reward_groups(
+            rewards if constant_by is None else constant_by, group_ids
+        ),
         quadrants=masks,
         group_entropy_mean=mean,
         group_entropy_std=std,

@@ -20,8 +20,14 @@ from quadrants.ops.surrogate import clipped_surrogate
 
 
 def validate_clip_cov(
-    *, fraction: float, cov_lb: float, cov_ub: float, clip_low: float, clip_high: float,
-    clip_ratio_c: float | None = None, **_: object,
+    *,
+    fraction: float,
+    cov_lb: float,
+    cov_ub: float,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None = None,
+    **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
     check_range("fraction", fraction, low=0.0, high=1.0)
@@ -44,7 +50,12 @@ def clip_cov(
     mask = batch.response_mask
     adv = token_advantages(batch)
     terms = clipped_surrogate(
-        policy.logp, batch.old_logp, adv, clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c
+        policy.logp,
+        batch.old_logp,
+        adv,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
     cov = token_covariance(adv, policy.logp, mask)  # [B, T]
     candidates = mask & ~terms.clipped_mask & (cov > cov_lb) & (cov < cov_ub)
@@ -54,5 +65,3 @@ def clip_cov(
     metrics["selected_frac"] = token_fraction(detached, mask)
     metrics["candidate_frac"] = token_fraction(candidates, mask)
     return ObjectiveOutput(terms.per_token_loss * (mask & ~detached), metrics)
-
-

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction, token_advantages
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    fraction,
+    token_advantages,
+)
 from quadrants.objectives.grpo import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import register_objective
 from quadrants.ops.surrogate import clipped_surrogate
 
 
-def drop_constant_groups(batch: TokenBatch, enabled: bool, metrics: dict[str, Tensor]) -> Tensor | None:
+def drop_constant_groups(
+    batch: TokenBatch, enabled: bool, metrics: dict[str, Tensor]
+) -> Tensor | None:
     """The denominator mask without constant-reward groups (None when disabled); adds its metrics.
 
     Shared by every objective built on the DAPO recipe (hapo, forking, entroadv, entroreg).
@@ -43,8 +51,12 @@ def dapo(
     dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     terms = clipped_surrogate(
-        policy.logp, batch.old_logp, token_advantages(batch),
-        clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c,
+        policy.logp,
+        batch.old_logp,
+        token_advantages(batch),
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
     mask = batch.response_mask
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)

@@ -22,7 +22,13 @@ from quadrants.ops.surrogate import clipped_surrogate
 
 
 def validate_entroadv(
-    *, alpha: float, kappa: float, clip_low: float, clip_high: float, clip_ratio_c: float | None = None, **_: object
+    *,
+    alpha: float,
+    kappa: float,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None = None,
+    **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
     check_range("alpha", alpha, low=0.0)
@@ -45,7 +51,12 @@ def entroadv(
     adv = token_advantages(batch)  # [B, T]
     bonus = torch.minimum(alpha * batch.entropy.detach(), adv.abs() / kappa)  # [B, T]
     terms = clipped_surrogate(
-        policy.logp, batch.old_logp, adv + bonus, clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c
+        policy.logp,
+        batch.old_logp,
+        adv + bonus,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     metrics["bonus_mean"] = masked_mean(bonus, mask).detach()

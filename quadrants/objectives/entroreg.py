@@ -18,7 +18,12 @@ from quadrants.ops.surrogate import clipped_surrogate
 
 
 def validate_entroreg(
-    *, beta: float, clip_low: float, clip_high: float, clip_ratio_c: float | None = None, **_: object
+    *,
+    beta: float,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None = None,
+    **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
     check_range("beta", beta, low=0.0)
@@ -36,13 +41,21 @@ def entroreg(
     dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     if policy.entropy is None:
-        raise ValueError("entroreg needs the current policy's entropy (PolicyOutput.entropy is None)")
+        raise ValueError(
+            "entroreg needs the current policy's entropy (PolicyOutput.entropy is None)"
+        )
     mask = batch.response_mask
     terms = clipped_surrogate(
-        policy.logp, batch.old_logp, token_advantages(batch),
-        clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c,
+        policy.logp,
+        batch.old_logp,
+        token_advantages(batch),
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
-    return ObjectiveOutput((terms.per_token_loss - beta * policy.entropy) * mask, metrics, denominator_mask)
+    return ObjectiveOutput(
+        (terms.per_token_loss - beta * policy.entropy) * mask, metrics, denominator_mask
+    )

@@ -15,11 +15,16 @@ more than ρ, which `selected_frac` reports.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-import torch
-
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction, token_advantages
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    fraction,
+    token_advantages,
+)
 from quadrants.objectives.dapo import drop_constant_groups
 from quadrants.objectives.grpo import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
@@ -33,20 +38,30 @@ DENOMINATORS = ("selected_tokens", "all_response_tokens")
 
 
 def validate_forking(
-    *, rho: float, scope: str, entropy_source: str, denominator: str, clip_low: float, clip_high: float,
-    clip_ratio_c: float | None = None, **_: object,
+    *,
+    rho: float,
+    scope: str,
+    entropy_source: str,
+    denominator: str,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None = None,
+    **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
     check_range("rho", rho, low=0.0, high=1.0, low_open=True)
     for key, value, allowed in (
-        ("scope", scope, SCOPES), ("entropy_source", entropy_source, ENTROPY_SOURCES),
+        ("scope", scope, SCOPES),
+        ("entropy_source", entropy_source, ENTROPY_SOURCES),
         ("denominator", denominator, DENOMINATORS),
     ):
         if value not in allowed:
             raise ValueError(f"{key}={value!r} is unknown; choose one of {list(allowed)}")
     if scope == "rollout_batch" and entropy_source == "current":
-        raise ValueError("entropy_source='current' needs scope='mini_batch' (the current entropy of the "
-                         "whole rollout batch is never computed)")
+        raise ValueError(
+            "entropy_source='current' needs scope='mini_batch' (the current entropy of the "
+            "whole rollout batch is never computed)"
+        )
 
 
 def _needs_current_entropy(params: Mapping[str, Any]) -> bool:
@@ -80,12 +95,18 @@ def forking(
         threshold = masked_quantile(entropy, mask, 1.0 - rho)
     selected = (entropy >= threshold) & mask  # [B, T]
     terms = clipped_surrogate(
-        policy.logp, batch.old_logp, token_advantages(batch),
-        clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c,
+        policy.logp,
+        batch.old_logp,
+        token_advantages(batch),
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     metrics["selected_frac"] = fraction(selected, mask)
-    metrics["entropy_threshold"] = threshold.detach().float()  # a 0-dim tensor on the batch's device
+    metrics["entropy_threshold"] = (
+        threshold.detach().float()
+    )  # a 0-dim tensor on the batch's device
     kept = drop_constant_groups(batch, dynamic_sampling, metrics)
     kept = mask if kept is None else kept
     denominator_mask = kept & selected if denominator == "selected_tokens" else kept

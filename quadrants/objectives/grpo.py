@@ -18,7 +18,9 @@ from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.surrogate import clipped_surrogate
 
 
-def validate_clip(*, clip_low: float, clip_high: float, clip_ratio_c: float | None = None, **_: object) -> None:
+def validate_clip(
+    *, clip_low: float, clip_high: float, clip_ratio_c: float | None = None, **_: object
+) -> None:
     """Ranges shared by every clipped objective: 0 <= ε_low < 1, ε_high >= 0, dual clip null or c > 1."""
     check_range("clip_low", clip_low, low=0.0, high=1.0, high_open=True)
     check_range("clip_high", clip_high, low=0.0)
@@ -37,8 +39,12 @@ def grpo(
     clip_ratio_c: float | None = None,
 ) -> ObjectiveOutput:
     terms = clipped_surrogate(
-        policy.logp, batch.old_logp, token_advantages(batch),
-        clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c,
+        policy.logp,
+        batch.old_logp,
+        token_advantages(batch),
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
     mask = batch.response_mask
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)

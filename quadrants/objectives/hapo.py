@@ -20,9 +20,11 @@ Options beyond the formula:
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
+from torch import Tensor
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction
 from quadrants.objectives.dapo import drop_constant_groups
@@ -31,7 +33,6 @@ from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.quadrants import Quadrant
 from quadrants.ops.surrogate import clipped_surrogate
-from torch import Tensor
 
 ALL_QUADRANTS = ("PHR", "PLR", "NHR", "NLR")
 CONSERVE_MODES = ("none", "sequence")
@@ -87,8 +88,15 @@ def parse_apply_to(apply_to: str | Sequence[str]) -> tuple[Quadrant, ...]:
 
 
 def validate_hapo(
-    *, alpha: float, phi: float, apply_to: Sequence[str], conserve: str, clip_low: float, clip_high: float,
-    clip_ratio_c: float | None = None, **_: object,
+    *,
+    alpha: float,
+    phi: float,
+    apply_to: Sequence[str],
+    conserve: str,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None = None,
+    **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
     check_range("alpha", alpha, low=0.0)
@@ -99,7 +107,8 @@ def validate_hapo(
     if alpha / phi >= limit:
         raise ValueError(
             f"alpha/phi = {alpha}/{phi} = {alpha / phi:.3g} would let the entropy term flip an advantage's "
-            f"sign; allowed: alpha/phi < {limit}" + (" (2*alpha/phi < 1 with conserve=sequence)" if limit < 1 else "")
+            f"sign; allowed: alpha/phi < {limit}"
+            + (" (2*alpha/phi < 1 with conserve=sequence)" if limit < 1 else "")
         )
     parse_apply_to(apply_to)
 
@@ -121,17 +130,30 @@ def hapo(
     mask = batch.response_mask
     apply_mask = batch.quadrants.union(parse_apply_to(apply_to)) & mask
     token_adv = hapo_token_advantages(
-        batch.advantages, batch.entropy, batch.group_entropy_mean, batch.group_entropy_std, apply_mask,
-        alpha=alpha, phi=phi, conserve=conserve,  # type: ignore[arg-type]
+        batch.advantages,
+        batch.entropy,
+        batch.group_entropy_mean,
+        batch.group_entropy_std,
+        apply_mask,
+        alpha=alpha,
+        phi=phi,
+        conserve=conserve,  # type: ignore[arg-type]
     )
     terms = clipped_surrogate(
-        policy.logp, batch.old_logp, token_adv, clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c
+        policy.logp,
+        batch.old_logp,
+        token_adv,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
     )
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     base = batch.advantages.float()[:, None].expand_as(token_adv)
     moved = (token_adv - base).abs()
     metrics["modulated_frac"] = fraction(apply_mask & (moved > 0), mask)
-    metrics["adv_shift_rel"] = ((moved * mask).sum() / (base.abs() * mask).sum().clamp_min(1e-12)).detach()
+    metrics["adv_shift_rel"] = (
+        (moved * mask).sum() / (base.abs() * mask).sum().clamp_min(1e-12)
+    ).detach()
     metrics["sign_flip_frac"] = fraction((token_adv * base) < 0, mask)
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
     return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

@@ -13,8 +13,9 @@ counted and weighted, or out of it entirely. The normaliser is a named choice:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, Sequence, get_args
+from typing import Any, Literal, get_args
 
 from torch import Tensor
 
@@ -36,12 +37,16 @@ def parse_keep(keep: str | Sequence[str] | None) -> tuple[Quadrant, ...] | None:
     """
     if keep is None:
         return None
-    names = [k.strip() for k in keep.split(",")] if isinstance(keep, str) else [str(k) for k in keep]
+    names = (
+        [k.strip() for k in keep.split(",")] if isinstance(keep, str) else [str(k) for k in keep]
+    )
     if not names:
         raise ValueError("quadrant.keep is empty; give 'all' or one or more of PHR, PLR, NHR, NLR")
     if any(n.lower() == "all" for n in names):
         if len(names) > 1:
-            raise ValueError(f"quadrant.keep={names}: 'all' cannot be combined with named quadrants")
+            raise ValueError(
+                f"quadrant.keep={names}: 'all' cannot be combined with named quadrants"
+            )
         return None
     parsed = tuple(dict.fromkeys(Quadrant.parse(n) for n in names))
     return None if len(parsed) == 4 else parsed
@@ -69,11 +74,17 @@ class LossSettings:
 
     def __post_init__(self) -> None:
         if self.denominator not in DENOMINATORS:
-            raise ValueError(f"quadrant.denominator={self.denominator!r} is unknown; choose one of {list(DENOMINATORS)}")
+            raise ValueError(
+                f"quadrant.denominator={self.denominator!r} is unknown; choose one of {list(DENOMINATORS)}"
+            )
         if self.loss_agg not in LOSS_AGGREGATIONS:
-            raise ValueError(f"objective.loss_agg={self.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}")
+            raise ValueError(
+                f"objective.loss_agg={self.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
+            )
         if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one of {list(KL_ESTIMATORS)}")
+            raise ValueError(
+                f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one of {list(KL_ESTIMATORS)}"
+            )
         if self.kl_coef < 0:
             raise ValueError(f"objective.kl_coef={self.kl_coef} is out of range; allowed: [0, inf)")
 
@@ -100,12 +111,16 @@ def compute_loss(
     mask = batch.response_mask
     per_token = out.per_token_loss  # [B, T]
     if is_weights is not None:
-        per_token = per_token * is_weights  # before isolation: the quadrant losses still sum to the full one
+        per_token = (
+            per_token * is_weights
+        )  # before isolation: the quadrant losses still sum to the full one
     metrics = dict(out.metrics)
     denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     if settings.kl_coef > 0:
         if batch.ref_logp is None:
-            raise ValueError("objective.kl_coef > 0 needs reference log-probs (TokenBatch.ref_logp is None)")
+            raise ValueError(
+                "objective.kl_coef > 0 needs reference log-probs (TokenBatch.ref_logp is None)"
+            )
         # only on the tokens the objective counts: a group DAPO dropped, or a token forking did not
         # select, is out of the batch for the KL too
         kl = kl_penalty(policy.logp, batch.ref_logp, settings.kl_estimator) * denominator  # [B, T]
@@ -117,7 +132,9 @@ def compute_loss(
     # A token outside the denominator is out of the batch: it carries no loss and no gradient, whatever
     # the objective put there (EntroReg's entropy bonus on a group dynamic sampling dropped, say).
     # Multiplying by a bool mask leaves every counted term bit-for-bit unchanged.
-    loss = aggregate_loss(per_token * (keep_mask & denominator), denominator, settings.loss_agg, settings.norm_length)
+    loss = aggregate_loss(
+        per_token * (keep_mask & denominator), denominator, settings.loss_agg, settings.norm_length
+    )
     metrics["kept_frac"] = token_fraction(keep_mask, mask)
     metrics["denominator_tokens"] = denominator.sum().detach().float()
     return loss, metrics

@@ -9,7 +9,9 @@ from quadrants.ops.aggregation import masked_mean
 from quadrants.ops.surrogate import SurrogateTerms
 
 
-def surrogate_metrics(terms: SurrogateTerms, response_mask: Tensor, *, dual_clip: bool = False) -> dict[str, Tensor]:
+def surrogate_metrics(
+    terms: SurrogateTerms, response_mask: Tensor, *, dual_clip: bool = False
+) -> dict[str, Tensor]:
     """Clip fractions and mean ratio over response tokens (detached scalars).
 
     `dual_clip_frac` (verl's `pg_clipfrac_lower`: negative-advantage tokens whose loss the dual clip

@@ -8,14 +8,17 @@ training starts, so a misspelled key fails at compose time with the list of acce
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch
 
 
 class TokenObjective(Protocol):
-    def __call__(self, batch: TokenBatch, policy: PolicyOutput, **params: Any) -> ObjectiveOutput: ...
+    def __call__(
+        self, batch: TokenBatch, policy: PolicyOutput, **params: Any
+    ) -> ObjectiveOutput: ...
 
 
 @dataclass(frozen=True)
@@ -40,14 +43,20 @@ class ObjectiveSpec:
     recomputed_old_logp: bool = False
 
     def wants_entropy(self, params: Mapping[str, Any]) -> bool:
-        return self.needs_entropy(params) if callable(self.needs_entropy) else bool(self.needs_entropy)
+        return (
+            self.needs_entropy(params) if callable(self.needs_entropy) else bool(self.needs_entropy)
+        )
 
     def parameters(self) -> dict[str, inspect.Parameter]:
         sig = inspect.signature(self.fn)
         return {n: p for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
     def defaults(self) -> dict[str, Any]:
-        return {n: p.default for n, p in self.parameters().items() if p.default is not inspect.Parameter.empty}
+        return {
+            n: p.default
+            for n, p in self.parameters().items()
+            if p.default is not inspect.Parameter.empty
+        }
 
 
 _OBJECTIVES: dict[str, ObjectiveSpec] = {}
@@ -84,7 +93,9 @@ def get_objective(name: str) -> ObjectiveSpec:
     return _OBJECTIVES[name]
 
 
-def resolve_objective(name: str, params: Mapping[str, Any] | None) -> tuple[ObjectiveSpec, dict[str, Any]]:
+def resolve_objective(
+    name: str, params: Mapping[str, Any] | None
+) -> tuple[ObjectiveSpec, dict[str, Any]]:
     """Check `params` against the objective's signature and ranges; return (spec, full params).
 
     Raises:
@@ -112,8 +123,15 @@ def _load_builtins() -> None:
     import quadrants.objectives.builtin  # noqa: F401
 
 
-def check_range(key: str, value: float, *, low: float | None = None, high: float | None = None,
-                low_open: bool = False, high_open: bool = False) -> None:
+def check_range(
+    key: str,
+    value: float,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
     """Raise ValueError naming `key` and its allowed range when `value` falls outside it."""
     ok = True
     if low is not None:

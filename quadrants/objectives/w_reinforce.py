@@ -30,7 +30,9 @@ def w_reinforce(
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     correct = batch.rewards > correct_above  # [B]
-    weight = torch.where(correct, torch.full_like(batch.rewards, lam), torch.full_like(batch.rewards, -1.0))
+    weight = torch.where(
+        correct, torch.full_like(batch.rewards, lam), torch.full_like(batch.rewards, -1.0)
+    )
     ratio = importance_ratio(policy.logp, batch.old_logp)
     metrics = {
         "positive_frac": token_fraction(correct[:, None].expand_as(mask), mask),

@@ -29,7 +29,9 @@ def group_advantages(
         [B] float advantages; 0 for all-equal and singleton groups.
     """
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be [B]")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be [B]"
+        )
     rewards = rewards.float()
     index, k = compact_group_ids(group_ids)
     ones = torch.ones_like(rewards)
@@ -49,6 +51,10 @@ def constant_reward_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
     index, k = compact_group_ids(group_ids)
     rewards = rewards.float()
     big = torch.finfo(rewards.dtype).max
-    gmax = torch.full((k,), -big, dtype=rewards.dtype, device=rewards.device).scatter_reduce(0, index, rewards, "amax")
-    gmin = torch.full((k,), big, dtype=rewards.dtype, device=rewards.device).scatter_reduce(0, index, rewards, "amin")
+    gmax = torch.full((k,), -big, dtype=rewards.dtype, device=rewards.device).scatter_reduce(
+        0, index, rewards, "amax"
+    )
+    gmin = torch.full((k,), big, dtype=rewards.dtype, device=rewards.device).scatter_reduce(
+        0, index, rewards, "amin"
+    )
     return (gmax == gmin)[index]

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-import torch
 from torch import Tensor
 
-LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+LossAggregation = Literal[
+    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+]
 LOSS_AGGREGATIONS: tuple[str, ...] = get_args(LossAggregation)
 
 
@@ -45,7 +46,9 @@ def aggregate_loss(
         [] float scalar; 0 when no token counts in the denominator.
     """
     if mode not in LOSS_AGGREGATIONS:
-        raise ValueError(f"loss aggregation {mode!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}")
+        raise ValueError(
+            f"loss aggregation {mode!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
+        )
     mask = denominator_mask.to(per_token_loss.dtype)
     if mode == "token-mean":
         return per_token_loss.sum() / mask.sum().clamp_min(1.0)

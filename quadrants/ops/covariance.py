@@ -52,7 +52,9 @@ def topk_mask(scores: Tensor, candidates: Tensor, k: int) -> Tensor:
     return out.reshape(scores.shape)
 
 
-def random_subset_mask(candidates: Tensor, k: int, generator: torch.Generator | None = None) -> Tensor:
+def random_subset_mask(
+    candidates: Tensor, k: int, generator: torch.Generator | None = None
+) -> Tensor:
     """[B, T] bool with k candidate tokens drawn uniformly without replacement (all if fewer)."""
     idx = candidates.reshape(-1).nonzero().squeeze(-1)
     out = torch.zeros(candidates.numel(), dtype=torch.bool, device=candidates.device)

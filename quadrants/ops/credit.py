@@ -54,7 +54,9 @@ from torch import Tensor
 
 def entropy(probs: Tensor) -> Tensor:
     """−Σ p log p over the last dim, in nats, with 0 log 0 = 0. [..., C] -> [...]."""
-    logs = torch.where(probs > 0, probs.clamp_min(torch.finfo(probs.dtype).tiny).log(), torch.zeros_like(probs))
+    logs = torch.where(
+        probs > 0, probs.clamp_min(torch.finfo(probs.dtype).tiny).log(), torch.zeros_like(probs)
+    )
     return -(probs * logs).sum(-1)
 
 
@@ -92,7 +94,9 @@ def plugin_outcome_entropy(mass: Tensor, counts: Tensor) -> Tensor:
     return entropy((_normalised(mass)[..., None] * _frequencies(counts)).sum(-2))
 
 
-def stratified_jackknife(statistic: Callable[[Tensor, Tensor], Tensor], mass: Tensor, counts: Tensor) -> Tensor:
+def stratified_jackknife(
+    statistic: Callable[[Tensor, Tensor], Tensor], mass: Tensor, counts: Tensor
+) -> Tensor:
     """Delete-one jackknife of `statistic(mass, counts)` with one stratum per branch (module docstring).
 
     Branches with fewer than 2 continuations get no correction (a leave-one-out needs 2).
@@ -107,12 +111,22 @@ def stratified_jackknife(statistic: Callable[[Tensor, Tensor], Tensor], mass: Te
     """
     branches, classes = counts.shape[-2:]
     full = statistic(mass, counts)  # [...]
-    drop = torch.eye(branches * classes, dtype=counts.dtype, device=counts.device).view(-1, branches, classes)
-    reduced = (counts[..., None, :, :] - drop).clamp_min(0)  # [..., M*C, M, C]; a class absent from v: weight 0 below
-    left_out = statistic(mass[..., None, :], reduced).unflatten(-1, (branches, classes))  # [..., M, C]
+    drop = torch.eye(branches * classes, dtype=counts.dtype, device=counts.device).view(
+        -1, branches, classes
+    )
+    reduced = (counts[..., None, :, :] - drop).clamp_min(
+        0
+    )  # [..., M*C, M, C]; a class absent from v: weight 0 below
+    left_out = statistic(mass[..., None, :], reduced).unflatten(
+        -1, (branches, classes)
+    )  # [..., M, C]
     sizes = counts.sum(-1)  # [..., M]
-    loo_mean = (counts * left_out).sum(-1) / sizes.clamp_min(1)  # [..., M], mean over the K_v leave-one-outs
-    correction = torch.where(sizes >= 2, (sizes - 1) * (loo_mean - full[..., None]), torch.zeros_like(sizes))
+    loo_mean = (counts * left_out).sum(-1) / sizes.clamp_min(
+        1
+    )  # [..., M], mean over the K_v leave-one-outs
+    correction = torch.where(
+        sizes >= 2, (sizes - 1) * (loo_mean - full[..., None]), torch.zeros_like(sizes)
+    )
     return full - correction.sum(-1)
 
 
@@ -178,15 +192,28 @@ def bootstrap_interval(
     n, m, k = outcomes.shape
     counts = outcome_counts(outcomes, num_classes)  # [N, M, C]
     present = (outcomes >= 0).any(-1)  # [N, M]
-    probs = smoothed_outcome_probs(counts, pseudocount=pseudocount) if pseudocount > 0 else _frequencies(counts)
+    probs = (
+        smoothed_outcome_probs(counts, pseudocount=pseudocount)
+        if pseudocount > 0
+        else _frequencies(counts)
+    )
     probs = torch.where(present[..., None], probs, torch.full_like(probs, 1.0 / num_classes))
-    drawn = torch.multinomial(probs.reshape(n * m, num_classes), resamples * k, replacement=True, generator=generator)
+    drawn = torch.multinomial(
+        probs.reshape(n * m, num_classes), resamples * k, replacement=True, generator=generator
+    )
     drawn = drawn.view(n, m, resamples, k).permute(2, 0, 1, 3)  # [R, N, M, K]
     drawn = torch.where(present[..., None], drawn, torch.full_like(drawn, -1))
     stats = statistic(mass.expand(resamples, n, m), outcome_counts(drawn, num_classes))  # [R, N]
-    point, truth = statistic(mass, counts), functional(mass, torch.where(present[..., None], probs, 0.0))  # [N]
+    point, truth = (
+        statistic(mass, counts),
+        functional(mass, torch.where(present[..., None], probs, 0.0)),
+    )  # [N]
     tail = (1.0 - confidence) / 2
-    q = torch.quantile(stats.double(), torch.tensor([tail, 1.0 - tail], dtype=torch.float64, device=stats.device), dim=0)
+    q = torch.quantile(
+        stats.double(),
+        torch.tensor([tail, 1.0 - tail], dtype=torch.float64, device=stats.device),
+        dim=0,
+    )
     q = q.to(point.dtype)  # [2, N]
     return (point + (q[0] - truth), point + (q[1] - truth))
 
@@ -285,7 +312,9 @@ def top_branches(probs: Tensor, *, coverage: float, max_branches: int) -> Branch
     return Branches(token_ids=ids, mass=torch.cat([mass, rest[:, None]], -1))
 
 
-def sample_rest_tokens(probs: Tensor, branches: Branches, count: int, *, generator: torch.Generator | None = None) -> Tensor:
+def sample_rest_tokens(
+    probs: Tensor, branches: Branches, count: int, *, generator: torch.Generator | None = None
+) -> Tensor:
     """`count` tokens per position from π restricted to the non-top tokens (renormalised).
 
     Args:
@@ -298,8 +327,12 @@ def sample_rest_tokens(probs: Tensor, branches: Branches, count: int, *, generat
     """
     used = branches.token_ids
     top = torch.zeros_like(probs, dtype=torch.bool)
-    top.scatter_(-1, used.clamp_min(0), used >= 0)  # [N, V]; an unused column (−1) writes False on token 0...
-    top |= (used == 0).any(-1, keepdim=True) & (torch.arange(probs.shape[-1], device=probs.device) == 0)  # ...so restore it
+    top.scatter_(
+        -1, used.clamp_min(0), used >= 0
+    )  # [N, V]; an unused column (−1) writes False on token 0...
+    top |= (used == 0).any(-1, keepdim=True) & (
+        torch.arange(probs.shape[-1], device=probs.device) == 0
+    )  # ...so restore it
     rest = probs.masked_fill(top, 0.0)
     total = rest.sum(-1, keepdim=True)  # [N, 1]
     has_rest = total.squeeze(-1) > 0
@@ -329,5 +362,7 @@ def correlation_interval(x: Tensor, y: Tensor, *, confidence: float) -> tuple[fl
     r = float((xc * yc).sum() / (xc.norm() * yc.norm()))
     r = max(-1.0, min(1.0, r))
     z = math.atanh(max(-0.999999, min(0.999999, r)))
-    half = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + confidence / 2))) / math.sqrt(n - 3)
+    half = float(
+        torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + confidence / 2))
+    ) / math.sqrt(n - 3)
     return (r, math.tanh(z - half), math.tanh(z + half))

@@ -29,7 +29,9 @@ def _check(temperature: float, chunk_size: int) -> None:
         raise ValueError(f"chunk_size must be > 0, got {chunk_size}")
 
 
-def _chunk_stats(rows: Tensor, ids: Tensor | None, temperature: float) -> tuple[Tensor, Tensor | None, Tensor]:
+def _chunk_stats(
+    rows: Tensor, ids: Tensor | None, temperature: float
+) -> tuple[Tensor, Tensor | None, Tensor]:
     """For one chunk [n, V]: (log_probs [n, V], logp of ids [n] or None, entropy [n]).
 
     Entropy is −Σ p log p from log_softmax (accurate to float32 rounding at V = 152k); p log p is
@@ -50,7 +52,9 @@ class _ChunkedLogpEntropy(torch.autograd.Function):
     def forward(ctx, rows: Tensor, ids: Tensor, temperature: float, chunk_size: int):  # type: ignore[override]
         logps, ents = [], []
         for i in range(0, rows.shape[0], chunk_size):
-            _, logp, ent = _chunk_stats(rows[i : i + chunk_size], ids[i : i + chunk_size], temperature)
+            _, logp, ent = _chunk_stats(
+                rows[i : i + chunk_size], ids[i : i + chunk_size], temperature
+            )
             logps.append(logp)
             ents.append(ent)
         logp = torch.cat(logps) if logps else rows.new_zeros(0, dtype=torch.float32)
@@ -101,7 +105,9 @@ def logprobs_and_entropy(
     """
     _check(temperature, chunk_size)
     if tokens.shape != logits.shape[:-1]:
-        raise ValueError(f"tokens shape {tuple(tokens.shape)} != logits shape {tuple(logits.shape[:-1])}")
+        raise ValueError(
+            f"tokens shape {tuple(tokens.shape)} != logits shape {tuple(logits.shape[:-1])}"
+        )
     rows = logits.reshape(-1, logits.shape[-1])  # [N, V]
     logp, entropy = _ChunkedLogpEntropy.apply(rows, tokens.reshape(-1), temperature, chunk_size)
     logp = logp.reshape(tokens.shape)

@@ -23,7 +23,9 @@ from torch import Tensor
 from quadrants.ops.entropy import DEFAULT_CHUNK_SIZE, _check
 
 
-def _chunk_log_probs(hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float) -> Tensor:
+def _chunk_log_probs(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, temperature: float
+) -> Tensor:
     """log softmax((h W^T + b) / τ) of one chunk, [n, V] float32, in place in the logits' buffer
     (logsumexp needs one more [n, V] temporary while it runs)."""
     z = torch.nn.functional.linear(hidden, weight, bias).float()
@@ -41,11 +43,20 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
     """(logp [N], entropy [N]) float32 from hidden [N, H], weight [V, H], bias [V] or None, ids [N]."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, ids: Tensor,  # type: ignore[override]
-                temperature: float, chunk_size: int):
+    def forward(
+        ctx,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        ids: Tensor,  # type: ignore[override]
+        temperature: float,
+        chunk_size: int,
+    ):
         logps, ents = [], []
         for i in range(0, hidden.shape[0], chunk_size):
-            log_probs = _chunk_log_probs(hidden[i : i + chunk_size], weight, bias, temperature)  # [n, V]
+            log_probs = _chunk_log_probs(
+                hidden[i : i + chunk_size], weight, bias, temperature
+            )  # [n, V]
             logps.append(log_probs.gather(-1, ids[i : i + chunk_size, None]).squeeze(-1))
             ents.append(_entropy(log_probs))
             del log_probs
@@ -62,15 +73,25 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
         step, tau = ctx.chunk_size, ctx.temperature
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
-        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if want_bias else None
+        grad_weight = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+            if want_weight
+            else None
+        )
+        grad_bias = (
+            torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device)
+            if want_bias
+            else None
+        )
         for i in range(0, hidden.shape[0], step):
             sl = slice(i, i + step)
             log_probs = _chunk_log_probs(hidden[sl], weight, bias, tau)  # [n, V] float32
             probs = log_probs.exp()
             # in place on log_probs: g_z = −p (g_logp + g_H (log p + H)); where p = 0 the product is
             # 0 · ±inf = NaN, set to 0 (such a token gets no gradient); then + g_logp at the sampled token
-            log_probs.add_(entropy[sl, None]).mul_(grad_entropy[sl, None].float()).add_(grad_logp[sl, None].float())
+            log_probs.add_(entropy[sl, None]).mul_(grad_entropy[sl, None].float()).add_(
+                grad_logp[sl, None].float()
+            )
             grad_z = log_probs.mul_(probs).neg_().nan_to_num_(nan=0.0)
             del probs
             grad_z.scatter_add_(-1, ids[sl, None], grad_logp[sl, None].float())
@@ -81,8 +102,14 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
                 grad_weight.addmm_(grad_z.t(), hidden[sl].float())
             if grad_bias is not None:
                 grad_bias.add_(grad_z.sum(0))
-        return (grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype),
-                None if grad_bias is None else grad_bias.to(bias.dtype), None, None, None)
+        return (
+            grad_hidden,
+            None if grad_weight is None else grad_weight.to(weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype),
+            None,
+            None,
+            None,
+        )
 
 
 def head_logprobs_and_entropy(
@@ -109,7 +136,11 @@ def head_logprobs_and_entropy(
     """
     _check(temperature, chunk_size)
     if tokens.shape != hidden.shape[:-1]:
-        raise ValueError(f"tokens shape {tuple(tokens.shape)} != hidden shape {tuple(hidden.shape[:-1])}")
+        raise ValueError(
+            f"tokens shape {tuple(tokens.shape)} != hidden shape {tuple(hidden.shape[:-1])}"
+        )
     rows = hidden.reshape(-1, hidden.shape[-1])  # [N, H]
-    logp, entropy = _FusedHeadLogpEntropy.apply(rows, weight, bias, tokens.reshape(-1), temperature, chunk_size)
+    logp, entropy = _FusedHeadLogpEntropy.apply(
+        rows, weight, bias, tokens.reshape(-1), temperature, chunk_size
+    )
     return logp.reshape(tokens.shape), entropy.reshape(tokens.shape)

@@ -25,7 +25,9 @@ def compact_group_ids(group_ids: Tensor) -> tuple[Tensor, int]:
 
 def group_sum(values: Tensor, group_index: Tensor, num_groups: int) -> Tensor:
     """Sum of `values` [B] per group -> [K]."""
-    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group_index, values)
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(
+        0, group_index, values
+    )
 
 
 def group_token_mean_std(

@@ -20,7 +20,9 @@ KL_ESTIMATORS: tuple[str, ...] = get_args(KLEstimator)
 def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: KLEstimator = "k3") -> Tensor:
     """Per-token KL(π || π_ref) estimate. [B, T] -> [B, T] (differentiable in logp)."""
     if estimator not in KL_ESTIMATORS:
-        raise ValueError(f"kl estimator {estimator!r} is unknown; choose one of {list(KL_ESTIMATORS)}")
+        raise ValueError(
+            f"kl estimator {estimator!r} is unknown; choose one of {list(KL_ESTIMATORS)}"
+        )
     delta = ref_logp - logp
     if estimator == "k1":
         return -delta

@@ -27,7 +27,9 @@ MismatchCorrection = Literal["none", "token", "sequence"]
 MISMATCH_CORRECTIONS: tuple[str, ...] = get_args(MismatchCorrection)
 
 
-def logp_abs_diff(engine_logp: Tensor, trainer_logp: Tensor, response_mask: Tensor) -> tuple[Tensor, Tensor]:
+def logp_abs_diff(
+    engine_logp: Tensor, trainer_logp: Tensor, response_mask: Tensor
+) -> tuple[Tensor, Tensor]:
     """Mean and max |log μ − log π_old| over response tokens.
 
     Args:
@@ -64,12 +66,16 @@ def truncated_is_weights(
         [B, T] float weights; 1 outside the response mask.
     """
     if level not in MISMATCH_CORRECTIONS:
-        raise ValueError(f"mismatch correction {level!r} is unknown; choose one of {list(MISMATCH_CORRECTIONS)}")
+        raise ValueError(
+            f"mismatch correction {level!r} is unknown; choose one of {list(MISMATCH_CORRECTIONS)}"
+        )
     if not cap >= 1.0:
         raise ValueError(f"mismatch cap {cap} is out of range; allowed: [1, inf)")
     if level == "none":
         return torch.ones_like(trainer_logp, dtype=torch.float32)
-    log_ratio = ((trainer_logp.float() - engine_logp.float()) * response_mask).detach()  # [B, T], 0 off-mask
+    log_ratio = (
+        (trainer_logp.float() - engine_logp.float()) * response_mask
+    ).detach()  # [B, T], 0 off-mask
     if level == "sequence":
         log_ratio = log_ratio.sum(-1, keepdim=True).expand_as(log_ratio)  # [B, 1] -> [B, T]
     weights = torch.exp(log_ratio.clamp_max(math.log(cap)))

@@ -18,7 +18,9 @@ import torch
 from torch import Tensor
 
 
-def overlong_penalty(lengths: Tensor, *, max_length: int, buffer: int, penalty: float = 1.0) -> Tensor:
+def overlong_penalty(
+    lengths: Tensor, *, max_length: int, buffer: int, penalty: float = 1.0
+) -> Tensor:
     """The soft overlong penalty per response (<= 0).
 
     Args:

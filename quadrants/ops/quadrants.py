@@ -22,9 +22,10 @@ Shape legend: **B** sequences · **T** response tokens.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -39,13 +40,15 @@ class Quadrant(str, Enum):
     NLR = "NLR"
 
     @classmethod
-    def parse(cls, name: "str | Quadrant") -> "Quadrant":
+    def parse(cls, name: str | Quadrant) -> Quadrant:
         if isinstance(name, cls):
             return name
         try:
             return cls(str(name).upper())
         except ValueError:
-            raise ValueError(f"unknown quadrant {name!r}; known: {[q.value for q in cls]}") from None
+            raise ValueError(
+                f"unknown quadrant {name!r}; known: {[q.value for q in cls]}"
+            ) from None
 
 
 ThresholdRule = Literal["group_mean", "batch_quantile", "fixed"]
@@ -82,13 +85,21 @@ class QuadrantMasks:
 def validate_threshold(rule: str, value: float | None) -> None:
     """Raise ValueError naming the rule and the allowed range when (rule, value) is not usable."""
     if rule not in THRESHOLD_RULES:
-        raise ValueError(f"entropy threshold rule {rule!r} is unknown; choose one of {list(THRESHOLD_RULES)}")
+        raise ValueError(
+            f"entropy threshold rule {rule!r} is unknown; choose one of {list(THRESHOLD_RULES)}"
+        )
     if rule == "group_mean" and value is not None:
-        raise ValueError(f"threshold rule group_mean takes no threshold_value (got {value}); set it to null")
+        raise ValueError(
+            f"threshold rule group_mean takes no threshold_value (got {value}); set it to null"
+        )
     if rule == "batch_quantile" and (value is None or not 0.0 < value < 1.0):
-        raise ValueError(f"threshold rule batch_quantile needs threshold_value q in (0, 1), got {value}")
+        raise ValueError(
+            f"threshold rule batch_quantile needs threshold_value q in (0, 1), got {value}"
+        )
     if rule == "fixed" and (value is None or not 0.0 <= value < float("inf")):
-        raise ValueError(f"threshold rule fixed needs threshold_value tau in [0, inf) nats, got {value}")
+        raise ValueError(
+            f"threshold rule fixed needs threshold_value tau in [0, inf) nats, got {value}"
+        )
 
 
 def quantile_of_sorted(ordered: Tensor, q: float) -> Tensor:

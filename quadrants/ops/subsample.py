@@ -46,5 +46,7 @@ def ratio_mean_se(values: Tensor, mask: Tensor, population: int) -> tuple[Tensor
         return mean, torch.zeros_like(mean)
     fpc = max(0.0, 1.0 - n / population)
     spread = ((y - mean * x) ** 2).sum() * fpc / (n * (n - 1))
-    se = torch.where(total > 0, spread.sqrt() / (total / n).clamp_min(1e-12), torch.zeros_like(spread))
+    se = torch.where(
+        total > 0, spread.sqrt() / (total / n).clamp_min(1e-12), torch.zeros_like(spread)
+    )
     return mean, se

@@ -22,7 +22,11 @@ def main(argv: list[str] | None = None) -> None:
         "logs an MLflow run (quadrants.role=probe), credit.csv and figures. See docs/probe.md.",
     )
     parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. probe.positions=16 probe.continuations=8")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides, e.g. probe.positions=16 probe.continuations=8",
+    )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     from quadrants.evaluate import prepare

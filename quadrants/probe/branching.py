@@ -42,44 +42,78 @@ class SampledBatch:
 
 
 def sample_batch(
-    model: nn.Module, tokenizer: Any, engine: RolloutEngine, grader: Grader, problems: list[Problem], cfg: RunConfig
+    model: nn.Module,
+    tokenizer: Any,
+    engine: RolloutEngine,
+    grader: Grader,
+    problems: list[Problem],
+    cfg: RunConfig,
 ) -> SampledBatch:
     """G responses per problem at the rollout settings, graded, with the training step's TokenBatch."""
     rollout = cfg.rollout
-    sampling = SamplingSettings(n=rollout.group_size, temperature=rollout.temperature, top_p=rollout.top_p,
-                                max_new_tokens=rollout.max_new_tokens, seed=cfg.probe.seed)
+    sampling = SamplingSettings(
+        n=rollout.group_size,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        max_new_tokens=rollout.max_new_tokens,
+        seed=cfg.probe.seed,
+    )
     rollouts = engine.generate([p.prompt for p in problems], sampling)
     golds = [problems[int(g)].answer for g in rollouts.group_ids]
     rewards = torch.tensor(grader.grade(rollouts.texts, golds).rewards, dtype=torch.float32)
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)  # [B, P + T]
     attention = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
     device = next(model.parameters()).device
-    old_logp, entropy = behaviour_pass(model, sequences.to(device), attention.to(device), rollouts.response_ids.shape[1],
-                                       temperature=rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
-                                       batch_size=cfg.train.mini_batch_size)
+    old_logp, entropy = behaviour_pass(
+        model,
+        sequences.to(device),
+        attention.to(device),
+        rollouts.response_ids.shape[1],
+        temperature=rollout.temperature,
+        chunk_size=cfg.train.entropy_chunk_size,
+        batch_size=cfg.train.mini_batch_size,
+    )
     mask = rollouts.response_mask
     batch = make_token_batch(
-        sequences=sequences, attention_mask=attention, response_mask=mask, old_logp=old_logp.cpu() * mask,
-        entropy=entropy.cpu() * mask, rewards=rewards, group_ids=rollouts.group_ids,
-        normalize_std=cfg.advantage.normalize_std, advantage_eps=cfg.advantage.eps,
-        threshold_rule=cfg.quadrant.threshold, threshold_value=cfg.quadrant.threshold_value,
+        sequences=sequences,
+        attention_mask=attention,
+        response_mask=mask,
+        old_logp=old_logp.cpu() * mask,
+        entropy=entropy.cpu() * mask,
+        rewards=rewards,
+        group_ids=rollouts.group_ids,
+        normalize_std=cfg.advantage.normalize_std,
+        advantage_eps=cfg.advantage.eps,
+        threshold_rule=cfg.quadrant.threshold,
+        threshold_value=cfg.quadrant.threshold_value,
     )
     return SampledBatch(rollouts=rollouts, rewards=rewards, golds=golds, batch=batch)
 
 
 @torch.no_grad()
-def next_token_probs(model: nn.Module, rollouts: Rollouts, positions: Positions, *, temperature: float) -> Tensor:
+def next_token_probs(
+    model: nn.Module, rollouts: Rollouts, positions: Positions, *, temperature: float
+) -> Tensor:
     """π(·|s_t) = softmax(logits / temperature) before response token t of each position. [N, V] float32 (CPU)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     rows = []
     for sequence, token in zip(positions.sequence.tolist(), positions.token.tolist()):
-        ids = torch.cat([rollouts.prompt_ids[sequence][rollouts.prompt_mask[sequence]],
-                         rollouts.response_ids[sequence, :token]])[None].to(device)  # [1, L]: s_t
+        ids = torch.cat(
+            [
+                rollouts.prompt_ids[sequence][rollouts.prompt_mask[sequence]],
+                rollouts.response_ids[sequence, :token],
+            ]
+        )[None].to(device)  # [1, L]: s_t
         mask = torch.ones_like(ids, dtype=torch.bool)
-        logits = model(input_ids=ids, attention_mask=mask.long(), position_ids=position_ids_from_mask(mask),
-                       logits_to_keep=1, use_cache=False).logits[0, -1]  # [V]
+        logits = model(
+            input_ids=ids,
+            attention_mask=mask.long(),
+            position_ids=position_ids_from_mask(mask),
+            logits_to_keep=1,
+            use_cache=False,
+        ).logits[0, -1]  # [V]
         rows.append(torch.softmax(logits.float() / temperature, dim=-1).cpu())
     model.train(was_training)
     return torch.stack(rows)
@@ -104,7 +138,9 @@ class BranchOutcomes:
     tokens: int
 
 
-def plan_branches(probs: Tensor, sampled_tokens: Tensor, cfg: RunConfig, generator: torch.Generator) -> tuple[Branches, Tensor]:
+def plan_branches(
+    probs: Tensor, sampled_tokens: Tensor, cfg: RunConfig, generator: torch.Generator
+) -> tuple[Branches, Tensor]:
     """Branches of every position and the forced token of every continuation ([N, M, K] long, −1 =
     not rolled out). The rest branch is rolled out when its mass reaches `probe.min_rest_mass`, or
     when the sampled token is in it (its pointwise credit needs it)."""
@@ -114,7 +150,9 @@ def plan_branches(probs: Tensor, sampled_tokens: Tensor, cfg: RunConfig, generat
     top = branches.token_ids[:, :, None].expand(-1, -1, k)  # [N, M-1, K]
     rest = sample_rest_tokens(probs, branches, k, generator=generator)  # [N, K]
     in_rest = ~(branches.token_ids == sampled_tokens[:, None]).any(-1)
-    keep_rest = (branches.mass[:, -1] >= probe.min_rest_mass) | (in_rest & (branches.mass[:, -1] > 0))
+    keep_rest = (branches.mass[:, -1] >= probe.min_rest_mass) | (
+        in_rest & (branches.mass[:, -1] > 0)
+    )
     rest = torch.where(keep_rest[:, None], rest, torch.full_like(rest, -1))
     mass = branches.mass.clone()
     mass[:, -1] = torch.where(keep_rest, mass[:, -1], torch.zeros_like(mass[:, -1]))
@@ -122,8 +160,17 @@ def plan_branches(probs: Tensor, sampled_tokens: Tensor, cfg: RunConfig, generat
 
 
 def roll_out_branches(
-    engine: RolloutEngine, grader: Grader, tokenizer: Any, sampled: SampledBatch, positions: Positions,
-    probs: Tensor, cfg: RunConfig, *, stop_ids: list[int], generator: torch.Generator, announce: bool = True,
+    engine: RolloutEngine,
+    grader: Grader,
+    tokenizer: Any,
+    sampled: SampledBatch,
+    positions: Positions,
+    probs: Tensor,
+    cfg: RunConfig,
+    *,
+    stop_ids: list[int],
+    generator: torch.Generator,
+    announce: bool = True,
 ) -> BranchOutcomes:
     """K graded continuations per branch of every position (module docstring); a response ends at
     the first of `stop_ids` (the engines' stop tokens, quadrants.rollout.hf.stop_token_ids)."""
@@ -132,8 +179,12 @@ def roll_out_branches(
     sampled_tokens = rollouts.response_ids[positions.sequence, positions.token]  # [N]
     branches, forced = plan_branches(probs, sampled_tokens, cfg, generator)
     jobs = torch.nonzero(forced >= 0)  # [J, 3]: (position, branch, continuation)
-    cost = branching_cost((forced[:, :, 0] >= 0).sum(-1), continuations=probe.continuations,
-                          max_new_tokens=rollout.max_new_tokens, batch_size=probe.batch_size)
+    cost = branching_cost(
+        (forced[:, :, 0] >= 0).sum(-1),
+        continuations=probe.continuations,
+        max_new_tokens=rollout.max_new_tokens,
+        batch_size=probe.batch_size,
+    )
     if announce:
         print(f"quadrants probe: {len(positions)} positions, {cost.line()}", flush=True)
     prefixes, responses, budgets = [], [], []
@@ -146,12 +197,23 @@ def roll_out_branches(
     stops = set(stop_ids)
     texts: list[str] = []
     generated = 0
-    bar = tqdm(total=len(prefixes), desc="probe", unit="rollout", disable=not sys.stderr.isatty(), leave=False)
+    bar = tqdm(
+        total=len(prefixes),
+        desc="probe",
+        unit="rollout",
+        disable=not sys.stderr.isatty(),
+        leave=False,
+    )
     for call, start in enumerate(range(0, len(prefixes), probe.batch_size)):
         chunk = slice(start, start + probe.batch_size)
         width = max(1, max(budgets[chunk]))
-        sampling = SamplingSettings(n=1, temperature=rollout.temperature, top_p=rollout.top_p,
-                                    max_new_tokens=width, seed=probe.seed + 1 + call)
+        sampling = SamplingSettings(
+            n=1,
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            max_new_tokens=width,
+            seed=probe.seed + 1 + call,
+        )
         out = engine.generate_from_ids(prefixes[chunk], sampling)
         for row, (head, budget) in enumerate(zip(responses[chunk], budgets[chunk])):
             continuation = out.response_ids[row][out.response_mask[row]].tolist()[:budget]
@@ -163,9 +225,19 @@ def roll_out_branches(
         bar.update(len(responses[chunk]))
     bar.close()
     golds = [sampled.golds[int(positions.sequence[n])] for n in jobs[:, 0].tolist()]
-    rewards = torch.tensor(grader.grade(texts, golds).rewards, dtype=torch.float32) if texts else torch.zeros(0)
+    rewards = (
+        torch.tensor(grader.grade(texts, golds).rewards, dtype=torch.float32)
+        if texts
+        else torch.zeros(0)
+    )
     classes = torch.unique(torch.cat([rewards, sampled.rewards]))  # ascending
     outcomes = torch.full(forced.shape, -1, dtype=torch.long)
     if len(jobs):
         outcomes[jobs[:, 0], jobs[:, 1], jobs[:, 2]] = torch.searchsorted(classes, rewards)
-    return BranchOutcomes(branches=branches, outcomes=outcomes, classes=classes, rollouts=len(prefixes), tokens=generated)
+    return BranchOutcomes(
+        branches=branches,
+        outcomes=outcomes,
+        classes=classes,
+        rollouts=len(prefixes),
+        tokens=generated,
+    )

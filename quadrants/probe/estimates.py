@@ -35,7 +35,9 @@ from quadrants.probe.plan import Positions
 OBJECTIVES = ("grpo", "hapo", "entroadv", "forking")
 
 
-def objective_token_weights(batch: TokenBatch, names: tuple[str, ...] = OBJECTIVES) -> dict[str, Tensor]:
+def objective_token_weights(
+    batch: TokenBatch, names: tuple[str, ...] = OBJECTIVES
+) -> dict[str, Tensor]:
     """w_t = −∂ loss_t / ∂ log π(o_t) at ratio 1 of each objective at its default parameters. name -> [B, T]."""
     weights = {}
     for name in names:
@@ -82,8 +84,14 @@ class PositionCredit:
 
 
 def estimate_credit(
-    graded: BranchOutcomes, positions: Positions, sampled: SampledBatch, *, resamples: int, confidence: float,
-    pseudocount: float, generator: torch.Generator,
+    graded: BranchOutcomes,
+    positions: Positions,
+    sampled: SampledBatch,
+    *,
+    resamples: int,
+    confidence: float,
+    pseudocount: float,
+    generator: torch.Generator,
 ) -> PositionCredit:
     """The estimators of ops.credit at every probed position, and the objectives' weights there."""
     classes = graded.classes.numel()
@@ -92,18 +100,44 @@ def estimate_credit(
     rows, cols = positions.sequence, positions.token
     tokens = sampled.rollouts.response_ids[rows, cols]
     reward = sampled.rewards[rows].double()
-    low, high = bootstrap_interval(mass, graded.outcomes, num_classes=classes, resamples=resamples,
-                                   confidence=confidence, pseudocount=pseudocount, generator=generator)
+    low, high = bootstrap_interval(
+        mass,
+        graded.outcomes,
+        num_classes=classes,
+        resamples=resamples,
+        confidence=confidence,
+        pseudocount=pseudocount,
+        generator=generator,
+    )
     branch = sampled_branch(tokens, graded.branches)
-    credit = pointwise_credit(mass, counts, branch, torch.searchsorted(graded.classes, sampled.rewards[rows]),
-                              pseudocount=pseudocount)
-    advantage = hindsight_advantage(mass, counts, branch, graded.classes.double(), pseudocount=pseudocount)
-    weights = {name: w[rows, cols].double() for name, w in objective_token_weights(sampled.batch).items()}
+    credit = pointwise_credit(
+        mass,
+        counts,
+        branch,
+        torch.searchsorted(graded.classes, sampled.rewards[rows]),
+        pseudocount=pseudocount,
+    )
+    advantage = hindsight_advantage(
+        mass, counts, branch, graded.classes.double(), pseudocount=pseudocount
+    )
+    weights = {
+        name: w[rows, cols].double() for name, w in objective_token_weights(sampled.batch).items()
+    }
     return PositionCredit(
-        cmi=jackknife_cmi(mass, counts), cmi_plugin=plugin_cmi(mass, counts), cmi_low=low, cmi_high=high,
-        outcome_entropy=jackknife_outcome_entropy(mass, counts), outcome_entropy_plugin=plugin_outcome_entropy(mass, counts),
-        entropy=sampled.batch.entropy[rows, cols].double(), branch_entropy=entropy(mass / mass.sum(-1, keepdim=True)),
-        top_mass=mass[:, :-1].sum(-1), rest_mass=mass[:, -1], branches=(graded.outcomes[:, :, 0] >= 0).sum(-1),
-        credit=credit, reward=reward, polarity=torch.sign(sampled.batch.advantages[rows]).double(),
-        advantage=advantage, weights=weights,
+        cmi=jackknife_cmi(mass, counts),
+        cmi_plugin=plugin_cmi(mass, counts),
+        cmi_low=low,
+        cmi_high=high,
+        outcome_entropy=jackknife_outcome_entropy(mass, counts),
+        outcome_entropy_plugin=plugin_outcome_entropy(mass, counts),
+        entropy=sampled.batch.entropy[rows, cols].double(),
+        branch_entropy=entropy(mass / mass.sum(-1, keepdim=True)),
+        top_mass=mass[:, :-1].sum(-1),
+        rest_mass=mass[:, -1],
+        branches=(graded.outcomes[:, :, 0] >= 0).sum(-1),
+        credit=credit,
+        reward=reward,
+        polarity=torch.sign(sampled.batch.advantages[rows]).double(),
+        advantage=advantage,
+        weights=weights,
     )

@@ -27,16 +27,24 @@ QUADRANT_ORDER = tuple(q.value for q in Quadrant)  # PHR, PLR, NHR, NLR
 def validate_probe(probe: ProbeConfig) -> None:
     """Fail fast, naming the key and its allowed range."""
     checks = (
-        ("prompts", probe.prompts >= 1, "[1, inf)"), ("positions", probe.positions >= 1, "[1, inf)"),
-        ("entropy_bins", probe.entropy_bins >= 1, "[1, inf)"), ("branches", probe.branches >= 1, "[1, inf)"),
-        ("coverage", 0 < probe.coverage <= 1, "(0, 1]"), ("continuations", probe.continuations >= 2, "[2, inf) (the jackknife leaves one out)"),
-        ("min_rest_mass", 0 <= probe.min_rest_mass < 1, "[0, 1)"), ("batch_size", probe.batch_size >= 1, "[1, inf)"),
-        ("resamples", probe.resamples >= 10, "[10, inf)"), ("confidence", 0 < probe.confidence < 1, "(0, 1)"),
-        ("pseudocount", probe.pseudocount > 0, "(0, inf) (zero counts must stay finite)"), ("every", probe.every >= 0, "[0, inf)"),
+        ("prompts", probe.prompts >= 1, "[1, inf)"),
+        ("positions", probe.positions >= 1, "[1, inf)"),
+        ("entropy_bins", probe.entropy_bins >= 1, "[1, inf)"),
+        ("branches", probe.branches >= 1, "[1, inf)"),
+        ("coverage", 0 < probe.coverage <= 1, "(0, 1]"),
+        ("continuations", probe.continuations >= 2, "[2, inf) (the jackknife leaves one out)"),
+        ("min_rest_mass", 0 <= probe.min_rest_mass < 1, "[0, 1)"),
+        ("batch_size", probe.batch_size >= 1, "[1, inf)"),
+        ("resamples", probe.resamples >= 10, "[10, inf)"),
+        ("confidence", 0 < probe.confidence < 1, "(0, 1)"),
+        ("pseudocount", probe.pseudocount > 0, "(0, inf) (zero counts must stay finite)"),
+        ("every", probe.every >= 0, "[0, inf)"),
     )
     for key, ok, allowed in checks:
         if not ok:
-            raise ValueError(f"probe.{key}={getattr(probe, key)} is out of range; allowed: {allowed}")
+            raise ValueError(
+                f"probe.{key}={getattr(probe, key)} is out of range; allowed: {allowed}"
+            )
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,12 @@ def quadrant_index(masks: QuadrantMasks) -> Tensor:
 
 
 def select_positions(
-    entropy: Tensor, quadrants: Tensor, candidate_mask: Tensor, *, positions: int, entropy_bins: int,
+    entropy: Tensor,
+    quadrants: Tensor,
+    candidate_mask: Tensor,
+    *,
+    positions: int,
+    entropy_bins: int,
     generator: torch.Generator,
 ) -> Positions:
     """Stratified draw of up to `positions` tokens (module docstring).
@@ -89,7 +102,9 @@ def select_positions(
         if members.numel() == 0:
             continue
         values = flat_entropy[members].double()
-        edges = torch.quantile(values, torch.linspace(0, 1, entropy_bins + 1, dtype=torch.float64)[1:-1])
+        edges = torch.quantile(
+            values, torch.linspace(0, 1, entropy_bins + 1, dtype=torch.float64)[1:-1]
+        )
         bins = torch.bucketize(values, edges, right=True)
         for b in range(entropy_bins):
             cell = members[bins == b]
@@ -105,7 +120,9 @@ def select_positions(
     flat = torch.tensor([i for _, i in chosen], dtype=torch.long)
     weight = torch.tensor([cells[c].numel() / taken[c] for c, _ in chosen], dtype=torch.float64)
     width = entropy.shape[1]
-    return Positions(sequence=flat // width, token=flat % width, quadrant=flat_quadrant[flat], weight=weight)
+    return Positions(
+        sequence=flat // width, token=flat % width, quadrant=flat_quadrant[flat], weight=weight
+    )
 
 
 @dataclass(frozen=True)
@@ -117,11 +134,19 @@ class Cost:
     generate_calls: int
 
     def line(self) -> str:
-        return (f"{self.rollouts} branching rollouts, at most {self.max_tokens} generated tokens, "
-                f"{self.generate_calls} generate call(s)")
+        return (
+            f"{self.rollouts} branching rollouts, at most {self.max_tokens} generated tokens, "
+            f"{self.generate_calls} generate call(s)"
+        )
 
 
-def branching_cost(branch_counts: Tensor, *, continuations: int, max_new_tokens: int, batch_size: int) -> Cost:
+def branching_cost(
+    branch_counts: Tensor, *, continuations: int, max_new_tokens: int, batch_size: int
+) -> Cost:
     """The cost of rolling out `branch_counts` [N] branches per position, K continuations each."""
     rollouts = int(branch_counts.sum()) * continuations
-    return Cost(rollouts=rollouts, max_tokens=rollouts * max_new_tokens, generate_calls=-(-rollouts // batch_size))
+    return Cost(
+        rollouts=rollouts,
+        max_tokens=rollouts * max_new_tokens,
+        generate_calls=-(-rollouts // batch_size),
+    )

@@ -56,7 +56,9 @@ def _weighted_mean(values: Tensor, weights: Tensor, z: float) -> tuple[float, fl
     return (mean, mean - half, mean + half)
 
 
-def probe_metrics(credit: PositionCredit, positions: Positions, *, num_classes: int, confidence: float) -> dict[str, float]:
+def probe_metrics(
+    credit: PositionCredit, positions: Positions, *, num_classes: int, confidence: float
+) -> dict[str, float]:
     """The `probe/*` metrics of one probe (module docstring)."""
     z = float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + confidence / 2)))
     ln_c = math.log(max(num_classes, 2))
@@ -72,42 +74,74 @@ def probe_metrics(credit: PositionCredit, positions: Positions, *, num_classes: 
         metrics[probe_key(f"{name}/cmi_mean_high")] = high
         defined = member & (credit.entropy >= MIN_CAP)
         metrics[probe_key(f"{name}/cmi_over_entropy_mean")] = _weighted_mean(
-            credit.cmi[defined] / credit.entropy[defined], positions.weight[defined], z)[0]
+            credit.cmi[defined] / credit.entropy[defined], positions.weight[defined], z
+        )[0]
         defined = member & (cap >= MIN_CAP)
         metrics[probe_key(f"{name}/cmi_over_cap_mean")] = _weighted_mean(
-            credit.cmi[defined] / cap[defined], positions.weight[defined], z)[0]
+            credit.cmi[defined] / cap[defined], positions.weight[defined], z
+        )[0]
         metrics[probe_key(f"{name}/above_ln_outcomes_share")] = _weighted_mean(
-            (credit.entropy[member] > ln_c).double(), weight, z)[0]
+            (credit.entropy[member] > ln_c).double(), weight, z
+        )[0]
         metrics[probe_key(f"{name}/outcome_cap_share")] = _weighted_mean(
-            (credit.outcome_entropy[member] < credit.entropy[member]).double(), weight, z)[0]
-        metrics[probe_key(f"{name}/credit_mean")] = _weighted_mean(credit.credit[member], weight, z)[0]
+            (credit.outcome_entropy[member] < credit.entropy[member]).double(), weight, z
+        )[0]
+        metrics[probe_key(f"{name}/credit_mean")] = _weighted_mean(
+            credit.credit[member], weight, z
+        )[0]
         metrics[probe_key(f"{name}/positions")] = float(member.sum())
-    targets = {"corr": credit.credit, "corr_signed": credit.polarity * credit.credit, "corr_advantage": credit.advantage}
+    targets = {
+        "corr": credit.credit,
+        "corr_signed": credit.polarity * credit.credit,
+        "corr_advantage": credit.advantage,
+    }
     for objective, weight in credit.weights.items():
         for prefix, target in targets.items():
             r, low, high = correlation_interval(target, weight, confidence=confidence)
             metrics[probe_key(f"{prefix}/{objective}")] = r
             metrics[probe_key(f"{prefix}/{objective}_low")] = low
             metrics[probe_key(f"{prefix}/{objective}_high")] = high
-    high_mask = (positions.quadrant == QUADRANT_ORDER.index("PHR")) | (positions.quadrant == QUADRANT_ORDER.index("NHR"))
+    high_mask = (positions.quadrant == QUADRANT_ORDER.index("PHR")) | (
+        positions.quadrant == QUADRANT_ORDER.index("NHR")
+    )
     total = float((positions.weight * credit.cmi.clamp_min(0)).sum())
     metrics[probe_key("high_entropy_cmi_share")] = (
-        float((positions.weight * credit.cmi.clamp_min(0))[high_mask].sum()) / total if total > 0 else math.nan)
-    metrics[probe_key("high_entropy_token_share")] = float(positions.weight[high_mask].sum() / positions.weight.sum())
+        float((positions.weight * credit.cmi.clamp_min(0))[high_mask].sum()) / total
+        if total > 0
+        else math.nan
+    )
+    metrics[probe_key("high_entropy_token_share")] = float(
+        positions.weight[high_mask].sum() / positions.weight.sum()
+    )
     metrics[probe_key("bound_violations")] = float((credit.cmi_low > cap + 1e-9).sum())
     return metrics
 
 
-def write_credit_csv(path: Path, credit: PositionCredit, positions: Positions, token_ids: Tensor, tokenizer: Any) -> Path:
+def write_credit_csv(
+    path: Path, credit: PositionCredit, positions: Positions, token_ids: Tensor, tokenizer: Any
+) -> Path:
     """One row per probed position: where it is, its entropies, Î with its interval, c_t and every w_t."""
     columns = {
-        "sequence": positions.sequence, "token": positions.token, "token_id": token_ids,
-        "quadrant": [QUADRANT_ORDER[int(q)] for q in positions.quadrant], "weight": positions.weight,
-        "entropy": credit.entropy, "branch_entropy": credit.branch_entropy, "outcome_entropy": credit.outcome_entropy,
-        "outcome_entropy_plugin": credit.outcome_entropy_plugin, "top_mass": credit.top_mass,
-        "rest_mass": credit.rest_mass, "branches": credit.branches, "cmi": credit.cmi, "cmi_plugin": credit.cmi_plugin,
-        "cmi_low": credit.cmi_low, "cmi_high": credit.cmi_high, "reward": credit.reward, "polarity": credit.polarity,
-        "credit": credit.credit, "hindsight_advantage": credit.advantage,
+        "sequence": positions.sequence,
+        "token": positions.token,
+        "token_id": token_ids,
+        "quadrant": [QUADRANT_ORDER[int(q)] for q in positions.quadrant],
+        "weight": positions.weight,
+        "entropy": credit.entropy,
+        "branch_entropy": credit.branch_entropy,
+        "outcome_entropy": credit.outcome_entropy,
+        "outcome_entropy_plugin": credit.outcome_entropy_plugin,
+        "top_mass": credit.top_mass,
+        "rest_mass": credit.rest_mass,
+        "branches": credit.branches,
+        "cmi": credit.cmi,
+        "cmi_plugin": credit.cmi_plugin,
+        "cmi_low": credit.cmi_low,
+        "cmi_high": credit.cmi_high,
+        "reward": credit.reward,
+        "polarity": credit.polarity,
+        "credit": credit.credit,
+        "hindsight_advantage": credit.advantage,
         **{f"w_{name}": w for name, w in credit.weights.items()},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +160,9 @@ def _number(value: Any) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 2**53 else f"{value:.6g}"
 
 
-def write_figures(directory: Path, credit: PositionCredit, positions: Positions, *, num_classes: int) -> list[Path]:
+def write_figures(
+    directory: Path, credit: PositionCredit, positions: Positions, *, num_classes: int
+) -> list[Path]:
     """I vs H_t with the bound lines, credit by quadrant, c_t vs each objective's token weight."""
     import matplotlib
 
@@ -147,8 +183,12 @@ def write_figures(directory: Path, credit: PositionCredit, positions: Positions,
         member = torch.tensor([n == q for n in names])
         if member.any():
             x, y = credit.entropy[member], credit.cmi[member]
-            err = torch.stack([y - credit.cmi_low[member], credit.cmi_high[member] - y]).clamp_min(0)
-            ax.errorbar(x, y, yerr=err, fmt="o", ms=4, color=colours[q], alpha=0.8, label=q, elinewidth=0.8)
+            err = torch.stack([y - credit.cmi_low[member], credit.cmi_high[member] - y]).clamp_min(
+                0
+            )
+            ax.errorbar(
+                x, y, yerr=err, fmt="o", ms=4, color=colours[q], alpha=0.8, label=q, elinewidth=0.8
+            )
     ax.set_xlabel("token entropy H_t (nats)")
     ax.set_ylabel("hindsight credit Î(o_t; r | s_t) (nats)")
     ax.legend(fontsize=8)
@@ -159,7 +199,10 @@ def write_figures(directory: Path, credit: PositionCredit, positions: Positions,
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     present = [q for q in QUADRANT_ORDER if q in names]
-    for ax, values, label in ((axes[0], credit.cmi, "Î (nats)"), (axes[1], credit.credit, "pointwise credit c_t (nats)")):
+    for ax, values, label in (
+        (axes[0], credit.cmi, "Î (nats)"),
+        (axes[1], credit.credit, "pointwise credit c_t (nats)"),
+    ):
         data = [values[torch.tensor([n == q for n in names])].numpy() for q in present]
         ax.boxplot(data, tick_labels=present)
         for i, d in enumerate(data):
@@ -172,7 +215,9 @@ def write_figures(directory: Path, credit: PositionCredit, positions: Positions,
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, len(credit.weights), figsize=(3.3 * len(credit.weights), 3.3), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(credit.weights), figsize=(3.3 * len(credit.weights), 3.3), squeeze=False
+    )
     for ax, (name, weight) in zip(axes[0], credit.weights.items()):
         r, _, _ = correlation_interval(credit.credit, weight, confidence=0.9)
         signed, _, _ = correlation_interval(credit.polarity * credit.credit, weight, confidence=0.9)
@@ -191,17 +236,29 @@ def write_figures(directory: Path, credit: PositionCredit, positions: Positions,
 
 def format_summary(metrics: dict[str, float]) -> str:
     """A small table: one line per quadrant, then the correlations."""
-    lines = [f"{'quadrant':<9}{'n':>4}{'mean I':>9}{'interval':>19}{'I/H_t':>8}{'I/cap':>8}{'H>lnC':>7}{'c_t':>8}"]
+    lines = [
+        f"{'quadrant':<9}{'n':>4}{'mean I':>9}{'interval':>19}{'I/H_t':>8}{'I/cap':>8}{'H>lnC':>7}{'c_t':>8}"
+    ]
     for q in (*QUADRANT_ORDER, "all"):
+
         def m(stat: str, quadrant: str = q) -> float:
             return metrics.get(probe_key(f"{quadrant}/{stat}"), math.nan)
 
-        lines.append(f"{q:<9}{int(m('positions')):>4}{m('cmi_mean'):>9.4f}   [{m('cmi_mean_low'):>6.4f}, {m('cmi_mean_high'):>6.4f}]"
-                     f"{m('cmi_over_entropy_mean'):>8.3f}{m('cmi_over_cap_mean'):>8.3f}{m('above_ln_outcomes_share'):>7.2f}"
-                     f"{m('credit_mean'):>8.3f}")
-    for prefix, label in (("corr", "c_t"), ("corr_signed", "polarity*c_t"), ("corr_advantage", "E[r|o_t]-E[r]")):
-        corr = [f"{name} {metrics[k]:.2f} [{metrics[k + '_low']:.2f}, {metrics[k + '_high']:.2f}]"
-                for k in sorted(metrics) if k.startswith(f"probe/{prefix}/") and not k.endswith(("_low", "_high"))
-                for name in [k.rsplit("/", 1)[1]]]
+        lines.append(
+            f"{q:<9}{int(m('positions')):>4}{m('cmi_mean'):>9.4f}   [{m('cmi_mean_low'):>6.4f}, {m('cmi_mean_high'):>6.4f}]"
+            f"{m('cmi_over_entropy_mean'):>8.3f}{m('cmi_over_cap_mean'):>8.3f}{m('above_ln_outcomes_share'):>7.2f}"
+            f"{m('credit_mean'):>8.3f}"
+        )
+    for prefix, label in (
+        ("corr", "c_t"),
+        ("corr_signed", "polarity*c_t"),
+        ("corr_advantage", "E[r|o_t]-E[r]"),
+    ):
+        corr = [
+            f"{name} {metrics[k]:.2f} [{metrics[k + '_low']:.2f}, {metrics[k + '_high']:.2f}]"
+            for k in sorted(metrics)
+            if k.startswith(f"probe/{prefix}/") and not k.endswith(("_low", "_high"))
+            for name in [k.rsplit("/", 1)[1]]
+        ]
         lines.append(f"corr({label}, w_t): " + "; ".join(corr))
     return "\n".join(lines)

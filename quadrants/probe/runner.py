@@ -57,17 +57,27 @@ class ProbeResult:
 
 
 def probe_policy(
-    model: torch.nn.Module, tokenizer: Any, engine: RolloutEngine, grader: Grader, task: Task, cfg: RunConfig,
-    *, out_dir: Path | None = None, announce: bool = True,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    engine: RolloutEngine,
+    grader: Grader,
+    task: Task,
+    cfg: RunConfig,
+    *,
+    out_dir: Path | None = None,
+    announce: bool = True,
 ) -> ProbeResult:
     """One probe of `model` (sampled by `engine`) on `task`'s training prompts, as `cfg.probe` says."""
     probe = cfg.probe
     started = time.perf_counter()
     if announce:
         bound = probe.positions * (probe.branches + 1) * probe.continuations
-        print(f"quadrants probe: {probe.prompts} prompts x {cfg.rollout.group_size} responses; at most {bound} "
-              f"branching rollouts ({probe.positions} positions x {probe.branches + 1} branches x "
-              f"{probe.continuations} continuations), at most {bound * cfg.rollout.max_new_tokens} tokens", flush=True)
+        print(
+            f"quadrants probe: {probe.prompts} prompts x {cfg.rollout.group_size} responses; at most {bound} "
+            f"branching rollouts ({probe.positions} positions x {probe.branches + 1} branches x "
+            f"{probe.continuations} continuations), at most {bound * cfg.rollout.max_new_tokens} tokens",
+            flush=True,
+        )
     problems = task.train_batch(probe.prompts, random.Random(probe.seed))
     sampled = sample_batch(model, tokenizer, engine, grader, problems, cfg)
     batch = sampled.batch
@@ -75,14 +85,41 @@ def probe_policy(
     if not candidates.any():
         candidates = batch.response_mask
     generator = torch.Generator().manual_seed(probe.seed)
-    positions = select_positions(batch.entropy, quadrant_index(batch.quadrants), candidates,
-                                 positions=probe.positions, entropy_bins=probe.entropy_bins, generator=generator)
-    probs = next_token_probs(model, sampled.rollouts, positions, temperature=cfg.rollout.temperature)
-    graded = roll_out_branches(engine, grader, tokenizer, sampled, positions, probs, cfg,
-                               stop_ids=stop_token_ids(model, tokenizer), generator=generator, announce=announce)
-    credit = estimate_credit(graded, positions, sampled, resamples=probe.resamples, confidence=probe.confidence,
-                             pseudocount=probe.pseudocount, generator=generator)
-    metrics = probe_metrics(credit, positions, num_classes=max(2, graded.classes.numel()), confidence=probe.confidence)
+    positions = select_positions(
+        batch.entropy,
+        quadrant_index(batch.quadrants),
+        candidates,
+        positions=probe.positions,
+        entropy_bins=probe.entropy_bins,
+        generator=generator,
+    )
+    probs = next_token_probs(
+        model, sampled.rollouts, positions, temperature=cfg.rollout.temperature
+    )
+    graded = roll_out_branches(
+        engine,
+        grader,
+        tokenizer,
+        sampled,
+        positions,
+        probs,
+        cfg,
+        stop_ids=stop_token_ids(model, tokenizer),
+        generator=generator,
+        announce=announce,
+    )
+    credit = estimate_credit(
+        graded,
+        positions,
+        sampled,
+        resamples=probe.resamples,
+        confidence=probe.confidence,
+        pseudocount=probe.pseudocount,
+        generator=generator,
+    )
+    metrics = probe_metrics(
+        credit, positions, num_classes=max(2, graded.classes.numel()), confidence=probe.confidence
+    )
     seconds = time.perf_counter() - started
     metrics[probe_key("rollouts")] = float(graded.rollouts)
     metrics[probe_key("tokens")] = float(graded.tokens)
@@ -91,28 +128,48 @@ def probe_policy(
     result = ProbeResult(metrics=metrics, credit=credit, positions=positions, seconds=seconds)
     if out_dir is not None:
         token_ids = sampled.rollouts.response_ids[positions.sequence, positions.token]
-        result.files.append(write_credit_csv(out_dir / "credit.csv", credit, positions, token_ids, tokenizer))
-        result.files.extend(write_figures(out_dir, credit, positions, num_classes=max(2, graded.classes.numel())))
+        result.files.append(
+            write_credit_csv(out_dir / "credit.csv", credit, positions, token_ids, tokenizer)
+        )
+        result.files.extend(
+            write_figures(out_dir, credit, positions, num_classes=max(2, graded.classes.numel()))
+        )
         summary = out_dir / "metrics.json"
         summary.write_text(json.dumps(metrics, indent=1, sort_keys=True))
         result.files.append(summary)
     return result
 
 
-def probe_in_training(ctx: StepContext, step: int, tracker: Tracker | None = None) -> dict[str, float]:
+def probe_in_training(
+    ctx: StepContext, step: int, tracker: Tracker | None = None
+) -> dict[str, float]:
     """`probe/*` metrics of the live policy (the loop calls this every `probe.every` steps; one process
     only: under torch.distributed it returns {} and says so once).
 
     Files go to ``<run_dir>/probe/step_<N>/`` and, with a tracker, to the run's artifacts."""
     cfg = ctx.cfg
-    if ctx.dist.world_size > 1:  # the policy is sharded: one rank alone cannot run its forward passes
+    if (
+        ctx.dist.world_size > 1
+    ):  # the policy is sharded: one rank alone cannot run its forward passes
         if ctx.dist.is_main and step == cfg.probe.every:
-            log.warning("probe.every is ignored under torch.distributed; probe a checkpoint with python -m quadrants.probe")
+            log.warning(
+                "probe.every is ignored under torch.distributed; probe a checkpoint with python -m quadrants.probe"
+            )
         return {}
     out_dir = Path(cfg.run_dir) / "probe" / f"step_{step:07d}" if cfg.run_dir else None
-    with torch.random.fork_rng(devices=[]):  # the engine reseeds torch: keep the training stream as it was
-        result = probe_policy(ctx.model, ctx.tokenizer, ctx.engine, ctx.grader, ctx.task, cfg, out_dir=out_dir,
-                              announce=False)
+    with torch.random.fork_rng(
+        devices=[]
+    ):  # the engine reseeds torch: keep the training stream as it was
+        result = probe_policy(
+            ctx.model,
+            ctx.tokenizer,
+            ctx.engine,
+            ctx.grader,
+            ctx.task,
+            cfg,
+            out_dir=out_dir,
+            announce=False,
+        )
     if out_dir is not None and tracker is not None:
         tracker.log_artifact(out_dir, f"probe/step_{step:07d}")
     return result.metrics
@@ -131,10 +188,19 @@ def probe_dir(cfg: RunConfig, target: EvalTarget) -> Path:
 def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
     from dataclasses import asdict
 
-    params: dict[str, Any] = {"target": cfg.eval.target or target.model, "model": target.model,
-                              "checkpoint_step": target.step, "seed": cfg.seed}
+    params: dict[str, Any] = {
+        "target": cfg.eval.target or target.model,
+        "model": target.model,
+        "checkpoint_step": target.step,
+        "seed": cfg.seed,
+    }
     params.update({f"probe.{k}": v for k, v in asdict(cfg.probe).items()})
-    params.update({f"rollout.{k}": getattr(cfg.rollout, k) for k in ("group_size", "temperature", "top_p", "max_new_tokens")})
+    params.update(
+        {
+            f"rollout.{k}": getattr(cfg.rollout, k)
+            for k in ("group_size", "temperature", "top_p", "max_new_tokens")
+        }
+    )
     return params
 
 
@@ -155,22 +221,42 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
     own_tracker = tracker is None
     if tracker is None:
         tags = {**eval_tags(cfg, target), "quadrants.role": "probe"}
-        tracker = MlflowTracker(tracking_uri(cfg), cfg.study, run_name=f"probe {target.label}", tags=tags,
-                                spool_dir=directory / "tracking", artifact_location=artifact_location(cfg))
+        tracker = MlflowTracker(
+            tracking_uri(cfg),
+            cfg.study,
+            run_name=f"probe {target.label}",
+            tags=tags,
+            spool_dir=directory / "tracking",
+            artifact_location=artifact_location(cfg),
+        )
     run_id = tracker.start()
     if isinstance(tracker, MlflowTracker):
-        print(f"quadrants: probing {target.label} ({target.kind}); MLflow run {run_id} at {tracking_uri(cfg)}", flush=True)
+        print(
+            f"quadrants: probing {target.label} ({target.kind}); MLflow run {run_id} at {tracking_uri(cfg)}",
+            flush=True,
+        )
     tracker.log_params(probe_params(cfg, target))
     try:
         torch.manual_seed(cfg.seed)
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
         model = model.to(resolve_device(cfg.train.device))
-        task = make_run_task(cfg, tokenizer)  # the run's task in the run's prompt format, as training renders it
-        engine = TextEngine(model, tokenizer) if cfg.rollout.engine == "hf" else _vllm_engine(cfg, model, tokenizer)
+        task = make_run_task(
+            cfg, tokenizer
+        )  # the run's task in the run's prompt format, as training renders it
+        engine = (
+            TextEngine(model, tokenizer)
+            if cfg.rollout.engine == "hf"
+            else _vllm_engine(cfg, model, tokenizer)
+        )
         try:
-            with Grader(num_workers=_grader_workers(), timeout_s=GRADER_TIMEOUT_S,
-                        extraction=cfg.task.answer_extraction) as grader:
-                result = probe_policy(model, tokenizer, engine, grader, task, cfg, out_dir=directory / "results")
+            with Grader(
+                num_workers=_grader_workers(),
+                timeout_s=GRADER_TIMEOUT_S,
+                extraction=cfg.task.answer_extraction,
+            ) as grader:
+                result = probe_policy(
+                    model, tokenizer, engine, grader, task, cfg, out_dir=directory / "results"
+                )
         finally:
             engine.close()
         tracker.log_metrics(result.metrics, step=target.step)
@@ -182,8 +268,11 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
     if own_tracker:
         tracker.finish("FINISHED")
     print(format_summary(result.metrics), flush=True)
-    print(f"quadrants: probe took {result.seconds:.1f} s ({result.metrics[probe_key('rollouts')]:.0f} rollouts, "
-          f"{result.metrics[probe_key('rollouts_per_s')]:.1f} rollouts/s); files in {directory / 'results'}", flush=True)
+    print(
+        f"quadrants: probe took {result.seconds:.1f} s ({result.metrics[probe_key('rollouts')]:.0f} rollouts, "
+        f"{result.metrics[probe_key('rollouts_per_s')]:.1f} rollouts/s); files in {directory / 'results'}",
+        flush=True,
+    )
     return result
 
 

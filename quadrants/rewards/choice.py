@@ -29,7 +29,9 @@ _WRAPPER = re.compile(r"^\\(?:text|textbf|mathrm|mathbf|mbox)\s?\{(.*)\}$", re.D
 _BOXED_LETTER = re.compile(r"^\(?([A-J])\)?(?:[.:)]( .*)?)?$", re.DOTALL)
 _BLANKS = re.compile(r"[ \t\r\f\v]+")
 # on blank-squeezed text; the letter must not start a word ("The answer is Albert")
-_ANSWER_LETTER = re.compile(r"(?i:answer) ?(?:(?i:is) ?)?[:=]? ?(?:\*\*|\$)? ?\(?([A-J])\)?(?![A-Za-z0-9])")
+_ANSWER_LETTER = re.compile(
+    r"(?i:answer) ?(?:(?i:is) ?)?[:=]? ?(?:\*\*|\$)? ?\(?([A-J])\)?(?![A-Za-z0-9])"
+)
 _BARE_LETTER = re.compile(r"^\(?([A-J])\)?(?:[.:)]( .*)?)?$")
 
 
@@ -99,4 +101,9 @@ class ChoiceRule:
         return Outcome.correct if letter == self.gold else Outcome.wrong
 
     def describe(self) -> dict[str, Any]:
-        return {"rule": "choice", "gold": self.gold, "options": self.options, "permutation": list(self.permutation)}
+        return {
+            "rule": "choice",
+            "gold": self.gold,
+            "options": self.options,
+            "permutation": list(self.permutation),
+        }

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["EXTRACTIONS", "MAX_ANSWER_CHARS", "MAX_COMPLETION_CHARS", "boxed_or_last_number", "last_boxed"]
+__all__ = [
+    "EXTRACTIONS",
+    "MAX_ANSWER_CHARS",
+    "MAX_COMPLETION_CHARS",
+    "boxed_or_last_number",
+    "last_boxed",
+]
 
 MAX_ANSWER_CHARS = 1_000
 """Longest answer we accept; anything longer is degenerate output, not an answer."""

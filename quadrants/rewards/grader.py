@@ -51,7 +51,13 @@ from typing import Literal
 import math_verify
 from math_verify.errors import TimeoutException
 
-from quadrants.rewards.extract import EXTRACTIONS, MAX_ANSWER_CHARS, MAX_COMPLETION_CHARS, boxed_or_last_number, last_boxed
+from quadrants.rewards.extract import (
+    EXTRACTIONS,
+    MAX_ANSWER_CHARS,
+    MAX_COMPLETION_CHARS,
+    boxed_or_last_number,
+    last_boxed,
+)
 from quadrants.rewards.normalize import normalize_answer
 from quadrants.rewards.outcome import Outcome
 
@@ -66,7 +72,9 @@ _GOLD_CACHE: dict[str, list] = {}  # a worker sees each gold G times per batch; 
 _GOLD_CACHE_SIZE = 4096
 _STARTUP_TIMEOUT_S = 120.0
 _MAX_CHUNK = 64
-_CPU_LIMIT_SLACK_S = 2  # RLIMIT_CPU sits this far past the item's CPU budget: only C code ignoring SIGPROF meets it
+_CPU_LIMIT_SLACK_S = (
+    2  # RLIMIT_CPU sits this far past the item's CPU budget: only C code ignoring SIGPROF meets it
+)
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 _Item = tuple[int, str, str]  # (index in the batch, completion, gold)
@@ -235,7 +243,9 @@ def _worker_main(conn: Connection, timeout_s: float, clock: Clock, memory_mb: fl
         # our CPU timer replaces math-verify's alarms; its one-off "timeout is disabled" warning is moot
         math_verify.parser.TIMEOUT_WARNING_SHOWN = True
         math_verify.grader.TIMEOUT_WARNING_SHOWN = True
-    grade_one("\\boxed{1}", "1", timeout_s, clock=clock)  # warm up imports and math-verify's regex caches
+    grade_one(
+        "\\boxed{1}", "1", timeout_s, clock=clock
+    )  # warm up imports and math-verify's regex caches
     if memory_mb is not None:
         cap_address_space(memory_mb)
     try:
@@ -385,10 +395,14 @@ class Grader:
             raise ValueError(f"bad Grader({num_workers=}, {timeout_s=}, {deadline_margin_s=})")
         if clock not in ("wall", "cpu"):
             raise ValueError(f"Grader clock={clock!r} is unknown; choose one of ['wall', 'cpu']")
-        if (memory_mb is not None and memory_mb <= 0) or (wall_limit_s is not None and wall_limit_s <= 0):
+        if (memory_mb is not None and memory_mb <= 0) or (
+            wall_limit_s is not None and wall_limit_s <= 0
+        ):
             raise ValueError(f"bad Grader({memory_mb=}, {wall_limit_s=}): both must be > 0 or None")
         if extraction not in EXTRACTIONS:
-            raise ValueError(f"unknown answer extraction {extraction!r}; choose one of {list(EXTRACTIONS)}")
+            raise ValueError(
+                f"unknown answer extraction {extraction!r}; choose one of {list(EXTRACTIONS)}"
+            )
         self.extraction = extraction
         self.num_workers = num_workers
         self.timeout_s = timeout_s
@@ -449,8 +463,10 @@ class Grader:
         # cut before they reach a pipe.
         outcomes = [Outcome.error] * len(completions)
         if self.extraction == "boxed_or_last_number":
-            completions = [boxed_or_last_number(c[-MAX_COMPLETION_CHARS:]) if isinstance(c, str) else c
-                           for c in completions]
+            completions = [
+                boxed_or_last_number(c[-MAX_COMPLETION_CHARS:]) if isinstance(c, str) else c
+                for c in completions
+            ]
         items = [
             (index, completion[-MAX_COMPLETION_CHARS:], gold)
             for index, (completion, gold) in enumerate(zip(completions, golds))
@@ -460,7 +476,9 @@ class Grader:
             if threading.current_thread() is not threading.main_thread():
                 raise RuntimeError("Grader(num_workers=0) must be used from the main thread")
             for index, completion, gold in items:
-                outcomes[index] = grade_one(completion, gold, self.timeout_s)  # wall clock: see the class
+                outcomes[index] = grade_one(
+                    completion, gold, self.timeout_s
+                )  # wall clock: see the class
             return GradeBatch.from_outcomes(outcomes)
         try:
             self._grade_in_pool(items, outcomes)
@@ -476,7 +494,9 @@ class Grader:
         """Launch one worker; it reports ready (None) once math-verify is imported and warm."""
         parent_conn, child_conn = self._context.Pipe()
         process = self._context.Process(
-            target=_worker_main, args=(child_conn, self.timeout_s, self.clock, self.memory_mb), daemon=True
+            target=_worker_main,
+            args=(child_conn, self.timeout_s, self.clock, self.memory_mb),
+            daemon=True,
         )
         process.start()
         child_conn.close()
@@ -524,7 +544,10 @@ class Grader:
                 worker = next(w for w in self._workers if w.conn is conn)
                 try:
                     message = worker.conn.recv()
-                except (EOFError, OSError):  # crashed (segfault, OOM kill, CPU limit) on its current item
+                except (
+                    EOFError,
+                    OSError,
+                ):  # crashed (segfault, OOM kill, CPU limit) on its current item
                     worker.process.join(timeout=5.0)  # for its exit code
                     over_cpu = worker.process.exitcode == -signal.SIGXCPU  # RLIMIT_CPU: out of time
                     replace(worker, Outcome.timeout if over_cpu else Outcome.error)

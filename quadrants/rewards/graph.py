@@ -84,8 +84,11 @@ def parse_graph(question: str) -> Graph | None:
         directed = directed or match.group(2) == "->"
     query = _QUERY.search(text, node_range.end())
     return Graph(
-        nodes=int(node_range.group(2)) + 1, edges=tuple(edges), directed=directed,
-        source=int(query.group(1)) if query else None, target=int(query.group(2)) if query else None,
+        nodes=int(node_range.group(2)) + 1,
+        edges=tuple(edges),
+        directed=directed,
+        source=int(query.group(1)) if query else None,
+        target=int(query.group(2)) if query else None,
     )
 
 
@@ -157,7 +160,11 @@ class GraphRule:
             if number is None:
                 return Outcome.no_answer
             gold = float(self.reference)
-            return Outcome.correct if abs(float(number.group()) - gold) <= 1e-6 * max(1.0, abs(gold)) else Outcome.wrong
+            return (
+                Outcome.correct
+                if abs(float(number.group()) - gold) <= 1e-6 * max(1.0, abs(gold))
+                else Outcome.wrong
+            )
         nodes = _integers(answer)
         if not nodes:
             return Outcome.no_answer
@@ -195,17 +202,25 @@ def graph_rule(task: str, reference: str, question: str) -> GraphRule:
         return GraphRule(task, "number", answer)
     sequences = _node_sequences(answer)
     if sequences is None:
-        raise ValueError(f"graphwiz {task}: reference answer {reference[:80]!r} is not yes/no, a number or node lists")
+        raise ValueError(
+            f"graphwiz {task}: reference answer {reference[:80]!r} is not yes/no, a number or node lists"
+        )
     graph = parse_graph(question)
     if graph is None or not graph.edges:
-        raise ValueError(f"graphwiz {task}: no graph ('numbered from 0 to N' and edges) in the prompt")
+        raise ValueError(
+            f"graphwiz {task}: no graph ('numbered from 0 to N' and edges) in the prompt"
+        )
     if len(sequences) > 1 or answer.startswith("[["):
         if not all(is_topological_order(order, graph) for order in sequences):
-            raise ValueError(f"graphwiz {task}: reference order {answer[:80]!r} is not valid on the prompt's graph")
+            raise ValueError(
+                f"graphwiz {task}: reference order {answer[:80]!r} is not valid on the prompt's graph"
+            )
         return GraphRule(task, "orders", json.dumps(sequences), graph)
     rule = GraphRule(task, "path", json.dumps(sequences[0]), graph)
     if not rule._valid(sequences[0]):
-        raise ValueError(f"graphwiz {task}: reference path {answer[:80]!r} is not valid on the prompt's graph")
+        raise ValueError(
+            f"graphwiz {task}: reference path {answer[:80]!r} is not valid on the prompt's graph"
+        )
     return rule
 
 

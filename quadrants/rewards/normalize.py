@@ -38,9 +38,13 @@ def normalize_answer(answer: str) -> str:
     Returns:
         The normalised answer (possibly empty when the answer was only a period).
     """
-    answer = _UNESCAPED_DOLLAR.sub("", answer.strip()).strip()  # one box holds "...+$ $\dot{x}_{0}..."
+    answer = _UNESCAPED_DOLLAR.sub(
+        "", answer.strip()
+    ).strip()  # one box holds "...+$ $\dot{x}_{0}..."
     answer = _TRAILING_PERIOD.sub("", answer).rstrip()
-    scientific = _SCIENTIFIC.fullmatch(answer)  # whole answer only: "e" elsewhere is Euler's or a variable
+    scientific = _SCIENTIFIC.fullmatch(
+        answer
+    )  # whole answer only: "e" elsewhere is Euler's or a variable
     if scientific:  # "1.e5" is Python's 1e5: the mantissa loses a bare trailing point
         mantissa, exponent = scientific.group(1), scientific.group(2)
         answer = f"{mantissa.removesuffix('.')} \\times 10^{{{exponent}}}"

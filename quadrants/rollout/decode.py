@@ -39,7 +39,9 @@ class PreallocatedLayer(DynamicLayer):
         self.capacity = capacity
         self.length = 0
 
-    def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
+    def update(
+        self, key_states: Tensor, value_states: Tensor, *args, **kwargs
+    ) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:
             self.dtype, self.device = key_states.dtype, key_states.device
             shape = (*key_states.shape[:2], self.capacity, key_states.shape[-1])
@@ -48,7 +50,9 @@ class PreallocatedLayer(DynamicLayer):
             self.is_initialized = True
         end = self.length + key_states.shape[-2]
         if end > self.capacity:
-            raise ValueError(f"the preallocated cache holds {self.capacity} positions, {end} were asked for")
+            raise ValueError(
+                f"the preallocated cache holds {self.capacity} positions, {end} were asked for"
+            )
         self._key_buffer[:, :, self.length : end] = key_states
         self._value_buffer[:, :, self.length : end] = value_states
         self.length = end
@@ -60,7 +64,10 @@ def preallocated_cache(config, capacity: int) -> DynamicCache:
     """A DynamicCache whose layers are PreallocatedLayer(capacity) (full-attention models; any other
     layer type keeps transformers' own layer)."""
     cache = DynamicCache(config=config)
-    cache.layers = [PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [
+        PreallocatedLayer(capacity) if type(layer) is DynamicLayer else layer
+        for layer in cache.layers
+    ]
     return cache
 
 
@@ -113,8 +120,14 @@ def sample(
     mask = prompt_mask.long()
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # [B, P], as generate builds them
     cache = preallocated_cache(model.config, prompt_ids.shape[1] + max_new_tokens)
-    out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     position = positions[:, -1:]
     unfinished = torch.ones(prompt_ids.shape[0], dtype=torch.long, device=prompt_ids.device)
     stops = torch.tensor(stop_ids, dtype=prompt_ids.dtype, device=prompt_ids.device)
@@ -139,11 +152,22 @@ def sample(
             break
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
         position = position + 1
-        out = model(input_ids=next_tokens[:, None], attention_mask=mask, position_ids=position,
-                    past_key_values=cache, use_cache=True, logits_to_keep=1)
-    stacked = torch.stack(tokens, dim=1) if tokens else prompt_ids.new_zeros(prompt_ids.shape[0], 0)  # [B, T]
+        out = model(
+            input_ids=next_tokens[:, None],
+            attention_mask=mask,
+            position_ids=position,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    stacked = (
+        torch.stack(tokens, dim=1) if tokens else prompt_ids.new_zeros(prompt_ids.shape[0], 0)
+    )  # [B, T]
     if not record:
         return Decoded(stacked, None, None)
     empty = torch.zeros(stacked.shape, device=stacked.device)
-    return Decoded(stacked, torch.stack(logps, dim=1) if logps else empty,
-                   torch.stack(entropies, dim=1) if entropies else empty)
+    return Decoded(
+        stacked,
+        torch.stack(logps, dim=1) if logps else empty,
+        torch.stack(entropies, dim=1) if entropies else empty,
+    )

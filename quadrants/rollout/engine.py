@@ -79,7 +79,9 @@ class RolloutEngine(Protocol):
         ...
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence[str] | Sequence[Sequence[int]]) -> dict[str, Tensor]:
+def encode_prompts(
+    tokenizer: Any, prompts: Sequence[str] | Sequence[Sequence[int]]
+) -> dict[str, Tensor]:
     """Left-padded ``input_ids`` and ``attention_mask`` ([B, P] long each) of prompt texts (tokenized
     without special tokens, as every engine does) or of token-id prefixes (padded as they are)."""
     if not prompts or isinstance(prompts[0], str):

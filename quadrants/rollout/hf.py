@@ -41,7 +41,9 @@ class SampledLogprobs(LogitsProcessor):
 
     def __init__(self, temperature: float) -> None:
         self.temperature = temperature
-        self._previous: Tensor | None = None  # [B, V] log-probs of the step whose token is not yet known
+        self._previous: Tensor | None = (
+            None  # [B, V] log-probs of the step whose token is not yet known
+        )
         self._steps: list[Tensor] = []  # [B] each
 
     def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
@@ -55,7 +57,9 @@ class SampledLogprobs(LogitsProcessor):
         steps = list(self._steps)
         length = response_ids.shape[1]
         if self._previous is not None and len(steps) < length:
-            steps.append(self._previous.gather(-1, response_ids[:, len(steps) : len(steps) + 1]).squeeze(-1))
+            steps.append(
+                self._previous.gather(-1, response_ids[:, len(steps) : len(steps) + 1]).squeeze(-1)
+            )
         if not steps:
             return torch.zeros(response_ids.shape, device=response_ids.device)
         return torch.stack(steps[:length], dim=1)  # [B, T]
@@ -72,10 +76,18 @@ class HFEngine:
             log-probs but no entropy.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, logprobs: bool = True,
-                 lean: bool = True) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        logprobs: bool = True,
+        lean: bool = True,
+    ) -> None:
         if tokenizer.pad_token_id is None:
-            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token before rollouts")
+            raise ValueError(
+                "the tokenizer has no pad token; set tokenizer.pad_token before rollouts"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
@@ -105,13 +117,22 @@ class HFEngine:
         self.model.eval()
         device = model_device(self.model)
         if self.lean:
-            decoded = sample(self.model, prompt_ids.to(device), prompt_mask.to(device),
-                             max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-                             top_p=sampling.top_p, stop_ids=self.stop_ids,
-                             pad_id=self.tokenizer.pad_token_id, record=self.logprobs)
+            decoded = sample(
+                self.model,
+                prompt_ids.to(device),
+                prompt_mask.to(device),
+                max_new_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                stop_ids=self.stop_ids,
+                pad_id=self.tokenizer.pad_token_id,
+                record=self.logprobs,
+            )
             response_ids, logp, entropy = decoded.tokens, decoded.logp, decoded.entropy
         else:
-            response_ids, logp = self._generate(prompt_ids.to(device), prompt_mask.to(device), sampling)
+            response_ids, logp = self._generate(
+                prompt_ids.to(device), prompt_mask.to(device), sampling
+            )
             entropy = None
         self.model.train(was_training)
         logp = torch.zeros(response_ids.shape) if logp is None else logp.cpu()
@@ -133,10 +154,14 @@ class HFEngine:
             behaviour_entropy=None if entropy is None else entropy * response_mask,
         )
 
-    def _generate(self, prompt_ids: Tensor, prompt_mask: Tensor, sampling: SamplingSettings) -> tuple[Tensor, Tensor | None]:
+    def _generate(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, sampling: SamplingSettings
+    ) -> tuple[Tensor, Tensor | None]:
         """`model.generate` with the recorder: (response ids [B, T], log-probs [B, T] or None)."""
         greedy = sampling.temperature == 0
-        recorder = SampledLogprobs(1.0 if greedy else sampling.temperature) if self.logprobs else None
+        recorder = (
+            SampledLogprobs(1.0 if greedy else sampling.temperature) if self.logprobs else None
+        )
         processors = LogitsProcessorList([recorder] if recorder is not None else [])
         if not greedy:  # after the recorder, in generate's own order: temperature, then top-p
             processors.append(TemperatureLogitsWarper(sampling.temperature))
@@ -145,9 +170,15 @@ class HFEngine:
         # temperature and top-p are applied by `processors`; neutral values override the model's defaults
         sampling_flags = {} if greedy else dict(temperature=1.0, top_p=1.0, top_k=0)
         sequences = self.model.generate(
-            input_ids=prompt_ids, attention_mask=prompt_mask.long(), do_sample=not greedy, repetition_penalty=1.0,
-            logits_processor=processors, **sampling_flags, max_new_tokens=sampling.max_new_tokens,
-            eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id,
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask.long(),
+            do_sample=not greedy,
+            repetition_penalty=1.0,
+            logits_processor=processors,
+            **sampling_flags,
+            max_new_tokens=sampling.max_new_tokens,
+            eos_token_id=self.stop_ids,
+            pad_token_id=self.tokenizer.pad_token_id,
         )
         response_ids = sequences[:, prompt_ids.shape[1] :]  # [B, T], on the model's device
         return response_ids, None if recorder is None else recorder.result(response_ids)
@@ -161,16 +192,26 @@ def stop_token_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> list
     config = getattr(model, "generation_config", None)
     configured = getattr(config, "eos_token_id", None) if config is not None else None
     for value in (tokenizer.eos_token_id, configured):
-        ids.extend(value if isinstance(value, (list, tuple)) else [value] if value is not None else [])
-    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+        ids.extend(
+            value if isinstance(value, (list, tuple)) else [value] if value is not None else []
+        )
+    im_end = (
+        tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if "<|im_end|>" in tokenizer.get_vocab()
+        else None
+    )
     if im_end is not None:
         ids.append(im_end)
     return sorted({int(i) for i in ids})
 
 
-def _mask_after_eos(response_ids: torch.Tensor, eos_ids: int | list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def _mask_after_eos(
+    response_ids: torch.Tensor, eos_ids: int | list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Response mask keeping tokens up to and including the first stop token. Returns ([B, T] bool, [B] bool)."""
-    stops = torch.tensor([eos_ids] if isinstance(eos_ids, int) else list(eos_ids), dtype=response_ids.dtype)
+    stops = torch.tensor(
+        [eos_ids] if isinstance(eos_ids, int) else list(eos_ids), dtype=response_ids.dtype
+    )
     is_eos = torch.isin(response_ids, stops)  # [B, T]
     eos_before = is_eos.long().cumsum(-1) - is_eos.long()  # EOS tokens strictly before t
     return eos_before == 0, is_eos.any(-1)

@@ -138,18 +138,24 @@ class VLLMEngine:
         when None, on `model`'s config and `tokenizer` saved to a temporary directory and then
         `model`'s weights (a collective when `model` is sharded: every rank starts its engine together)."""
         if tokenizer.pad_token_id is None:
-            raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token before rollouts")
+            raise ValueError(
+                "the tokenizer has no pad token; set tokenizer.pad_token before rollouts"
+            )
         vllm = import_vllm()
         from vllm.platforms import current_platform
 
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
-        self.stop_ids = stop_token_ids(model, tokenizer)  # the HF engine's: both stop at the same tokens
+        self.stop_ids = stop_token_ids(
+            model, tokenizer
+        )  # the HF engine's: both stop at the same tokens
         self.settings = settings
         self._scratch: str | None = None
         if model_source is None:
             self._scratch = tempfile.mkdtemp(prefix="quadrants-vllm-")
-            weakref.finalize(self, shutil.rmtree, self._scratch, True)  # also if close() is never called
+            weakref.finalize(
+                self, shutil.rmtree, self._scratch, True
+            )  # also if close() is never called
             # config and tokenizer only: vLLM starts on dummy weights and the first sync below loads
             # `model`'s (no weight file, and it works from FSDP2 shards, where transformers'
             # save_pretrained would write on rank 0 only)
@@ -158,14 +164,20 @@ class VLLMEngine:
             model_source = self._scratch
         self.sleeps = settings.sleep_level > 0 and current_platform.is_sleep_mode_available()
         if settings.sleep_level > 0 and not self.sleeps:
-            log.info("vLLM sleep mode is GPU-only (CUDA/ROCm/XPU); on %s the engine stays resident",
-                     current_platform.device_type)
-        if settings.in_process or settings.external_launcher:  # vLLM's external launcher requires it
+            log.info(
+                "vLLM sleep mode is GPU-only (CUDA/ROCm/XPU); on %s the engine stays resident",
+                current_platform.device_type,
+            )
+        if (
+            settings.in_process or settings.external_launcher
+        ):  # vLLM's external launcher requires it
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         launcher: dict[str, Any] = {}
         if settings.external_launcher:
-            launcher = dict(distributed_executor_backend="external_launcher",
-                            data_parallel_size=settings.data_parallel_size)
+            launcher = dict(
+                distributed_executor_backend="external_launcher",
+                data_parallel_size=settings.data_parallel_size,
+            )
         kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
         self.llm = vllm.LLM(
             model=model_source,
@@ -195,7 +207,9 @@ class VLLMEngine:
         so repeated prefixes draw independent continuations (as rows of one HF batch do)."""
         return self.generate(prompts, sampling, distinct_seeds=True)  # type: ignore[arg-type]  # ids too
 
-    def generate(self, prompts: list[str], sampling: SamplingSettings, *, distinct_seeds: bool = False) -> Rollouts:
+    def generate(
+        self, prompts: list[str], sampling: SamplingSettings, *, distinct_seeds: bool = False
+    ) -> Rollouts:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -230,12 +244,24 @@ class VLLMEngine:
                 request_params.seed = sampling.seed + i * sampling.n
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         self._sleep()
-        completions = [c for out in outputs for c in out.outputs]  # prompt-major: the n samples stay together
+        completions = [
+            c for out in outputs for c in out.outputs
+        ]  # prompt-major: the n samples stay together
         responses = [list(c.token_ids) for c in completions]
         # logprobs=0: each position's dict holds just the sampled token's Logprob
-        logprobs = [[entry[token].logprob for entry, token in zip(c.logprobs, c.token_ids)] for c in completions]
-        return assemble_rollouts(self.tokenizer, prompt_ids, prompt_mask, responses, logprobs, n=sampling.n,
-                                 stop_ids=self.stop_ids)
+        logprobs = [
+            [entry[token].logprob for entry, token in zip(c.logprobs, c.token_ids)]
+            for c in completions
+        ]
+        return assemble_rollouts(
+            self.tokenizer,
+            prompt_ids,
+            prompt_mask,
+            responses,
+            logprobs,
+            n=sampling.n,
+            stop_ids=self.stop_ids,
+        )
 
     def sync_weights(self, model: nn.Module) -> None:
         """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the prefix cache.

@@ -18,18 +18,46 @@ from typing import Any
 
 from quadrants.tasks.base import Problem, RenderedTask, Task
 
-__all__ = ["DATASET_PRESETS", "Problem", "RenderedTask", "Task", "known_tasks", "make_task", "validate_task"]
+__all__ = [
+    "DATASET_PRESETS",
+    "Problem",
+    "RenderedTask",
+    "Task",
+    "known_tasks",
+    "make_task",
+    "validate_task",
+]
 
 DATASET_PRESETS: dict[str, dict[str, Any]] = {
     # The paper's training set: DeepScaleR-Preview (40,315 problems) on the Hub; offline, the
     # 1,209-problem subset dsr_sub.jsonl (problem text without the data's instruction suffix).
-    "deepscaler": dict(source="local", path="dsr_sub/dsr_sub.jsonl", hub="agentica-org/DeepScaleR-Preview-Dataset",
-                       problem_key="problem", answer_key="answer", id_key="index", gold="plain"),
-    "gsm8k": dict(source="local", path="gsm8k/train.jsonl", hub="openai/gsm8k", hub_config="main",
-                  problem_key="question", answer_key="answer", gold="gsm8k"),
+    "deepscaler": dict(
+        source="local",
+        path="dsr_sub/dsr_sub.jsonl",
+        hub="agentica-org/DeepScaleR-Preview-Dataset",
+        problem_key="problem",
+        answer_key="answer",
+        id_key="index",
+        gold="plain",
+    ),
+    "gsm8k": dict(
+        source="local",
+        path="gsm8k/train.jsonl",
+        hub="openai/gsm8k",
+        hub_config="main",
+        problem_key="question",
+        answer_key="answer",
+        gold="gsm8k",
+    ),
     # MATH train (7,500): Hub only (no redistributable offline copy); the gold is the solution's last box.
-    "math": dict(source="hub", path=None, hub="DigitalLearningGmbH/MATH-lighteval", problem_key="problem",
-                 answer_key="solution", gold="boxed"),
+    "math": dict(
+        source="hub",
+        path=None,
+        hub="DigitalLearningGmbH/MATH-lighteval",
+        problem_key="problem",
+        answer_key="solution",
+        gold="boxed",
+    ),
 }
 _DATASET_TASKS = ("dataset", *DATASET_PRESETS)
 _CHAR_LEVEL_VOCAB = 512  # the embedded tiny models' character vocabularies are far smaller
@@ -44,16 +72,26 @@ def _dataset_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     merged = {**DATASET_PRESETS.get(name, {}), **params}
     source = merged.pop("source", "local" if merged.get("path") else "hub")
     if source not in ("local", "hub"):
-        raise ValueError(f"task.params.source={source!r} is unknown; choose one of ['local', 'hub']")
+        raise ValueError(
+            f"task.params.source={source!r} is unknown; choose one of ['local', 'hub']"
+        )
     if source == "local":
         merged.pop("hub", None), merged.pop("hub_config", None)
         if not merged.get("path"):
-            raise ValueError(f"task {name}: task.params.source=local needs task.params.path"
-                             + (" (this dataset is on the Hub only: task.params.source=hub)" if name == "math" else ""))
+            raise ValueError(
+                f"task {name}: task.params.source=local needs task.params.path"
+                + (
+                    " (this dataset is on the Hub only: task.params.source=hub)"
+                    if name == "math"
+                    else ""
+                )
+            )
     else:
         merged.pop("path", None)
         if not merged.get("hub"):
-            raise ValueError(f"task {name}: task.params.source=hub needs task.params.hub (a dataset id)")
+            raise ValueError(
+                f"task {name}: task.params.source=hub needs task.params.hub (a dataset id)"
+            )
     merged.setdefault("name", name)
     return merged
 
@@ -76,10 +114,14 @@ def make_task(name: str, heldout_size: int, params: dict[str, Any]) -> Task:
 
 
 def _check_keys(name: str, cls: type, params: dict[str, Any]) -> None:
-    accepted = [p for p in inspect.signature(cls).parameters if p not in ("self", "heldout_size", "params")]
+    accepted = [
+        p for p in inspect.signature(cls).parameters if p not in ("self", "heldout_size", "params")
+    ]
     unknown = [key for key in params if key not in accepted]
     if unknown:
-        raise ValueError(f"task.params: unknown key(s) {unknown} for task {name}; allowed: {accepted}")
+        raise ValueError(
+            f"task.params: unknown key(s) {unknown} for task {name}; allowed: {accepted}"
+        )
 
 
 def is_char_level(model: str) -> bool:
@@ -92,7 +134,9 @@ def is_char_level(model: str) -> bool:
     return False
 
 
-def validate_task(name: str, heldout_size: int, params: dict[str, Any], *, model: str | None = None) -> None:
+def validate_task(
+    name: str, heldout_size: int, params: dict[str, Any], *, model: str | None = None
+) -> None:
     """Compose-time checks: the name, the parameter names and values, local files, and the task
     matching the model; reads no dataset and loads no model."""
     if name not in known_tasks():
@@ -113,7 +157,9 @@ def validate_task(name: str, heldout_size: int, params: dict[str, Any], *, model
         merged = _dataset_params(name, params)
         _check_keys(name, DatasetTask, merged)
         if merged.get("gold", "plain") not in GOLD_RULES:
-            raise ValueError(f"task.params.gold={merged['gold']!r} is unknown; choose one of {list(GOLD_RULES)}")
+            raise ValueError(
+                f"task.params.gold={merged['gold']!r} is unknown; choose one of {list(GOLD_RULES)}"
+            )
         for key in ("path", "heldout_path"):
             if merged.get(key):
                 resolve_path(merged[key], merged.get("data_dir"))
@@ -123,11 +169,17 @@ def validate_task(name: str, heldout_size: int, params: dict[str, Any], *, model
 
             from quadrants.tasks.reasoning_gym import MATH_ANSWER_DATASETS, REWARDS
         except ImportError:
-            raise ValueError("task=reasoning_gym needs the reasoning-gym package: pip install -e '.[curricula]' "
-                             "(or pip install reasoning-gym)") from None
+            raise ValueError(
+                "task=reasoning_gym needs the reasoning-gym package: pip install -e '.[curricula]' "
+                "(or pip install reasoning-gym)"
+            ) from None
         dataset = params.get("dataset")
         if dataset not in MATH_ANSWER_DATASETS:
-            raise ValueError(f"task.params.dataset={dataset!r}: choose one of {list(MATH_ANSWER_DATASETS)} "
-                             "(datasets whose answers math-verify can grade)")
+            raise ValueError(
+                f"task.params.dataset={dataset!r}: choose one of {list(MATH_ANSWER_DATASETS)} "
+                "(datasets whose answers math-verify can grade)"
+            )
         if params.get("reward", "math_verify") not in REWARDS:
-            raise ValueError(f"task.params.reward={params['reward']!r} is unknown; choose one of {list(REWARDS)}")
+            raise ValueError(
+                f"task.params.reward={params['reward']!r} is unknown; choose one of {list(REWARDS)}"
+            )

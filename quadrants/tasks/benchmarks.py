@@ -479,6 +479,8 @@ def read_hub(hub: HubSource) -> list[dict[str, Any]]:
     table = datasets.load_dataset(hub.path, hub.config, split=hub.split)
     if hub.split is None:  # a DatasetDict: take its only split
         if len(table) != 1:
-            raise ValueError(f"{hub.path} ({hub.config}) has splits {list(table)}; expected exactly one")
+            raise ValueError(
+                f"{hub.path} ({hub.config}) has splits {list(table)}; expected exactly one"
+            )
         table = next(iter(table.values()))
     return [dict(row) for row in table]

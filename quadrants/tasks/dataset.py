@@ -60,7 +60,11 @@ def lookup(row: dict[str, Any], key: str) -> Any:
     for part in key.split("."):
         if isinstance(value, dict) and part in value:
             value = value[part]
-        elif isinstance(value, (list, tuple)) and part.lstrip("-").isdigit() and -len(value) <= int(part) < len(value):
+        elif (
+            isinstance(value, (list, tuple))
+            and part.lstrip("-").isdigit()
+            and -len(value) <= int(part) < len(value)
+        ):
             value = value[int(part)]
         else:
             where = ".".join(walked) or "the row"
@@ -127,8 +131,10 @@ def _hub_rows(hub: str, config: str | None, split: str) -> list[dict[str, Any]]:
     try:
         import datasets  # optional: only the Hub path needs it
     except ImportError as error:
-        raise ImportError(f"task.params.hub={hub!r} needs the `datasets` package (pip install datasets) and "
-                          "network; or point task.params.path at a local copy") from error
+        raise ImportError(
+            f"task.params.hub={hub!r} needs the `datasets` package (pip install datasets) and "
+            "network; or point task.params.path at a local copy"
+        ) from error
     return [dict(row) for row in datasets.load_dataset(hub, config, split=split)]
 
 
@@ -171,11 +177,17 @@ class DatasetTask:
         name: str = "dataset",
     ) -> None:
         if gold not in GOLD_RULES:
-            raise ValueError(f"task.params.gold={gold!r} is unknown; choose one of {list(GOLD_RULES)}")
+            raise ValueError(
+                f"task.params.gold={gold!r} is unknown; choose one of {list(GOLD_RULES)}"
+            )
         if (path is None) == (hub is None):
-            raise ValueError("task.params: give exactly one of path (a local file or directory) or hub (a dataset id)")
+            raise ValueError(
+                "task.params: give exactly one of path (a local file or directory) or hub (a dataset id)"
+            )
         if heldout_split is not None and hub is None:
-            raise ValueError("task.params.heldout_split names a Hub split; with a local path use heldout_path")
+            raise ValueError(
+                "task.params.heldout_split names a Hub split; with a local path use heldout_path"
+            )
         self.name = name
         self.prompt_format = None  # `prompt=auto` renders it with the model's chat template
         self._keys = dict(problem_key=problem_key, answer_key=answer_key, id_key=id_key)
@@ -192,7 +204,9 @@ class DatasetTask:
             held_source = resolve_path(heldout_path, data_dir)
             held = self._problems(read_rows(held_source), str(held_source))
         elif heldout_split is not None:
-            held = self._problems(_hub_rows(hub, hub_config, heldout_split), f"{hub}:{heldout_split}")
+            held = self._problems(
+                _hub_rows(hub, hub_config, heldout_split), f"{hub}:{heldout_split}"
+            )
         banned = _benchmark_texts(decontaminate, data_dir)
         self.decontaminated = sum(normalise_text(p.prompt) in banned for p in rows)
         rows = [p for p in rows if normalise_text(p.prompt) not in banned]
@@ -200,8 +214,10 @@ class DatasetTask:
             order = list(range(len(rows)))
             random.Random(split_seed).shuffle(order)
             if not 0 <= heldout_size < len(order):
-                raise ValueError(f"task.heldout_size={heldout_size} leaves no training problems: the dataset "
-                                 f"has {len(order)} usable rows")
+                raise ValueError(
+                    f"task.heldout_size={heldout_size} leaves no training problems: the dataset "
+                    f"has {len(order)} usable rows"
+                )
             cut = len(order) - heldout_size
             self._train = [rows[i] for i in order[:cut]]
             self._heldout = [rows[i] for i in order[cut:]]
@@ -211,9 +227,15 @@ class DatasetTask:
             self._heldout = held
         if not self._train:
             raise ValueError(f"task {name}: no training problems left")
-        log.info("task %s: %d training and %d held-out problems; %d rows without an answer skipped, "
-                 "%d dropped as benchmark problems (decontamination)", name, len(self._train),
-                 len(self._heldout), self.skipped_empty, self.decontaminated)
+        log.info(
+            "task %s: %d training and %d held-out problems; %d rows without an answer skipped, "
+            "%d dropped as benchmark problems (decontamination)",
+            name,
+            len(self._train),
+            len(self._heldout),
+            self.skipped_empty,
+            self.decontaminated,
+        )
 
     def _problems(self, rows: Iterable[dict[str, Any]], where: str) -> list[Problem]:
         problems = []
@@ -223,8 +245,10 @@ class DatasetTask:
                 answer = lookup(row, self._keys["answer_key"])
                 key = index if self._keys["id_key"] is None else lookup(row, self._keys["id_key"])
             except KeyError as error:
-                raise KeyError(f"{where}, row {index}: {error.args[0]}; set task.params.problem_key / "
-                               "answer_key / id_key to keys the rows have") from None
+                raise KeyError(
+                    f"{where}, row {index}: {error.args[0]}; set task.params.problem_key / "
+                    "answer_key / id_key to keys the rows have"
+                ) from None
             gold = normalise_gold(answer, self._gold)
             if not gold:
                 self.skipped_empty += 1
@@ -241,8 +265,10 @@ class DatasetTask:
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
         """`n` distinct training problems drawn with `rng` (the loop seeds it per step)."""
         if n > len(self._train):
-            raise ValueError(f"train.prompts_per_step={n} exceeds the {len(self._train)} training problems of "
-                             f"task {self.name}")
+            raise ValueError(
+                f"train.prompts_per_step={n} exceeds the {len(self._train)} training problems of "
+                f"task {self.name}"
+            )
         return rng.sample(self._train, n)
 
     def heldout(self, n: int | None = None) -> list[Problem]:
@@ -254,9 +280,11 @@ def _benchmark_texts(names: Sequence[str] | None, data_dir: str | None) -> set[s
     """Normalised problem texts of the named benchmarks (None = every one with a local file)."""
     explicit = names is not None
     texts: set[str] = set()
-    for name in (known_benchmarks() if names is None else names):
+    for name in known_benchmarks() if names is None else names:
         if name not in known_benchmarks():
-            raise ValueError(f"task.params.decontaminate: unknown benchmark {name!r}; known: {known_benchmarks()}")
+            raise ValueError(
+                f"task.params.decontaminate: unknown benchmark {name!r}; known: {known_benchmarks()}"
+            )
         try:
             benchmark = load_benchmark(name, data_dir=data_dir)
         except FileNotFoundError:

@@ -66,11 +66,21 @@ __all__ = [
     "missing_note",
 ]
 
-CHOICE_INSTRUCTION = "Please reason step by step, and put the letter of the correct option within \\boxed{}."
+CHOICE_INSTRUCTION = (
+    "Please reason step by step, and put the letter of the correct option within \\boxed{}."
+)
 """Appended to every multiple-choice question, after its options."""
 
 GRAPHWIZ_TASKS = (
-    "cycle", "connectivity", "bipartite", "topology", "shortest", "triangle", "flow", "hamilton", "substructure",
+    "cycle",
+    "connectivity",
+    "bipartite",
+    "topology",
+    "shortest",
+    "triangle",
+    "flow",
+    "hamilton",
+    "substructure",
 )
 """The nine GraphWiz tasks, in the order of its paper's table; also the local file and hub config names."""
 
@@ -109,9 +119,13 @@ def choice_text(question: str, options: list[str]) -> str:
     return f"{question.strip()}\n\n" + "\n".join(lines)
 
 
-def _item(problem_id: str, text: str, gold: str, instruction: str, rule: AnswerRule, group: str | None) -> BenchmarkItem:
+def _item(
+    problem_id: str, text: str, gold: str, instruction: str, rule: AnswerRule, group: str | None
+) -> BenchmarkItem:
     """A benchmark item whose prompt is the plain rendering: `text`, then `instruction` on its own line."""
-    return BenchmarkItem(Problem(problem_id, f"{text}\n{instruction}", gold), text, None, rule, group)
+    return BenchmarkItem(
+        Problem(problem_id, f"{text}\n{instruction}", gold), text, None, rule, group
+    )
 
 
 # --- GPQA Diamond --------------------------------------------------------------------------------
@@ -160,7 +174,11 @@ MMLU_PRO_HUB = HubSource("TIGER-Lab/MMLU-Pro", None, "test")
 
 
 def _mmlu_pro_read(data_dir: Path, source: Source) -> list[tuple[str | None, Mapping[str, Any]]]:
-    rows = read_hub(MMLU_PRO_HUB) if source == "hub" else _jsonl(_require(data_dir, "mmlu_pro", "mmlu_pro/test.jsonl"))
+    rows = (
+        read_hub(MMLU_PRO_HUB)
+        if source == "hub"
+        else _jsonl(_require(data_dir, "mmlu_pro", "mmlu_pro/test.jsonl"))
+    )
     return [(group_name(row.get("category") or "unknown"), row) for row in rows]
 
 
@@ -169,7 +187,9 @@ def _mmlu_pro_item(group: str | None, row: Mapping[str, Any]) -> BenchmarkItem:
     options = list(row.get("options") or [])
     answer, index = str(row.get("answer") or "").strip(), row.get("answer_index")
     if not 2 <= len(options) <= len(LETTERS):
-        raise ValueError(f"mmlu_pro question {key}: {len(options)} options, expected 2 to {len(LETTERS)}")
+        raise ValueError(
+            f"mmlu_pro question {key}: {len(options)} options, expected 2 to {len(LETTERS)}"
+        )
     if index is not None and LETTERS[int(index)] != answer:
         raise ValueError(f"mmlu_pro question {key}: answer {answer!r} but answer_index {index}")
     rule = ChoiceRule(gold=answer, options=len(options))
@@ -197,7 +217,9 @@ def _graphwiz_item(group: str | None, row: Mapping[str, Any]) -> BenchmarkItem:
     task = str(group)
     question = str(row["input_prompt"])
     rule = graph_rule(task, str(row["answer"]), question)
-    return _item(f"graphwiz/{task}/{row['index']}", question, rule.reference, INSTRUCTION, rule, task)
+    return _item(
+        f"graphwiz/{task}/{row['index']}", question, rule.reference, INSTRUCTION, rule, task
+    )
 
 
 # --- registry and loading ------------------------------------------------------------------------
@@ -205,10 +227,33 @@ def _graphwiz_item(group: str | None, row: Mapping[str, Any]) -> BenchmarkItem:
 _SPECS: dict[str, OodSpec] = {
     spec.name: spec
     for spec in (
-        OodSpec("gpqa", ("gpqa/gpqa_diamond.csv",), "domain", 16, CHOICE_INSTRUCTION, _gpqa_read, _gpqa_item),
-        OodSpec("mmlu_pro", ("mmlu_pro/test.jsonl",), "domain", 1, CHOICE_INSTRUCTION, _mmlu_pro_read, _mmlu_pro_item),
-        OodSpec("graphwiz", tuple(f"graphwiz/{t}.jsonl" for t in GRAPHWIZ_TASKS), "task", 1, INSTRUCTION,
-                _graphwiz_read, _graphwiz_item),
+        OodSpec(
+            "gpqa",
+            ("gpqa/gpqa_diamond.csv",),
+            "domain",
+            16,
+            CHOICE_INSTRUCTION,
+            _gpqa_read,
+            _gpqa_item,
+        ),
+        OodSpec(
+            "mmlu_pro",
+            ("mmlu_pro/test.jsonl",),
+            "domain",
+            1,
+            CHOICE_INSTRUCTION,
+            _mmlu_pro_read,
+            _mmlu_pro_item,
+        ),
+        OodSpec(
+            "graphwiz",
+            tuple(f"graphwiz/{t}.jsonl" for t in GRAPHWIZ_TASKS),
+            "task",
+            1,
+            INSTRUCTION,
+            _graphwiz_read,
+            _graphwiz_item,
+        ),
     )
 }
 
@@ -221,7 +266,9 @@ def known_ood_benchmarks() -> list[str]:
 def get_ood_spec(name: str) -> OodSpec:
     """The spec of out-of-domain benchmark `name`; an unknown name lists the known ones."""
     if name not in _SPECS:
-        raise ValueError(f"unknown out-of-domain benchmark {name!r}; known: {known_ood_benchmarks()}")
+        raise ValueError(
+            f"unknown out-of-domain benchmark {name!r}; known: {known_ood_benchmarks()}"
+        )
     return _SPECS[name]
 
 
@@ -247,8 +294,10 @@ def load_ood_benchmark(
     return Benchmark(name=name, items=items, samples=spec.samples)
 
 
-GPQA_GATED = (" GPQA is gated on the hub and never shipped: accept its terms on the hub and load it with your "
-              "token (huggingface-cli login; eval.source=hub), or put your own copy of gpqa_diamond.csv there.")
+GPQA_GATED = (
+    " GPQA is gated on the hub and never shipped: accept its terms on the hub and load it with your "
+    "token (huggingface-cli login; eval.source=hub), or put your own copy of gpqa_diamond.csv there."
+)
 
 
 def missing_note(name: str) -> str:

@@ -64,7 +64,9 @@ class ChatTokenizer(Protocol):
 def validate_prompt(format: str) -> None:
     """Raise ValueError naming `prompt.format` and the known formats."""
     if format not in PROMPT_FORMATS:
-        raise ValueError(f"prompt.format={format!r} is unknown; choose one of {list(PROMPT_FORMATS)}")
+        raise ValueError(
+            f"prompt.format={format!r} is unknown; choose one of {list(PROMPT_FORMATS)}"
+        )
 
 
 def _has_template(tokenizer: Any) -> bool:
@@ -83,7 +85,11 @@ def resolve_format(format: str, *, tokenizer: Any = None, task_format: str | Non
 
 
 def render_prompt(
-    problem: str, *, format: str, tokenizer: ChatTokenizer | None = None, instruction: str | None = None
+    problem: str,
+    *,
+    format: str,
+    tokenizer: ChatTokenizer | None = None,
+    instruction: str | None = None,
 ) -> str:
     """The text the policy continues for `problem` in `format` (not ``auto``: see `resolve_format`).
 
@@ -98,17 +104,22 @@ def render_prompt(
     """
     validate_prompt(format)
     if format == "auto":
-        raise ValueError("render_prompt needs a concrete format; resolve 'auto' with resolve_format first")
+        raise ValueError(
+            "render_prompt needs a concrete format; resolve 'auto' with resolve_format first"
+        )
     if format == "raw":
         return problem
     if format == "plain":
         return f"{problem}\n{INSTRUCTION if instruction is None else instruction}"
     if format == "qwen_math":
-        return QWEN_MATH_TEMPLATE.format(instruction=INSTRUCTION if instruction is None else instruction,
-                                         problem=problem)
+        return QWEN_MATH_TEMPLATE.format(
+            instruction=INSTRUCTION if instruction is None else instruction, problem=problem
+        )
     if tokenizer is None or not _has_template(tokenizer):
-        raise ValueError(f"prompt.format={format} needs a tokenizer with a chat template; this one has none "
-                         "(use prompt.format=plain or qwen_math)")
+        raise ValueError(
+            f"prompt.format={format} needs a tokenizer with a chat template; this one has none "
+            "(use prompt.format=plain or qwen_math)"
+        )
     if format == "chat":
         user = f"{problem}\n{INSTRUCTION if instruction is None else instruction}"
     else:  # deepscaler
@@ -119,11 +130,17 @@ def render_prompt(
 
 
 def make_renderer(
-    format: str, *, tokenizer: Any = None, instruction: str | None = None, task_format: str | None = None
+    format: str,
+    *,
+    tokenizer: Any = None,
+    instruction: str | None = None,
+    task_format: str | None = None,
 ) -> Callable[[str], str]:
     """`render_prompt` with everything but the problem fixed (`auto` resolved once)."""
     concrete = resolve_format(format, tokenizer=tokenizer, task_format=task_format)
-    render_prompt("", format=concrete, tokenizer=tokenizer, instruction=instruction)  # fail now, not mid-run
+    render_prompt(
+        "", format=concrete, tokenizer=tokenizer, instruction=instruction
+    )  # fail now, not mid-run
 
     def render(problem: str) -> str:
         return render_prompt(problem, format=concrete, tokenizer=tokenizer, instruction=instruction)

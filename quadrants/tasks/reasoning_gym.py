@@ -26,10 +26,24 @@ __all__ = ["MATH_ANSWER_DATASETS", "REWARDS", "ReasoningGymTask"]
 REWARDS = ("math_verify",)
 
 MATH_ANSWER_DATASETS = (
-    "basic_arithmetic", "chain_sum", "products", "gsm_symbolic", "decimal_arithmetic",
-    "decimal_chain_sum", "fraction_simplification", "gcd", "lcm", "power_function",
-    "prime_factorization", "count_bits", "number_sorting", "simple_equations",
-    "polynomial_equations", "complex_arithmetic", "leg_counting", "time_intervals",
+    "basic_arithmetic",
+    "chain_sum",
+    "products",
+    "gsm_symbolic",
+    "decimal_arithmetic",
+    "decimal_chain_sum",
+    "fraction_simplification",
+    "gcd",
+    "lcm",
+    "power_function",
+    "prime_factorization",
+    "count_bits",
+    "number_sorting",
+    "simple_equations",
+    "polynomial_equations",
+    "complex_arithmetic",
+    "leg_counting",
+    "time_intervals",
 )
 """Datasets whose answers math-verify can compare (numbers, fractions, expressions)."""
 
@@ -47,24 +61,39 @@ class ReasoningGymTask:
         **params: passed to `reasoning_gym.create_dataset`.
     """
 
-    def __init__(self, heldout_size: int, *, dataset: str, reward: str = "math_verify", seed: int = 0,
-                 **params: Any) -> None:
+    def __init__(
+        self,
+        heldout_size: int,
+        *,
+        dataset: str,
+        reward: str = "math_verify",
+        seed: int = 0,
+        **params: Any,
+    ) -> None:
         import reasoning_gym  # optional extra: quadrants[curricula]
 
         if reward not in REWARDS:
-            raise ValueError(f"task.params.reward={reward!r} is unknown; choose one of {list(REWARDS)}")
+            raise ValueError(
+                f"task.params.reward={reward!r} is unknown; choose one of {list(REWARDS)}"
+            )
         if dataset not in MATH_ANSWER_DATASETS:
-            raise ValueError(f"task.params.dataset={dataset!r}: its answers are not maths, so reward=math_verify "
-                             f"cannot grade them; choose one of {list(MATH_ANSWER_DATASETS)}")
+            raise ValueError(
+                f"task.params.dataset={dataset!r}: its answers are not maths, so reward=math_verify "
+                f"cannot grade them; choose one of {list(MATH_ANSWER_DATASETS)}"
+            )
         self.name = f"rg_{dataset}"
         self.prompt_format = None
         self._train = reasoning_gym.create_dataset(dataset, seed=seed, size=_TRAIN_SIZE, **params)
-        held = reasoning_gym.create_dataset(dataset, seed=seed + 1, size=max(heldout_size, 1), **params)
+        held = reasoning_gym.create_dataset(
+            dataset, seed=seed + 1, size=max(heldout_size, 1), **params
+        )
         self._heldout = [self._problem(f"heldout/{i}", held[i]) for i in range(heldout_size)]
         self._heldout_questions = {p.prompt for p in self._heldout}
 
     def _problem(self, key: str, entry: dict[str, Any]) -> Problem:
-        return Problem(id=f"{self.name}/{key}", prompt=str(entry["question"]), answer=str(entry["answer"]))
+        return Problem(
+            id=f"{self.name}/{key}", prompt=str(entry["question"]), answer=str(entry["answer"])
+        )
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
         """`n` training items at indices drawn with `rng`; a draw equal to a held-out question is redrawn."""
@@ -77,8 +106,10 @@ class ReasoningGymTask:
             if problem.prompt not in self._heldout_questions:
                 problems.append(problem)
         if len(problems) < n:
-            raise ValueError(f"task {self.name}: the generator keeps producing held-out questions; widen its "
-                             "parameters or shrink task.heldout_size")
+            raise ValueError(
+                f"task {self.name}: the generator keeps producing held-out questions; widen its "
+                "parameters or shrink task.heldout_size"
+            )
         return problems
 
     def heldout(self, n: int | None = None) -> list[Problem]:

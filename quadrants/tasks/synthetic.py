@@ -147,7 +147,9 @@ class ArithmeticTask:
     heldout_size: int = 500
     heldout_fraction: float = 0.05
     name: str = "arithmetic"
-    prompt_format: ClassVar[str] = "raw"  # `prompt=auto` sends the prompts as they are: the policy was warmed up on them
+    prompt_format: ClassVar[str] = (
+        "raw"  # `prompt=auto` sends the prompts as they are: the policy was warmed up on them
+    )
 
     def __post_init__(self) -> None:
         if self.num_terms < 2:

@@ -6,8 +6,9 @@ with `NullTracker` (drops everything) or `RecordingTracker` (keeps everything in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 
 class Tracker(Protocol):

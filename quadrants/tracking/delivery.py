@@ -57,8 +57,11 @@ class _ReportedByDelivery(logging.Filter):
     would otherwise print the same traceback at every retry)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (threading.current_thread().name == _THREAD_NAME and record.levelno >= logging.ERROR
-                    and record.getMessage().startswith("SQLAlchemy database error"))
+        return not (
+            threading.current_thread().name == _THREAD_NAME
+            and record.levelno >= logging.ERROR
+            and record.getMessage().startswith("SQLAlchemy database error")
+        )
 
 
 _THREAD_NAME = "quadrants-mlflow-delivery"
@@ -113,9 +116,7 @@ class Delivery:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._progress = threading.Condition()
-        self._thread = threading.Thread(
-            target=self._main, name=_THREAD_NAME, daemon=True
-        )
+        self._thread = threading.Thread(target=self._main, name=_THREAD_NAME, daemon=True)
         # what MLflow holds: steps with a sentinel at open time, per-key step sets fetched on demand,
         # and (step -> keys) delivered since; key sets are interned, so a step costs one dict entry
         self._remote_steps: set[int] = set()

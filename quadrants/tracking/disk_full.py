@@ -25,7 +25,9 @@ class DiskFullError(OSError):
         self.detail = detail
 
     def __str__(self) -> str:
-        return f"no space left on device: {self.path}" + (f" ({self.detail})" if self.detail else "")
+        return f"no space left on device: {self.path}" + (
+            f" ({self.detail})" if self.detail else ""
+        )
 
 
 def is_disk_full(error: BaseException | None) -> bool:
@@ -40,7 +42,9 @@ def is_disk_full(error: BaseException | None) -> bool:
         if isinstance(current, OSError) and current.errno in _FULL:
             return True
         pending += [current.__cause__, current.__context__]
-        failures = getattr(current, "failures", None)  # torch.distributed.checkpoint's CheckpointException
+        failures = getattr(
+            current, "failures", None
+        )  # torch.distributed.checkpoint's CheckpointException
         if isinstance(failures, dict):  # rank -> (exception, traceback)
             for failure in failures.values():
                 inner = failure[0] if isinstance(failure, tuple) and failure else failure

@@ -332,7 +332,9 @@ class MlflowTracker:
                     status,
                     error.path.parent,
                 )
-                self.flush(min(timeout_s, 5.0))  # what was spooled before goes out if the store takes it
+                self.flush(
+                    min(timeout_s, 5.0)
+                )  # what was spooled before goes out if the store takes it
                 return
             self._finished = True
             if self._delivery is None:

@@ -27,8 +27,13 @@ def server_problem(uri: str, timeout_s: float = 5.0) -> str | None:
 
 def unreachable_message(uri: str, reason: str, variable_value: str | None) -> str:
     """The compose-time error for an unreachable server, naming MLFLOW_TRACKING_URI."""
-    source = (f"{URI_VARIABLE}={variable_value}" if variable_value is not None
-              else f"{URI_VARIABLE} is not set, so tracking=server uses its default")
-    return (f"tracking.uri={uri}: no MLflow tracking server answers there ({reason}); {source}. "
-            f"Start the server (mlflow server --host 0.0.0.0 --port 5000 --backend-store-uri ...), set "
-            f"{URI_VARIABLE} to its address (http://HOST:PORT), or use tracking=local")
+    source = (
+        f"{URI_VARIABLE}={variable_value}"
+        if variable_value is not None
+        else f"{URI_VARIABLE} is not set, so tracking=server uses its default"
+    )
+    return (
+        f"tracking.uri={uri}: no MLflow tracking server answers there ({reason}); {source}. "
+        f"Start the server (mlflow server --host 0.0.0.0 --port 5000 --backend-store-uri ...), set "
+        f"{URI_VARIABLE} to its address (http://HOST:PORT), or use tracking=local"
+    )

@@ -104,7 +104,9 @@ class Spool:
                 self._rotate()
             try:
                 written = 0
-                while written < len(line):  # os.write may write part of the line (a nearly full disk)
+                while written < len(
+                    line
+                ):  # os.write may write part of the line (a nearly full disk)
                     written += os.write(self._fd, line[written:])
                 if self._fsync:
                     os.fdatasync(self._fd)
@@ -122,8 +124,11 @@ class Spool:
         try:
             os.ftruncate(self._fd, end.offset)
         except OSError as error:
-            self._broken = OSError(error.errno, f"spool segment {self._segment_path(end.segment)} holds a torn "
-                                                f"record that could not be cut off ({error.strerror})")
+            self._broken = OSError(
+                error.errno,
+                f"spool segment {self._segment_path(end.segment)} holds a torn "
+                f"record that could not be cut off ({error.strerror})",
+            )
             raise self._broken from error
 
     @property

@@ -31,15 +31,20 @@ def sweep_runs(tracking_uri: str, study: str, sweep_id: str) -> pd.DataFrame:
         )
         if runs.empty:
             runs = mlflow.search_runs(
-                experiment_ids=[experiment.experiment_id], filter_string=f"tags.`quadrants.sweep_id` = '{sweep_id}'"
+                experiment_ids=[experiment.experiment_id],
+                filter_string=f"tags.`quadrants.sweep_id` = '{sweep_id}'",
             )
-            runs = runs[runs.get("tags.mlflow.runName", pd.Series(dtype=str)) != sweep_id] if not runs.empty else runs
+            runs = (
+                runs[runs.get("tags.mlflow.runName", pd.Series(dtype=str)) != sweep_id]
+                if not runs.empty
+                else runs
+            )
         return runs
     finally:
         mlflow.set_tracking_uri(client_uri)
 
 
-def _eval_columns(names: "pd.Index") -> dict[str, str]:
+def _eval_columns(names: pd.Index) -> dict[str, str]:
     """Per benchmark, Avg@n and Pass@n at its largest logged k only (not every k of the Pass@k curve
     nor the standard errors): e.g. `metrics.eval/aime24/avg_at_32` -> `aime24/avg_at_32`."""
     largest: dict[tuple[str, str], int] = {}
@@ -51,7 +56,10 @@ def _eval_columns(names: "pd.Index") -> dict[str, str]:
             if metric.startswith(kind) and metric.removeprefix(kind).isdigit():
                 k = int(metric.removeprefix(kind))
                 largest[(bench, kind)] = max(k, largest.get((bench, kind), 0))
-    return {f"metrics.eval/{bench}/{kind}{k}": f"{bench}/{kind}{k}" for (bench, kind), k in sorted(largest.items())}
+    return {
+        f"metrics.eval/{bench}/{kind}{k}": f"{bench}/{kind}{k}"
+        for (bench, kind), k in sorted(largest.items())
+    }
 
 
 def sweep_summary(tracking_uri: str, study: str, sweep_id: str) -> str:
@@ -64,4 +72,6 @@ def sweep_summary(tracking_uri: str, study: str, sweep_id: str) -> str:
     table = runs[[c for c in columns if c in runs.columns]].rename(columns=columns)
     table = table.sort_values("run").reset_index(drop=True)
     table["run"] = table["run"].map(lambda name: name if len(name) <= 40 else "…" + name[-39:])
-    return f"quadrants: sweep {sweep_id} ({len(table)} runs)\n" + table.to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    return f"quadrants: sweep {sweep_id} ({len(table)} runs)\n" + table.to_string(
+        index=False, float_format=lambda v: f"{v:.3f}"
+    )

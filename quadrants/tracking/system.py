@@ -54,7 +54,9 @@ class SystemSampler:
 
     def __init__(self, interval_s: float = 5.0) -> None:
         if interval_s <= 0:
-            raise ValueError(f"tracking.system_metrics_interval_s={interval_s} is out of range; allowed: (0, inf)")
+            raise ValueError(
+                f"tracking.system_metrics_interval_s={interval_s} is out of range; allowed: (0, inf)"
+            )
         import psutil
 
         self._psutil = psutil
@@ -69,7 +71,9 @@ class SystemSampler:
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="quadrants-system-metrics", daemon=True)
+            self._thread = threading.Thread(
+                target=self._run, name="quadrants-system-metrics", daemon=True
+            )
             self._thread.start()
 
     def stop(self) -> None:

@@ -30,22 +30,29 @@ if TYPE_CHECKING:
 
 def _splice(full: Tensor, part: Tensor, start: int) -> Tensor:
     """`full` [B, T] with rows start .. start + len(part) replaced by `part` (differentiable in `part`)."""
-    return torch.cat([full[:start], part, full[start + part.shape[0]:]])
+    return torch.cat([full[:start], part, full[start + part.shape[0] :]])
 
 
-def backward_minibatch(ctx: StepContext, mini: TokenBatch, is_weights: Tensor | None) -> tuple[Tensor, dict[str, Tensor]]:
+def backward_minibatch(
+    ctx: StepContext, mini: TokenBatch, is_weights: Tensor | None
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Back-propagate the mini-batch's loss (gradients accumulate into the parameters' .grad).
 
     Returns:
         (loss [] detached, objective metrics).
     """
     cfg = ctx.cfg
-    passes = dict(temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
-                  with_entropy=ctx.spec.wants_entropy(ctx.params))
+    passes = dict(
+        temperature=cfg.rollout.temperature,
+        chunk_size=cfg.train.entropy_chunk_size,
+        with_entropy=ctx.spec.wants_entropy(ctx.params),
+    )
     micro = cfg.train.micro_batch_size
     if not micro or micro >= mini.batch_size:
         policy = sharded_policy_output(ctx.dist, ctx.model, mini, **passes)
-        loss, metrics = compute_loss(ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights)
+        loss, metrics = compute_loss(
+            ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
+        )
         loss.backward()
         return loss.detach(), metrics
     starts = range(0, mini.batch_size, micro)
@@ -57,8 +64,12 @@ def backward_minibatch(ctx: StepContext, mini: TokenBatch, is_weights: Tensor | 
     entropy = None if parts[0].entropy is None else torch.cat([p.entropy for p in parts])  # type: ignore[misc]
     for start, index in zip(starts, rows):
         part = sharded_policy_output(ctx.dist, ctx.model, mini.select(index), **passes)
-        policy = PolicyOutput(_splice(logp, part.logp, start),
-                              None if entropy is None else _splice(entropy, part.entropy, start))  # type: ignore[arg-type]
-        loss, metrics = compute_loss(ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights)
+        policy = PolicyOutput(
+            _splice(logp, part.logp, start),
+            None if entropy is None else _splice(entropy, part.entropy, start),
+        )  # type: ignore[arg-type]
+        loss, metrics = compute_loss(
+            ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
+        )
         loss.backward()
     return loss.detach(), metrics

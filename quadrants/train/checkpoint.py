@@ -83,18 +83,38 @@ def save_checkpoint(
     partial checkpoint is removed)."""
     root = Path(run_dir) / "checkpoints"
     try:
-        return _save(root, step, model=model, optimizer=optimizer, scheduler=scheduler, run_id=run_id, keep=keep,
-                     rng=rng, unlogged_metrics=unlogged_metrics)
-    except BaseException as error:  # torch.distributed.checkpoint's CheckpointException is a BaseException
+        return _save(
+            root,
+            step,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            run_id=run_id,
+            keep=keep,
+            rng=rng,
+            unlogged_metrics=unlogged_metrics,
+        )
+    except (
+        BaseException
+    ) as error:  # torch.distributed.checkpoint's CheckpointException is a BaseException
         if not is_disk_full(error):
             raise
         shutil.rmtree(root / f"step_{step:07d}.tmp", ignore_errors=True)  # give the space back
         raise DiskFullError(root) from None
 
 
-def _save(root: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-          run_id: str | None, keep: int, rng: dict[str, Any] | None,
-          unlogged_metrics: dict[int, dict[str, float]] | None) -> Path:
+def _save(
+    root: Path,
+    step: int,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    run_id: str | None,
+    keep: int,
+    rng: dict[str, Any] | None,
+    unlogged_metrics: dict[int, dict[str, float]] | None,
+) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
     tmp = root / f"step_{step:07d}.tmp"
@@ -144,10 +164,14 @@ def load_latest(run_dir: Path) -> Checkpoint | None:
     return Checkpoint(step=step, run_id=state.get("run_id"), state=state, path=path)
 
 
-def restore(checkpoint: Checkpoint, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+def restore(
+    checkpoint: Checkpoint, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+) -> None:
     """Load a checkpoint's states into live objects (model, optimizer, scheduler, RNGs)."""
     if (checkpoint.path / SHARDS_DIR).exists():
-        load_sharded(checkpoint.path / SHARDS_DIR, model, optimizer)  # resharded to this run's ranks
+        load_sharded(
+            checkpoint.path / SHARDS_DIR, model, optimizer
+        )  # resharded to this run's ranks
     else:
         model.load_state_dict(checkpoint.state["model"])
         optimizer.load_state_dict(checkpoint.state["optimizer"])

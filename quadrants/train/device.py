@@ -35,7 +35,9 @@ def validate_device(name: str) -> None:
         raise ValueError(f"train.device={name!r} is unknown; choose one of {list(DEVICES)}")
 
 
-def resolve_device(name: str, local_rank: int = 0, *, cuda_available: bool | None = None) -> torch.device:
+def resolve_device(
+    name: str, local_rank: int = 0, *, cuda_available: bool | None = None
+) -> torch.device:
     """The torch.device for `train.device=name` on this process (rank `local_rank` on its node)."""
     validate_device(name)
     available = torch.cuda.is_available() if cuda_available is None else cuda_available
@@ -60,9 +62,14 @@ def rollouts_to(rollouts: Rollouts, device: torch.device) -> Rollouts:
     """The same rollouts with every tensor on `device` (no copy when already there)."""
     return replace(
         rollouts,
-        prompt_ids=rollouts.prompt_ids.to(device), prompt_mask=rollouts.prompt_mask.to(device),
-        response_ids=rollouts.response_ids.to(device), response_mask=rollouts.response_mask.to(device),
-        behaviour_logp=rollouts.behaviour_logp.to(device), group_ids=rollouts.group_ids.to(device),
+        prompt_ids=rollouts.prompt_ids.to(device),
+        prompt_mask=rollouts.prompt_mask.to(device),
+        response_ids=rollouts.response_ids.to(device),
+        response_mask=rollouts.response_mask.to(device),
+        behaviour_logp=rollouts.behaviour_logp.to(device),
+        group_ids=rollouts.group_ids.to(device),
         finished=rollouts.finished.to(device),
-        behaviour_entropy=None if rollouts.behaviour_entropy is None else rollouts.behaviour_entropy.to(device),
+        behaviour_entropy=None
+        if rollouts.behaviour_entropy is None
+        else rollouts.behaviour_entropy.to(device),
     )

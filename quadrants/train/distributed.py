@@ -44,8 +44,9 @@ import datetime
 import logging
 import os
 import subprocess
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, MutableMapping, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -100,11 +101,18 @@ def current() -> DistEnv:
 def first_slurm_host(nodelist: str) -> str:
     """The first host of a SLURM nodelist ("node[01-04]" -> "node01"), expanded by `scontrol`."""
     try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             check=True, timeout=30).stdout.split()
+        out = subprocess.run(
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.split()
     except (OSError, subprocess.SubprocessError) as err:
-        raise RuntimeError(f"cannot expand SLURM_JOB_NODELIST={nodelist!r} with `scontrol show hostnames` "
-                           f"({err}); set MASTER_ADDR to the first node's address") from None
+        raise RuntimeError(
+            f"cannot expand SLURM_JOB_NODELIST={nodelist!r} with `scontrol show hostnames` "
+            f"({err}); set MASTER_ADDR to the first node's address"
+        ) from None
     if not out:
         raise RuntimeError(f"`scontrol show hostnames {nodelist}` printed nothing; set MASTER_ADDR")
     return out[0]
@@ -116,8 +124,14 @@ def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
     when the process was started by neither (a plain process, or a batch script outside srun)."""
     if "RANK" in environ and "WORLD_SIZE" in environ:
         port = environ.get("MASTER_PORT")
-        return LaunchInfo(int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ.get("LOCAL_RANK", "0")),
-                          environ.get("MASTER_ADDR"), int(port) if port else None, "torchrun")
+        return LaunchInfo(
+            int(environ["RANK"]),
+            int(environ["WORLD_SIZE"]),
+            int(environ.get("LOCAL_RANK", "0")),
+            environ.get("MASTER_ADDR"),
+            int(port) if port else None,
+            "torchrun",
+        )
     # only srun tasks: the batch script itself also has SLURM_PROCID=0 and the job's SLURM_NTASKS,
     # but not SLURM_STEP_NUM_TASKS (measured on SLURM 22.05), and must not wait for ranks that
     # will never come
@@ -129,8 +143,14 @@ def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
         port = environ.get("MASTER_PORT")
         # one port per job, so two jobs sharing a node do not collide (below the ephemeral range)
         port_number = int(port) if port else 15000 + int(environ.get("SLURM_JOB_ID", "0")) % 5000
-        return LaunchInfo(int(environ["SLURM_PROCID"]), world, int(environ.get("SLURM_LOCALID", "0")),
-                          addr, port_number, "slurm")
+        return LaunchInfo(
+            int(environ["SLURM_PROCID"]),
+            world,
+            int(environ.get("SLURM_LOCALID", "0")),
+            addr,
+            port_number,
+            "slurm",
+        )
     return None
 
 
@@ -139,8 +159,13 @@ def export_rendezvous(info: LaunchInfo, environ: MutableMapping[str, str]) -> No
     `environ` from `info`, keeping any already set. Under srun they come from SLURM's variables:
     `init_process_group` reads the master address and port, and a vLLM engine per rank (vLLM's
     external launcher, rollout=vllm) reads all five."""
-    values = {"MASTER_ADDR": info.master_addr, "MASTER_PORT": info.master_port, "RANK": info.rank,
-              "WORLD_SIZE": info.world_size, "LOCAL_RANK": info.local_rank}
+    values = {
+        "MASTER_ADDR": info.master_addr,
+        "MASTER_PORT": info.master_port,
+        "RANK": info.rank,
+        "WORLD_SIZE": info.world_size,
+        "LOCAL_RANK": info.local_rank,
+    }
     for name, value in values.items():
         if value is not None:
             environ.setdefault(name, str(value))
@@ -150,18 +175,26 @@ def pick_backend(backend: str, cuda: bool | None = None) -> str:
     """The process-group backend: `auto` is nccl when training tensors live on CUDA (`cuda`; default:
     whether CUDA is available), else gloo. NCCL only moves CUDA tensors, so nccl with CPU training fails."""
     if backend not in BACKENDS:
-        raise ValueError(f"distributed.backend={backend!r} is unknown; choose one of {list(BACKENDS)}")
+        raise ValueError(
+            f"distributed.backend={backend!r} is unknown; choose one of {list(BACKENDS)}"
+        )
     cuda = torch.cuda.is_available() if cuda is None else cuda
     if backend == "auto":
         return "nccl" if cuda else "gloo"
     if backend == "nccl" and not cuda:
-        raise ValueError("distributed.backend=nccl moves CUDA tensors only, but training runs on the CPU "
-                         "(train.device=cpu, or no CUDA here); use distributed.backend=gloo or auto")
+        raise ValueError(
+            "distributed.backend=nccl moves CUDA tensors only, but training runs on the CPU "
+            "(train.device=cpu, or no CUDA here); use distributed.backend=gloo or auto"
+        )
     return backend
 
 
-def init_distributed(backend: str = "auto", environ: Mapping[str, str] | None = None,
-                     timeout_s: float = 1800.0, device: str = "auto") -> DistEnv:
+def init_distributed(
+    backend: str = "auto",
+    environ: Mapping[str, str] | None = None,
+    timeout_s: float = 1800.0,
+    device: str = "auto",
+) -> DistEnv:
     """Start the process group if the launcher says there are several ranks; else world 1, no group.
 
     `device` is `train.device`: with CUDA, each rank binds `cuda:<LOCAL_RANK>` (torch.cuda.set_device)
@@ -179,10 +212,20 @@ def init_distributed(backend: str = "auto", environ: Mapping[str, str] | None = 
     export_rendezvous(info, os.environ)
     if target.type == "cuda":  # not run here: no GPU on these machines
         torch.cuda.set_device(target)
-    dist.init_process_group(chosen, rank=info.rank, world_size=info.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
-    log.info("rank %d/%d (local %d) joined the %s process group via %s",
-             info.rank, info.world_size, info.local_rank, chosen, info.source)
+    dist.init_process_group(
+        chosen,
+        rank=info.rank,
+        world_size=info.world_size,
+        timeout=datetime.timedelta(seconds=timeout_s),
+    )
+    log.info(
+        "rank %d/%d (local %d) joined the %s process group via %s",
+        info.rank,
+        info.world_size,
+        info.local_rank,
+        chosen,
+        info.source,
+    )
     return current()
 
 
@@ -210,60 +253,86 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
     prompts = cfg.train.prompts_per_step
     block = cfg.distributed.prompts_per_generate
     if block is not None and (block <= 0 or prompts % block):
-        raise ValueError(f"distributed.prompts_per_generate={block} must be > 0 and divide "
-                         f"train.prompts_per_step={prompts}")
+        raise ValueError(
+            f"distributed.prompts_per_generate={block} must be > 0 and divide "
+            f"train.prompts_per_step={prompts}"
+        )
     rows = prompts * cfg.rollout.group_size
     mini = min(cfg.train.mini_batch_size, rows)
     if rows % mini:  # uneven mini-batches would weigh the last one's tokens more: not supported
         divisors = [d for d in range(rows - 1, 0, -1) if rows % d == 0][:3]
-        raise ValueError(f"train.mini_batch_size={cfg.train.mini_batch_size} does not divide the {rows} sequences of a "
-                         f"step (train.prompts_per_step x rollout.group_size), so the last mini-batch would hold "
-                         f"{rows % mini}; use a divisor of {rows} (e.g. {', '.join(map(str, divisors))}) or >= {rows} "
-                         f"for one update per epoch")
+        raise ValueError(
+            f"train.mini_batch_size={cfg.train.mini_batch_size} does not divide the {rows} sequences of a "
+            f"step (train.prompts_per_step x rollout.group_size), so the last mini-batch would hold "
+            f"{rows % mini}; use a divisor of {rows} (e.g. {', '.join(map(str, divisors))}) or >= {rows} "
+            f"for one update per epoch"
+        )
     if world_size == 1:
         return
     tensor_parallel = cfg.rollout.vllm.tensor_parallel_size
     if cfg.rollout.engine == "vllm" and tensor_parallel != 1:
-        raise ValueError(f"rollout.vllm.tensor_parallel_size={tensor_parallel} with {world_size} trainer ranks is not "
-                         f"built: each rank generates its own blocks of prompts on its own engine, so an engine "
-                         f"is one GPU; use rollout.vllm.tensor_parallel_size=1 (allowed with several ranks: 1)")
+        raise ValueError(
+            f"rollout.vllm.tensor_parallel_size={tensor_parallel} with {world_size} trainer ranks is not "
+            f"built: each rank generates its own blocks of prompts on its own engine, so an engine "
+            f"is one GPU; use rollout.vllm.tensor_parallel_size=1 (allowed with several ranks: 1)"
+        )
     if prompts % world_size:
-        raise ValueError(f"train.prompts_per_step={prompts} does not deal evenly to {world_size} ranks; "
-                         f"use a multiple of {world_size}")
+        raise ValueError(
+            f"train.prompts_per_step={prompts} does not deal evenly to {world_size} ranks; "
+            f"use a multiple of {world_size}"
+        )
     blocks = prompts // generation_block(cfg, world_size)
     if blocks % world_size:
-        raise ValueError(f"train.prompts_per_step={prompts} in blocks of {generation_block(cfg, world_size)} "
-                         f"(distributed.prompts_per_generate) does not deal evenly to {world_size} ranks; "
-                         f"use a multiple of {world_size} blocks")
+        raise ValueError(
+            f"train.prompts_per_step={prompts} in blocks of {generation_block(cfg, world_size)} "
+            f"(distributed.prompts_per_generate) does not deal evenly to {world_size} ranks; "
+            f"use a multiple of {world_size} blocks"
+        )
     if mini % world_size:
-        raise ValueError(f"train.mini_batch_size={cfg.train.mini_batch_size} with {rows} sequences per step "
-                         f"leaves a mini-batch that does not split into {world_size} equal shares; use a "
-                         f"mini-batch size that is a multiple of {world_size} and divides {rows}")
+        raise ValueError(
+            f"train.mini_batch_size={cfg.train.mini_batch_size} with {rows} sequences per step "
+            f"leaves a mini-batch that does not split into {world_size} equal shares; use a "
+            f"mini-batch size that is a multiple of {world_size} and divides {rows}"
+        )
 
 
 def validate_distributed_config(cfg: RunConfig) -> None:
     """Static checks of the `distributed` group (world-size checks are in `check_layout`)."""
     d = cfg.distributed
     if d.backend not in BACKENDS:
-        raise ValueError(f"distributed.backend={d.backend!r} is unknown; choose one of {list(BACKENDS)}")
+        raise ValueError(
+            f"distributed.backend={d.backend!r} is unknown; choose one of {list(BACKENDS)}"
+        )
     if d.mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"distributed.mixed_precision={d.mixed_precision!r} is unknown; "
-                         f"choose one of {list(MIXED_PRECISION)}")
+        raise ValueError(
+            f"distributed.mixed_precision={d.mixed_precision!r} is unknown; "
+            f"choose one of {list(MIXED_PRECISION)}"
+        )
     if d.backend == "nccl" and cfg.train.device == "cpu":
-        raise ValueError("distributed.backend=nccl moves CUDA tensors only, but train.device=cpu; "
-                         "use distributed.backend=gloo or auto, or train.device=auto or cuda")
+        raise ValueError(
+            "distributed.backend=nccl moves CUDA tensors only, but train.device=cpu; "
+            "use distributed.backend=gloo or auto, or train.device=auto or cuda"
+        )
     if d.prompts_per_generate is not None and d.prompts_per_generate <= 0:
-        raise ValueError(f"distributed.prompts_per_generate={d.prompts_per_generate} is out of range; "
-                         f"allowed: null or > 0")
+        raise ValueError(
+            f"distributed.prompts_per_generate={d.prompts_per_generate} is out of range; "
+            f"allowed: null or > 0"
+        )
     check_layout(cfg, 1)
 
 
 # --- the model -------------------------------------------------------------------------------------
 
 
-def shard_model(model: nn.Module, env: DistEnv, *, mixed_precision: str = "none",
-                activation_checkpointing: bool = False, reshard_after_forward: bool = True,
-                device: torch.device | None = None) -> nn.Module:
+def shard_model(
+    model: nn.Module,
+    env: DistEnv,
+    *,
+    mixed_precision: str = "none",
+    activation_checkpointing: bool = False,
+    reshard_after_forward: bool = True,
+    device: torch.device | None = None,
+) -> nn.Module:
     """FSDP2-shard `model` in place over all ranks (each transformer block, then the root) and make
     gradient reduction a plain SUM (see the module docstring). World 1 without a group: unchanged,
     except for activation checkpointing.
@@ -275,8 +344,10 @@ def shard_model(model: nn.Module, env: DistEnv, *, mixed_precision: str = "none"
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if not env.sharded:
         if mixed_precision != "none":
-            raise ValueError("distributed.mixed_precision=bf16 is FSDP2's MixedPrecisionPolicy and needs a "
-                             "process group: launch with torchrun (even --nproc-per-node 1), or set model.dtype")
+            raise ValueError(
+                "distributed.mixed_precision=bf16 is FSDP2's MixedPrecisionPolicy and needs a "
+                "process group: launch with torchrun (even --nproc-per-node 1), or set model.dtype"
+            )
         return model
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
@@ -324,7 +395,10 @@ def dealt(calls: int, env: DistEnv) -> range:
 
 def in_call_order(parts: list[list[tuple[int, T]]]) -> list[T]:
     """The results of every rank's (call, result) pairs, in call order."""
-    return [result for _, result in sorted((pair for part in parts for pair in part), key=lambda pair: pair[0])]
+    return [
+        result
+        for _, result in sorted((pair for part in parts for pair in part), key=lambda pair: pair[0])
+    ]
 
 
 def run_dealt(calls: int, work: Callable[[int], T], env: DistEnv) -> list[T]:
@@ -366,7 +440,9 @@ def reduce_metrics(metrics: dict[str, float], env: DistEnv) -> dict[str, float]:
     if not env.sharded:
         return metrics
     timing = sorted(k for k in metrics if k.startswith("time/"))
-    values = torch.tensor([float(metrics[k]) for k in timing], dtype=torch.float64, device=collective_device())
+    values = torch.tensor(
+        [float(metrics[k]) for k in timing], dtype=torch.float64, device=collective_device()
+    )
     if timing:
         dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return {**metrics, **{k: float(v) for k, v in zip(timing, values.tolist())}}

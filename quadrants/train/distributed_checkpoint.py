@@ -26,7 +26,9 @@ _SINGLE_PROCESS_WARNING = ".*torch.distributed is (disabled|not initialized|unav
 def save_sharded(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Write the model and optimizer states (this rank's shards) under `directory` (a collective)."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    with warnings.catch_warnings():  # DCP warns that it assumes one process without a group: it is meant
+    with (
+        warnings.catch_warnings()
+    ):  # DCP warns that it assumes one process without a group: it is meant
         warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(directory))
 
@@ -38,4 +40,6 @@ def load_sharded(directory: Path, model: nn.Module, optimizer: torch.optim.Optim
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_SINGLE_PROCESS_WARNING)
         dcp.load(state, checkpoint_id=str(directory))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )

@@ -33,10 +33,14 @@ log = logging.getLogger("quadrants.distributed")
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    flags, argv = split_hydra_argv(argv)  # Hydra's flags may stand anywhere, as with quadrants.sweep
+    flags, argv = split_hydra_argv(
+        argv
+    )  # Hydra's flags may stand anywhere, as with quadrants.sweep
     if any(a in ("-m", "--multirun") for a in flags):
-        sys.exit("quadrants.train.distributed_main runs ONE training run over several ranks; a sweep of "
-                 "distributed runs is `python -m quadrants.sweep -m ... launcher=slurm_ddp`")
+        sys.exit(
+            "quadrants.train.distributed_main runs ONE training run over several ranks; a sweep of "
+            "distributed runs is `python -m quadrants.sweep -m ... launcher=slurm_ddp`"
+        )
     show = _shown_config(flags)
     overrides = name_runs_by_swept_keys(with_sweep_id(argv))
     try:
@@ -47,7 +51,9 @@ def main(argv: list[str] | None = None) -> None:
         print(OmegaConf.to_yaml(OmegaConf.structured(cfg)), end="")
         return
     env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
-    logging.basicConfig(level=logging.INFO, format=f"[rank {env.rank}] %(asctime)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format=f"[rank {env.rank}] %(asctime)s %(name)s: %(message)s"
+    )
     from quadrants.train.job import make_tracker, tracked
     from quadrants.train.loop import run_training
 
@@ -83,8 +89,10 @@ def _shown_config(flags: list[str]) -> bool:
         elif flag == "--resolve":  # the printed config is resolved either way
             index += 1
         else:
-            sys.exit(f"quadrants.train.distributed_main: {' '.join(flags[index:index + 2])!r} is not supported; "
-                     "it takes overrides, and `--cfg job` [--resolve] to print the composed config")
+            sys.exit(
+                f"quadrants.train.distributed_main: {' '.join(flags[index : index + 2])!r} is not supported; "
+                "it takes overrides, and `--cfg job` [--resolve] to print the composed config"
+            )
     return show
 
 

@@ -24,9 +24,19 @@ from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.rollout.hf import HFEngine
 from quadrants.rollout.weights import copy_weights
-from quadrants.train.distributed import (DistEnv, all_gather_rows, check_layout, dealt, gather_objects,
-                                         generation_block, in_call_order, rollout_replica, row_share,
-                                         shard_model, splice)
+from quadrants.train.distributed import (
+    DistEnv,
+    all_gather_rows,
+    check_layout,
+    dealt,
+    gather_objects,
+    generation_block,
+    in_call_order,
+    rollout_replica,
+    row_share,
+    shard_model,
+    splice,
+)
 from quadrants.train.policy import behaviour_pass, response_logprobs
 
 if TYPE_CHECKING:
@@ -76,8 +86,9 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
         texts=[t for p in parts for t in p.texts],
         group_ids=torch.cat([p.group_ids + o for p, o in zip(parts, offsets)]),
         finished=torch.cat([p.finished for p in parts]),
-        behaviour_entropy=None if any(p.behaviour_entropy is None for p in parts) else
-        torch.cat([_pad(p.behaviour_entropy, width_t, 0.0, left=False) for p in parts]),
+        behaviour_entropy=None
+        if any(p.behaviour_entropy is None for p in parts)
+        else torch.cat([_pad(p.behaviour_entropy, width_t, 0.0, left=False) for p in parts]),
     )
 
 
@@ -93,12 +104,18 @@ def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSett
     for index in dealt(len(blocks), env):
         block = blocks[index]
         t0 = time.perf_counter()
-        seeded = SamplingSettings(n=sampling.n, temperature=sampling.temperature, top_p=sampling.top_p,
-                                  max_new_tokens=sampling.max_new_tokens,
-                                  seed=None if sampling.seed is None else block_seed(sampling.seed, index))
+        seeded = SamplingSettings(
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_new_tokens=sampling.max_new_tokens,
+            seed=None if sampling.seed is None else block_seed(sampling.seed, index),
+        )
         rollouts = ctx.engine.generate([p.prompt for p in block], seeded)
         t1 = time.perf_counter()
-        graded = ctx.grader.grade(rollouts.texts, [block[int(g)].answer for g in rollouts.group_ids])
+        graded = ctx.grader.grade(
+            rollouts.texts, [block[int(g)].answer for g in rollouts.group_ids]
+        )
         grade_s += time.perf_counter() - t1
         generate_s += t1 - t0
         mine.append((index, (rollouts, list(graded.rewards), [o.value for o in graded.outcomes])))
@@ -109,34 +126,67 @@ def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSett
     return Collected(rollouts, rewards, outcomes, generate_s, grade_s)
 
 
-def sharded_behaviour_pass(env: DistEnv, model: nn.Module, sequences: Tensor, attention_mask: Tensor,
-                           response_length: int, **passes: Any) -> tuple[Tensor, Tensor]:
+def sharded_behaviour_pass(
+    env: DistEnv,
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    **passes: Any,
+) -> tuple[Tensor, Tensor]:
     """`behaviour_pass` over this rank's share of the rows, gathered: (logp [B, T], entropy [B, T])."""
     if not env.sharded:
         return behaviour_pass(model, sequences, attention_mask, response_length, **passes)
     share = row_share(sequences.shape[0], env)
-    logp, entropy = behaviour_pass(model, sequences[share], attention_mask[share], response_length, **passes)
+    logp, entropy = behaviour_pass(
+        model, sequences[share], attention_mask[share], response_length, **passes
+    )
     return torch.cat(all_gather_rows(logp, env)), torch.cat(all_gather_rows(entropy, env))
 
 
-def sharded_policy_output(env: DistEnv, model: nn.Module, mini: TokenBatch, *, temperature: float,
-                          chunk_size: int, with_entropy: bool) -> PolicyOutput:
+def sharded_policy_output(
+    env: DistEnv,
+    model: nn.Module,
+    mini: TokenBatch,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+) -> PolicyOutput:
     """The policy's log-probs (and entropy) over the whole mini-batch, differentiable on this rank's
     rows only; the loss computed from it is the global loss and its gradient is this rank's part."""
     if not env.sharded:
-        logp, entropy = response_logprobs(model, mini.sequences, mini.attention_mask, mini.response_length,
-                                          temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)
+        logp, entropy = response_logprobs(
+            model,
+            mini.sequences,
+            mini.attention_mask,
+            mini.response_length,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+        )
         return PolicyOutput(logp, entropy)
     share = row_share(mini.batch_size, env)
-    logp, entropy = response_logprobs(model, mini.sequences[share], mini.attention_mask[share],
-                                      mini.response_length, temperature=temperature, chunk_size=chunk_size,
-                                      with_entropy=with_entropy)
+    logp, entropy = response_logprobs(
+        model,
+        mini.sequences[share],
+        mini.attention_mask[share],
+        mini.response_length,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+    )
     return PolicyOutput(splice(logp, env), None if entropy is None else splice(entropy, env))
 
 
-def prepare_policy(cfg: RunConfig, model: nn.Module, tokenizer: Any, ref_model: nn.Module | None,
-                   env: DistEnv, device: torch.device | None = None
-                   ) -> tuple[nn.Module, nn.Module | None, HFEngine | None]:
+def prepare_policy(
+    cfg: RunConfig,
+    model: nn.Module,
+    tokenizer: Any,
+    ref_model: nn.Module | None,
+    env: DistEnv,
+    device: torch.device | None = None,
+) -> tuple[nn.Module, nn.Module | None, HFEngine | None]:
     """Place the policy (and the frozen reference) on `device` (default: `train.device` resolved for
     this rank), shard them over the ranks, and give the HF rollout engine its module: the policy itself
     in one plain process, a full per-rank copy on the same device when sharded. The modules are
@@ -150,14 +200,21 @@ def prepare_policy(cfg: RunConfig, model: nn.Module, tokenizer: Any, ref_model: 
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
     model = model.to(device)
     ref_model = None if ref_model is None else ref_model.to(device)
-    options = dict(mixed_precision=cfg.distributed.mixed_precision,
-                   reshard_after_forward=cfg.distributed.reshard_after_forward, device=device)
+    options = dict(
+        mixed_precision=cfg.distributed.mixed_precision,
+        reshard_after_forward=cfg.distributed.reshard_after_forward,
+        device=device,
+    )
     hf = cfg.rollout.engine == "hf"
     if not env.sharded:
-        model = shard_model(model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options)
+        model = shard_model(
+            model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options
+        )
         return model, ref_model, HFEngine(model, tokenizer) if hf else None
     replica = rollout_replica(model, env) if hf else None
-    model = shard_model(model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options)
+    model = shard_model(
+        model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options
+    )
     if ref_model is not None:
         ref_model = shard_model(ref_model, env, **options)
     return model, ref_model, ReplicaHFEngine(replica, tokenizer) if replica is not None else None

@@ -34,12 +34,16 @@ class ChunkCounts:
     no_answer: int
 
 
-def grade_chunk(engine: RolloutEngine, grader: Grader, chunk: list[Problem], sampling: SamplingSettings) -> ChunkCounts:
+def grade_chunk(
+    engine: RolloutEngine, grader: Grader, chunk: list[Problem], sampling: SamplingSettings
+) -> ChunkCounts:
     """Generate `sampling.n` answers for each problem of `chunk` in one call and count the correct ones."""
     rollouts = engine.generate([p.prompt for p in chunk], sampling)
     golds = [chunk[int(g)].answer for g in rollouts.group_ids]
     graded = grader.grade(rollouts.texts, golds)
-    correct = torch.tensor([o == Outcome.correct for o in graded.outcomes], dtype=torch.float32).view(len(chunk), sampling.n)
+    correct = torch.tensor(
+        [o == Outcome.correct for o in graded.outcomes], dtype=torch.float32
+    ).view(len(chunk), sampling.n)
     return ChunkCounts(
         correct_fraction=correct.mean(-1).tolist(),  # [prompts]
         correct_count=[int(c) for c in correct.sum(-1).tolist()],  # [prompts]
@@ -53,19 +57,30 @@ def summarize(chunks: list[ChunkCounts], k: int, name: str) -> dict[str, float]:
     correct_counts = [c for chunk in chunks for c in chunk.correct_count]
     n = max(len(correct_per_problem), 1)
     metrics = {keys.evaluation(name, keys.avg_at(k)): sum(correct_per_problem) / n}
-    if len(correct_counts) >= 2:  # the standard error over problems, as the benchmark runner logs it
+    if (
+        len(correct_counts) >= 2
+    ):  # the standard error over problems, as the benchmark runner logs it
         estimate = avg_at_k_estimate([k] * len(correct_counts), correct_counts)
         metrics[keys.evaluation(name, keys.stderr(keys.avg_at(k)))] = estimate.stderr
     if correct_counts:
         curve = pass_at_k_curve([k] * len(correct_counts), correct_counts)
-        metrics.update({keys.evaluation(name, keys.pass_at(j)): value for j, value in curve.items()})
-    metrics[keys.evaluation(name, "no_answer_frac")] = sum(chunk.no_answer for chunk in chunks) / max(n * k, 1)
+        metrics.update(
+            {keys.evaluation(name, keys.pass_at(j)): value for j, value in curve.items()}
+        )
+    metrics[keys.evaluation(name, "no_answer_frac")] = sum(
+        chunk.no_answer for chunk in chunks
+    ) / max(n * k, 1)
     return metrics
 
 
 def heldout_metrics(
-    engine: RolloutEngine, grader: Grader, problems: list[Problem], sampling: SamplingSettings, name: str,
-    batch_prompts: int = 64, dist: DistEnv | None = None,
+    engine: RolloutEngine,
+    grader: Grader,
+    problems: list[Problem],
+    sampling: SamplingSettings,
+    name: str,
+    batch_prompts: int = 64,
+    dist: DistEnv | None = None,
 ) -> dict[str, float]:
     """Generate `sampling.n` answers per problem, `batch_prompts` problems per generate call, and grade them.
 
@@ -77,5 +92,7 @@ def heldout_metrics(
         the same on every rank.
     """
     chunks = [problems[i : i + batch_prompts] for i in range(0, len(problems), batch_prompts)]
-    counts = run_dealt(len(chunks), lambda c: grade_chunk(engine, grader, chunks[c], sampling), dist or DistEnv())
+    counts = run_dealt(
+        len(chunks), lambda c: grade_chunk(engine, grader, chunks[c], sampling), dist or DistEnv()
+    )
     return summarize(counts, sampling.n, name)

@@ -88,8 +88,13 @@ def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None
 
     parent = parent_run_id or read_sweep_file(cfg).get("parent_run_id")
     tracker = MlflowTracker(
-        tracking_uri(cfg), cfg.study, run_name=Path(run_dir).name, tags={**run_tags(cfg), **slurm_tags()},
-        parent_run_id=parent, spool_dir=run_dir / "tracking", artifact_location=artifact_location(cfg),
+        tracking_uri(cfg),
+        cfg.study,
+        run_name=Path(run_dir).name,
+        tags={**run_tags(cfg), **slurm_tags()},
+        parent_run_id=parent,
+        spool_dir=run_dir / "tracking",
+        artifact_location=artifact_location(cfg),
     )
     if cfg.tracking.system_metrics:
         from quadrants.tracking.system import SystemMetricsTracker, SystemSampler

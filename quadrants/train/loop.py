@@ -65,7 +65,9 @@ class TrainingResult:
 def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     """Load everything a step needs (model, reference, engine, task, optimizer, objective), the
     modules on `train.device` (resolved first: train.device=cuda without CUDA fails before any load)."""
-    dist_env = current_dist()  # world 1 without a process group; FSDP2-sharded under torchrun / srun
+    dist_env = (
+        current_dist()
+    )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
@@ -77,15 +79,30 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     if engine is None:  # rollout.engine=vllm: started on the placed (and sharded) policy
         engine = _vllm_engine(cfg, model, tokenizer, dist_env)
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=tuple(cfg.train.betas)
+        model.parameters(),
+        lr=cfg.train.lr,
+        weight_decay=cfg.train.weight_decay,
+        betas=tuple(cfg.train.betas),
     )
     warmup = cfg.train.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+    )
     return StepContext(
-        cfg=cfg, model=model, tokenizer=tokenizer, ref_model=ref_model, engine=engine, grader=grader,
+        cfg=cfg,
+        model=model,
+        tokenizer=tokenizer,
+        ref_model=ref_model,
+        engine=engine,
+        grader=grader,
         task=make_run_task(cfg, tokenizer),
-        optimizer=optimizer, scheduler=scheduler, spec=spec, params=params, loss_settings=loss_settings(cfg),
-        dist=dist_env, device=device,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        spec=spec,
+        params=params,
+        loss_settings=loss_settings(cfg),
+        dist=dist_env,
+        device=device,
     )
 
 
@@ -97,16 +114,23 @@ def make_run_task(cfg: RunConfig, tokenizer: Any) -> RenderedTask:
         evaluated = [name for name in cfg.eval.benchmarks if name in known_benchmarks()]
         params["decontaminate"] = sorted({*params["decontaminate"], *evaluated})
     task = make_task(cfg.task.name, cfg.task.heldout_size, params)
-    render = make_renderer(cfg.prompt.format, tokenizer=tokenizer, instruction=cfg.prompt.instruction,
-                           task_format=getattr(task, "prompt_format", None))
+    render = make_renderer(
+        cfg.prompt.format,
+        tokenizer=tokenizer,
+        instruction=cfg.prompt.instruction,
+        task_format=getattr(task, "prompt_format", None),
+    )
     return RenderedTask(task, render)
 
 
 def task_tags(task: Any) -> dict[str, str]:
     """What a dataset task did to its rows, as run tags: `quadrants.decontaminated` (training problems
     dropped as benchmark problems) and `quadrants.skipped_empty` (rows without an answer)."""
-    return {f"quadrants.{name}": str(getattr(task, name)) for name in ("decontaminated", "skipped_empty")
-            if hasattr(task, name)}
+    return {
+        f"quadrants.{name}": str(getattr(task, name))
+        for name in ("decontaminated", "skipped_empty")
+        if hasattr(task, name)
+    }
 
 
 def _log_task(ctx: StepContext, tracker: Tracker, run_dir: Path | None) -> None:
@@ -118,17 +142,26 @@ def _log_task(ctx: StepContext, tracker: Tracker, run_dir: Path | None) -> None:
             info[f"task.{name}"] = getattr(task, name)
     tracker.log_params(info)
     if getattr(task, "decontaminated", 0):
-        log.info("task %s: %d training problems dropped as benchmark problems (decontamination)",
-                 task.name, task.decontaminated)
+        log.info(
+            "task %s: %d training problems dropped as benchmark problems (decontamination)",
+            task.name,
+            task.decontaminated,
+        )
     if run_dir is not None and ctx.dist.is_main:
         (problem,) = task.train_batch(1, random.Random(ctx.cfg.seed))
         path = run_dir / "prompt_example.txt"
         path.write_text(problem.prompt)
         tracker.log_artifact(path, "prompt")
-        log.info("first training prompt, as the model sees it (%s):\n%s", info["prompt.rendered_format"], problem.prompt)
+        log.info(
+            "first training prompt, as the model sees it (%s):\n%s",
+            info["prompt.rendered_format"],
+            problem.prompt,
+        )
 
 
-def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, dist_env: DistEnv) -> RolloutEngine:
+def _vllm_engine(
+    cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, dist_env: DistEnv
+) -> RolloutEngine:
     """The colocated vLLM engine (rollout=vllm), started on the model's directory or hub id, or, for
     the embedded tiny model, on its config with the weights synced in (VLLMEngine). Under torch.distributed every rank starts one, inside the
     trainer's process group (vLLM's external launcher, one data-parallel replica per rank; one GPU
@@ -137,10 +170,16 @@ def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, dist_en
 
     engine = cfg.rollout.vllm
     settings = VLLMSettings(
-        dtype=cfg.model.dtype, gpu_memory_utilization=engine.gpu_memory_utilization,
-        kv_cache_gib=engine.kv_cache_gib, tensor_parallel_size=engine.tensor_parallel_size,
-        enforce_eager=engine.enforce_eager, sleep_level=engine.sleep_level, in_process=engine.in_process,
-        max_model_len=engine.max_model_len, seed=cfg.seed, data_parallel_size=dist_env.world_size,
+        dtype=cfg.model.dtype,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        kv_cache_gib=engine.kv_cache_gib,
+        tensor_parallel_size=engine.tensor_parallel_size,
+        enforce_eager=engine.enforce_eager,
+        sleep_level=engine.sleep_level,
+        in_process=engine.in_process,
+        max_model_len=engine.max_model_len,
+        seed=cfg.seed,
+        data_parallel_size=dist_env.world_size,
     )
     source = None if cfg.model.name_or_path in (TINY, TINY_RANDOM) else cfg.model.name_or_path
     return VLLMEngine(model, tokenizer, settings, model_source=source)
@@ -160,16 +199,30 @@ def evaluate(ctx: StepContext, step: int = 0, tracker: Tracker | None = None) ->
     if cfg.eval.problems == 0:
         return {}
     sampling = SamplingSettings(
-        n=cfg.eval.samples, temperature=cfg.eval.temperature, top_p=cfg.eval.top_p,
-        max_new_tokens=cfg.eval.max_new_tokens, seed=cfg.seed + 7,
+        n=cfg.eval.samples,
+        temperature=cfg.eval.temperature,
+        top_p=cfg.eval.top_p,
+        max_new_tokens=cfg.eval.max_new_tokens,
+        seed=cfg.seed + 7,
     )
-    problems = cfg.eval.problems if cfg.eval.limit is None else min(cfg.eval.problems, cfg.eval.limit)
-    metrics = heldout_metrics(ctx.engine, ctx.grader, ctx.task.heldout(problems), sampling, ctx.task.name,
-                              batch_prompts=max(1, cfg.eval.batch_size // cfg.eval.samples), dist=ctx.dist)
+    problems = (
+        cfg.eval.problems if cfg.eval.limit is None else min(cfg.eval.problems, cfg.eval.limit)
+    )
+    metrics = heldout_metrics(
+        ctx.engine,
+        ctx.grader,
+        ctx.task.heldout(problems),
+        sampling,
+        ctx.task.name,
+        batch_prompts=max(1, cfg.eval.batch_size // cfg.eval.samples),
+        dist=ctx.dist,
+    )
     return metrics if ctx.dist.is_main else {}
 
 
-def _resume(ctx: StepContext, run_dir: Path | None) -> tuple[int, str | None, dict[int, dict[str, float]]]:
+def _resume(
+    ctx: StepContext, run_dir: Path | None
+) -> tuple[int, str | None, dict[int, dict[str, float]]]:
     """(completed steps, known run id, metrics the tracker could not record) from the newest
     checkpoint and run.json in `run_dir`."""
     if run_dir is None:
@@ -181,7 +234,11 @@ def _resume(ctx: StepContext, run_dir: Path | None) -> tuple[int, str | None, di
     restore(checkpoint, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler)
     ctx.engine.sync_weights(ctx.model)  # a separate engine (vLLM) still holds the starting weights
     log.info("resumed from %s (step %d)", checkpoint.path, checkpoint.step)
-    return checkpoint.step, checkpoint.run_id or known_id, dict(checkpoint.state.get("unlogged_metrics") or {})
+    return (
+        checkpoint.step,
+        checkpoint.run_id or known_id,
+        dict(checkpoint.state.get("unlogged_metrics") or {}),
+    )
 
 
 def _read_run_id(run_dir: Path) -> str | None:
@@ -226,7 +283,9 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             if add_tags is not None:
                 add_tags(task_tags(ctx.task))
             result.run_id = tracker.start(known_id)
-            for logged_step, step_metrics in sorted(unlogged.items()):  # a full disk kept them from the tracker
+            for logged_step, step_metrics in sorted(
+                unlogged.items()
+            ):  # a full disk kept them from the tracker
                 tracker.log_metrics(step_metrics, step=logged_step)
             if first == 0:
                 tracker.log_params(flat_params(cfg))
@@ -240,10 +299,21 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 tracker.log_metrics(result.initial_eval, step=0)
                 if result.initial_eval:  # {} with evaluation off, and on ranks other than 0
                     log.info("step 0 held-out: %s", _fmt(result.initial_eval))
-            bar = tqdm(range(first, total), desc="train", initial=first, total=total,
-                       disable=not sys.stderr.isatty(), dynamic_ncols=True)
-            for index in checkpointed_steps(bar, optimizer=ctx.optimizer, save=_signal_save(ctx, run_dir, tracker),
-                                            first_step=first, is_saved=lambda s: has_checkpoint(run_dir, s)):
+            bar = tqdm(
+                range(first, total),
+                desc="train",
+                initial=first,
+                total=total,
+                disable=not sys.stderr.isatty(),
+                dynamic_ncols=True,
+            )
+            for index in checkpointed_steps(
+                bar,
+                optimizer=ctx.optimizer,
+                save=_signal_save(ctx, run_dir, tracker),
+                first_step=first,
+                is_saved=lambda s: has_checkpoint(run_dir, s),
+            ):
                 step = index + 1
                 output = train_step(ctx, index)
                 metrics = output.metrics
@@ -257,14 +327,33 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                     tracker.log_metrics(metrics, step=step)
                     result.last_step = metrics
                     every = cfg.tracking.log_samples_every
-                    if run_dir is not None and every and ctx.dist.is_main and (step % every == 0 or step == total):
-                        path = write_samples(run_dir / "samples" / f"step_{step:06d}.json", output, ctx.tokenizer, step)
+                    if (
+                        run_dir is not None
+                        and every
+                        and ctx.dist.is_main
+                        and (step % every == 0 or step == total)
+                    ):
+                        path = write_samples(
+                            run_dir / "samples" / f"step_{step:06d}.json",
+                            output,
+                            ctx.tokenizer,
+                            step,
+                        )
                         tracker.log_artifact(path, "samples")
-                    checkpoint_now = cfg.checkpoint.every and (step % cfg.checkpoint.every == 0 or step == total)
+                    checkpoint_now = cfg.checkpoint.every and (
+                        step % cfg.checkpoint.every == 0 or step == total
+                    )
                     if run_dir is not None and checkpoint_now:
                         _write_run_id(run_dir, tracker.run_id)
-                        save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer,
-                                        scheduler=ctx.scheduler, run_id=tracker.run_id, keep=cfg.checkpoint.keep)
+                        save_checkpoint(
+                            run_dir,
+                            step,
+                            model=ctx.model,
+                            optimizer=ctx.optimizer,
+                            scheduler=ctx.scheduler,
+                            run_id=tracker.run_id,
+                            keep=cfg.checkpoint.keep,
+                        )
                 line = _step_line(step, total, metrics)
                 bar.set_postfix_str(line.split(" ", 2)[2])
                 if bar.disable:
@@ -281,8 +370,9 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
 
 
 @contextmanager
-def stop_if_disk_full(ctx: StepContext, run_dir: Path | None, tracker: Tracker, step: int,
-                      metrics: dict[str, float]) -> Iterator[None]:
+def stop_if_disk_full(
+    ctx: StepContext, run_dir: Path | None, tracker: Tracker, step: int, metrics: dict[str, float]
+) -> Iterator[None]:
     """Recording step `step` (its metrics, samples, checkpoint) ran out of disk: try to checkpoint the
     step with its metrics inside (a resumed run logs them), then stop with one DiskFullError naming
     the path. A re-run with space resumes from the newest checkpoint; MLflow drops what it holds."""
@@ -295,13 +385,23 @@ def stop_if_disk_full(ctx: StepContext, run_dir: Path | None, tracker: Tracker, 
         saved = "checkpoints are off"
         if run_dir is not None and ctx.cfg.checkpoint.every:
             try:
-                save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler,
-                                run_id=tracker.run_id, keep=ctx.cfg.checkpoint.keep, unlogged_metrics={step: metrics})
+                save_checkpoint(
+                    run_dir,
+                    step,
+                    model=ctx.model,
+                    optimizer=ctx.optimizer,
+                    scheduler=ctx.scheduler,
+                    run_id=tracker.run_id,
+                    keep=ctx.cfg.checkpoint.keep,
+                    unlogged_metrics={step: metrics},
+                )
                 saved = f"step {step} is checkpointed with its metrics"
             except Exception as again:  # noqa: BLE001 - the first error is the one to report
                 saved = f"its checkpoint could not be written either ({type(again).__name__})"
-        raise DiskFullError(path, f"stopped at step {step}: {saved}; free space and run the same command "
-                                  "again to resume") from None
+        raise DiskFullError(
+            path,
+            f"stopped at step {step}: {saved}; free space and run the same command again to resume",
+        ) from None
 
 
 def _signal_save(ctx: StepContext, run_dir: Path | None, tracker: Tracker):
@@ -309,8 +409,16 @@ def _signal_save(ctx: StepContext, run_dir: Path | None, tracker: Tracker):
     cfg = ctx.cfg
     if run_dir is None or not cfg.checkpoint.every:
         return None
-    return lambda step, rng: save_checkpoint(run_dir, step, model=ctx.model, optimizer=ctx.optimizer, rng=rng,
-                                             scheduler=ctx.scheduler, run_id=tracker.run_id, keep=cfg.checkpoint.keep)
+    return lambda step, rng: save_checkpoint(
+        run_dir,
+        step,
+        model=ctx.model,
+        optimizer=ctx.optimizer,
+        rng=rng,
+        scheduler=ctx.scheduler,
+        run_id=tracker.run_id,
+        keep=cfg.checkpoint.keep,
+    )
 
 
 def _fmt(metrics: dict[str, float]) -> str:

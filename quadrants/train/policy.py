@@ -24,7 +24,12 @@ from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 
 # config attributes that change logits after the head; a model with any of them set takes the logits path
-_LOGIT_TRANSFORMS = {"final_logit_softcapping": None, "logit_scale": None, "logits_scaling": 1.0, "output_multiplier_scale": None}
+_LOGIT_TRANSFORMS = {
+    "final_logit_softcapping": None,
+    "logit_scale": None,
+    "logits_scaling": 1.0,
+    "output_multiplier_scale": None,
+}
 
 
 def fused_head(model: nn.Module) -> nn.Linear | None:
@@ -34,18 +39,29 @@ def fused_head(model: nn.Module) -> nn.Linear | None:
     if not isinstance(head, nn.Linear):
         return None
     config = getattr(model, "config", None)
-    if any(getattr(config, key, neutral) not in (neutral, 0.0) for key, neutral in _LOGIT_TRANSFORMS.items()):
+    if any(
+        getattr(config, key, neutral) not in (neutral, 0.0)
+        for key, neutral in _LOGIT_TRANSFORMS.items()
+    ):
         return None
     return head
 
 
 @contextmanager
-def _head_reduces(head: nn.Linear, targets: Tensor, temperature: float, chunk_size: int) -> Iterator[None]:
+def _head_reduces(
+    head: nn.Linear, targets: Tensor, temperature: float, chunk_size: int
+) -> Iterator[None]:
     """While inside, `head(hidden [B, T + 1, H])` returns [B, T, 2]: (logp of `targets`, entropy)."""
 
     def forward(hidden: Tensor) -> Tensor:
-        logp, entropy = head_logprobs_and_entropy(hidden[:, :-1], head.weight, targets, head.bias,
-                                                  temperature=temperature, chunk_size=chunk_size)
+        logp, entropy = head_logprobs_and_entropy(
+            hidden[:, :-1],
+            head.weight,
+            targets,
+            head.bias,
+            temperature=temperature,
+            chunk_size=chunk_size,
+        )
         return torch.stack([logp, entropy], dim=-1)
 
     head.forward = forward  # type: ignore[method-assign]
@@ -80,9 +96,13 @@ def response_logprobs(
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
     """
-    inputs = dict(input_ids=sequences, attention_mask=attention_mask.long(),
-                  position_ids=position_ids_from_mask(attention_mask), logits_to_keep=response_length + 1,
-                  use_cache=False)
+    inputs = dict(
+        input_ids=sequences,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask),
+        logits_to_keep=response_length + 1,
+        use_cache=False,
+    )
     targets = sequences[:, -response_length:]  # [B, T]
     head = fused_head(model)
     if head is not None:
@@ -114,8 +134,13 @@ def behaviour_pass(
     logps, ents = [], []
     for i in range(0, sequences.shape[0], batch_size):
         logp, ent = response_logprobs(
-            model, sequences[i : i + batch_size], attention_mask[i : i + batch_size], response_length,
-            temperature=temperature, chunk_size=chunk_size, with_entropy=True,
+            model,
+            sequences[i : i + batch_size],
+            attention_mask[i : i + batch_size],
+            response_length,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            with_entropy=True,
         )
         logps.append(logp)
         ents.append(ent)

@@ -57,7 +57,9 @@ def preempt_signal() -> signal.Signals:
 class _ExitCheckpoint:
     """Signal handlers plus the bookkeeping that says whether the live state is a completed step."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, save: SaveFn, first_step: int, defer_s: float) -> None:
+    def __init__(
+        self, optimizer: torch.optim.Optimizer, save: SaveFn, first_step: int, defer_s: float
+    ) -> None:
         self._save = save
         self._defer_s = defer_s
         self.completed = first_step  # steps completed (and logged) so far
@@ -65,7 +67,9 @@ class _ExitCheckpoint:
         self._rng = rng_state()
         self._updates = 0  # optimizer.step() calls begun, counted by a pre-hook
         self._updates_at_boundary = 0
-        self._pending: tuple[int, float] | None = None  # (signal, deadline) deferred to the step's end
+        self._pending: tuple[int, float] | None = (
+            None  # (signal, deadline) deferred to the step's end
+        )
         self._timer: threading.Timer | None = None
         self._leaving = False
         self._previous: dict[int, Any] = {}
@@ -108,21 +112,36 @@ class _ExitCheckpoint:
             log.info("%s while leaving: ignored", name)
             return
         if self._pending is not None:
-            if time.monotonic() >= self._pending[1] - 0.05:  # the timer: the step did not complete in time
-                log.warning("step %d did not complete within %.1fs: leaving without a new checkpoint",
-                            self.completed + 1, self._defer_s)
+            if (
+                time.monotonic() >= self._pending[1] - 0.05
+            ):  # the timer: the step did not complete in time
+                log.warning(
+                    "step %d did not complete within %.1fs: leaving without a new checkpoint",
+                    self.completed + 1,
+                    self._defer_s,
+                )
                 self._leave(self._pending[0], save=False)
             return
         if self._updates == self._updates_at_boundary:
-            log.warning("%s: checkpointing step %d (step %d was in flight) and leaving", name,
-                        self.completed, self.completed + 1)
+            log.warning(
+                "%s: checkpointing step %d (step %d was in flight) and leaving",
+                name,
+                self.completed,
+                self.completed + 1,
+            )
             self._leave(signum, save=True)
             return
-        log.warning("%s during the update of step %d: leaving when it completes (at most %.1fs)",
-                    name, self.completed + 1, self._defer_s)
+        log.warning(
+            "%s during the update of step %d: leaving when it completes (at most %.1fs)",
+            name,
+            self.completed + 1,
+            self._defer_s,
+        )
         self._pending = (signum, time.monotonic() + self._defer_s)
         # the same signal again, for real (it interrupts a blocking call), when the time is up
-        self._timer = threading.Timer(self._defer_s, signal.pthread_kill, args=(threading.main_thread().ident, signum))
+        self._timer = threading.Timer(
+            self._defer_s, signal.pthread_kill, args=(threading.main_thread().ident, signum)
+        )
         self._timer.daemon = True
         self._timer.start()
 
@@ -134,7 +153,11 @@ class _ExitCheckpoint:
             started = time.perf_counter()
             self._save(self.completed, self._rng)
             self._saved = self.completed
-            log.warning("checkpoint of step %d written in %.1fs", self.completed, time.perf_counter() - started)
+            log.warning(
+                "checkpoint of step %d written in %.1fs",
+                self.completed,
+                time.perf_counter() - started,
+            )
         previous = self._previous.get(signum)
         if callable(previous):
             previous(signum, None)  # submitit: scontrol requeue, then SystemExit (or its error)
@@ -167,8 +190,10 @@ class _CollectiveExitCheckpoint:
     def _on_signal(self, signum: int, frame: Any) -> None:
         if not self._noted:
             self._noted = signum
-            log.warning("%s: the ranks checkpoint together when the step in flight completes, then leave",
-                        signal.Signals(signum).name)
+            log.warning(
+                "%s: the ranks checkpoint together when the step in flight completes, then leave",
+                signal.Signals(signum).name,
+            )
 
     def step_completed(self, step: int, saved: bool) -> None:
         """A collective: every rank calls it after every step."""
@@ -178,7 +203,11 @@ class _CollectiveExitCheckpoint:
         if not saved:
             started = time.perf_counter()
             self._save(step, rng_state())  # collective: every rank writes its shards
-            log.warning("checkpoint of step %d written by every rank in %.1fs", step, time.perf_counter() - started)
+            log.warning(
+                "checkpoint of step %d written by every rank in %.1fs",
+                step,
+                time.perf_counter() - started,
+            )
         log.warning("step %d is checkpointed: leaving", step)
         sig = self._noted or signalled[0]
         self._noted = -1  # leaving: later signals are ignored
@@ -205,8 +234,13 @@ def _exchange_across_ranks(value: int) -> list[int]:
 
 
 def checkpointed_steps(
-    steps: Iterable[int], *, optimizer: torch.optim.Optimizer, save: SaveFn | None, first_step: int,
-    is_saved: Callable[[int], bool], defer_s: float = 30.0,
+    steps: Iterable[int],
+    *,
+    optimizer: torch.optim.Optimizer,
+    save: SaveFn | None,
+    first_step: int,
+    is_saved: Callable[[int], bool],
+    defer_s: float = 30.0,
 ) -> Iterator[int]:
     """Yield `steps` (step indices: index i produces step i + 1) with checkpoint-on-signal around them.
 

@@ -43,7 +43,9 @@ from quadrants.train.distributed_step import concat_rollouts
 if TYPE_CHECKING:
     from quadrants.train.step import Collected
 
-_ROUND_SEED_STRIDE = 104_729  # a prime; blocks within a round are offset by 7919 (distributed_step.block_seed)
+_ROUND_SEED_STRIDE = (
+    104_729  # a prime; blocks within a round are offset by 7919 (distributed_step.block_seed)
+)
 
 
 def refill_seed(step_seed: int, round_index: int) -> int:
@@ -64,7 +66,9 @@ def mixed_groups(group_ids: Tensor, correct: Tensor) -> list[bool]:
 
 def correctness(outcomes: list[Outcome], device: torch.device | None = None) -> Tensor:
     """[B] float, 1.0 where the grader said correct (the reward without any shaping term)."""
-    return torch.tensor([float(o is Outcome.correct) for o in outcomes], dtype=torch.float32, device=device)
+    return torch.tensor(
+        [float(o is Outcome.correct) for o in outcomes], dtype=torch.float32, device=device
+    )
 
 
 def _trim(rollouts: Rollouts) -> Rollouts:
@@ -75,10 +79,14 @@ def _trim(rollouts: Rollouts) -> Rollouts:
     end = int(response_used.max()) + 1 if response_used.numel() else 0
     return replace(
         rollouts,
-        prompt_ids=rollouts.prompt_ids[:, start:], prompt_mask=rollouts.prompt_mask[:, start:],
-        response_ids=rollouts.response_ids[:, :end], response_mask=rollouts.response_mask[:, :end],
+        prompt_ids=rollouts.prompt_ids[:, start:],
+        prompt_mask=rollouts.prompt_mask[:, start:],
+        response_ids=rollouts.response_ids[:, :end],
+        response_mask=rollouts.response_mask[:, :end],
         behaviour_logp=rollouts.behaviour_logp[:, :end],
-        behaviour_entropy=None if rollouts.behaviour_entropy is None else rollouts.behaviour_entropy[:, :end],
+        behaviour_entropy=None
+        if rollouts.behaviour_entropy is None
+        else rollouts.behaviour_entropy[:, :end],
     )
 
 
@@ -89,16 +97,28 @@ def select_groups(collected: Collected, groups: list[int]) -> Collected:
     rows = [i for i, g in enumerate(rollouts.group_ids.tolist()) if g in new_id]
     index = torch.tensor(rows, dtype=torch.long, device=rollouts.group_ids.device)
     selected = Rollouts(
-        prompt_ids=rollouts.prompt_ids[index], prompt_mask=rollouts.prompt_mask[index],
-        response_ids=rollouts.response_ids[index], response_mask=rollouts.response_mask[index],
-        behaviour_logp=rollouts.behaviour_logp[index], texts=[rollouts.texts[i] for i in rows],
-        group_ids=torch.tensor([new_id[int(rollouts.group_ids[i])] for i in rows], dtype=torch.long,
-                               device=rollouts.group_ids.device),
+        prompt_ids=rollouts.prompt_ids[index],
+        prompt_mask=rollouts.prompt_mask[index],
+        response_ids=rollouts.response_ids[index],
+        response_mask=rollouts.response_mask[index],
+        behaviour_logp=rollouts.behaviour_logp[index],
+        texts=[rollouts.texts[i] for i in rows],
+        group_ids=torch.tensor(
+            [new_id[int(rollouts.group_ids[i])] for i in rows],
+            dtype=torch.long,
+            device=rollouts.group_ids.device,
+        ),
         finished=rollouts.finished[index],
-        behaviour_entropy=None if rollouts.behaviour_entropy is None else rollouts.behaviour_entropy[index],
+        behaviour_entropy=None
+        if rollouts.behaviour_entropy is None
+        else rollouts.behaviour_entropy[index],
     )
-    return replace(collected, rollouts=_trim(selected), rewards=collected.rewards[index.to(collected.rewards.device)],
-                   outcomes=[collected.outcomes[i] for i in rows])
+    return replace(
+        collected,
+        rollouts=_trim(selected),
+        rewards=collected.rewards[index.to(collected.rewards.device)],
+        outcomes=[collected.outcomes[i] for i in rows],
+    )
 
 
 def collect_with_refill(

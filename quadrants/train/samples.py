@@ -25,27 +25,33 @@ def sample_records(output: StepOutput, tokenizer: Any, max_groups: int = 2) -> l
         tokens = []
         for t, token_id in enumerate(ids):
             quadrant = next((q.value for q in Quadrant if bool(batch.quadrants[q][b, t])), None)
-            tokens.append({
-                "text": tokenizer.decode([token_id]),
-                "entropy": round(float(batch.entropy[b, t]), 4),
-                "quadrant": quadrant,
-            })
+            tokens.append(
+                {
+                    "text": tokenizer.decode([token_id]),
+                    "entropy": round(float(batch.entropy[b, t]), 4),
+                    "quadrant": quadrant,
+                }
+            )
         prompt_ids = rollouts.prompt_ids[b][rollouts.prompt_mask[b]].tolist()
-        records.append({
-            "group": group,
-            "prompt": tokenizer.decode(prompt_ids),
-            "response": rollouts.texts[b],
-            "reward": float(batch.rewards[b]),
-            "outcome": output.collected.outcomes[b].value,
-            "advantage": round(float(batch.advantages[b]), 4),
-            "entropy_threshold": round(float(batch.quadrants.threshold[b]), 4),
-            "tokens": tokens,
-        })
+        records.append(
+            {
+                "group": group,
+                "prompt": tokenizer.decode(prompt_ids),
+                "response": rollouts.texts[b],
+                "reward": float(batch.rewards[b]),
+                "outcome": output.collected.outcomes[b].value,
+                "advantage": round(float(batch.advantages[b]), 4),
+                "entropy_threshold": round(float(batch.quadrants.threshold[b]), 4),
+                "tokens": tokens,
+            }
+        )
     return records
 
 
 def write_samples(path: Path, output: StepOutput, tokenizer: Any, step: int) -> Path:
     """Write the step's sample records to `path` (JSON) and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"step": step, "samples": sample_records(output, tokenizer)}, indent=1))
+    path.write_text(
+        json.dumps({"step": step, "samples": sample_records(output, tokenizer)}, indent=1)
+    )
     return path

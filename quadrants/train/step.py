@@ -49,7 +49,9 @@ class StepContext:
     params: dict[str, Any]
     loss_settings: LossSettings
     dist: DistEnv = field(default_factory=DistEnv)  # rank layout (world 1 = one plain process)
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # train.device, resolved
+    device: torch.device = field(
+        default_factory=lambda: torch.device("cpu")
+    )  # train.device, resolved
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -76,8 +78,12 @@ def collect_rollouts(ctx: StepContext, step: int) -> Collected:
     cfg = ctx.cfg
     if not cfg.rollout.refill_rounds:
         return collect_round(ctx, step, 0)
-    return collect_with_refill(lambda r: collect_round(ctx, step, r), prompts=cfg.train.prompts_per_step,
-                               max_rounds=cfg.rollout.refill_rounds, pad_id=int(ctx.tokenizer.pad_token_id))
+    return collect_with_refill(
+        lambda r: collect_round(ctx, step, r),
+        prompts=cfg.train.prompts_per_step,
+        max_rounds=cfg.rollout.refill_rounds,
+        pad_id=int(ctx.tokenizer.pad_token_id),
+    )
 
 
 def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
@@ -87,11 +93,16 @@ def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
     seed = refill_seed(step_seed(cfg.seed, step), round_index)
     problems = ctx.task.train_batch(cfg.train.prompts_per_step, random.Random(seed))
     sampling = SamplingSettings(
-        n=cfg.rollout.group_size, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-        max_new_tokens=cfg.rollout.max_new_tokens, seed=seed,
+        n=cfg.rollout.group_size,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        seed=seed,
     )
     if ctx.dist.sharded or cfg.distributed.prompts_per_generate:
-        collected = collect_blocks(ctx, problems, sampling)  # blocks of prompts dealt to ranks, gathered
+        collected = collect_blocks(
+            ctx, problems, sampling
+        )  # blocks of prompts dealt to ranks, gathered
     else:
         t0 = time.perf_counter()
         rollouts = ctx.engine.generate([p.prompt for p in problems], sampling)
@@ -103,13 +114,22 @@ def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
         collected = Collected(rollouts, rewards, list(graded.outcomes), t1 - t0, t2 - t1)
     if not cfg.rollout.overlong_buffer:
         return collected
-    penalty = overlong_penalty(collected.rollouts.response_mask.sum(-1), max_length=cfg.rollout.max_new_tokens,
-                               buffer=cfg.rollout.overlong_buffer, penalty=cfg.rollout.overlong_penalty)
-    return replace(collected, rewards=collected.rewards + penalty.to(collected.rewards.device),
-                   metrics={**collected.metrics, keys.train("overlong_penalty_mean"): penalty.mean().item()})
+    penalty = overlong_penalty(
+        collected.rollouts.response_mask.sum(-1),
+        max_length=cfg.rollout.max_new_tokens,
+        buffer=cfg.rollout.overlong_buffer,
+        penalty=cfg.rollout.overlong_penalty,
+    )
+    return replace(
+        collected,
+        rewards=collected.rewards + penalty.to(collected.rewards.device),
+        metrics={**collected.metrics, keys.train("overlong_penalty_mean"): penalty.mean().item()},
+    )
 
 
-def build_batch(ctx: StepContext, rollouts: Rollouts, rewards: Tensor, correct: Tensor | None = None) -> TokenBatch:
+def build_batch(
+    ctx: StepContext, rollouts: Rollouts, rewards: Tensor, correct: Tensor | None = None
+) -> TokenBatch:
     """Old log-probs and entropy (the engine's where exact, else a trainer-side no-grad pass), then the TokenBatch.
 
     `correct` [B] float (1 = graded correct): with the overlong penalty on, dynamic sampling judges a
@@ -118,21 +138,37 @@ def build_batch(ctx: StepContext, rollouts: Rollouts, rewards: Tensor, correct: 
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)  # [B, P + T]
     attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
     length = rollouts.response_ids.shape[1]
-    passes = dict(temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
-                  batch_size=cfg.train.mini_batch_size)
-    if engine_behaviour_is_exact(cfg, ctx.spec, rollouts):  # train.behaviour_pass=auto (quadrants/train/behaviour.py)
+    passes = dict(
+        temperature=cfg.rollout.temperature,
+        chunk_size=cfg.train.entropy_chunk_size,
+        batch_size=cfg.train.mini_batch_size,
+    )
+    if engine_behaviour_is_exact(
+        cfg, ctx.spec, rollouts
+    ):  # train.behaviour_pass=auto (quadrants/train/behaviour.py)
         old_logp, entropy = rollouts.behaviour_logp, rollouts.behaviour_entropy
     else:
-        old_logp, entropy = sharded_behaviour_pass(ctx.dist, ctx.model, sequences, attention_mask, length, **passes)
+        old_logp, entropy = sharded_behaviour_pass(
+            ctx.dist, ctx.model, sequences, attention_mask, length, **passes
+        )
     ref_logp = None
     if ctx.ref_model is not None:
-        ref_logp, _ = sharded_behaviour_pass(ctx.dist, ctx.ref_model, sequences, attention_mask, length, **passes)
+        ref_logp, _ = sharded_behaviour_pass(
+            ctx.dist, ctx.ref_model, sequences, attention_mask, length, **passes
+        )
     mask = rollouts.response_mask
     return make_token_batch(
-        sequences=sequences, attention_mask=attention_mask, response_mask=mask,
-        old_logp=old_logp * mask, entropy=entropy * mask, rewards=rewards, group_ids=rollouts.group_ids,
-        normalize_std=cfg.advantage.normalize_std, advantage_eps=cfg.advantage.eps,
-        threshold_rule=cfg.quadrant.threshold, threshold_value=cfg.quadrant.threshold_value,
+        sequences=sequences,
+        attention_mask=attention_mask,
+        response_mask=mask,
+        old_logp=old_logp * mask,
+        entropy=entropy * mask,
+        rewards=rewards,
+        group_ids=rollouts.group_ids,
+        normalize_std=cfg.advantage.normalize_std,
+        advantage_eps=cfg.advantage.eps,
+        threshold_rule=cfg.quadrant.threshold,
+        threshold_value=cfg.quadrant.threshold_value,
         ref_logp=None if ref_logp is None else ref_logp * mask,
         constant_by=correct if cfg.rollout.overlong_buffer else None,
     )
@@ -158,9 +194,14 @@ def update_policy(
             ctx.optimizer.zero_grad(set_to_none=True)
             # with several ranks: this rank's rows with grad, the others' spliced in (distributed.py);
             # with train.micro_batch_size: accumulated over micro-batches (accumulate.py)
-            loss, metrics = backward_minibatch(ctx, batch.select(index),
-                                               None if is_weights is None else is_weights[index])
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.train.max_grad_norm)))
+            loss, metrics = backward_minibatch(
+                ctx, batch.select(index), None if is_weights is None else is_weights[index]
+            )
+            grad_norms.append(
+                float(
+                    torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.train.max_grad_norm)
+                )
+            )
             ctx.optimizer.step()
             metrics["loss"] = loss
             per_update.append(metrics)
@@ -175,20 +216,31 @@ def measure_dlogp(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[Tenso
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step) + 1)
     rows = sample_rows(batch.batch_size, cfg.train.dlogp_rows, generator).to(batch.sequences.device)
     after, _ = sharded_behaviour_pass(
-        ctx.dist, ctx.model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length,
-        temperature=cfg.rollout.temperature, chunk_size=cfg.train.entropy_chunk_size,
+        ctx.dist,
+        ctx.model,
+        batch.sequences[rows],
+        batch.attention_mask[rows],
+        batch.response_length,
+        temperature=cfg.rollout.temperature,
+        chunk_size=cfg.train.entropy_chunk_size,
         batch_size=cfg.train.mini_batch_size,
     )
     return (after - batch.old_logp[rows]).abs() * batch.response_mask[rows], rows
 
 
-def rollout_metrics(rollouts: Rollouts, rewards: Tensor, outcomes: list[Outcome], batch: TokenBatch) -> dict[str, float]:
+def rollout_metrics(
+    rollouts: Rollouts, rewards: Tensor, outcomes: list[Outcome], batch: TokenBatch
+) -> dict[str, float]:
     """Reward, solve rates, lengths, entropy and grading outcome fractions of one rollout batch."""
     groups = rollouts.group_ids
-    correct = torch.tensor([o == Outcome.correct for o in outcomes], dtype=torch.float32, device=groups.device)
+    correct = torch.tensor(
+        [o == Outcome.correct for o in outcomes], dtype=torch.float32, device=groups.device
+    )
     num_groups = int(groups.max()) + 1 if groups.numel() else 0
     per_group = torch.zeros(num_groups, device=groups.device).index_add_(0, groups, correct)
-    sizes = torch.zeros(num_groups, device=groups.device).index_add_(0, groups, torch.ones_like(correct))
+    sizes = torch.zeros(num_groups, device=groups.device).index_add_(
+        0, groups, torch.ones_like(correct)
+    )
     mask = batch.response_mask
     out = {
         keys.train("reward_mean"): rewards.mean().item(),
@@ -205,7 +257,9 @@ def rollout_metrics(rollouts: Rollouts, rewards: Tensor, outcomes: list[Outcome]
     out[keys.train("engine_logp_abs_diff")] = diff_mean.item()
     out[keys.train("engine_logp_abs_diff_max")] = diff_max.item()
     for outcome in Outcome:
-        out[keys.train(f"outcome/{outcome.value}_frac")] = sum(o == outcome for o in outcomes) / max(len(outcomes), 1)
+        out[keys.train(f"outcome/{outcome.value}_frac")] = sum(
+            o == outcome for o in outcomes
+        ) / max(len(outcomes), 1)
     return out
 
 
@@ -215,8 +269,11 @@ def mismatch_weights(cfg: RunConfig, rollouts: Rollouts, batch: TokenBatch) -> T
     if cfg.rollout.mismatch_correction == "none":
         return None
     return truncated_is_weights(
-        batch.old_logp, rollouts.behaviour_logp, batch.response_mask,
-        level=cfg.rollout.mismatch_correction, cap=cfg.rollout.mismatch_cap,  # type: ignore[arg-type]
+        batch.old_logp,
+        rollouts.behaviour_logp,
+        batch.response_mask,
+        level=cfg.rollout.mismatch_correction,
+        cap=cfg.rollout.mismatch_cap,  # type: ignore[arg-type]
     )
 
 
@@ -232,21 +289,30 @@ class StepOutput:
 def train_step(ctx: StepContext, step: int) -> StepOutput:
     """Run one step: its flat metrics (everything the tracker logs for it) and the graded batch."""
     collected = collect_rollouts(ctx, step)  # on the CPU (every engine), moved to the device once
-    collected = replace(collected, rollouts=rollouts_to(collected.rollouts, ctx.device),
-                        rewards=collected.rewards.to(ctx.device))
+    collected = replace(
+        collected,
+        rollouts=rollouts_to(collected.rollouts, ctx.device),
+        rewards=collected.rewards.to(ctx.device),
+    )
     t0 = time.perf_counter()
-    batch = build_batch(ctx, collected.rollouts, collected.rewards, correctness(collected.outcomes, ctx.device))
+    batch = build_batch(
+        ctx, collected.rollouts, collected.rewards, correctness(collected.outcomes, ctx.device)
+    )
     t1 = time.perf_counter()
     is_weights = mismatch_weights(ctx.cfg, collected.rollouts, batch)
     objective_metrics, grad_norm = update_policy(ctx, batch, step, is_weights)
     t2 = time.perf_counter()
-    dlogp, dlogp_rows = measure_dlogp(ctx, batch, step) if ctx.cfg.train.measure_dlogp else (None, None)
+    dlogp, dlogp_rows = (
+        measure_dlogp(ctx, batch, step) if ctx.cfg.train.measure_dlogp else (None, None)
+    )
     ctx.engine.sync_weights(ctx.model)
     t3 = time.perf_counter()
     metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
     metrics.update(quadrant_telemetry(batch, dlogp, dlogp_rows))
     if is_weights is not None:
-        weight_mean, capped_frac = is_weight_stats(is_weights, batch.response_mask, cap=ctx.cfg.rollout.mismatch_cap)
+        weight_mean, capped_frac = is_weight_stats(
+            is_weights, batch.response_mask, cap=ctx.cfg.rollout.mismatch_cap
+        )
         metrics[keys.train("engine_is_weight_mean")] = weight_mean.item()
         metrics[keys.train("engine_is_capped_frac")] = capped_frac.item()
     metrics.update(collected.metrics)  # refill rounds and groups, the overlong penalty (when on)

@@ -32,7 +32,11 @@ def quadrant_telemetry(
     total = batch.response_mask.sum().clamp_min(1)
     adv = batch.advantages.float()[:, None].expand_as(batch.entropy)  # [B, T]
     out: dict[str, float] = {}
-    rows = torch.arange(batch.batch_size, device=batch.response_mask.device) if dlogp_rows is None else dlogp_rows
+    rows = (
+        torch.arange(batch.batch_size, device=batch.response_mask.device)
+        if dlogp_rows is None
+        else dlogp_rows
+    )
     for q in Quadrant:
         mask = batch.quadrants[q]
         count = mask.sum()
@@ -53,5 +57,6 @@ def mean_metrics(per_update: list[dict[str, Tensor]]) -> dict[str, float]:
         return {}
     names = sorted({name for m in per_update for name in m})
     return {
-        name: torch.stack([m[name].float() for m in per_update if name in m]).mean().item() for name in names
+        name: torch.stack([m[name].float() for m in per_update if name in m]).mean().item()
+        for name in names
     }

@@ -25,8 +25,14 @@ from .conftest import chromium_path
 pytestmark = pytest.mark.browser
 
 QUADRANTS = ("NHR", "NLR", "PHR", "PLR")
-SWEEP = ["train.steps=2", "eval.every=2", "eval.problems=16", "tracking.log_samples_every=1",
-         "train.threads=1", "launcher=sequential"]
+SWEEP = [
+    "train.steps=2",
+    "eval.every=2",
+    "eval.problems=16",
+    "tracking.log_samples_every=1",
+    "train.threads=1",
+    "launcher=sequential",
+]
 
 
 def _free_port() -> int:
@@ -43,9 +49,25 @@ def server(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     log = open(root / "server.log", "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(root / "artifacts"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
     deadline = time.monotonic() + 120
@@ -56,7 +78,9 @@ def server(tmp_path_factory):
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 log.close()
-                pytest.fail(f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"mlflow server did not start:\n{(root / 'server.log').read_text()[-3000:]}"
+                )
             time.sleep(0.5)
     yield url
     os.killpg(process.pid, signal.SIGTERM)
@@ -70,9 +94,21 @@ def sweep(server, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("sweep")
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "quadrants.sweep", "-m", "quadrant=PHR,PLR,NHR,NLR", "tracking=server",
-         f"tracking.uri={server}", *SWEEP],
-        check=False, cwd=cwd, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "quadrants.sweep",
+            "-m",
+            "quadrant=PHR,PLR,NHR,NLR",
+            "tracking=server",
+            f"tracking.uri={server}",
+            *SWEEP,
+        ],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -85,8 +121,9 @@ def page():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(),
-                                             args=["--headless=new", "--no-sandbox"])
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path(), args=["--headless=new", "--no-sandbox"]
+        )
         tab = browser.new_page(viewport={"width": 1600, "height": 1000})
         tab.set_default_timeout(60_000)
         yield tab
@@ -95,7 +132,9 @@ def page():
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory) -> Path:
-    out = Path(os.environ.get("QUADRANTS_BROWSER_ARTIFACTS") or tmp_path_factory.mktemp("screenshots"))
+    out = Path(
+        os.environ.get("QUADRANTS_BROWSER_ARTIFACTS") or tmp_path_factory.mktemp("screenshots")
+    )
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -106,7 +145,9 @@ def _open(page, url: str) -> None:
 
     page.goto(url)
     try:
-        page.locator("button[data-component-id='mlflow.assistant.chat_panel.close']").click(timeout=5_000)
+        page.locator("button[data-component-id='mlflow.assistant.chat_panel.close']").click(
+            timeout=5_000
+        )
     except PlaywrightTimeout:
         pass
 
@@ -119,7 +160,10 @@ def _printed(stdout: str, label: str) -> str:
 
 def test_experiment_page_lists_the_quadrant_runs_with_an_entropy_chart(server, sweep, page, shots):
     runs_url = _printed(sweep, "runs")
-    assert runs_url.startswith(f"{server}/#/experiments/") and "workflowType=machine_learning" in runs_url
+    assert (
+        runs_url.startswith(f"{server}/#/experiments/")
+        and "workflowType=machine_learning" in runs_url
+    )
     _open(page, runs_url)
     for quadrant in QUADRANTS:  # child runs are rows of their own, no parent to expand
         page.get_by_text(f"quadrant={quadrant}", exact=True).first.wait_for()
@@ -144,8 +188,11 @@ def test_run_page_shows_the_entropy_chart_with_data(server, sweep, page, shots):
     assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
     run = client.search_runs([experiment.experiment_id], "tags.quadrant = 'PHR'")[0]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train/entropy")] == [1, 2]
-    _open(page, f"{server}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}/model-metrics"
-          "?workflowType=machine_learning")
+    _open(
+        page,
+        f"{server}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}/model-metrics"
+        "?workflowType=machine_learning",
+    )
     page.get_by_placeholder("Search metric charts").fill("entropy")
     page.get_by_text("train/entropy", exact=False).first.wait_for()
     page.locator(".scatterlayer path.js-line").first.wait_for()
@@ -155,7 +202,9 @@ def test_run_page_shows_the_entropy_chart_with_data(server, sweep, page, shots):
 def test_parent_run_link_opens_the_rendered_report(server, sweep, page, shots):
     parent_url = _printed(sweep, "parent run")
     _open(page, parent_url)  # the link as printed
-    page.get_by_text("Figures: artifacts", exact=False).first.wait_for()  # the summary, as description
+    page.get_by_text(
+        "Figures: artifacts", exact=False
+    ).first.wait_for()  # the summary, as description
     page.screenshot(path=shots / "parent_run.png")
     report_url = parent_url.replace("?", "/artifacts/analysis/report.html?")
     _open(page, report_url)

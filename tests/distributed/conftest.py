@@ -23,7 +23,13 @@ def base_policy() -> str:
     return str(ensure_base_policy(WarmupSettings()))
 
 
-CASES = ["grpo", "hapo", "forking", "kl_cov", "PHR"]  # 2 steps each, checkpoints after steps 1 and 2
+CASES = [
+    "grpo",
+    "hapo",
+    "forking",
+    "kl_cov",
+    "PHR",
+]  # 2 steps each, checkpoints after steps 1 and 2
 
 
 @pytest.fixture(scope="session")

@@ -23,12 +23,32 @@ class Worker:
     def run(out_dir: Path, cases: list[str], *, ranks: int, timeout: float = 600) -> None:
         """Train `cases` ("name" or "name:steps") with `ranks` processes (1: plain python, no process
         group; >1: torchrun --standalone, gloo)."""
-        launcher = [sys.executable, str(WORKER)] if ranks == 1 else [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
-            str(WORKER)]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-        done = subprocess.run([*launcher, str(out_dir), ",".join(cases)], capture_output=True,
-                              text=True, timeout=timeout, env=env)
+        launcher = (
+            [sys.executable, str(WORKER)]
+            if ranks == 1
+            else [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(ranks),
+                str(WORKER),
+            ]
+        )
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        done = subprocess.run(
+            [*launcher, str(out_dir), ",".join(cases)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
     @staticmethod

@@ -28,7 +28,10 @@ def two_rank_runs(tmp_path_factory, base_policy, worker):
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_engine_numbers_equal_the_sharded_recompute(two_rank_runs, worker, objective):
-    auto, always = worker.logged(two_rank_runs / objective), worker.logged(two_rank_runs / f"always-{objective}")
+    auto, always = (
+        worker.logged(two_rank_runs / objective),
+        worker.logged(two_rank_runs / f"always-{objective}"),
+    )
     assert auto["world_size"] == always["world_size"] == 2
     a, b = always["steps"]["1"], auto["steps"]["1"]
     assert set(a) == set(b)

@@ -15,9 +15,14 @@ def rollouts(prompt_ids, response_ids, groups) -> Rollouts:
     prompt = torch.tensor(prompt_ids)
     response = torch.tensor(response_ids)
     return Rollouts(
-        prompt_ids=prompt, prompt_mask=prompt != PAD, response_ids=response, response_mask=response != PAD,
-        behaviour_logp=-(response != PAD).float(), texts=[str(r) for r in response_ids],
-        group_ids=torch.tensor(groups), finished=torch.ones(len(groups), dtype=torch.bool),
+        prompt_ids=prompt,
+        prompt_mask=prompt != PAD,
+        response_ids=response,
+        response_mask=response != PAD,
+        behaviour_logp=-(response != PAD).float(),
+        texts=[str(r) for r in response_ids],
+        group_ids=torch.tensor(groups),
+        finished=torch.ones(len(groups), dtype=torch.bool),
     )
 
 

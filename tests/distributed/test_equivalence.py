@@ -26,14 +26,19 @@ LOGP_DIFF_METRICS = ("train/engine_logp_abs_diff", "dlogp_abs")
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_two_ranks_match_one_process(equivalent_runs, worker, case):
-    one, two = worker.logged(equivalent_runs / "one" / case), worker.logged(equivalent_runs / "two" / case)
+    one, two = (
+        worker.logged(equivalent_runs / "one" / case),
+        worker.logged(equivalent_runs / "two" / case),
+    )
     assert (one["world_size"], two["world_size"]) == (1, 2)
     assert sorted(one["steps"]) == sorted(two["steps"]) == ["0", "1", "2"]
     for step in ("1", "2"):
         a, b = one["steps"][step], two["steps"][step]
         assert set(a) == set(b)
         assert b["train/objective/loss"] == pytest.approx(a["train/objective/loss"], abs=1e-6)
-        assert b["train/reward_mean"] == a["train/reward_mean"]  # the same rollouts, graded the same
+        assert (
+            b["train/reward_mean"] == a["train/reward_mean"]
+        )  # the same rollouts, graded the same
         assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-5)
         for key in a:
             if key.startswith("time/") or key == "train/grad_norm":
@@ -49,5 +54,6 @@ def test_two_ranks_match_one_process(equivalent_runs, worker, case):
     moved = max((step_1[name] - value).abs().max().item() for name, value in single.items())
     assert moved > 1e-5  # step 2 changed the parameters far more than the tolerance
     for name, value in single.items():
-        torch.testing.assert_close(sharded[name], value, rtol=0, atol=worker.parameter_atol(name),
-                                   msg=f"{case}: {name}")
+        torch.testing.assert_close(
+            sharded[name], value, rtol=0, atol=worker.parameter_atol(name), msg=f"{case}: {name}"
+        )

@@ -19,11 +19,23 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 COMMON = [
-    "model=tiny_random", "sweep_id=preempt", "train.prompts_per_step=2", "rollout.group_size=2",
-    "rollout.max_new_tokens=8", "train.mini_batch_size=2", "eval.problems=0", "train.threads=1",
-    "checkpoint.every=1000", "tracking.log_samples_every=0",
+    "model=tiny_random",
+    "sweep_id=preempt",
+    "train.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "train.mini_batch_size=2",
+    "eval.problems=0",
+    "train.threads=1",
+    "checkpoint.every=1000",
+    "tracking.log_samples_every=0",
 ]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def _logged_steps(text: str) -> list[int]:
@@ -35,12 +47,28 @@ def test_sigterm_to_every_rank_checkpoints_the_last_step_and_one_process_resumes
     log_path = tmp_path / "ranks.log"
     with open(log_path, "w") as log:
         torchrun = subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-             "quadrants.train.distributed_main", *COMMON, "train.steps=200"],
-            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=ENV)
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "2",
+                "-m",
+                "quadrants.train.distributed_main",
+                *COMMON,
+                "train.steps=200",
+            ],
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=ENV,
+        )
         deadline = time.monotonic() + 300
         while max(_logged_steps(log_path.read_text()), default=0) < 3:
-            assert torchrun.poll() is None and time.monotonic() < deadline, log_path.read_text()[-4000:]
+            assert torchrun.poll() is None and time.monotonic() < deadline, log_path.read_text()[
+                -4000:
+            ]
             time.sleep(0.2)
         ranks = psutil.Process(torchrun.pid).children()
         assert len(ranks) == 2
@@ -57,17 +85,32 @@ def test_sigterm_to_every_rank_checkpoints_the_last_step_and_one_process_resumes
     run_dir = tmp_path / "outputs" / "quadrants" / "preempt" / "default"
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert checkpoints == [f"step_{step:07d}"]
-    shards = sorted(p.name for p in (run_dir / "checkpoints" / checkpoints[0] / "model_optim").iterdir())
+    shards = sorted(
+        p.name for p in (run_dir / "checkpoints" / checkpoints[0] / "model_optim").iterdir()
+    )
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
 
-    resumed = subprocess.run([sys.executable, "-m", "quadrants.train.distributed_main", *COMMON,
-                              f"train.steps={step + 1}"], cwd=tmp_path, capture_output=True, text=True,
-                             timeout=300, env=ENV)
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quadrants.train.distributed_main",
+            *COMMON,
+            f"train.steps={step + 1}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=ENV,
+    )
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert f"resumed_from={step}" in resumed.stdout
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("quadrants").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    steps = sorted(m.step for m in client.get_metric_history(runs[0].info.run_id, "train/reward_mean"))
+    steps = sorted(
+        m.step for m in client.get_metric_history(runs[0].info.run_id, "train/reward_mean")
+    )
     assert steps == list(range(1, step + 2))  # every step exactly once across the two launches

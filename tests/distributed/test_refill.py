@@ -11,12 +11,24 @@ def test_refill_two_ranks_match_one_process(tmp_path_factory, base_policy, worke
     root = tmp_path_factory.mktemp("refill")
     worker.run(root / "one", ["dapo_refill"], ranks=1)
     worker.run(root / "two", ["dapo_refill"], ranks=2)
-    one, two = worker.logged(root / "one" / "dapo_refill"), worker.logged(root / "two" / "dapo_refill")
+    one, two = (
+        worker.logged(root / "one" / "dapo_refill"),
+        worker.logged(root / "two" / "dapo_refill"),
+    )
     assert (one["world_size"], two["world_size"]) == (1, 2)
     for step in ("1", "2"):
         a, b = one["steps"][step], two["steps"][step]
-        for key in ("refill/rounds", "refill/groups_kept", "refill/groups_generated", "reward_mean",
-                    "overlong_penalty_mean", "response_length"):
-            assert b[f"train/{key}"] == a[f"train/{key}"], (step, key)  # the same rounds, graded the same
+        for key in (
+            "refill/rounds",
+            "refill/groups_kept",
+            "refill/groups_generated",
+            "reward_mean",
+            "overlong_penalty_mean",
+            "response_length",
+        ):
+            assert b[f"train/{key}"] == a[f"train/{key}"], (
+                step,
+                key,
+            )  # the same rounds, graded the same
         assert b["train/objective/loss"] == pytest.approx(a["train/objective/loss"], abs=1e-6)
         assert b["train/objective/kept_group_frac"] == a["train/objective/kept_group_frac"]

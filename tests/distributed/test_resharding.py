@@ -24,7 +24,9 @@ def resume_from_step_1(source, target):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("written_by,resumed_by", [("two", 1), ("one", 2)])
-def test_checkpoint_resumes_with_another_number_of_ranks(equivalent_runs, worker, tmp_path, written_by, resumed_by):
+def test_checkpoint_resumes_with_another_number_of_ranks(
+    equivalent_runs, worker, tmp_path, written_by, resumed_by
+):
     resume_from_step_1(equivalent_runs / written_by / "grpo", tmp_path / "grpo")
     worker.run(tmp_path, ["grpo"], ranks=resumed_by)
     resumed = worker.logged(tmp_path / "grpo")
@@ -39,4 +41,6 @@ def test_checkpoint_resumes_with_another_number_of_ranks(equivalent_runs, worker
     got = worker.parameters(tmp_path / "grpo", 2)
     assert set(got) == set(expected)
     for name, value in expected.items():
-        torch.testing.assert_close(got[name], value, rtol=0, atol=worker.parameter_atol(name), msg=name)
+        torch.testing.assert_close(
+            got[name], value, rtol=0, atol=worker.parameter_atol(name), msg=name
+        )

@@ -25,19 +25,29 @@ def eval_metrics(logged: dict, step: str) -> dict[str, float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_two_ranks_evaluate_exactly_as_one_process(evaluated_runs, worker, case):
-    one, two = worker.logged(evaluated_runs / "one" / case), worker.logged(evaluated_runs / "two" / case)
+    one, two = (
+        worker.logged(evaluated_runs / "one" / case),
+        worker.logged(evaluated_runs / "two" / case),
+    )
     assert (one["world_size"], two["world_size"]) == (1, 2)
     for step in ("0", "1"):
         expected = eval_metrics(one, step)
         assert "eval/arithmetic/pass_at_2" in expected
         assert eval_metrics(two, step) == expected, (case, step)  # exactly: no tolerance
-    assert eval_metrics(one, "0")["eval/arithmetic/avg_at_2"] > 0  # the warmed-up policy solves some
+    assert (
+        eval_metrics(one, "0")["eval/arithmetic/avg_at_2"] > 0
+    )  # the warmed-up policy solves some
 
 
 @pytest.mark.slow
 def test_rank_0_writes_the_benchmark_files_of_one_process(evaluated_runs):
     for step in ("step_0000000", "step_0000001"):
-        one, two = (evaluated_runs / runs / "grpo_bench" / "eval" / step / "arithmetic" for runs in ("one", "two"))
+        one, two = (
+            evaluated_runs / runs / "grpo_bench" / "eval" / step / "arithmetic"
+            for runs in ("one", "two")
+        )
         for name in ("counts.csv", "samples.jsonl"):
             assert (two / name).read_text() == (one / name).read_text(), (step, name)
-        assert len((one / "counts.csv").read_text().splitlines()) == 1 + 8  # a header, one row per problem
+        assert (
+            len((one / "counts.csv").read_text().splitlines()) == 1 + 8
+        )  # a header, one row per problem

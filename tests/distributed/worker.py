@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -34,7 +35,9 @@ CASES: dict[str, dict[str, Any]] = {
     "PHR": dict(objective="dapo", params={}, keep="PHR"),
     # DAPO dynamic sampling with refill (up to 3 extra rounds, each dealt to the ranks in blocks) and
     # the overlong penalty over the last 10 of 40 tokens (tests/distributed/test_refill.py)
-    "dapo_refill": dict(objective="dapo", params={}, rollout=dict(refill_rounds=3, overlong_buffer=10)),
+    "dapo_refill": dict(
+        objective="dapo", params={}, rollout=dict(refill_rounds=3, overlong_buffer=10)
+    ),
     # the remaining registered objectives (tests/distributed/test_behaviour_pass.py runs every one)
     "dapo": dict(objective="dapo", params={}),
     "clip_cov": dict(objective="clip_cov", params={"fraction": 0.02}),
@@ -48,7 +51,9 @@ CASES: dict[str, dict[str, Any]] = {
     # held-out split (16 problems x 2 samples in 4 calls of 8 sequences), or the same split as a
     # benchmark through quadrants.eval.runner (8 problems x 2 in 4 calls of 4; files in run_dir/eval)
     "grpo_eval": dict(objective="grpo", params={}, eval=dict(problems=16, samples=2, batch_size=8)),
-    "grpo_bench": dict(objective="grpo", params={}, eval=dict(benchmarks={"arithmetic": 2}, limit=8, batch_size=4)),
+    "grpo_bench": dict(
+        objective="grpo", params={}, eval=dict(benchmarks={"arithmetic": 2}, limit=8, batch_size=4)
+    ),
 }
 
 
@@ -105,8 +110,11 @@ def main(argv: list[str]) -> None:
             tracker = RecordingTracker()
             result = run_training(case_config(case, out_dir / case, int(steps or 2)), tracker)
             if env.is_main:
-                record = {"world_size": env.world_size, "resumed_from": result.resumed_from,
-                          "steps": {str(k): v for k, v in sorted(tracker.history.items())}}
+                record = {
+                    "world_size": env.world_size,
+                    "resumed_from": result.resumed_from,
+                    "steps": {str(k): v for k, v in sorted(tracker.history.items())},
+                }
                 (out_dir / case / "metrics.json").write_text(json.dumps(record, indent=1))
     finally:
         shutdown()

@@ -39,10 +39,14 @@ def test_engine_numbers_give_the_recomputed_step(objective, base_policy):
     recomputed, recorded = one_step(objective, "always"), one_step(objective, "auto")
     a, b = recomputed.batch, recorded.batch
     rollouts = recorded.collected.rollouts
-    if get_objective(objective).recomputed_old_logp:  # KL-Cov: auto keeps the pass (kl_cov.py says why)
+    if get_objective(
+        objective
+    ).recomputed_old_logp:  # KL-Cov: auto keeps the pass (kl_cov.py says why)
         assert torch.equal(a.old_logp, b.old_logp) and torch.equal(a.entropy, b.entropy)
     else:  # auto used the engine's numbers as they are; always recomputed them (not bit-equal)
-        assert torch.equal(b.old_logp, rollouts.behaviour_logp) and torch.equal(b.entropy, rollouts.behaviour_entropy)
+        assert torch.equal(b.old_logp, rollouts.behaviour_logp) and torch.equal(
+            b.entropy, rollouts.behaviour_entropy
+        )
         assert not torch.equal(a.old_logp, b.old_logp)
     assert torch.equal(a.sequences, b.sequences) and torch.equal(a.rewards, b.rewards)
     torch.testing.assert_close(b.old_logp, a.old_logp, rtol=0, atol=1e-5)

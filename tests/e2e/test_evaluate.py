@@ -14,7 +14,15 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
-from quadrants.config import CheckpointConfig, EvalConfig, ModelConfig, RolloutConfig, RunConfig, TrackingConfig, TrainConfig
+from quadrants.config import (
+    CheckpointConfig,
+    EvalConfig,
+    ModelConfig,
+    RolloutConfig,
+    RunConfig,
+    TrackingConfig,
+    TrainConfig,
+)
 from quadrants.eval.results import benchmark_metrics, read_counts
 from quadrants.evaluate import main
 from quadrants.tasks.benchmarks import default_data_dir
@@ -22,7 +30,8 @@ from quadrants.tracking.base import RecordingTracker
 from quadrants.train.loop import run_training
 
 pytestmark = pytest.mark.skipif(
-    not (default_data_dir() / "gsm8k" / "test.jsonl").is_file(), reason="needs the benchmark files of ../shared/data"
+    not (default_data_dir() / "gsm8k" / "test.jsonl").is_file(),
+    reason="needs the benchmark files of ../shared/data",
 )
 
 SLICE = ["eval.benchmarks={arithmetic:2,gsm8k:2,math500:2}", "eval.limit=3", "train.threads=1"]
@@ -39,15 +48,30 @@ def only_run(store: Path):
 @pytest.mark.slow
 def test_tiny_model_on_two_real_benchmarks_and_the_toy_task_lands_in_mlflow(tmp_path, base_policy):
     done = subprocess.run(
-        [sys.executable, "-m", "quadrants.evaluate", "tiny", "eval=quick", *SLICE, "eval.max_new_tokens=40"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [
+            sys.executable,
+            "-m",
+            "quadrants.evaluate",
+            "tiny",
+            "eval=quick",
+            *SLICE,
+            "eval.max_new_tokens=40",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mlflow ui --backend-store-uri sqlite:///" in done.stdout and "gsm8k" in done.stdout
     client, run = only_run(tmp_path / "outputs" / "mlflow.db")
     assert run.info.status == "FINISHED"
     assert run.data.tags["quadrants.role"] == "eval" and run.data.tags["model"] == "tiny"
-    assert run.data.params["eval.benchmarks.gsm8k"] == "2" and run.data.params["eval.temperature"] == "0.6"
+    assert (
+        run.data.params["eval.benchmarks.gsm8k"] == "2"
+        and run.data.params["eval.temperature"] == "0.6"
+    )
     metrics = run.data.metrics
     local = Path(client.download_artifacts(run.info.run_id, "eval", str(tmp_path / "downloaded")))
     for name in ("arithmetic", "gsm8k", "math500"):
@@ -56,13 +80,21 @@ def test_tiny_model_on_two_real_benchmarks_and_the_toy_task_lands_in_mlflow(tmp_
         # every logged number follows from the (n, c) table in the artifacts
         for key, value in benchmark_metrics(name, ns, cs).items():
             assert metrics[key] == pytest.approx(value, rel=1e-12, abs=1e-15, nan_ok=True), key
-        assert {f"eval/{name}/{m}" for m in ("pass_at_1", "pass_at_2", "avg_at_2", "avg_at_2_stderr")} <= set(metrics)
-        assert [m.step for m in client.get_metric_history(run.info.run_id, f"eval/{name}/pass_at_2")] == [0]
-        samples = [json.loads(line) for line in (local / name / "samples.jsonl").read_text().splitlines()]
+        assert {
+            f"eval/{name}/{m}" for m in ("pass_at_1", "pass_at_2", "avg_at_2", "avg_at_2_stderr")
+        } <= set(metrics)
+        assert [
+            m.step for m in client.get_metric_history(run.info.run_id, f"eval/{name}/pass_at_2")
+        ] == [0]
+        samples = [
+            json.loads(line) for line in (local / name / "samples.jsonl").read_text().splitlines()
+        ]
         assert len(samples) == 6
         assert sum(s["outcome"] == "correct" for s in samples) == sum(cs)
         for outcome in ("no_answer", "timeout", "error"):
-            assert metrics[f"eval/{name}/{outcome}_count"] == sum(s["outcome"] == outcome for s in samples)
+            assert metrics[f"eval/{name}/{outcome}_count"] == sum(
+                s["outcome"] == outcome for s in samples
+            )
     # the warmed-up policy solves some toy problems (held-out greedy accuracy ~85 %, T=0.6 ~57 %)
     assert metrics["eval/arithmetic/pass_at_2"] > 0
 
@@ -71,11 +103,13 @@ def test_tiny_model_on_two_real_benchmarks_and_the_toy_task_lands_in_mlflow(tmp_
 def test_checkpoint_evaluated_afterwards_reproduces_the_in_training_evaluation(tmp_path):
     run_dir = tmp_path / "outputs" / "quadrants" / "s1" / "quadrant=all,seed=0"
     cfg = RunConfig(
-        model=ModelConfig(name_or_path="tiny-random"), run_dir=str(run_dir),
+        model=ModelConfig(name_or_path="tiny-random"),
+        run_dir=str(run_dir),
         train=TrainConfig(steps=1, prompts_per_step=2, threads=1, measure_dlogp=False),
         rollout=RolloutConfig(group_size=2, max_new_tokens=8),
         eval=EvalConfig(benchmarks={"arithmetic": 2, "gsm8k": 2}, limit=2, max_new_tokens=8),
-        checkpoint=CheckpointConfig(every=1), tracking=TrackingConfig(log_samples_every=0),
+        checkpoint=CheckpointConfig(every=1),
+        tracking=TrackingConfig(log_samples_every=0),
     )
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
@@ -83,26 +117,54 @@ def test_checkpoint_evaluated_afterwards_reproduces_the_in_training_evaluation(t
     run_training(cfg, tracker)
     # in training: the benchmarks at step 0 and at the end, with their files as artifacts
     assert [step for step, _ in tracker.series("eval/gsm8k/pass_at_2")] == [0, 1]
-    assert [p.name for p in tracker.artifacts if p.parent.name == "eval"] == ["step_0000000", "step_0000001"]
+    assert [p.name for p in tracker.artifacts if p.parent.name == "eval"] == [
+        "step_0000000",
+        "step_0000001",
+    ]
     in_training = run_dir / "eval" / "step_0000001"
 
-    main([str(run_dir), "eval=quick", "eval.benchmarks={arithmetic:2,gsm8k:2}", "eval.limit=2",
-          "eval.max_new_tokens=8", f"outputs={tmp_path / 'outputs'}", "train.threads=1"])
+    main(
+        [
+            str(run_dir),
+            "eval=quick",
+            "eval.benchmarks={arithmetic:2,gsm8k:2}",
+            "eval.limit=2",
+            "eval.max_new_tokens=8",
+            f"outputs={tmp_path / 'outputs'}",
+            "train.threads=1",
+        ]
+    )
     client, run = only_run(tmp_path / "outputs" / "mlflow.db")
-    assert run.data.tags["quadrants.checkpoint_step"] == "1" and run.data.tags["model"] == "tiny-random"
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/gsm8k/avg_at_2")] == [1]
+    assert (
+        run.data.tags["quadrants.checkpoint_step"] == "1"
+        and run.data.tags["model"] == "tiny-random"
+    )
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/gsm8k/avg_at_2")] == [
+        1
+    ]
     (results,) = (tmp_path / "outputs" / "quadrants" / "eval").glob("*/*/results")
     for name in ("arithmetic", "gsm8k"):
         # same weights (the step-1 checkpoint), same problems, same seeds: the same samples
-        assert (results / name / "samples.jsonl").read_text() == (in_training / name / "samples.jsonl").read_text()
+        assert (results / name / "samples.jsonl").read_text() == (
+            in_training / name / "samples.jsonl"
+        ).read_text()
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["tiny", "eval.benchmarks={gsm8k:2}", "eval.data_dir=/no/such/data"], "eval.benchmarks.gsm8k: no data file at /no/such/data/gsm8k/test.jsonl"),
-        (["tiny", "eval.benchmarks={aime2024:32}"], "unknown benchmark 'aime2024'; known benchmarks: ['aime24', 'aime25'"),
-        (["tiny", "eval=paper", "eval.ks=[64]"], "eval.ks=[64]: pass@k needs k <= n, but aime24 draws n=32"),
+        (
+            ["tiny", "eval.benchmarks={gsm8k:2}", "eval.data_dir=/no/such/data"],
+            "eval.benchmarks.gsm8k: no data file at /no/such/data/gsm8k/test.jsonl",
+        ),
+        (
+            ["tiny", "eval.benchmarks={aime2024:32}"],
+            "unknown benchmark 'aime2024'; known benchmarks: ['aime24', 'aime25'",
+        ),
+        (
+            ["tiny", "eval=paper", "eval.ks=[64]"],
+            "eval.ks=[64]: pass@k needs k <= n, but aime24 draws n=32",
+        ),
         (["./no/such/model", "eval=quick"], "no model, run or checkpoint directory at"),
     ],
 )

@@ -20,9 +20,20 @@ from mlflow.tracking import MlflowClient
 
 STEPS = 10
 ARGS = [
-    "model=tiny_random", "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-    "eval.problems=2", "eval.samples=1", "eval.max_new_tokens=8", "eval.every=0", "tracking.log_samples_every=2",
-    f"train.steps={STEPS}", "checkpoint.every=3", "checkpoint.keep=1", "train.threads=1", "sweep_id=disk",
+    "model=tiny_random",
+    "train.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "eval.problems=2",
+    "eval.samples=1",
+    "eval.max_new_tokens=8",
+    "eval.every=0",
+    "tracking.log_samples_every=2",
+    f"train.steps={STEPS}",
+    "checkpoint.every=3",
+    "checkpoint.keep=1",
+    "train.threads=1",
+    "sweep_id=disk",
 ]
 
 
@@ -30,9 +41,13 @@ ARGS = [
 def small_tmpfs(tmp_path: Path):
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True
+    )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the injected-ENOSPC tests cover it")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({done.stderr.decode().strip()}); the injected-ENOSPC tests cover it"
+        )
     try:
         yield mount
     finally:
@@ -41,8 +56,14 @@ def small_tmpfs(tmp_path: Path):
 
 def start(cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "quadrants.sweep", *ARGS], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "quadrants.sweep", *ARGS],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def spooled_steps(run_dir: Path) -> set[int]:
@@ -114,4 +135,7 @@ def test_full_disk_loses_no_step_and_a_rerun_completes_every_step_once(small_tmp
     for key in ("tracking/step_logged", "train/reward_mean", "train/entropy"):
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         first = 0 if key == "tracking/step_logged" else 1
-        assert sorted(steps) == list(range(first, STEPS + 1)), (key, sorted(steps))  # every step exactly once
+        assert sorted(steps) == list(range(first, STEPS + 1)), (
+            key,
+            sorted(steps),
+        )  # every step exactly once

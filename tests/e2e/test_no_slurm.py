@@ -36,8 +36,14 @@ def fake_slurm(bin_dir: Path, *, ping: str, ping_rc: int) -> None:
 def run(module: str, cwd: Path, path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": str(path), "HF_HUB_OFFLINE": "1"}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", module, *ARGS], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", module, *ARGS],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("module", ["quadrants.sweep", "quadrants.submit"])
@@ -45,10 +51,15 @@ def test_no_sbatch_fails_before_anything_is_written(module, tmp_path):
     (tmp_path / "bin").mkdir()
     done = run(module, tmp_path, tmp_path / "bin")
     assert done.returncode != 0
-    assert "quadrants: SLURM is not available, nothing was submitted and nothing was written." in done.stderr
+    assert (
+        "quadrants: SLURM is not available, nothing was submitted and nothing was written."
+        in done.stderr
+    )
     assert "sbatch is not on PATH" in done.stderr and "launcher=slurm_dev" in done.stderr
     assert "Traceback" not in done.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]  # no outputs/, no mlflow.db, no .submitit
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "bin"
+    ]  # no outputs/, no mlflow.db, no .submitit
 
 
 def test_controller_down_gives_the_same_message_from_both_entry_points(tmp_path):
@@ -67,8 +78,11 @@ def parent_runs(cwd: Path) -> list:
     client = MlflowClient(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("quadrants")
     assert experiment is not None
-    return client.search_runs([experiment.experiment_id], "tags.`quadrants.role` = 'sweep_parent'",
-                              run_view_type=ViewType.ALL)
+    return client.search_runs(
+        [experiment.experiment_id],
+        "tags.`quadrants.role` = 'sweep_parent'",
+        run_view_type=ViewType.ALL,
+    )
 
 
 def test_parent_run_of_a_refused_sweep_ends_failed(tmp_path):
@@ -84,6 +98,9 @@ def test_parent_run_of_a_refused_submit_ends_failed_and_deleted(tmp_path):
     fake_slurm(tmp_path / "bin", ping="Slurmctld(primary) at ctl is UP", ping_rc=0)
     done = run("quadrants.submit", tmp_path, tmp_path / "bin")
     assert done.returncode != 0, done.stderr[-2000:]
-    assert "SLURM refused the sweep" in done.stderr and "Invalid partition name specified" in done.stderr
+    assert (
+        "SLURM refused the sweep" in done.stderr
+        and "Invalid partition name specified" in done.stderr
+    )
     [parent] = parent_runs(tmp_path)
     assert (parent.info.status, parent.info.lifecycle_stage) == ("FAILED", "deleted")

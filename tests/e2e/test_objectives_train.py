@@ -37,7 +37,9 @@ def run_two_steps(cfg: RunConfig) -> tuple[list[dict[str, float]], float]:
         ctx = build_context(cfg, grader)
         before = [p.detach().clone() for p in ctx.model.parameters()]
         metrics = [train_step(ctx, step).metrics for step in range(2)]
-        change = sum((p.detach() - b).abs().sum().item() for p, b in zip(ctx.model.parameters(), before))
+        change = sum(
+            (p.detach() - b).abs().sum().item() for p, b in zip(ctx.model.parameters(), before)
+        )
     return metrics, change
 
 
@@ -47,8 +49,12 @@ def test_objective_trains_two_steps(objective, base_policy):
     for m in metrics:
         assert math.isfinite(m[keys.objective("loss")])
         assert 0.0 <= m[keys.train("solve_rate")] <= 1.0
-        assert sum(m[keys.quadrant(q, "token_frac")] for q in ("PHR", "PLR", "NHR", "NLR")) == pytest.approx(1.0)
-    assert any(0 < m[keys.train("solve_rate")] < 1 for m in metrics), "the tiny policy should be imperfect"
+        assert sum(
+            m[keys.quadrant(q, "token_frac")] for q in ("PHR", "PLR", "NHR", "NLR")
+        ) == pytest.approx(1.0)
+    assert any(0 < m[keys.train("solve_rate")] < 1 for m in metrics), (
+        "the tiny policy should be imperfect"
+    )
     assert change > 0, "parameters did not change"
 
 

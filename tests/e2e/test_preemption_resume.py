@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -19,8 +18,15 @@ from mlflow.tracking import MlflowClient
 pytestmark = pytest.mark.slow
 
 FAST = [
-    "model=tiny_random", "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-    "eval.problems=2", "eval.samples=1", "eval.max_new_tokens=8", "eval.every=0", "tracking.log_samples_every=0",
+    "model=tiny_random",
+    "train.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "eval.problems=2",
+    "eval.samples=1",
+    "eval.max_new_tokens=8",
+    "eval.every=0",
+    "tracking.log_samples_every=0",
     "train.threads=1",
 ]
 
@@ -31,7 +37,9 @@ def test_sigterm_checkpoints_the_last_logged_step_and_the_rerun_resumes_there(tm
     args = ["train.steps=60", "checkpoint.every=1000", "sweep_id=term", *FAST]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "quadrants.sweep", *args]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     run_dir = tmp_path / "outputs" / "quadrants" / "term" / "default"
     log_file = run_dir / "quadrants.log"
     deadline = time.time() + 300
@@ -43,7 +51,9 @@ def test_sigterm_checkpoints_the_last_logged_step_and_the_rerun_resumes_there(tm
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, out
 
-    checkpoints = [int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_???????")]
+    checkpoints = [
+        int(p.name.split("_")[1]) for p in (run_dir / "checkpoints").glob("step_???????")
+    ]
     assert len(checkpoints) == 1, checkpoints
     saved = checkpoints[0]
     client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")

@@ -35,15 +35,21 @@ from quadrants.train.loop import make_run_task, run_training
 @pytest.mark.slow
 def test_tiny_policy_credit_stays_within_its_bounds(base_policy):
     torch.set_num_threads(1)
-    cfg = RunConfig(probe=ProbeConfig(prompts=4, positions=16, continuations=8, resamples=100, seed=1))
+    cfg = RunConfig(
+        probe=ProbeConfig(prompts=4, positions=16, continuations=8, resamples=100, seed=1)
+    )
     model, tokenizer = load_policy("tiny")
     task = make_run_task(cfg, tokenizer)
     with Grader(num_workers=1, timeout_s=5.0) as grader:
-        result = probe_policy(model, tokenizer, TextEngine(model, tokenizer), grader, task, cfg, announce=False)
+        result = probe_policy(
+            model, tokenizer, TextEngine(model, tokenizer), grader, task, cfg, announce=False
+        )
     c = result.credit
     assert len(result.positions) == 16
     # exact for the plug-in: a mutual information of the estimated joint is at most either entropy
-    assert (c.cmi_plugin <= c.branch_entropy + 1e-9).all() and (c.cmi_plugin <= c.outcome_entropy_plugin + 1e-9).all()
+    assert (c.cmi_plugin <= c.branch_entropy + 1e-9).all() and (
+        c.cmi_plugin <= c.outcome_entropy_plugin + 1e-9
+    ).all()
     # the bias-corrected estimate, within its interval, never exceeds min(H_t, H(r|s_t)) <= ln 2
     cap = torch.minimum(c.entropy, c.outcome_entropy)
     assert (c.cmi_low <= cap + 1e-6).all(), list(zip(c.cmi_low.tolist(), cap.tolist()))
@@ -60,22 +66,44 @@ def test_tiny_policy_credit_stays_within_its_bounds(base_policy):
 def test_probe_command_on_a_trained_run_directory_writes_the_mlflow_run_table_and_figures(tmp_path):
     run_dir = tmp_path / "outputs" / "quadrants" / "s1" / "quadrant=all,seed=0"
     cfg = RunConfig(
-        model=ModelConfig(name_or_path="tiny-random"), run_dir=str(run_dir),
+        model=ModelConfig(name_or_path="tiny-random"),
+        run_dir=str(run_dir),
         train=TrainConfig(steps=1, prompts_per_step=2, threads=1, measure_dlogp=False),
-        rollout=RolloutConfig(group_size=2, max_new_tokens=8), eval=EvalConfig(problems=0),
-        checkpoint=CheckpointConfig(every=1), tracking=TrackingConfig(log_samples_every=0),
+        rollout=RolloutConfig(group_size=2, max_new_tokens=8),
+        eval=EvalConfig(problems=0),
+        checkpoint=CheckpointConfig(every=1),
+        tracking=TrackingConfig(log_samples_every=0),
     )
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     run_training(cfg, RecordingTracker())
-    main([str(run_dir), "probe.prompts=2", "probe.positions=4", "probe.continuations=2", "probe.resamples=20",
-          "rollout.group_size=2", "rollout.max_new_tokens=8", f"outputs={tmp_path / 'outputs'}", "train.threads=1"])
+    main(
+        [
+            str(run_dir),
+            "probe.prompts=2",
+            "probe.positions=4",
+            "probe.continuations=2",
+            "probe.resamples=20",
+            "rollout.group_size=2",
+            "rollout.max_new_tokens=8",
+            f"outputs={tmp_path / 'outputs'}",
+            "train.threads=1",
+        ]
+    )
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("quadrants").experiment_id])
     assert run.info.status == "FINISHED"
     tags = run.data.tags
-    assert tags["quadrants.role"] == "probe" and tags["quadrants.checkpoint_step"] == "1" and tags["model"] == "tiny-random"
-    source = json.loads((run_dir / "run.json").read_text())["run_id"] if (run_dir / "run.json").is_file() else None
+    assert (
+        tags["quadrants.role"] == "probe"
+        and tags["quadrants.checkpoint_step"] == "1"
+        and tags["model"] == "tiny-random"
+    )
+    source = (
+        json.loads((run_dir / "run.json").read_text())["run_id"]
+        if (run_dir / "run.json").is_file()
+        else None
+    )
     if source is not None:
         assert tags["quadrants.source_run_id"] == source
     assert run.data.params["probe.continuations"] == "2"
@@ -84,20 +112,38 @@ def test_probe_command_on_a_trained_run_directory_writes_the_mlflow_run_table_an
     assert [m.step for m in client.get_metric_history(run.info.run_id, "probe/all/cmi_mean")] == [1]
     local = client.download_artifacts(run.info.run_id, "probe", str(tmp_path / "downloaded"))
     names = {p.name for p in Path(local).iterdir()}
-    assert {"credit.csv", "cmi_vs_entropy.png", "credit_by_quadrant.png", "credit_vs_token_weight.png", "metrics.json"} <= names
+    assert {
+        "credit.csv",
+        "cmi_vs_entropy.png",
+        "credit_by_quadrant.png",
+        "credit_vs_token_weight.png",
+        "metrics.json",
+    } <= names
     with open(f"{local}/credit.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 4 and {"cmi", "cmi_low", "cmi_high", "credit", "w_grpo", "w_hapo", "w_entroadv", "w_forking"} <= set(rows[0])
+    assert len(rows) == 4 and {
+        "cmi",
+        "cmi_low",
+        "cmi_high",
+        "credit",
+        "w_grpo",
+        "w_hapo",
+        "w_entroadv",
+        "w_forking",
+    } <= set(rows[0])
 
 
 @pytest.mark.slow
 def test_probe_every_logs_probe_metrics_during_training(tmp_path):
     run_dir = tmp_path / "run"
     cfg = RunConfig(
-        model=ModelConfig(name_or_path="tiny-random"), run_dir=str(run_dir),
+        model=ModelConfig(name_or_path="tiny-random"),
+        run_dir=str(run_dir),
         train=TrainConfig(steps=2, prompts_per_step=2, threads=1, measure_dlogp=False),
-        rollout=RolloutConfig(group_size=2, max_new_tokens=8), eval=EvalConfig(problems=0),
-        checkpoint=CheckpointConfig(every=0), tracking=TrackingConfig(log_samples_every=0),
+        rollout=RolloutConfig(group_size=2, max_new_tokens=8),
+        eval=EvalConfig(problems=0),
+        checkpoint=CheckpointConfig(every=0),
+        tracking=TrackingConfig(log_samples_every=0),
         probe=ProbeConfig(prompts=2, positions=3, continuations=2, resamples=20, every=2),
     )
     tracker = RecordingTracker()

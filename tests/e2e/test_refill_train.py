@@ -39,7 +39,10 @@ def test_refill_trains(base_policy):
     cfg = refill_config()
     first, second = steps(cfg, [0, 1])
     for metrics in (first, second):
-        rounds, kept = metrics[keys.train("refill/rounds")], metrics[keys.train("refill/groups_kept")]
+        rounds, kept = (
+            metrics[keys.train("refill/rounds")],
+            metrics[keys.train("refill/groups_kept")],
+        )
         assert 0 <= rounds <= 3 and 0 <= kept <= 4
         assert metrics[keys.train("refill/groups_generated")] == 4 * (rounds + 1)
         assert kept == 4 or rounds == 3  # stopped early only with a full batch
@@ -71,11 +74,23 @@ def test_refill_is_deterministic_on_resume(base_policy, tmp_path):
     run(tmp_path / "resumed", 1)
     resumed = run(tmp_path / "resumed", 2)
     assert sorted(resumed) == [2]  # only the step after the checkpoint ran
-    for key in ("refill/rounds", "refill/groups_kept", "refill/groups_generated", "reward_mean",
-                "overlong_penalty_mean", "response_length"):
+    for key in (
+        "refill/rounds",
+        "refill/groups_kept",
+        "refill/groups_generated",
+        "reward_mean",
+        "overlong_penalty_mean",
+        "response_length",
+    ):
         assert resumed[2][keys.train(key)] == straight[2][keys.train(key)], key
-    assert resumed[2][keys.objective("loss")] == pytest.approx(straight[2][keys.objective("loss")], abs=1e-6)
-    assert -1.0 <= straight[2][keys.train("overlong_penalty_mean")] < 0.0  # some response was penalised
+    assert resumed[2][keys.objective("loss")] == pytest.approx(
+        straight[2][keys.objective("loss")], abs=1e-6
+    )
+    assert (
+        -1.0 <= straight[2][keys.train("overlong_penalty_mean")] < 0.0
+    )  # some response was penalised
     # dynamic sampling drops exactly the groups refill did not count as mixed (correctness, not length)
     for metrics in (straight[1], straight[2]):
-        assert metrics[keys.objective("kept_group_frac")] == pytest.approx(metrics[keys.train("refill/groups_kept")] / 4)
+        assert metrics[keys.objective("kept_group_frac")] == pytest.approx(
+            metrics[keys.train("refill/groups_kept")] / 4
+        )

@@ -12,19 +12,28 @@ import sys
 import time
 from pathlib import Path
 
-import mlflow
-import pytest
 from mlflow.tracking import MlflowClient
 
 FAST = [
-    "model=tiny_random", "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-    "eval.problems=2", "eval.samples=1", "eval.max_new_tokens=8", "eval.every=0", "tracking.log_samples_every=2",
+    "model=tiny_random",
+    "train.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "eval.problems=2",
+    "eval.samples=1",
+    "eval.max_new_tokens=8",
+    "eval.every=0",
+    "tracking.log_samples_every=2",
 ]
 
 
 def sweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "quadrants.sweep", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "quadrants.sweep", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
 
@@ -45,7 +54,14 @@ def steps_of(cwd: Path, run_id: str, key: str) -> list[int]:
 
 
 def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
-    done = sweep(tmp_path, "-m", "quadrant=PHR,NHR,PLR,NLR", "train.steps=3", "hydra.launcher.n_jobs=4", *FAST)
+    done = sweep(
+        tmp_path,
+        "-m",
+        "quadrant=PHR,NHR,PLR,NLR",
+        "train.steps=3",
+        "hydra.launcher.n_jobs=4",
+        *FAST,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mlflow ui --backend-store-uri sqlite:///" in done.stdout
     runs = runs_of(tmp_path)
@@ -56,7 +72,9 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
     assert sorted(r.data.tags["quadrant"] for r in children) == ["NHR", "NLR", "PHR", "PLR"]
     for run in children:
         tags = run.data.tags
-        assert tags["objective"] == "dapo" and tags["seed"] == "0" and tags["model"] == "tiny-random"
+        assert (
+            tags["objective"] == "dapo" and tags["seed"] == "0" and tags["model"] == "tiny-random"
+        )
         assert tags["quadrants.sweep_id"] == parents[0].data.tags["quadrants.sweep_id"]
         assert run.info.status == "FINISHED"
         # four jobs wrote to one SQLite store at once: every step of every run is there, once
@@ -72,21 +90,36 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
     # what the dashboard shows: a training experiment, the summary and report on the parent, the links
     parent = parents[0]
     experiment_id = parent.info.experiment_id
-    assert client(tmp_path).get_experiment(experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert (
+        client(tmp_path).get_experiment(experiment_id).tags["mlflow.experimentKind"]
+        == "custom_model_development"
+    )
     parent = client(tmp_path).get_run(parent.info.run_id)
-    assert "quadrant=PHR" in parent.data.tags["mlflow.note.content"] and parent.info.status == "FINISHED"
+    assert (
+        "quadrant=PHR" in parent.data.tags["mlflow.note.content"]
+        and parent.info.status == "FINISHED"
+    )
     logged = {a.path for a in client(tmp_path).list_artifacts(parent.info.run_id, "analysis")}
     assert {"analysis/report.html", "analysis/table.md", "analysis/figures"} <= logged
-    assert (f"quadrants: parent run  http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/"
-            f"{parent.info.run_id}?workflowType=machine_learning") in done.stdout
-    assert f"quadrants: runs        http://127.0.0.1:5000/#/experiments/{experiment_id}/runs?" in done.stdout
+    assert (
+        f"quadrants: parent run  http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/"
+        f"{parent.info.run_id}?workflowType=machine_learning"
+    ) in done.stdout
+    assert (
+        f"quadrants: runs        http://127.0.0.1:5000/#/experiments/{experiment_id}/runs?"
+        in done.stdout
+    )
 
 
 def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_path):
     args = ["train.steps=30", "checkpoint.every=2", "sweep_id=resume", *FAST]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "quadrants.sweep", *args], cwd=tmp_path, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        [sys.executable, "-m", "quadrants.sweep", *args],
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     run_dir = tmp_path / "outputs" / "quadrants" / "resume" / "default"
     deadline = time.time() + 300
@@ -95,7 +128,9 @@ def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_pa
             assert proc.poll() is None, "the run ended before it could be killed"
             assert time.time() < deadline, "no checkpoint appeared"
             time.sleep(0.2)
-        time.sleep(0.3)  # let it run a little past the checkpoint: those steps must not be duplicated
+        time.sleep(
+            0.3
+        )  # let it run a little past the checkpoint: those steps must not be duplicated
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -111,11 +146,15 @@ def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_pa
     assert run.info.status == "FINISHED"
     assert steps_of(tmp_path, run.info.run_id, "train/step") == list(range(1, 31))
     assert steps_of(tmp_path, run.info.run_id, "tracking/step_logged") == list(range(0, 31))
-    assert steps_of(tmp_path, run.info.run_id, "train/quadrant/PHR/token_frac") == list(range(1, 31))
+    assert steps_of(tmp_path, run.info.run_id, "train/quadrant/PHR/token_frac") == list(
+        range(1, 31)
+    )
 
 
 def test_invalid_override_fails_before_anything_runs(tmp_path):
     done = sweep(tmp_path, "-m", "quadrant=PHR,XHR", *FAST, timeout=120)
     assert done.returncode != 0
-    assert "nothing was launched" in done.stderr and "Available options in 'quadrant'" in done.stderr
+    assert (
+        "nothing was launched" in done.stderr and "Available options in 'quadrant'" in done.stderr
+    )
     assert not (tmp_path / "outputs").exists()

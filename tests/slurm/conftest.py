@@ -62,23 +62,38 @@ class SlurmCluster:
             f"timed out after {timeout:.0f}s waiting for {what} (logs in {self.dir / 'log'})"
         )
 
-    def interrupted_sweep(self, cwd: Path, overrides: list[str], *, sweep_id: str, what: str,
-                          ready: Callable[[Path], bool], interrupt: list[str], env: dict[str, str] | None = None,
-                          ready_timeout: float = 180, timeout: float = 300) -> tuple[Path, str]:
+    def interrupted_sweep(
+        self,
+        cwd: Path,
+        overrides: list[str],
+        *,
+        sweep_id: str,
+        what: str,
+        ready: Callable[[Path], bool],
+        interrupt: list[str],
+        env: dict[str, str] | None = None,
+        ready_timeout: float = 180,
+        timeout: float = 300,
+    ) -> tuple[Path, str]:
         """Run `python -m quadrants.sweep -m OVERRIDES sweep_id=SWEEP_ID` (one job) in `cwd` against
         this cluster; once `ready(run directory)` (`what` names it), run the client command
         `interrupt` + the job id (`scontrol requeue`, `scancel --signal=USR2`) and wait for the sweep
         to finish, which must succeed. Returns (run directory, job id)."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "quadrants.sweep", "-m", *overrides, f"sweep_id={sweep_id}"], cwd=cwd,
-            env={**self.env, "HF_HUB_OFFLINE": "1", **(env or {})}, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
+            [sys.executable, "-m", "quadrants.sweep", "-m", *overrides, f"sweep_id={sweep_id}"],
+            cwd=cwd,
+            env={**self.env, "HF_HUB_OFFLINE": "1", **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         sweep_dir = cwd / "outputs" / "quadrants" / sweep_id
         run_dir = sweep_dir / "default"  # one job, named after no swept key
         try:
             self.wait_for(what, lambda: ready(run_dir), ready_timeout)
-            (job_dir,) = [p for p in (sweep_dir / ".submitit").iterdir() if p.is_dir()]  # one job: no array
+            (job_dir,) = [
+                p for p in (sweep_dir / ".submitit").iterdir() if p.is_dir()
+            ]  # one job: no array
             self.run(*interrupt, job_dir.name)
             out, _ = proc.communicate(timeout=timeout)
         finally:

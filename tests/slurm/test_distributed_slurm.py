@@ -17,30 +17,56 @@ from mlflow.tracking import MlflowClient
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 DEV_CLUSTER = [
-    "launcher=slurm_ddp", "hydra.launcher.partition=debug", "hydra.launcher.gpus_per_task=null",
-    "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=30",
+    "launcher=slurm_ddp",
+    "hydra.launcher.partition=debug",
+    "hydra.launcher.gpus_per_task=null",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+    "hydra.launcher.timeout_min=30",
 ]
 FAST = [
-    "model=tiny_random", "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-    "train.mini_batch_size=2", "eval.problems=0", "tracking.log_samples_every=0",
+    "model=tiny_random",
+    "train.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "train.mini_batch_size=2",
+    "eval.problems=0",
+    "tracking.log_samples_every=0",
 ]
 
 
 def test_slurm_nodelist_expands_to_its_first_host(slurm_cluster):
     # what a rank does without MASTER_ADDR: `scontrol show hostnames` against the cluster
-    env = {**slurm_cluster.env, "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
-           "SLURM_JOB_NODELIST": "gpu[007-009]"}
+    env = {
+        **slurm_cluster.env,
+        "SLURM_PROCID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_JOB_NODELIST": "gpu[007-009]",
+    }
     env.pop("MASTER_ADDR", None)
-    done = subprocess.run([sys.executable, "-c", "import os; from quadrants.train.distributed import launch_info; "
-                           "print(launch_info(os.environ).master_addr)"], env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os; from quadrants.train.distributed import launch_info; "
+            "print(launch_info(os.environ).master_addr)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.stdout.strip() == "gpu007", done.stderr
 
 
 def test_two_task_job_trains_is_requeued_and_resumes_every_step_once(slurm_cluster, tmp_path):
     run_dir, job_id = slurm_cluster.interrupted_sweep(
-        tmp_path, ["objective=grpo", *DEV_CLUSTER, *FAST, "train.steps=30", "checkpoint.every=2"], sweep_id="ddp",
-        what="a checkpoint of step 4", ready=lambda run: (run / "checkpoints" / "step_0000004").exists(),
-        interrupt=["scontrol", "requeue"])
+        tmp_path,
+        ["objective=grpo", *DEV_CLUSTER, *FAST, "train.steps=30", "checkpoint.every=2"],
+        sweep_id="ddp",
+        what="a checkpoint of step 4",
+        ready=lambda run: (run / "checkpoints" / "step_0000004").exists(),
+        interrupt=["scontrol", "requeue"],
+    )
     job_dir = run_dir.parent / ".submitit" / job_id
     assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     logs = sorted(p.name for p in job_dir.iterdir() if p.name.endswith("_log.out"))
@@ -51,8 +77,12 @@ def test_two_task_job_trains_is_requeued_and_resumes_every_step_once(slurm_clust
     # or already by the periodic save when the step was even)
     saved = re.findall(r"step (\d+) is checkpointed: leaving", log)
     assert len(saved) == 2 and saved[0] == saved[1], log[-3000:]
-    assert f"(step {int(saved[0])})" in log.split("resumed from", 1)[1].splitlines()[0]  # and resumed there
-    shards = sorted(p.name for p in (run_dir / "checkpoints" / "step_0000030" / "model_optim").iterdir())
+    assert (
+        f"(step {int(saved[0])})" in log.split("resumed from", 1)[1].splitlines()[0]
+    )  # and resumed there
+    shards = sorted(
+        p.name for p in (run_dir / "checkpoints" / "step_0000030" / "model_optim").iterdir()
+    )
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("quadrants").experiment_id])

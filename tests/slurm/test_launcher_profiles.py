@@ -51,7 +51,9 @@ def test_profile_uses_submitit_slurm_with_every_setting(profile):
     # no machine-specific absolute paths in the setup lines: not this checkout, not a home directory
     checkout = str(Path(__file__).resolve().parents[2])
     home = str(Path.home())
-    assert not any(checkout in line or home in line or "/home/" in line for line in launcher["setup"])
+    assert not any(
+        checkout in line or home in line or "/home/" in line for line in launcher["setup"]
+    )
 
 
 def test_dev_profile_targets_the_dev_cluster():
@@ -102,11 +104,15 @@ PAPER_PRESETS = {"paper_quadrants_qwen7b": 8, "paper_main_qwen7b": 6, "paper_mai
 def test_paper_presets_compose_with_the_slurm_profile_and_request_gpus(preset):
     from quadrants.hydra_setup import preflight
 
-    launcher, threads = _compose(f"experiment={preset}", "launcher=slurm", "hydra.launcher.partition=gpu")
+    launcher, threads = _compose(
+        f"experiment={preset}", "launcher=slurm", "hydra.launcher.partition=gpu"
+    )
     assert launcher["_target_"].endswith("submitit_launcher.SlurmLauncher")
     assert launcher["gpus_per_node"] == 1  # the vLLM engine's tensor-parallel size (default 1)
     assert launcher["partition"] == "gpu" and launcher["name"] == preset  # job name = the study
-    assert launcher["timeout_min"] * (launcher["max_num_timeout"] + 1) >= 4 * 1440  # days, with requeues
+    assert (
+        launcher["timeout_min"] * (launcher["max_num_timeout"] + 1) >= 4 * 1440
+    )  # days, with requeues
     assert launcher["additional_parameters"]["requeue"] is True
     assert threads == launcher["cpus_per_task"] == 8
     # every job of the study validates with the profile (one job array)
@@ -114,16 +120,22 @@ def test_paper_presets_compose_with_the_slurm_profile_and_request_gpus(preset):
 
 
 def test_gpu_request_follows_the_tensor_parallel_size_and_stays_overridable():
-    launcher, _ = _compose("experiment=paper_main_qwen7b", "launcher=slurm", "rollout.vllm.tensor_parallel_size=4")
+    launcher, _ = _compose(
+        "experiment=paper_main_qwen7b", "launcher=slurm", "rollout.vllm.tensor_parallel_size=4"
+    )
     assert launcher["gpus_per_node"] == 4
-    launcher, _ = _compose("experiment=paper_main_qwen7b", "launcher=slurm", "hydra.launcher.gpus_per_node=8")
+    launcher, _ = _compose(
+        "experiment=paper_main_qwen7b", "launcher=slurm", "hydra.launcher.gpus_per_node=8"
+    )
     assert launcher["gpus_per_node"] == 8
 
 
 def test_cpu_runs_request_no_gpu():
     assert _compose("launcher=slurm")[0]["gpus_per_node"] is None  # the HF engine on the tiny model
     # the dev cluster has no GPU: its profile never asks, whatever the run
-    assert _compose("experiment=paper_main_qwen7b", "launcher=slurm_dev")[0]["gpus_per_node"] is None
+    assert (
+        _compose("experiment=paper_main_qwen7b", "launcher=slurm_dev")[0]["gpus_per_node"] is None
+    )
 
 
 def test_detached_submission_needs_a_slurm_profile(tmp_path, monkeypatch, capsys):
@@ -145,15 +157,53 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
     to them, or a vLLM engine wider than one GPU per rank, stops the command before any submission."""
     from quadrants.hydra_setup import preflight
 
-    assert preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp"]) == 2  # 2 ranks (the profile's default)
+    assert (
+        preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp"]) == 2
+    )  # 2 ranks (the profile's default)
     # 16 ranks: the 7B preset's batch deals evenly (its prompts and mini-batches are multiples of 16)
-    assert preflight(["-m", "experiment=paper_main_qwen7b", "launcher=slurm_ddp", "hydra.launcher.nodes=2",
-                      "hydra.launcher.tasks_per_node=8"]) == 6
-    with pytest.raises(ValueError, match=r"train.prompts_per_step=3 does not deal evenly to 2 ranks"):
+    assert (
+        preflight(
+            [
+                "-m",
+                "experiment=paper_main_qwen7b",
+                "launcher=slurm_ddp",
+                "hydra.launcher.nodes=2",
+                "hydra.launcher.tasks_per_node=8",
+            ]
+        )
+        == 6
+    )
+    with pytest.raises(
+        ValueError, match=r"train.prompts_per_step=3 does not deal evenly to 2 ranks"
+    ):
         preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp", "train.prompts_per_step=3"])
-    with pytest.raises(ValueError, match=r"train.prompts_per_step=16 does not deal evenly to 3 ranks; use a multiple of 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"train.prompts_per_step=16 does not deal evenly to 3 ranks; use a multiple of 3",
+    ):
         preflight(["-m", "quadrant=PHR", "launcher=slurm_ddp", "hydra.launcher.tasks_per_node=3"])
-    with pytest.raises(ValueError, match=r"rollout.vllm.tensor_parallel_size=2 with 2 trainer ranks is not built"):
-        preflight(["-m", "quadrant=PHR", "launcher=slurm_ddp", "rollout=vllm", "rollout.vllm.tensor_parallel_size=2"])
+    with pytest.raises(
+        ValueError, match=r"rollout.vllm.tensor_parallel_size=2 with 2 trainer ranks is not built"
+    ):
+        preflight(
+            [
+                "-m",
+                "quadrant=PHR",
+                "launcher=slurm_ddp",
+                "rollout=vllm",
+                "rollout.vllm.tensor_parallel_size=2",
+            ]
+        )
     # one process per run (launcher=slurm): a 2-GPU engine is fine
-    assert preflight(["-m", "quadrant=PHR", "launcher=slurm", "rollout=vllm", "rollout.vllm.tensor_parallel_size=2"]) == 1
+    assert (
+        preflight(
+            [
+                "-m",
+                "quadrant=PHR",
+                "launcher=slurm",
+                "rollout=vllm",
+                "rollout.vllm.tensor_parallel_size=2",
+            ]
+        )
+        == 1
+    )

@@ -26,8 +26,15 @@ from mlflow.tracking import MlflowClient
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 FAST = [
-    "model=tiny_random", "train.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-    "eval.problems=2", "eval.samples=1", "eval.max_new_tokens=8", "eval.every=0", "tracking.log_samples_every=0",
+    "model=tiny_random",
+    "train.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "eval.problems=2",
+    "eval.samples=1",
+    "eval.max_new_tokens=8",
+    "eval.every=0",
+    "tracking.log_samples_every=0",
     "hydra.launcher.timeout_min=30",
 ]
 
@@ -36,9 +43,17 @@ def _env(cluster) -> dict[str, str]:
     return {**cluster.env, "HF_HUB_OFFLINE": "1"}
 
 
-def _quadrants(cluster, cwd: Path, module: str, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=_env(cluster),
-                          capture_output=True, text=True, timeout=timeout)
+def _quadrants(
+    cluster, cwd: Path, module: str, *args: str, timeout: float = 240
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=_env(cluster),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _client(cwd: Path) -> MlflowClient:
@@ -58,8 +73,16 @@ def _steps(cwd: Path, run_id: str, key: str = "train/step") -> list[int]:
 
 
 def test_four_quadrant_sweep_is_one_job_array_with_four_child_runs(slurm_cluster, tmp_path):
-    done = _quadrants(slurm_cluster, tmp_path, "quadrants.sweep", "-m", "quadrant=PHR,NHR,PLR,NLR",
-                      "launcher=slurm_dev", "train.steps=3", *FAST)
+    done = _quadrants(
+        slurm_cluster,
+        tmp_path,
+        "quadrants.sweep",
+        "-m",
+        "quadrant=PHR,NHR,PLR,NLR",
+        "launcher=slurm_dev",
+        "train.steps=3",
+        *FAST,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     parents, children = _runs(tmp_path)
     assert len(parents) == 1 and len(children) == 4
@@ -78,10 +101,14 @@ def test_four_quadrant_sweep_is_one_job_array_with_four_child_runs(slurm_cluster
         assert tags["slurm.node"] == "localhost"
         assert run.info.status == "FINISHED"
         assert _steps(tmp_path, run.info.run_id) == [1, 2, 3]
-        assert _steps(tmp_path, run.info.run_id, f"train/quadrant/{tags['quadrant']}/token_frac") == [1, 2, 3]
+        assert _steps(
+            tmp_path, run.info.run_id, f"train/quadrant/{tags['quadrant']}/token_frac"
+        ) == [1, 2, 3]
         assert "eval/arithmetic/avg_at_1" in run.data.metrics
     expected = {f"{array_id}_{i}": "COMPLETED" for i in range(4)}
-    slurm_cluster.wait_for("sacct to record the array", lambda: slurm_cluster.sacct_states(array_id) == expected, 30)
+    slurm_cluster.wait_for(
+        "sacct to record the array", lambda: slurm_cluster.sacct_states(array_id) == expected, 30
+    )
     assert "quadrant=NHR" in done.stdout and "4 runs" in done.stdout  # the summary table
 
 
@@ -90,9 +117,16 @@ def test_signalled_job_checkpoints_is_requeued_and_resumes_every_step_once(slurm
     # come from the checkpoint written on the signal. A 30-minute limit makes the early USR2 a
     # preemption notice for submitit: requeued without counting as a time-out.
     run_dir, job_id = slurm_cluster.interrupted_sweep(
-        tmp_path, ["quadrant=PHR", "launcher=slurm_dev", "train.steps=40", "checkpoint.every=1000", *FAST],
-        sweep_id="requeue", what="step 3 in the log", interrupt=["scancel", "--signal=USR2"], timeout=240,
-        ready=lambda run: (run / "quadrants.log").exists() and "step 3/40" in (run / "quadrants.log").read_text())
+        tmp_path,
+        ["quadrant=PHR", "launcher=slurm_dev", "train.steps=40", "checkpoint.every=1000", *FAST],
+        sweep_id="requeue",
+        what="step 3 in the log",
+        interrupt=["scancel", "--signal=USR2"],
+        timeout=240,
+        ready=lambda run: (
+            (run / "quadrants.log").exists() and "step 3/40" in (run / "quadrants.log").read_text()
+        ),
+    )
     log = (run_dir / "quadrants.log").read_text()  # both runs of the job append to it
     assert "this job is preempted" in log and "Requeued job" in log, log[-3000:]
     # the loop checkpointed before submitit's handler requeued the job
@@ -114,10 +148,20 @@ def _status(cluster, cwd: Path, sweep_dir: Path) -> list[dict]:
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
-def test_detached_submission_returns_at_once_and_status_reports_the_finished_jobs(slurm_cluster, tmp_path):
+def test_detached_submission_returns_at_once_and_status_reports_the_finished_jobs(
+    slurm_cluster, tmp_path
+):
     submitted = time.monotonic()
-    done = _quadrants(slurm_cluster, tmp_path, "quadrants.submit", "quadrant=PHR,NLR", "launcher=slurm_dev",
-                      "train.steps=4", "sweep_id=detached", *FAST)
+    done = _quadrants(
+        slurm_cluster,
+        tmp_path,
+        "quadrants.submit",
+        "quadrant=PHR,NLR",
+        "launcher=slurm_dev",
+        "train.steps=4",
+        "sweep_id=detached",
+        *FAST,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     sweep_dir = tmp_path / "outputs" / "quadrants" / "detached"
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
@@ -129,41 +173,77 @@ def test_detached_submission_returns_at_once_and_status_reports_the_finished_job
     assert "quadrant=NLR" in jobs[1]["overrides"] and manifest["parent_run_id"]
     # the submitter has exited; the jobs are still queued or running, on their own
     states = slurm_cluster.sacct_states(array_id) or {}
-    assert not all(s == "COMPLETED" for s in states.values()) or len(states) < 2, (states, time.monotonic() - submitted)
+    assert not all(s == "COMPLETED" for s in states.values()) or len(states) < 2, (
+        states,
+        time.monotonic() - submitted,
+    )
 
     expected = {j["job_id"]: "COMPLETED" for j in jobs}
-    slurm_cluster.wait_for("both jobs to complete", lambda: slurm_cluster.sacct_states(array_id) == expected, 180)
+    slurm_cluster.wait_for(
+        "both jobs to complete", lambda: slurm_cluster.sacct_states(array_id) == expected, 180
+    )
     status = _status(slurm_cluster, tmp_path, sweep_dir)
     for job, row in zip(jobs, status):
-        assert row["job_id"] == job["job_id"] and row["run_status"] == "FINISHED" and row["step"] == 4
-        assert set(row["metrics"]) >= {"train/reward_mean", "train/solve_rate", "eval/arithmetic/avg_at_1"}
+        assert (
+            row["job_id"] == job["job_id"] and row["run_status"] == "FINISHED" and row["step"] == 4
+        )
+        assert set(row["metrics"]) >= {
+            "train/reward_mean",
+            "train/solve_rate",
+            "eval/arithmetic/avg_at_1",
+        }
     parents, children = _runs(tmp_path)
     assert parents[0].info.run_id == manifest["parent_run_id"]
     assert parents[0].info.status == "FINISHED"  # closed by the last job, not by the submitter
     # ... which also put the summary and the analysis report on it
     assert "quadrant=NLR" in parents[0].data.tags["mlflow.note.content"]
-    assert "analysis/report.html" in {a.path for a in _client(tmp_path).list_artifacts(parents[0].info.run_id, "analysis")}
-    table = _quadrants(slurm_cluster, tmp_path, "quadrants.status", "detached").stdout  # by sweep id
+    assert "analysis/report.html" in {
+        a.path for a in _client(tmp_path).list_artifacts(parents[0].info.run_id, "analysis")
+    }
+    table = _quadrants(
+        slurm_cluster, tmp_path, "quadrants.status", "detached"
+    ).stdout  # by sweep id
     assert "quadrant=NLR" in table and "COMPLETED" in table and "solve_rate" in table
     experiment_id = parents[0].info.experiment_id  # the links status and submit print
     link = f"quadrants: parent run  http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{manifest['parent_run_id']}"
     assert link in table and link in done.stdout
 
 
-def test_job_killed_without_a_signal_resumes_when_the_sweep_is_submitted_again(slurm_cluster, tmp_path):
-    args = ["quadrant=PHR", "launcher=slurm_dev", "train.steps=80", "checkpoint.every=2", "sweep_id=killed", *FAST]
+def test_job_killed_without_a_signal_resumes_when_the_sweep_is_submitted_again(
+    slurm_cluster, tmp_path
+):
+    args = [
+        "quadrant=PHR",
+        "launcher=slurm_dev",
+        "train.steps=80",
+        "checkpoint.every=2",
+        "sweep_id=killed",
+        *FAST,
+    ]
     done = _quadrants(slurm_cluster, tmp_path, "quadrants.submit", *args)
     assert done.returncode == 0, done.stderr[-3000:]
     sweep_dir = tmp_path / "outputs" / "quadrants" / "killed"
     (job,) = json.loads((sweep_dir / "sweep.json").read_text())["jobs"]
-    slurm_cluster.wait_for("a checkpoint at step 4", lambda: (Path(job["run_dir"]) / "checkpoints" /
-                                                               "step_0000004").exists(), 120)
-    slurm_cluster.run("scancel", "--signal=KILL", "--full", job["job_id"])  # no handler runs: a node failure
-    job_state = lambda: slurm_cluster.sacct_states(job["job_id"]).get(job["job_id"], "").split(" ")[0]  # noqa: E731
-    slurm_cluster.wait_for("the job to end", lambda: job_state() in ("CANCELLED", "FAILED"), 60)  # "CANCELLED by 0"
+    slurm_cluster.wait_for(
+        "a checkpoint at step 4",
+        lambda: (Path(job["run_dir"]) / "checkpoints" / "step_0000004").exists(),
+        120,
+    )
+    slurm_cluster.run(
+        "scancel", "--signal=KILL", "--full", job["job_id"]
+    )  # no handler runs: a node failure
+    job_state = lambda: (
+        slurm_cluster.sacct_states(job["job_id"]).get(job["job_id"], "").split(" ")[0]
+    )  # noqa: E731
+    slurm_cluster.wait_for(
+        "the job to end", lambda: job_state() in ("CANCELLED", "FAILED"), 60
+    )  # "CANCELLED by 0"
     (row,) = _status(slurm_cluster, tmp_path, sweep_dir)
     assert row["run_status"] == "FAILED"  # status closed what the killed job left RUNNING
-    killed_at = max(int(p.name.split("_")[1]) for p in (Path(job["run_dir"]) / "checkpoints").glob("step_???????"))
+    killed_at = max(
+        int(p.name.split("_")[1])
+        for p in (Path(job["run_dir"]) / "checkpoints").glob("step_???????")
+    )
     assert killed_at < 80
 
     again = _quadrants(slurm_cluster, tmp_path, "quadrants.submit", *args)  # the same command
@@ -171,22 +251,39 @@ def test_job_killed_without_a_signal_resumes_when_the_sweep_is_submitted_again(s
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
     assert manifest["previous_submissions"][0]["array_job_id"] == job["job_id"].split("_")[0]
     (new_job,) = manifest["jobs"]
-    slurm_cluster.wait_for("the resubmitted job to complete",
-                           lambda: slurm_cluster.sacct_states(new_job["job_id"]).get(new_job["job_id"]) == "COMPLETED",
-                           180)
+    slurm_cluster.wait_for(
+        "the resubmitted job to complete",
+        lambda: slurm_cluster.sacct_states(new_job["job_id"]).get(new_job["job_id"]) == "COMPLETED",
+        180,
+    )
     parents, children = _runs(tmp_path)
     (run,) = children
     assert run.info.status == "FINISHED" and len(parents) == 1
     assert _steps(tmp_path, run.info.run_id) == list(range(1, 81))  # every step exactly once
 
 
-@pytest.mark.parametrize("override, reason", [
-    ("hydra.launcher.partition=nosuchpartition", "Invalid partition name specified"),
-    ("hydra.launcher.mem_gb=100000", "Requested node configuration is not available"),
-])
-def test_refused_submission_reports_slurms_reason_and_writes_no_manifest(slurm_cluster, tmp_path, override, reason):
-    done = _quadrants(slurm_cluster, tmp_path, "quadrants.submit", "quadrant=PHR,NHR", "launcher=slurm_dev",
-                      "train.steps=3", "sweep_id=refused", override, *FAST, timeout=120)
+@pytest.mark.parametrize(
+    "override, reason",
+    [
+        ("hydra.launcher.partition=nosuchpartition", "Invalid partition name specified"),
+        ("hydra.launcher.mem_gb=100000", "Requested node configuration is not available"),
+    ],
+)
+def test_refused_submission_reports_slurms_reason_and_writes_no_manifest(
+    slurm_cluster, tmp_path, override, reason
+):
+    done = _quadrants(
+        slurm_cluster,
+        tmp_path,
+        "quadrants.submit",
+        "quadrant=PHR,NHR",
+        "launcher=slurm_dev",
+        "train.steps=3",
+        "sweep_id=refused",
+        override,
+        *FAST,
+        timeout=120,
+    )
     assert done.returncode != 0
     assert reason in done.stderr and "no manifest was written" in done.stderr
     assert not (tmp_path / "outputs" / "quadrants" / "refused").exists()

@@ -30,27 +30,43 @@ def test_every_leaf_key_has_a_range_or_a_reason():
         f"RunConfig key(s) {missing} have neither an allowed range nor a stated reason for none. In "
         f"quadrants/config_ranges.py add, for a number, `{missing[0]!r}: Range(low, high, ...)` to RANGES "
         f"(checked at compose time by validate_config); for anything else (a name, a flag, a path, a range "
-        f"that depends on another key), `{missing[0]!r}: \"<where it is checked, or why it needs no check>\"` "
+        f'that depends on another key), `{missing[0]!r}: "<where it is checked, or why it needs no check>"` '
         f"to NO_RANGE."
     )
     both = sorted(set(RANGES) & set(NO_RANGE))
-    assert not both, f"{both} are in both RANGES and NO_RANGE of quadrants/config_ranges.py: keep one"
+    assert not both, (
+        f"{both} are in both RANGES and NO_RANGE of quadrants/config_ranges.py: keep one"
+    )
     stale = sorted((set(RANGES) | set(NO_RANGE)) - set(keys))
-    assert not stale, f"{stale} in quadrants/config_ranges.py are not RunConfig keys (renamed or removed?)"
+    assert not stale, (
+        f"{stale} in quadrants/config_ranges.py are not RunConfig keys (renamed or removed?)"
+    )
     assert all(reason.strip() for reason in NO_RANGE.values())
 
 
 def test_numeric_leaves_have_ranges():
     # a number with no range needs a reason that says where its bounds are checked
-    numeric = [k for k in leaf_keys() if isinstance(lookup(RunConfig(), k), (int, float))
-               and not isinstance(lookup(RunConfig(), k), bool)]
+    numeric = [
+        k
+        for k in leaf_keys()
+        if isinstance(lookup(RunConfig(), k), (int, float))
+        and not isinstance(lookup(RunConfig(), k), bool)
+    ]
     assert numeric and all(k in RANGES or "check" in NO_RANGE[k] for k in numeric)
 
 
 def _outside(allowed: Range, default: object) -> list[float]:
     """Values just outside each finite end of the range (ints step by 1, floats by 0.5)."""
-    step = 1 if isinstance(default, int) or (isinstance(default, (list, tuple)) and
-                                             all(isinstance(v, int) for v in default) and default) else 0.5
+    step = (
+        1
+        if isinstance(default, int)
+        or (
+            isinstance(default, (list, tuple))
+            and all(isinstance(v, int) for v in default)
+            and default
+        )
+        else 0.5
+    )
     values = []
     if allowed.low is not None:
         values.append(allowed.low if allowed.low_open else allowed.low - step)
@@ -67,7 +83,11 @@ def _set(cfg: RunConfig, key: str, value: object) -> None:
     setattr(node, last, value)
 
 
-CASES = [(key, bad) for key, allowed in RANGES.items() for bad in _outside(allowed, lookup(RunConfig(), key))]
+CASES = [
+    (key, bad)
+    for key, allowed in RANGES.items()
+    for bad in _outside(allowed, lookup(RunConfig(), key))
+]
 
 
 def test_the_defaults_are_in_range():
@@ -78,22 +98,44 @@ def test_the_defaults_are_in_range():
 def test_each_range_is_enforced_at_both_ends(key, bad):
     cfg = copy.deepcopy(RunConfig())
     default = lookup(cfg, key)
-    value = [bad, *list(default)[1:]] if isinstance(default, (list, tuple)) and default else (
-        [bad] if isinstance(default, list) else bad)
+    value = (
+        [bad, *list(default)[1:]]
+        if isinstance(default, (list, tuple)) and default
+        else ([bad] if isinstance(default, list) else bad)
+    )
     _set(cfg, key, value)
     with pytest.raises(ValueError, match=rf"^{key}=.* is out of range; allowed: "):
         validate_config(cfg)
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("train.warmup_steps", -5, r"train.warmup_steps=-5 is out of range; allowed: \[0, inf\) \(0 = no warm-up"),
-    ("train.betas", (1.5, 0.9), r"train.betas=\[1.5, 0.9\] is out of range; allowed: \[0, 1\) \(AdamW"),
-    ("train.betas", (0.9, 1.0), r"train.betas=\[0.9, 1.0\] is out of range"),  # the second beta too
-    ("rollout.top_p", 1.5, r"rollout.top_p=1.5 is out of range; allowed: \(0, 1\]"),
-    ("eval.ks", [1, 0], r"eval.ks=\[1, 0\] is out of range; allowed: \[1, inf\)"),
-    ("train.lr", math.nan, r"train.lr=nan is out of range"),
-    ("rollout.vllm.kv_cache_gib", 0.0, r"rollout.vllm.kv_cache_gib=0.0 is out of range; allowed: \(0, inf\), or null"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "train.warmup_steps",
+            -5,
+            r"train.warmup_steps=-5 is out of range; allowed: \[0, inf\) \(0 = no warm-up",
+        ),
+        (
+            "train.betas",
+            (1.5, 0.9),
+            r"train.betas=\[1.5, 0.9\] is out of range; allowed: \[0, 1\) \(AdamW",
+        ),
+        (
+            "train.betas",
+            (0.9, 1.0),
+            r"train.betas=\[0.9, 1.0\] is out of range",
+        ),  # the second beta too
+        ("rollout.top_p", 1.5, r"rollout.top_p=1.5 is out of range; allowed: \(0, 1\]"),
+        ("eval.ks", [1, 0], r"eval.ks=\[1, 0\] is out of range; allowed: \[1, inf\)"),
+        ("train.lr", math.nan, r"train.lr=nan is out of range"),
+        (
+            "rollout.vllm.kv_cache_gib",
+            0.0,
+            r"rollout.vllm.kv_cache_gib=0.0 is out of range; allowed: \(0, inf\), or null",
+        ),
+    ],
+)
 def test_out_of_range_messages_name_the_key_and_the_range(key, value, message):
     cfg = RunConfig()
     _set(cfg, key, value)

@@ -31,8 +31,14 @@ def _update(model, opt) -> None:
 def _run(opt, saved, body, first=0, total=10, defer_s=5.0, checkpointed=()):
     # As in the training loop, the generator is not kept in a variable: when an exception leaves the
     # loop it is closed at once, and its `finally` puts the previous handlers back.
-    for index in checkpointed_steps(range(first, total), optimizer=opt, save=lambda s, rng: saved.append(s),
-                                    first_step=first, is_saved=lambda s: s in checkpointed, defer_s=defer_s):
+    for index in checkpointed_steps(
+        range(first, total),
+        optimizer=opt,
+        save=lambda s, rng: saved.append(s),
+        first_step=first,
+        is_saved=lambda s: s in checkpointed,
+        defer_s=defer_s,
+    ):
         body(index)
 
 
@@ -81,7 +87,9 @@ def test_a_step_that_does_not_complete_in_time_leaves_without_a_checkpoint():
 
     with pytest.raises(SystemExit):
         _run(opt, saved, body, defer_s=0.3)
-    assert saved == []  # step 1's state is gone (updated by step 2): resume from the previous checkpoint
+    assert (
+        saved == []
+    )  # step 1's state is gone (updated by step 2): resume from the previous checkpoint
     assert time.monotonic() - started < 5
 
 
@@ -94,7 +102,9 @@ def test_a_step_already_checkpointed_is_not_written_again():
         _update(model, opt)
 
     with pytest.raises(SystemExit):
-        _run(opt, saved, body, checkpointed={2, 4})  # the loop's periodic checkpoint of step 4 exists
+        _run(
+            opt, saved, body, checkpointed={2, 4}
+        )  # the loop's periodic checkpoint of step 4 exists
     assert saved == []
 
 
@@ -102,7 +112,9 @@ def test_resumed_run_saves_nothing_before_its_first_new_step():
     model, opt, saved = _setup()
 
     def body(index):
-        os.kill(os.getpid(), signal.SIGTERM)  # at once: step 7 (the resume point) is the last completed
+        os.kill(
+            os.getpid(), signal.SIGTERM
+        )  # at once: step 7 (the resume point) is the last completed
 
     with pytest.raises(SystemExit):
         _run(opt, saved, body, first=7)
@@ -120,6 +132,7 @@ def test_preempt_signal_checkpoints_before_submitits_handler_and_ignores_its_sig
 
     previous = signal.signal(signal.SIGUSR2, submitit_like)
     try:
+
         def body(index):
             if index == 2:
                 os.kill(os.getpid(), signal.SIGUSR2)
@@ -148,7 +161,9 @@ def test_usr2_without_submitit_keeps_its_default():
 def test_no_checkpoints_configured_passes_the_steps_through():
     model, opt, saved = _setup()
     seen = []
-    for _ in checkpointed_steps(range(3), optimizer=opt, save=None, first_step=0, is_saved=lambda s: False):
+    for _ in checkpointed_steps(
+        range(3), optimizer=opt, save=None, first_step=0, is_saved=lambda s: False
+    ):
         seen.append(signal.getsignal(signal.SIGTERM))
     assert seen == [signal.SIG_DFL] * 3
 
@@ -161,8 +176,9 @@ from quadrants.train.preemption import _CollectiveExitCheckpoint  # noqa: E402
 
 
 def _collective(other_rank_noted: int, saved: list[int]) -> _CollectiveExitCheckpoint:
-    return _CollectiveExitCheckpoint(lambda step, rng: saved.append(step),
-                                     exchange=lambda mine: [mine, other_rank_noted])
+    return _CollectiveExitCheckpoint(
+        lambda step, rng: saved.append(step), exchange=lambda mine: [mine, other_rank_noted]
+    )
 
 
 def test_no_signal_anywhere_lets_the_steps_go_on():

@@ -10,16 +10,38 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from quadrants.status import JobStatus, _expand, format_table
-from quadrants.sweep_manifest import JobRecord, Manifest, close_parent_if_done, find_manifest, write_manifest
+from quadrants.sweep_manifest import (
+    JobRecord,
+    Manifest,
+    close_parent_if_done,
+    find_manifest,
+    write_manifest,
+)
 
 
 def _manifest(sweep_dir, jobs=2) -> Manifest:
     return Manifest(
-        sweep_id="s1", study="quadrants", sweep_dir=str(sweep_dir), tracking_uri="sqlite:///x.db", parent_run_id="p",
-        command=["-m", "quadrant=PHR,NHR"], array_job_id="12", submitted_at="2026-01-01T00:00:00+00:00",
+        sweep_id="s1",
+        study="quadrants",
+        sweep_dir=str(sweep_dir),
+        tracking_uri="sqlite:///x.db",
+        parent_run_id="p",
+        command=["-m", "quadrant=PHR,NHR"],
+        array_job_id="12",
+        submitted_at="2026-01-01T00:00:00+00:00",
         slurm_conf=None,
-        jobs=[JobRecord(i, f"12_{i}", f"quadrant={q}", [f"quadrant={q}"], str(sweep_dir / f"quadrant={q}"),
-                        "out", "err") for i, q in enumerate(["PHR", "NHR"][:jobs])],
+        jobs=[
+            JobRecord(
+                i,
+                f"12_{i}",
+                f"quadrant={q}",
+                [f"quadrant={q}"],
+                str(sweep_dir / f"quadrant={q}"),
+                "out",
+                "err",
+            )
+            for i, q in enumerate(["PHR", "NHR"][:jobs])
+        ],
     )
 
 
@@ -52,8 +74,12 @@ def test_sacct_array_ranges_expand_to_job_ids():
 
 
 def test_status_table_has_one_row_per_job(tmp_path):
-    jobs = [JobStatus("12_0", "quadrant=PHR", "COMPLETED", "FINISHED", "r0", 3, {"train/solve_rate": 0.25}),
-            JobStatus("12_1", "quadrant=NHR", "PENDING")]
+    jobs = [
+        JobStatus(
+            "12_0", "quadrant=PHR", "COMPLETED", "FINISHED", "r0", 3, {"train/solve_rate": 0.25}
+        ),
+        JobStatus("12_1", "quadrant=NHR", "PENDING"),
+    ]
     lines = format_table(_manifest(tmp_path), jobs).splitlines()
     assert lines[0].startswith("sweep s1 (quadrants), array 12")
     assert lines[1].split() == ["job", "slurm", "state", "run", "step", "solve_rate"]
@@ -64,9 +90,14 @@ def test_status_table_has_one_row_per_job(tmp_path):
 def test_parent_is_closed_only_when_every_child_run_ended(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = client.create_experiment("quadrants", artifact_location=(tmp_path / "art").as_uri())
+    experiment = client.create_experiment(
+        "quadrants", artifact_location=(tmp_path / "art").as_uri()
+    )
     parent = client.create_run(experiment).info.run_id
-    children = [client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id for _ in range(2)]
+    children = [
+        client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+        for _ in range(2)
+    ]
     client.set_terminated(children[0], "FINISHED")
     assert close_parent_if_done(uri, parent, jobs=2) is None  # one child still RUNNING
     assert close_parent_if_done(uri, parent, jobs=3) is None  # a third job has no run yet
@@ -86,11 +117,15 @@ def test_status_prints_the_links_to_the_runs_page_and_the_parent_run(tmp_path, c
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = client.create_experiment("quadrants", artifact_location=(tmp_path / "art").as_uri())
+    experiment = client.create_experiment(
+        "quadrants", artifact_location=(tmp_path / "art").as_uri()
+    )
     parent = client.create_run(experiment, run_name="s1").info.run_id
     sweep_dir = tmp_path / "outputs" / "quadrants" / "s1"
     write_manifest(replace(_manifest(sweep_dir), tracking_uri=uri, parent_run_id=parent))
-    monkeypatch.setenv("PATH", str(tmp_path))  # no sacct/squeue here: status says so and still prints the links
+    monkeypatch.setenv(
+        "PATH", str(tmp_path)
+    )  # no sacct/squeue here: status says so and still prints the links
     main([str(sweep_dir)])
     printed = capsys.readouterr().out.splitlines()
     assert printed[-3:] == [

@@ -11,18 +11,24 @@ import os
 import pytest
 
 VLLM_MISSING = importlib.util.find_spec("vllm") is None
-SKIP_REASON = "vLLM is not importable in this environment: run the opt-in stage with tests/vllm/run.sh"
+SKIP_REASON = (
+    "vLLM is not importable in this environment: run the opt-in stage with tests/vllm/run.sh"
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "vllm: needs vLLM (opt-in stage tests/vllm/run.sh; skipped elsewhere)")
+    config.addinivalue_line(
+        "markers", "vllm: needs vLLM (opt-in stage tests/vllm/run.sh; skipped elsewhere)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not VLLM_MISSING:
         return
     if os.environ.get("QUADRANTS_REQUIRE_VLLM") == "1":
-        raise pytest.UsageError("QUADRANTS_REQUIRE_VLLM=1 but vLLM cannot be imported in this environment")
+        raise pytest.UsageError(
+            "QUADRANTS_REQUIRE_VLLM=1 but vLLM cannot be imported in this environment"
+        )
     for item in items:
         if item.get_closest_marker("vllm") is not None:
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))

@@ -50,10 +50,15 @@ def test_two_ranks_with_vllm_match_one_process(runs):
         assert b["train/objective/loss"] == pytest.approx(a["train/objective/loss"], abs=1e-6)
         assert b["train/grad_norm"] == pytest.approx(a["train/grad_norm"], rel=1e-5)
     assert abs(one["steps"]["2"]["train/objective/loss"]) > 1e-4  # a real update
-    single, sharded = Worker.parameters(runs / "one" / CASE, 2), Worker.parameters(runs / "two" / CASE, 2)
+    single, sharded = (
+        Worker.parameters(runs / "one" / CASE, 2),
+        Worker.parameters(runs / "two" / CASE, 2),
+    )
     assert set(single) == set(sharded) and len(single) > 10
     for name, value in single.items():
-        torch.testing.assert_close(sharded[name], value, rtol=0, atol=Worker.parameter_atol(name), msg=name)
+        torch.testing.assert_close(
+            sharded[name], value, rtol=0, atol=Worker.parameter_atol(name), msg=name
+        )
 
 
 def test_every_ranks_engine_samples_from_the_updated_policy(runs):

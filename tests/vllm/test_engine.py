@@ -42,7 +42,9 @@ def engine(policy):
     from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
 
     model, tokenizer = policy
-    settings = VLLMSettings(dtype="float32", kv_cache_gib=0.25, enforce_eager=True, sleep_level=1, in_process=True)
+    settings = VLLMSettings(
+        dtype="float32", kv_cache_gib=0.25, enforce_eager=True, sleep_level=1, in_process=True
+    )
     engine = VLLMEngine(model, tokenizer, settings)
     yield engine
     engine.close()
@@ -52,15 +54,24 @@ def trainer_logp(model: torch.nn.Module, rollouts: Rollouts, temperature: float)
     """The trainer's recompute of the sampled tokens' log-probs (the step's no-grad pass). [B, T]."""
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)
     attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
-    logp, _ = behaviour_pass(model, sequences, attention_mask, rollouts.response_ids.shape[1],
-                             temperature=temperature, chunk_size=256, batch_size=64)
+    logp, _ = behaviour_pass(
+        model,
+        sequences,
+        attention_mask,
+        rollouts.response_ids.shape[1],
+        temperature=temperature,
+        chunk_size=256,
+        batch_size=64,
+    )
     return logp * rollouts.response_mask
 
 
 def test_generation_on_the_tiny_model(engine, policy):
     _, tokenizer = policy
     rollouts = engine.generate(PROMPTS, SAMPLED)
-    assert_rollouts_layout(rollouts, num_prompts=3, n=4, pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id)
+    assert_rollouts_layout(
+        rollouts, num_prompts=3, n=4, pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id
+    )
     # the SHARP model: some of the 12 responses reach EOS, the others run to 40 tokens
     assert rollouts.finished.any() and not rollouts.finished.all()
     assert int(rollouts.response_mask[~rollouts.finished].sum(-1).min()) == 40
@@ -75,16 +86,22 @@ def test_generation_on_the_tiny_model(engine, policy):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logprobs_agree_with_the_trainer_recompute(engine, policy, temperature):
     model, _ = policy
-    rollouts = engine.generate(PROMPTS, SamplingSettings(n=4, temperature=temperature, max_new_tokens=40, seed=5))
-    mean, largest = logp_abs_diff(rollouts.behaviour_logp, trainer_logp(model, rollouts, temperature),
-                                  rollouts.response_mask)
+    rollouts = engine.generate(
+        PROMPTS, SamplingSettings(n=4, temperature=temperature, max_new_tokens=40, seed=5)
+    )
+    mean, largest = logp_abs_diff(
+        rollouts.behaviour_logp, trainer_logp(model, rollouts, temperature), rollouts.response_mask
+    )
     print(f"T={temperature}: |Δ log-prob| mean {mean.item():.2e} max {largest.item():.2e}")
     assert largest.item() <= LOGP_TOL
     # at the sampling temperature, not vLLM's default raw (T = 1) log-probs: at T = 0.7 those would
     # differ by far more than the tolerance
     if temperature != 1.0:
         raw = trainer_logp(model, rollouts, 1.0)
-        assert logp_abs_diff(rollouts.behaviour_logp, raw, rollouts.response_mask)[1].item() > 100 * LOGP_TOL
+        assert (
+            logp_abs_diff(rollouts.behaviour_logp, raw, rollouts.response_mask)[1].item()
+            > 100 * LOGP_TOL
+        )
 
 
 def test_weight_sync_changes_the_outputs_and_syncing_back_restores_them(engine, policy):
@@ -95,13 +112,20 @@ def test_weight_sync_changes_the_outputs_and_syncing_back_restores_them(engine, 
     try:
         with torch.no_grad():
             for parameter in model.parameters():
-                parameter.add_(0.5 * parameter.std() * torch.randn(parameter.shape, generator=generator))
+                parameter.add_(
+                    0.5 * parameter.std() * torch.randn(parameter.shape, generator=generator)
+                )
         engine.sync_weights(model)
         after = engine.generate(PROMPTS, SAMPLED)
         # same prompts, same seeds, new weights: other tokens, and log-probs of the new policy (the
         # prompts' cached KV entries were computed by the old weights: the sync resets that cache)
         assert not torch.equal(after.response_ids, before.response_ids)
-        assert logp_abs_diff(after.behaviour_logp, trainer_logp(model, after, 1.0), after.response_mask)[1] <= LOGP_TOL
+        assert (
+            logp_abs_diff(
+                after.behaviour_logp, trainer_logp(model, after, 1.0), after.response_mask
+            )[1]
+            <= LOGP_TOL
+        )
     finally:
         model.load_state_dict(original)
         engine.sync_weights(model)
@@ -126,7 +150,14 @@ def test_hf_and_vllm_engines_return_the_same_structure(engine, policy):
     greedy = SamplingSettings(n=1, temperature=0.0, max_new_tokens=24)
     hf, vl = hf_engine.generate(PROMPTS, greedy), engine.generate(PROMPTS, greedy)
     assert_rollouts_layout(vl, num_prompts=3, n=1, **ids)
-    for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "group_ids", "finished"):
+    for name in (
+        "prompt_ids",
+        "prompt_mask",
+        "response_ids",
+        "response_mask",
+        "group_ids",
+        "finished",
+    ):
         assert torch.equal(getattr(hf, name), getattr(vl, name)), name
     assert hf.texts == vl.texts
     torch.testing.assert_close(vl.behaviour_logp, hf.behaviour_logp, rtol=0, atol=LOGP_TOL)
@@ -175,18 +206,29 @@ def test_sleep_and_wake_order_around_training(engine, policy, level):
         engine.sync_weights(model)
         engine.generate(PROMPTS, short)
         assert recorder.calls == [
-            ("generate",), ("sleep", level),
-            ("wake_up", ("weights",)), ("collective_rpc", "reload_weights"), ("reset_prefix_cache",),
-            ("wake_up", ("kv_cache",)), ("generate",), ("sleep", level),
+            ("generate",),
+            ("sleep", level),
+            ("wake_up", ("weights",)),
+            ("collective_rpc", "reload_weights"),
+            ("reset_prefix_cache",),
+            ("wake_up", ("kv_cache",)),
+            ("generate",),
+            ("sleep", level),
         ]
         recorder.calls.clear()
         if level == 2:
-            with pytest.raises(RuntimeError, match="level 2, which discards the weights, and no sync_weights"):
+            with pytest.raises(
+                RuntimeError, match="level 2, which discards the weights, and no sync_weights"
+            ):
                 engine.generate(PROMPTS, short)
             assert recorder.calls == []
         else:  # level 1 keeps the weights (offloaded): generating again wakes everything
             engine.generate(PROMPTS, short)
-            assert recorder.calls == [("wake_up", ("weights", "kv_cache")), ("generate",), ("sleep", 1)]
+            assert recorder.calls == [
+                ("wake_up", ("weights", "kv_cache")),
+                ("generate",),
+                ("sleep", 1),
+            ]
     finally:
         engine.llm, engine.settings, engine.sleeps = real_llm, real_settings, False
         engine._asleep, engine._weights_discarded = set(), False
@@ -201,19 +243,26 @@ def test_top_p_logprobs_are_those_of_the_truncated_distribution(engine, policy):
 
     model, _ = policy
     temperature, top_p = 0.8, 0.7
-    rollouts = engine.generate(PROMPTS, SamplingSettings(n=4, temperature=temperature, top_p=top_p,
-                                                         max_new_tokens=24, seed=9))
+    rollouts = engine.generate(
+        PROMPTS,
+        SamplingSettings(n=4, temperature=temperature, top_p=top_p, max_new_tokens=24, seed=9),
+    )
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)
     attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
     length = rollouts.response_ids.shape[1]
     with torch.no_grad():
-        logits = model(input_ids=sequences, attention_mask=attention_mask.long(),
-                       position_ids=position_ids_from_mask(attention_mask)).logits[:, -length - 1 : -1]
+        logits = model(
+            input_ids=sequences,
+            attention_mask=attention_mask.long(),
+            position_ids=position_ids_from_mask(attention_mask),
+        ).logits[:, -length - 1 : -1]
     scaled = logits.float() / temperature  # [B, T, V]
     ascending, order = scaled.sort(dim=-1)
     dropped = ascending.softmax(-1).cumsum(-1) <= 1 - top_p
     dropped[..., -1] = False
-    truncated = torch.full_like(scaled, float("-inf")).scatter(-1, order, ascending.masked_fill(dropped, float("-inf")))
+    truncated = torch.full_like(scaled, float("-inf")).scatter(
+        -1, order, ascending.masked_fill(dropped, float("-inf"))
+    )
     mask = rollouts.response_mask
     targets = rollouts.response_ids.unsqueeze(-1)
     nucleus = truncated.log_softmax(-1).gather(-1, targets).squeeze(-1) * mask
@@ -228,14 +277,24 @@ def test_generate_from_ids_continues_token_prefixes(engine, policy):
     # branching rollouts (quadrants.probe): prompt + response so far + a forced token go in as token
     # ids; the continuations' log-probs are the trainer's on the whole sequence
     model, tokenizer = policy
-    first = engine.generate(PROMPTS[:2], SamplingSettings(n=1, temperature=1.0, max_new_tokens=6, seed=1))
-    prefixes = [tokenizer(p, add_special_tokens=False)["input_ids"] + first.response_ids[i, :2].tolist()
-                for i, p in enumerate(PROMPTS[:2])]
+    first = engine.generate(
+        PROMPTS[:2], SamplingSettings(n=1, temperature=1.0, max_new_tokens=6, seed=1)
+    )
+    prefixes = [
+        tokenizer(p, add_special_tokens=False)["input_ids"] + first.response_ids[i, :2].tolist()
+        for i, p in enumerate(PROMPTS[:2])
+    ]
     out = engine.generate_from_ids(prefixes, SAMPLED)
-    assert_rollouts_layout(out, num_prompts=2, n=SAMPLED.n, pad_id=tokenizer.pad_token_id, eos_id=tokenizer.eos_token_id)
+    assert_rollouts_layout(
+        out,
+        num_prompts=2,
+        n=SAMPLED.n,
+        pad_id=tokenizer.pad_token_id,
+        eos_id=tokenizer.eos_token_id,
+    )
     for row, prefix in enumerate(prefixes):
         for sample in range(SAMPLED.n):
-            assert out.prompt_ids[row * SAMPLED.n + sample, -len(prefix):].tolist() == prefix
+            assert out.prompt_ids[row * SAMPLED.n + sample, -len(prefix) :].tolist() == prefix
     diff, _ = logp_abs_diff(out.behaviour_logp, trainer_logp(model, out, 1.0), out.response_mask)
     assert diff.item() < LOGP_TOL
     # one prefix repeated (a branch's K continuations), n = 1, one seed: independent draws, not copies

@@ -12,7 +12,6 @@ log-probs (a mean |Δ| of ~0.3 per update at this lr)."""
 
 from __future__ import annotations
 
-
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -21,15 +20,28 @@ from ..slurm.test_distributed_slurm import DEV_CLUSTER, FAST
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-VLLM = ["rollout=vllm", "rollout.vllm.kv_cache_gib=0.25", "rollout.vllm.enforce_eager=true",
-        "objective=w_reinforce", "train.lr=1e-3", "hydra.launcher.mem_gb=3"]
+VLLM = [
+    "rollout=vllm",
+    "rollout.vllm.kv_cache_gib=0.25",
+    "rollout.vllm.enforce_eager=true",
+    "objective=w_reinforce",
+    "train.lr=1e-3",
+    "hydra.launcher.mem_gb=3",
+]
 
 
 def test_two_task_vllm_job_is_requeued_and_resumes_with_synced_engines(slurm_cluster, tmp_path):  # noqa: F811
     run_dir, job_id = slurm_cluster.interrupted_sweep(
-        tmp_path, [*DEV_CLUSTER, *FAST, *VLLM, "train.steps=40", "checkpoint.every=2"], sweep_id="ddpvllm",
-        what="a checkpoint of step 4", ready=lambda run: (run / "checkpoints" / "step_0000004").exists(),
-        interrupt=["scontrol", "requeue"], env={"VLLM_LOGGING_LEVEL": "WARNING"}, ready_timeout=300, timeout=600)
+        tmp_path,
+        [*DEV_CLUSTER, *FAST, *VLLM, "train.steps=40", "checkpoint.every=2"],
+        sweep_id="ddpvllm",
+        what="a checkpoint of step 4",
+        ready=lambda run: (run / "checkpoints" / "step_0000004").exists(),
+        interrupt=["scontrol", "requeue"],
+        env={"VLLM_LOGGING_LEVEL": "WARNING"},
+        ready_timeout=300,
+        timeout=600,
+    )
     assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     log = (run_dir / "quadrants.log").read_text()
     assert log.count("joined the gloo process group via slurm") == 4  # 2 ranks, twice
@@ -39,12 +51,21 @@ def test_two_task_vllm_job_is_requeued_and_resumes_with_synced_engines(slurm_clu
     runs = client.search_runs([client.get_experiment_by_name("quadrants").experiment_id])
     (run,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]  # one training run
     assert run.info.status == "FINISHED"
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/step")) == list(range(1, 41))
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/step")) == list(
+        range(1, 41)
+    )
     # the policy moved (~0.2 |Δ log-prob| per update) ...
-    moved = [m.value for q in ("PHR", "PLR", "NHR", "NLR")
-             for m in client.get_metric_history(run.info.run_id, f"train/quadrant/{q}/dlogp_abs") if m.step == resumed + 1]
+    moved = [
+        m.value
+        for q in ("PHR", "PLR", "NHR", "NLR")
+        for m in client.get_metric_history(run.info.run_id, f"train/quadrant/{q}/dlogp_abs")
+        if m.step == resumed + 1
+    ]
     assert max(moved) > 0.05
     # ... and every step's rollouts, from both ranks' engines, came from the current policy: after each
     # update and, in the requeued job, after the resume (the engines started on the starting weights)
-    diff = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "train/engine_logp_abs_diff_max")}
+    diff = {
+        m.step: m.value
+        for m in client.get_metric_history(run.info.run_id, "train/engine_logp_abs_diff_max")
+    }
     assert sorted(diff) == list(range(1, 41)) and max(diff.values()) < 2e-4, (resumed, diff)

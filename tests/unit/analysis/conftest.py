@@ -46,22 +46,55 @@ def new_store(template: Path, directory: Path) -> tuple[str, MlflowClient]:
     return uri, MlflowClient(uri)
 
 
-def make_parent(client: MlflowClient, directory: Path, experiment: str = "study", sweep: str = "sw1") -> tuple[str, str]:
+def make_parent(
+    client: MlflowClient, directory: Path, experiment: str = "study", sweep: str = "sw1"
+) -> tuple[str, str]:
     """(experiment id, parent run id) of a sweep, artifacts under `directory`/artifacts."""
     found = client.get_experiment_by_name(experiment)
-    exp_id = found.experiment_id if found else client.create_experiment(
-        experiment, artifact_location=(directory / "artifacts").as_uri())
-    parent = client.create_run(exp_id, run_name=sweep, tags={
-        "quadrants.sweep_id": sweep, "quadrants.study": experiment, "quadrants.role": "sweep_parent"})
+    exp_id = (
+        found.experiment_id
+        if found
+        else client.create_experiment(
+            experiment, artifact_location=(directory / "artifacts").as_uri()
+        )
+    )
+    parent = client.create_run(
+        exp_id,
+        run_name=sweep,
+        tags={
+            "quadrants.sweep_id": sweep,
+            "quadrants.study": experiment,
+            "quadrants.role": "sweep_parent",
+        },
+    )
     return exp_id, parent.info.run_id
 
 
-def make_child(client: MlflowClient, exp_id: str, parent: str, quadrant: str, seed: int,
-               metrics: dict[str, float], *, step: int = 60, sweep: str = "sw1", objective: str = "dapo",
-               status: str = "FINISHED", name: str | None = None) -> str:
+def make_child(
+    client: MlflowClient,
+    exp_id: str,
+    parent: str,
+    quadrant: str,
+    seed: int,
+    metrics: dict[str, float],
+    *,
+    step: int = 60,
+    sweep: str = "sw1",
+    objective: str = "dapo",
+    status: str = "FINISHED",
+    name: str | None = None,
+) -> str:
     """A child run with the sweep's tags and `metrics` logged at `step` (plus the 0.1 decoys at step 0)."""
-    tags = {"quadrants.sweep_id": sweep, "quadrants.study": "study", "quadrant": quadrant, "objective": objective,
-            "seed": str(seed), "model": "tiny", "task": "arithmetic", "mlflow.parentRunId": parent}
+    tags = {
+        "quadrants.sweep_id": sweep,
+        "quadrants.study": "study",
+        "quadrant": quadrant,
+        "objective": objective,
+        "seed": str(seed),
+        "model": "tiny",
+        "task": "arithmetic",
+        "mlflow.parentRunId": parent,
+    }
     run = client.create_run(exp_id, run_name=name or f"quadrant={quadrant},seed={seed}", tags=tags)
     run_id = run.info.run_id
     batch = [Metric(key, 0.1, 0, 0) for key in metrics if key.startswith("eval/")]
@@ -83,14 +116,36 @@ def sample_file(directory: Path, step: int, advantage_sign: float) -> Path:
     """A samples artifact like quadrants.train.samples writes: two responses of one prompt."""
     path = directory / f"step_{step:06d}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tokens_good = [{"text": "1", "entropy": 0.9, "quadrant": "PHR"}, {"text": "<", "entropy": 0.01, "quadrant": "PLR"}]
-    tokens_bad = [{"text": "7", "entropy": 1.2, "quadrant": "NHR"}, {"text": "&", "entropy": 0.02, "quadrant": "NLR"},
-                  {"text": "\n", "entropy": 0.0, "quadrant": "NLR"}]
+    tokens_good = [
+        {"text": "1", "entropy": 0.9, "quadrant": "PHR"},
+        {"text": "<", "entropy": 0.01, "quadrant": "PLR"},
+    ]
+    tokens_bad = [
+        {"text": "7", "entropy": 1.2, "quadrant": "NHR"},
+        {"text": "&", "entropy": 0.02, "quadrant": "NLR"},
+        {"text": "\n", "entropy": 0.0, "quadrant": "NLR"},
+    ]
     samples = [
-        {"group": 0, "prompt": "12+3=", "response": "1<", "reward": 1.0, "outcome": "correct",
-         "advantage": 0.7 * advantage_sign, "entropy_threshold": 0.5, "tokens": tokens_good},
-        {"group": 0, "prompt": "12+3=", "response": "7&\n", "reward": 0.0, "outcome": "wrong",
-         "advantage": -0.7 * advantage_sign, "entropy_threshold": 0.5, "tokens": tokens_bad},
+        {
+            "group": 0,
+            "prompt": "12+3=",
+            "response": "1<",
+            "reward": 1.0,
+            "outcome": "correct",
+            "advantage": 0.7 * advantage_sign,
+            "entropy_threshold": 0.5,
+            "tokens": tokens_good,
+        },
+        {
+            "group": 0,
+            "prompt": "12+3=",
+            "response": "7&\n",
+            "reward": 0.0,
+            "outcome": "wrong",
+            "advantage": -0.7 * advantage_sign,
+            "entropy_threshold": 0.5,
+            "tokens": tokens_bad,
+        },
     ]
     path.write_text(json.dumps({"step": step, "samples": samples}))
     return path
@@ -107,10 +162,14 @@ def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         run_id = make_child(client, exp_id, parent, quadrant, seed, eval_metrics(values))
         curves = []
         for step in (1, 2, 3):
-            curves += [Metric("train/solve_rate", 0.1 * step + 0.01 * seed, 0, step),
-                       Metric("train/entropy", 0.5 / step, 0, step)]
-            curves += [Metric(f"train/quadrant/{q}/dlogp_abs", 10.0 ** -(i + step), 0, step)
-                       for i, q in enumerate(("PHR", "PLR", "NHR", "NLR"))]
+            curves += [
+                Metric("train/solve_rate", 0.1 * step + 0.01 * seed, 0, step),
+                Metric("train/entropy", 0.5 / step, 0, step),
+            ]
+            curves += [
+                Metric(f"train/quadrant/{q}/dlogp_abs", 10.0 ** -(i + step), 0, step)
+                for i, q in enumerate(("PHR", "PLR", "NHR", "NLR"))
+            ]
         client.log_batch(run_id, metrics=curves)
         local = directory / "local" / run_id
         client.log_artifact(run_id, str(sample_file(local / "samples", 3, 1.0)), "samples")
@@ -121,9 +180,18 @@ def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         folder = directory / "local" / f"step_{step}" / "aime24"
         folder.mkdir(parents=True)
         (folder / "counts.csv").write_text("problem_id,n,c,wrong\n" + rows)
-        (folder / "counts.json").write_text(json.dumps({"benchmark": "aime24", "problems": [{"n": 9, "c": 9}]}))
+        (folder / "counts.json").write_text(
+            json.dumps({"benchmark": "aime24", "problems": [{"n": 9, "c": 9}]})
+        )
         client.log_artifacts(run_ids[("PHR", 0)], str(folder), f"eval/step_{step:07d}/aime24")
-    return {"uri": uri, "client": client, "parent": parent, "runs": run_ids, "dir": directory, "exp_id": exp_id}
+    return {
+        "uri": uri,
+        "client": client,
+        "parent": parent,
+        "runs": run_ids,
+        "dir": directory,
+        "exp_id": exp_id,
+    }
 
 
 @pytest.fixture(scope="module")

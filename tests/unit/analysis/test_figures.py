@@ -33,8 +33,10 @@ def _study(seeds: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         for seed in range(seeds):
             run_id = f"{row}-{seed}"
             runs.append({"run_id": run_id, "row": row, "seed": str(seed)})
-            history += [{"run_id": run_id, "key": "train/entropy", "step": step, "value": 10.0 * q + seed}
-                        for step in range(3)]
+            history += [
+                {"run_id": run_id, "key": "train/entropy", "step": step, "value": 10.0 * q + seed}
+                for step in range(3)
+            ]
     return pd.DataFrame(history), pd.DataFrame(runs)
 
 
@@ -43,19 +45,28 @@ def test_training_curve_one_line_per_method_legend_outside(tmp_path, monkeypatch
     history, runs = _study(seeds=3)
     drawn = {}
     save = figures._save
-    monkeypatch.setattr(figures, "_save", lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1])
-    paths = figures.training_curve(history, "train/entropy", runs, tmp_path, "train_entropy", "nats",
-                                   per_seed=per_seed)
+    monkeypatch.setattr(
+        figures,
+        "_save",
+        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
+    )
+    paths = figures.training_curve(
+        history, "train/entropy", runs, tmp_path, "train_entropy", "nats", per_seed=per_seed
+    )
     assert [p.name for p in paths] == ["train_entropy.png", "train_entropy.svg"]
     ax = drawn["fig"].axes[0]
     # 4 mean lines (+ 12 thin seed lines with per_seed), 4 bands, one colour per method
     assert len(ax.lines) == 4 + (12 if per_seed else 0)
     assert len(ax.collections) == 4
     legend = ax.get_legend()
-    assert [t.get_text() for t in legend.get_texts()] == [f"{q} (mean of 3 seeds)" for q in figures.QUADRANTS]
+    assert [t.get_text() for t in legend.get_texts()] == [
+        f"{q} (mean of 3 seeds)" for q in figures.QUADRANTS
+    ]
     # PHR's mean is (0 + 1 + 2) / 3 = 1 at every step; NLR's is 30 + 1 = 31
     assert list(ax.lines[0].get_ydata()) == pytest.approx([1.0, 1.0, 1.0], abs=1e-12)
-    assert list(ax.lines[3 if not per_seed else 12].get_ydata()) == pytest.approx([31.0] * 3, abs=1e-12)
+    assert list(ax.lines[3 if not per_seed else 12].get_ydata()) == pytest.approx(
+        [31.0] * 3, abs=1e-12
+    )
     # the legend box starts right of the axes box
     drawn["fig"].canvas.draw()
     assert legend.get_window_extent().x0 > ax.get_window_extent().x1
@@ -64,18 +75,33 @@ def test_training_curve_one_line_per_method_legend_outside(tmp_path, monkeypatch
 
 def test_pass_at_k_mean_over_seeds(tmp_path, monkeypatch):
     # PHR seeds 0/1 at k=1: 0.5, 0.7 -> mean 60 %; k=2: 0.8, 0.8 -> 80 % with a zero-width band
-    curves = {"a": {"toy": {1: 0.5, 2: 0.8}}, "b": {"toy": {1: 0.7, 2: 0.8}}, "c": {"toy": {1: 0.2, 2: 0.4}}}
-    runs = pd.DataFrame({"run_id": ["a", "b", "c"], "row": ["PHR", "PHR", "NLR"], "seed": ["0", "1", "0"]})
+    curves = {
+        "a": {"toy": {1: 0.5, 2: 0.8}},
+        "b": {"toy": {1: 0.7, 2: 0.8}},
+        "c": {"toy": {1: 0.2, 2: 0.4}},
+    }
+    runs = pd.DataFrame(
+        {"run_id": ["a", "b", "c"], "row": ["PHR", "PHR", "NLR"], "seed": ["0", "1", "0"]}
+    )
     drawn = {}
     save = figures._save
-    monkeypatch.setattr(figures, "_save", lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1])
-    figures.pass_at_k_curves(curves, runs, tmp_path, {"a": "logged points", "b": "logged points", "c": "(n, c) table"})
+    monkeypatch.setattr(
+        figures,
+        "_save",
+        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
+    )
+    figures.pass_at_k_curves(
+        curves, runs, tmp_path, {"a": "logged points", "b": "logged points", "c": "(n, c) table"}
+    )
     ax = drawn["fig"].axes[0]
     assert len(ax.lines) == 2
     assert list(ax.lines[0].get_ydata()) == pytest.approx([60.0, 80.0], abs=1e-9)
     assert list(ax.lines[1].get_ydata()) == pytest.approx([20.0, 40.0], abs=1e-9)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["PHR (mean of 2 seeds)\n  from logged points", "NLR (1 seed)\n  from (n, c) table"]
+    assert labels == [
+        "PHR (mean of 2 seeds)\n  from logged points",
+        "NLR (1 seed)\n  from (n, c) table",
+    ]
     assert len(ax.collections) == 1  # NLR has one seed: no band
     plt.close(drawn["fig"])
 
@@ -83,9 +109,17 @@ def test_pass_at_k_mean_over_seeds(tmp_path, monkeypatch):
 def test_report_html_embeds_figures_and_tables(tmp_path):
     png = tmp_path / "fig.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\nxyz")
-    page = render_report("Analysis: s1", ["caption <x>", "| row | a |\n|---|---|\n| PHR | **1.0** |"], [png], ["note"])
+    page = render_report(
+        "Analysis: s1",
+        ["caption <x>", "| row | a |\n|---|---|\n| PHR | **1.0** |"],
+        [png],
+        ["note"],
+    )
     assert "<p>caption &lt;x&gt;</p>" in page
-    assert "<table><tr><th>row</th><th>a</th></tr>\n<tr><td>PHR</td><td><b>1.0</b></td></tr>\n</table>" in page
+    assert (
+        "<table><tr><th>row</th><th>a</th></tr>\n<tr><td>PHR</td><td><b>1.0</b></td></tr>\n</table>"
+        in page
+    )
     assert "src='data:image/png;base64,iVBORw0KGgp4eXo='" in page  # base64 of the 11 bytes above
     assert "<li>note</li>" in page and "<script" not in page
     assert markdown_block("") == ""

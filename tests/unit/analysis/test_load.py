@@ -19,9 +19,13 @@ def test_selection_excludes_the_parent_and_finds_it(study_store):
     assert runset.parent_run_id == study_store["parent"]
     assert list(runset.runs["run_name"]) == sorted(runset.runs["run_name"])
     assert load.latest_sweep(client) == ("study", "sw1")
-    by_tag = load.select_runs(client, load.Selection(study_store["uri"], tags=(("quadrant", "PLR"),)))
+    by_tag = load.select_runs(
+        client, load.Selection(study_store["uri"], tags=(("quadrant", "PLR"),))
+    )
     assert by_tag.run_ids == [study_store["runs"][("PLR", 0)]]
-    by_parent = load.select_runs(client, load.Selection(study_store["uri"], parent_run_id=study_store["parent"]))
+    by_parent = load.select_runs(
+        client, load.Selection(study_store["uri"], parent_run_id=study_store["parent"])
+    )
     assert set(by_parent.run_ids) == set(runset.run_ids)
 
 
@@ -29,8 +33,12 @@ def test_final_values_are_those_of_the_largest_step(study_store):
     client, run_id = study_store["client"], study_store["runs"][("PHR", 0)]
     points = load.eval_points(load.final_metrics(client, [run_id]))
     got = {(p.benchmark, p.kind, p.k): (p.step, p.value) for p in points.itertuples()}
-    assert got == {("aime24", "avg", 4): (60, 0.5), ("aime24", "pass", 4): (60, 0.8),
-                   ("math500", "avg", 4): (60, 0.7), ("math500", "pass", 4): (60, 0.9)}
+    assert got == {
+        ("aime24", "avg", 4): (60, 0.5),
+        ("aime24", "pass", 4): (60, 0.8),
+        ("math500", "avg", 4): (60, 0.7),
+        ("math500", "pass", 4): (60, 0.9),
+    }
 
 
 def test_problem_tables_take_the_newest_csv(study_store):
@@ -64,16 +72,37 @@ def test_samples_records_carry_their_step(study_store):
 def test_standalone_evaluations_count_for_their_training_run(template_db, tmp_path):
     uri, client = new_store(template_db, tmp_path)
     exp_id, parent = make_parent(client, tmp_path)
-    train = make_child(client, exp_id, parent, "PHR", 0, eval_metrics({"aime24": (0.5, 0.8)}), step=30)
+    train = make_child(
+        client, exp_id, parent, "PHR", 0, eval_metrics({"aime24": (0.5, 0.8)}), step=30
+    )
     # python -m quadrants.evaluate <run dir>: its own run, tagged with the source run, logged at the
     # checkpoint's step; it re-evaluates aime24 at n = 8 and overrides nothing at k = 4
-    tags = {"quadrants.role": "eval", "quadrants.source_run_id": train, "quadrants.sweep_id": "sw1",
-            "quadrant": "PHR", "seed": "0", "quadrants.checkpoint_step": "30"}
+    tags = {
+        "quadrants.role": "eval",
+        "quadrants.source_run_id": train,
+        "quadrants.sweep_id": "sw1",
+        "quadrant": "PHR",
+        "seed": "0",
+        "quadrants.checkpoint_step": "30",
+    }
     evaluation = client.create_run(exp_id, run_name="eval run", tags=tags).info.run_id
-    client.log_batch(evaluation, metrics=[Metric(k, v, 5, 30) for k, v in eval_metrics({"aime24": (0.6, 0.95)}, k=8).items()])
+    client.log_batch(
+        evaluation,
+        metrics=[
+            Metric(k, v, 5, 30) for k, v in eval_metrics({"aime24": (0.6, 0.95)}, k=8).items()
+        ],
+    )
     # an evaluation of the base model (no source run) is a row of its own
-    base = client.create_run(exp_id, run_name="eval tiny", tags={
-        "quadrants.role": "eval", "quadrants.sweep_id": "sw1", "quadrant": "base", "seed": "0"}).info.run_id
+    base = client.create_run(
+        exp_id,
+        run_name="eval tiny",
+        tags={
+            "quadrants.role": "eval",
+            "quadrants.sweep_id": "sw1",
+            "quadrant": "base",
+            "seed": "0",
+        },
+    ).info.run_id
     runset = load.select_runs(client, load.Selection(uri, "study", "sw1"))
     assert set(runset.run_ids) == {train, base}
     assert runset.eval_runs == {train: [evaluation]}
@@ -81,7 +110,9 @@ def test_standalone_evaluations_count_for_their_training_run(template_db, tmp_pa
     by_parent = load.select_runs(client, load.Selection(uri, parent_run_id=parent))
     assert by_parent.run_ids == [train] and by_parent.eval_runs == {train: [evaluation]}
     # an evaluation of a model (no training tags) is labelled by its run name
-    untagged = client.create_run(exp_id, run_name="eval Qwen", tags={"quadrants.role": "eval"}).info.run_id
+    untagged = client.create_run(
+        exp_id, run_name="eval Qwen", tags={"quadrants.role": "eval"}
+    ).info.run_id
     runs = load.select_runs(client, load.Selection(uri, "study")).runs
     assert dict(zip(runs["run_id"], tables.row_labels(runs, ["quadrant"])))[untagged] == "eval Qwen"
     points = load.eval_points(load.final_metrics(client, [train], runset.eval_runs))

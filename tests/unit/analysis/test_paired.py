@@ -14,20 +14,24 @@ T1 = math.tan(math.pi * 0.475)
 @pytest.fixture(scope="module")
 def comparison(study_frames):
     runset, points = study_frames
-    return paired.paired_comparison(runset.runs, points, "PHR", "NHR", rows=("quadrant",),
-                                    ks={"aime24": 4, "math500": 4})
+    return paired.paired_comparison(
+        runset.runs, points, "PHR", "NHR", rows=("quadrant",), ks={"aime24": 4, "math500": 4}
+    )
 
 
-@pytest.mark.parametrize("bench, metric, diffs, mean, half", [
-    # seed 0, seed 1 differences PHR - NHR
-    ("aime24", "avg", (0.10, 0.20), 0.15, T1 * 0.05),     # 0.5-0.4, 0.6-0.4
-    ("aime24", "pass", (0.10, 0.00), 0.05, T1 * 0.05),    # 0.8-0.7, 0.9-0.9
-    ("math500", "avg", (-0.05, -0.05), -0.05, 0.0),       # 0.7-0.75, 0.8-0.85
-    ("math500", "pass", (-0.05, 0.20), 0.075, T1 * 0.125),  # 0.9-0.95, 1.0-0.8
-    # per seed, the mean over the two benchmarks: avg (0.10-0.05)/2, (0.20-0.05)/2; pass (0.10-0.05)/2, (0.00+0.20)/2
-    ("mean over benchmarks", "avg", (0.025, 0.075), 0.05, T1 * 0.025),
-    ("mean over benchmarks", "pass", (0.025, 0.10), 0.0625, T1 * 0.0375),
-])
+@pytest.mark.parametrize(
+    "bench, metric, diffs, mean, half",
+    [
+        # seed 0, seed 1 differences PHR - NHR
+        ("aime24", "avg", (0.10, 0.20), 0.15, T1 * 0.05),  # 0.5-0.4, 0.6-0.4
+        ("aime24", "pass", (0.10, 0.00), 0.05, T1 * 0.05),  # 0.8-0.7, 0.9-0.9
+        ("math500", "avg", (-0.05, -0.05), -0.05, 0.0),  # 0.7-0.75, 0.8-0.85
+        ("math500", "pass", (-0.05, 0.20), 0.075, T1 * 0.125),  # 0.9-0.95, 1.0-0.8
+        # per seed, the mean over the two benchmarks: avg (0.10-0.05)/2, (0.20-0.05)/2; pass (0.10-0.05)/2, (0.00+0.20)/2
+        ("mean over benchmarks", "avg", (0.025, 0.075), 0.05, T1 * 0.025),
+        ("mean over benchmarks", "pass", (0.025, 0.10), 0.0625, T1 * 0.0375),
+    ],
+)
 def test_differences(comparison, bench, metric, diffs, mean, half):
     line = next(li for li in comparison.lines if li.benchmark == bench and li.metric == metric)
     assert line.differences == pytest.approx(diffs, abs=1e-12)
@@ -47,12 +51,22 @@ def test_markdown_and_wins(comparison):
 def test_unpaired_seed_and_unknown_row(study_frames):
     runset, points = study_frames
     # PLR ran seed 0 only: one pair, no interval, and the note says so
-    result = paired.paired_comparison(runset.runs, points, "PHR", "PLR", rows=("quadrant",), ks={"aime24": 4})
+    result = paired.paired_comparison(
+        runset.runs, points, "PHR", "PLR", rows=("quadrant",), ks={"aime24": 4}
+    )
     assert result.seeds == ("0",)
-    assert result.notes == ("seed(s) ['1'] ran for only one of the two methods and are left out",
-                            "one common seed: differences are shown without an interval")
+    assert result.notes == (
+        "seed(s) ['1'] ran for only one of the two methods and are left out",
+        "one common seed: differences are shown without an interval",
+    )
     line = result.lines[0]
-    assert line.estimate.mean == pytest.approx(0.20, abs=1e-12) and not line.estimate.has_ci  # 0.5 - 0.3
+    assert (
+        line.estimate.mean == pytest.approx(0.20, abs=1e-12) and not line.estimate.has_ci
+    )  # 0.5 - 0.3
     assert "| aime24 | Avg@4 | +20.0 | — (1 seed) | 1/1 |" in paired.to_markdown(result)
-    with pytest.raises(ValueError, match=r"no row 'GRPO' for --compare; rows are \['NHR', 'PHR', 'PLR'\]"):
-        paired.paired_comparison(runset.runs, points, "GRPO", "PHR", rows=("quadrant",), ks={"aime24": 4})
+    with pytest.raises(
+        ValueError, match=r"no row 'GRPO' for --compare; rows are \['NHR', 'PHR', 'PLR'\]"
+    ):
+        paired.paired_comparison(
+            runset.runs, points, "GRPO", "PHR", rows=("quadrant",), ks={"aime24": 4}
+        )

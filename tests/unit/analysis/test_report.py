@@ -10,22 +10,39 @@ from analysis.report import ReportOptions, build_report
 
 from .conftest import eval_metrics, make_child, make_parent, new_store
 
-FIGURES = ("train_solve_rate", "train_entropy", "dlogp_abs_by_quadrant", "pass_at_k", "token_advantage_hist",
-           "entropy_pos_vs_neg")
+FIGURES = (
+    "train_solve_rate",
+    "train_entropy",
+    "dlogp_abs_by_quadrant",
+    "pass_at_k",
+    "token_advantage_hist",
+    "entropy_pos_vs_neg",
+)
 
 
 @pytest.mark.slow
 def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     uri, client, parent = study_store["uri"], study_store["client"], study_store["parent"]
     out = tmp_path / "out"
-    assert main(["--tracking-uri", uri, "--compare", "PHR", "NHR", "--base-row", "--out", str(out)]) == 0
+    assert (
+        main(["--tracking-uri", uri, "--compare", "PHR", "NHR", "--base-row", "--out", str(out)])
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "analysis: latest sweep sw1 of experiment study" in printed
     assert "| PHR | **55.0 ± 63.5** / **85.0 ± 63.5** |" in printed
     assert "| aime24 | Avg@4 | +15.0 | [-48.5, +78.5] | 2/2 |" in printed
     assert "| base (step 0) | 10.0 ± 0.0 / 10.0 ± 0.0 |" in printed
     assert f"logged under artifacts/analysis of run {parent}" in printed
-    expected = {"table.md", "table.csv", "table.tex", "paired.md", "samples.html", "report.md", "report.html"}
+    expected = {
+        "table.md",
+        "table.csv",
+        "table.tex",
+        "paired.md",
+        "samples.html",
+        "report.md",
+        "report.html",
+    }
     expected |= {f"figures/{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg")}
     written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     assert written == expected
@@ -34,8 +51,16 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     assert (out / "figures" / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "figures" / "train_entropy.svg").read_text().lstrip().startswith("<?xml")
     logged = {f.path for f in client.list_artifacts(parent, "analysis")}
-    assert {"analysis/table.md", "analysis/table.csv", "analysis/table.tex", "analysis/samples.html",
-            "analysis/figures", "analysis/report.md", "analysis/paired.md", "analysis/report.html"} <= logged
+    assert {
+        "analysis/table.md",
+        "analysis/table.csv",
+        "analysis/table.tex",
+        "analysis/samples.html",
+        "analysis/figures",
+        "analysis/report.md",
+        "analysis/paired.md",
+        "analysis/report.html",
+    } <= logged
     assert len(client.list_artifacts(parent, "analysis/figures")) == 2 * len(FIGURES)
     page = (out / "samples.html").read_text()
     # tokens are escaped, shaded by entropy (0.9 of the 99th-percentile cap) and underlined by quadrant
@@ -43,7 +68,9 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     assert 'title="H=0.900 nats · PHR"' in page and "border-bottom-color: #1b7837" in page
     assert page.count("<h2>") == 5
     report = (out / "report.md").read_text()
-    assert "![pass_at_k](figures/pass_at_k.png)" in report and "Paired comparison PHR − NHR" in report
+    assert (
+        "![pass_at_k](figures/pass_at_k.png)" in report and "Paired comparison PHR − NHR" in report
+    )
     # the page MLflow shows inline: every PNG figure embedded (no links to files it cannot reach), the table
     html_page = (out / "report.html").read_text()
     assert html_page.count("src='data:image/png;base64,") == len(FIGURES)
@@ -59,10 +86,14 @@ def test_missing_figure_data_is_reported_not_drawn(template_db, tmp_path):
     make_child(client, exp_id, parent, "PHR", 0, eval_metrics({"aime24": (0.5, 0.8)}))
     make_child(client, exp_id, parent, "NHR", 0, eval_metrics({"aime24": (0.4, 0.7)}))
     out = tmp_path / "out"
-    report = build_report(load.Selection(uri, "study", "sw1"), out, ReportOptions(log_to_parent=False))
+    report = build_report(
+        load.Selection(uri, "study", "sw1"), out, ReportOptions(log_to_parent=False)
+    )
     names = {p.name for p in report.files}
     assert {"table.md", "pass_at_k.png", "pass_at_k.svg"} <= names
-    assert not (out / "figures" / "train_entropy.png").exists() and not (out / "samples.html").exists()
+    assert (
+        not (out / "figures" / "train_entropy.png").exists() and not (out / "samples.html").exists()
+    )
     assert report.messages == (
         "skipped train_solve_rate: no run logged 'train/solve_rate': cannot draw train_solve_rate",
         "skipped train_entropy: no run logged 'train/entropy': cannot draw train_entropy",
@@ -78,12 +109,23 @@ def test_base_row_from_the_step_zero_evaluations(study_store, tmp_path):
     # every run logged 0.1 for each eval metric at step 0: per seed the base is 0.1 (seeds 0 and 1 ->
     # 10.0 ± 0.0); it is the worst row, so the best marks do not move; PHR - base on aime24 Avg@4:
     # seed 0 0.5 - 0.1, seed 1 0.6 - 0.1 -> +45.0, interval 0.45 ± t * 0.05 = [-18.5, +108.5]
-    options = ReportOptions(base_row=True, compare=("PHR", "base (step 0)"), log_to_parent=False, figures=False)
-    report = build_report(load.Selection(study_store["uri"], "study", "sw1"), tmp_path / "out", options)
+    options = ReportOptions(
+        base_row=True, compare=("PHR", "base (step 0)"), log_to_parent=False, figures=False
+    )
+    report = build_report(
+        load.Selection(study_store["uri"], "study", "sw1"), tmp_path / "out", options
+    )
     table = report.table
-    assert table.rows == ("NHR", "PHR", "PLR", "base (step 0)") and table.seeds["base (step 0)"] == 2
-    assert "| base (step 0) | 10.0 ± 0.0 / 10.0 ± 0.0 | 10.0 ± 0.0 / 10.0 ± 0.0 | 10.0 ± 0.0 | 2 |" in (
-        tmp_path / "out" / "table.md").read_text()
+    assert (
+        table.rows == ("NHR", "PHR", "PLR", "base (step 0)") and table.seeds["base (step 0)"] == 2
+    )
+    assert (
+        "| base (step 0) | 10.0 ± 0.0 / 10.0 ± 0.0 | 10.0 ± 0.0 / 10.0 ± 0.0 | 10.0 ± 0.0 | 2 |"
+        in (tmp_path / "out" / "table.md").read_text()
+    )
     assert not any(cell.best for (row, _, _), cell in table.cells.items() if row == "base (step 0)")
-    assert "| aime24 | Avg@4 | +45.0 | [-18.5, +108.5] | 2/2 |" in (tmp_path / "out" / "paired.md").read_text()
+    assert (
+        "| aime24 | Avg@4 | +45.0 | [-18.5, +108.5] | 2/2 |"
+        in (tmp_path / "out" / "paired.md").read_text()
+    )
     assert not (tmp_path / "out" / "figures").exists()

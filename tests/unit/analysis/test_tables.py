@@ -41,19 +41,22 @@ def test_rows_default_to_the_varying_tag_and_parent_is_not_a_row(table, frames):
     assert len(frames[0]) == 5
 
 
-@pytest.mark.parametrize("row, bench, kind, mean, half", [
-    # PHR: seeds (0.50, 0.60), (0.80, 0.90), (0.70, 0.80), (0.90, 1.00): every spread 0.10 -> t * 0.05
-    ("PHR", "aime24", "avg", 0.55, T1 * 0.05),
-    ("PHR", "aime24", "pass", 0.85, T1 * 0.05),
-    ("PHR", "math500", "avg", 0.75, T1 * 0.05),
-    ("PHR", "math500", "pass", 0.95, T1 * 0.05),
-    # NHR: (0.40, 0.40) -> 0.40 +- 0; (0.70, 0.90) -> 0.80 +- t*0.10; (0.75, 0.85) -> 0.80 +- t*0.05;
-    # (0.95, 0.80) -> 0.875 +- t*0.075
-    ("NHR", "aime24", "avg", 0.40, 0.0),
-    ("NHR", "aime24", "pass", 0.80, T1 * 0.10),
-    ("NHR", "math500", "avg", 0.80, T1 * 0.05),
-    ("NHR", "math500", "pass", 0.875, T1 * 0.075),
-])
+@pytest.mark.parametrize(
+    "row, bench, kind, mean, half",
+    [
+        # PHR: seeds (0.50, 0.60), (0.80, 0.90), (0.70, 0.80), (0.90, 1.00): every spread 0.10 -> t * 0.05
+        ("PHR", "aime24", "avg", 0.55, T1 * 0.05),
+        ("PHR", "aime24", "pass", 0.85, T1 * 0.05),
+        ("PHR", "math500", "avg", 0.75, T1 * 0.05),
+        ("PHR", "math500", "pass", 0.95, T1 * 0.05),
+        # NHR: (0.40, 0.40) -> 0.40 +- 0; (0.70, 0.90) -> 0.80 +- t*0.10; (0.75, 0.85) -> 0.80 +- t*0.05;
+        # (0.95, 0.80) -> 0.875 +- t*0.075
+        ("NHR", "aime24", "avg", 0.40, 0.0),
+        ("NHR", "aime24", "pass", 0.80, T1 * 0.10),
+        ("NHR", "math500", "avg", 0.80, T1 * 0.05),
+        ("NHR", "math500", "pass", 0.875, T1 * 0.075),
+    ],
+)
 def test_means_and_intervals_use_the_final_evaluation(table, row, bench, kind, mean, half):
     # the step-0 decoys (0.1) would pull every mean down: the final (step 60) values are used
     est = _cell(table, row, bench, kind).estimate
@@ -63,10 +66,16 @@ def test_means_and_intervals_use_the_final_evaluation(table, row, bench, kind, m
 
 
 def test_single_seed_row_has_no_interval(table):
-    for bench, kind, mean in (("aime24", "avg", 0.30), ("aime24", "pass", 0.60),
-                              ("math500", "avg", 0.90), ("math500", "pass", 0.95)):
+    for bench, kind, mean in (
+        ("aime24", "avg", 0.30),
+        ("aime24", "pass", 0.60),
+        ("math500", "avg", 0.90),
+        ("math500", "pass", 0.95),
+    ):
         est = _cell(table, "PLR", bench, kind).estimate
-        assert est.mean == pytest.approx(mean, abs=1e-12) and est.n == 1 and math.isnan(est.half_width)
+        assert (
+            est.mean == pytest.approx(mean, abs=1e-12) and est.n == 1 and math.isnan(est.half_width)
+        )
 
 
 def test_avg_column(table):
@@ -85,8 +94,13 @@ def test_best_marks(table):
     # aime24: Avg PHR 0.55 > 0.40 > 0.30, Pass PHR 0.85 > 0.80 > 0.60; math500: Avg PLR 0.90 > 0.80 > 0.75;
     # Pass PHR 0.95 = PLR 0.95 > NHR 0.875 (a tie marks both); avg PHR 0.65 > 0.60 = 0.60
     best = {key for key, cell in table.cells.items() if cell.best}
-    assert best == {("PHR", "aime24", "avg"), ("PHR", "aime24", "pass"), ("PLR", "math500", "avg"),
-                    ("PHR", "math500", "pass"), ("PLR", "math500", "pass")}
+    assert best == {
+        ("PHR", "aime24", "avg"),
+        ("PHR", "aime24", "pass"),
+        ("PLR", "math500", "avg"),
+        ("PHR", "math500", "pass"),
+        ("PLR", "math500", "pass"),
+    }
     assert {row for row, cell in table.avg.items() if cell.best} == {"PHR"}
     assert table.footnotes == ()
 
@@ -96,16 +110,24 @@ def test_markdown(table):
     lines = tables.to_markdown(table).splitlines()
     assert "95% Student-t" in lines[0] and "mean Avg@k over aime24, math500" in lines[0]
     assert lines[2] == "| quadrant | aime24 Avg/Pass@4 | math500 Avg/Pass@4 | avg | seeds |"
-    assert lines[4] == "| NHR | 40.0 ± 0.0 / 80.0 ± 127.1 | 80.0 ± 63.5 / 87.5 ± 95.3 | 60.0 ± 31.8 | 2 |"
-    assert lines[5] == "| PHR | **55.0 ± 63.5** / **85.0 ± 63.5** | 75.0 ± 63.5 / **95.0 ± 63.5** | **65.0 ± 63.5** | 2 |"
+    assert (
+        lines[4]
+        == "| NHR | 40.0 ± 0.0 / 80.0 ± 127.1 | 80.0 ± 63.5 / 87.5 ± 95.3 | 60.0 ± 31.8 | 2 |"
+    )
+    assert (
+        lines[5]
+        == "| PHR | **55.0 ± 63.5** / **85.0 ± 63.5** | 75.0 ± 63.5 / **95.0 ± 63.5** | **65.0 ± 63.5** | 2 |"
+    )
     assert lines[6] == "| PLR | 30.0 / 60.0 | **90.0** / **95.0** | 60.0 | 1 (no CI) |"
 
 
 def test_latex(table):
     text = tables.to_latex(table)
     assert r"quadrant & aime24 Avg/Pass@4 & math500 Avg/Pass@4 & avg & seeds \\" in text
-    assert (r"PHR & \textbf{55.0 $\pm$ 63.5} / \textbf{85.0 $\pm$ 63.5} & 75.0 $\pm$ 63.5 / "
-            r"\textbf{95.0 $\pm$ 63.5} & \textbf{65.0 $\pm$ 63.5} & 2 \\") in text
+    assert (
+        r"PHR & \textbf{55.0 $\pm$ 63.5} / \textbf{85.0 $\pm$ 63.5} & 75.0 $\pm$ 63.5 / "
+        r"\textbf{95.0 $\pm$ 63.5} & \textbf{65.0 $\pm$ 63.5} & 2 \\"
+    ) in text
     assert r"PLR & 30.0 / 60.0 & \textbf{90.0} / \textbf{95.0} & 60.0 & 1 (no CI) \\" in text
     assert r"95\% Student-t" in text and r"mean $\pm$ half-width" in text
 
@@ -126,14 +148,51 @@ def test_csv_frame(table):
 def test_paper_avg_column_uses_the_six_benchmarks_only():
     # one run: aime24 .1, aime25 .2, amc23 .3, math500 .4, minerva .5, olympiadbench .6, gsm8k .9
     # -> the paper's avg = 2.1 / 6 = 0.35 (gsm8k is a column but not in the avg)
-    runs = pd.DataFrame([{"run_id": "r", "run_name": "objective=grpo", "status": "FINISHED",
-                          "objective": "grpo", "seed": "0"}])
-    values = {"aime24": .1, "aime25": .2, "amc23": .3, "math500": .4, "minerva": .5, "olympiadbench": .6, "gsm8k": .9}
-    points = pd.DataFrame([{"run_id": "r", "benchmark": b, "kind": kind, "k": 4, "step": 1, "value": v}
-                           for b, v in values.items() for kind in ("avg", "pass")])
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": "r",
+                "run_name": "objective=grpo",
+                "status": "FINISHED",
+                "objective": "grpo",
+                "seed": "0",
+            }
+        ]
+    )
+    values = {
+        "aime24": 0.1,
+        "aime25": 0.2,
+        "amc23": 0.3,
+        "math500": 0.4,
+        "minerva": 0.5,
+        "olympiadbench": 0.6,
+        "gsm8k": 0.9,
+    }
+    points = pd.DataFrame(
+        [
+            {"run_id": "r", "benchmark": b, "kind": kind, "k": 4, "step": 1, "value": v}
+            for b, v in values.items()
+            for kind in ("avg", "pass")
+        ]
+    )
     table = build_table(runs, points)
-    assert table.benchmarks == ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench", "gsm8k")
-    assert table.avg_benchmarks == ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
+    assert table.benchmarks == (
+        "aime24",
+        "aime25",
+        "amc23",
+        "math500",
+        "minerva",
+        "olympiadbench",
+        "gsm8k",
+    )
+    assert table.avg_benchmarks == (
+        "aime24",
+        "aime25",
+        "amc23",
+        "math500",
+        "minerva",
+        "olympiadbench",
+    )
     assert table.avg["grpo"].estimate.mean == pytest.approx(0.35, abs=1e-12)
     assert "the paper's avg" in tables.caption(table)
     assert not any(cell.best for cell in table.cells.values())  # one row: nothing to beat
@@ -143,18 +202,47 @@ def test_ood_avg_column_when_runs_have_out_of_domain_benchmarks():
     # two runs (seeds) of grpo: math500 .4 / .6; gpqa .30 / .40, mmlu_pro .20 / .30, graphwiz .40 / .50
     # -> avg over the math columns only: (.4 + .6) / 2 = .5; ood avg per run (.3+.2+.4)/3 = .3, (.4+.3+.5)/3 = .4
     # -> mean .35, t-interval half-width T1 * |.3 - .4| / 2 = T1 * .05
-    runs = pd.DataFrame([{"run_id": f"r{s}", "run_name": f"objective=grpo,seed={s}", "status": "FINISHED",
-                          "objective": "grpo", "seed": str(s)} for s in (0, 1)])
-    values = {("r0", "math500"): .4, ("r1", "math500"): .6, ("r0", "gpqa"): .30, ("r1", "gpqa"): .40,
-              ("r0", "mmlu_pro"): .20, ("r1", "mmlu_pro"): .30, ("r0", "graphwiz"): .40, ("r1", "graphwiz"): .50}
-    points = pd.DataFrame([{"run_id": r, "benchmark": b, "kind": kind, "k": 1, "step": 1, "value": v}
-                           for (r, b), v in values.items() for kind in ("avg", "pass")])
+    runs = pd.DataFrame(
+        [
+            {
+                "run_id": f"r{s}",
+                "run_name": f"objective=grpo,seed={s}",
+                "status": "FINISHED",
+                "objective": "grpo",
+                "seed": str(s),
+            }
+            for s in (0, 1)
+        ]
+    )
+    values = {
+        ("r0", "math500"): 0.4,
+        ("r1", "math500"): 0.6,
+        ("r0", "gpqa"): 0.30,
+        ("r1", "gpqa"): 0.40,
+        ("r0", "mmlu_pro"): 0.20,
+        ("r1", "mmlu_pro"): 0.30,
+        ("r0", "graphwiz"): 0.40,
+        ("r1", "graphwiz"): 0.50,
+    }
+    points = pd.DataFrame(
+        [
+            {"run_id": r, "benchmark": b, "kind": kind, "k": 1, "step": 1, "value": v}
+            for (r, b), v in values.items()
+            for kind in ("avg", "pass")
+        ]
+    )
     table = build_table(runs, points)
     assert table.benchmarks == ("math500", "gpqa", "graphwiz", "mmlu_pro")
-    assert table.avg_benchmarks == ("math500",) and table.ood_benchmarks == ("gpqa", "graphwiz", "mmlu_pro")
+    assert table.avg_benchmarks == ("math500",) and table.ood_benchmarks == (
+        "gpqa",
+        "graphwiz",
+        "mmlu_pro",
+    )
     assert table.avg["grpo"].estimate.mean == pytest.approx(0.5, abs=1e-12)
     ood = table.ood_avg["grpo"].estimate
-    assert ood.mean == pytest.approx(0.35, abs=1e-12) and ood.half_width == pytest.approx(T1 * 0.05, abs=1e-12)
+    assert ood.mean == pytest.approx(0.35, abs=1e-12) and ood.half_width == pytest.approx(
+        T1 * 0.05, abs=1e-12
+    )
     markdown = tables.to_markdown(table)
     assert "| avg | ood avg | seeds |" in markdown and "25 % gpqa, 10 % mmlu_pro" in markdown
     assert "ood avg" in tables.to_latex(table)
@@ -165,4 +253,6 @@ def test_ood_avg_column_when_runs_have_out_of_domain_benchmarks():
     assert only_ood.avg_benchmarks == () and "| ood avg | seeds |" in tables.to_markdown(only_ood)
     assert "| avg |" not in tables.to_markdown(only_ood)
     # math only: no ood avg column (the table as before)
-    assert "ood avg" not in tables.to_markdown(build_table(runs, points[points["benchmark"] == "math500"]))
+    assert "ood avg" not in tables.to_markdown(
+        build_table(runs, points[points["benchmark"] == "math500"])
+    )

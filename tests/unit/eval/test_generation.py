@@ -19,6 +19,8 @@ def test_same_seed_same_samples_as_the_training_engine():
     theirs = HFEngine(model, tokenizer).generate(prompts, sampling)
     assert ours.texts == theirs.texts and len(ours.texts) == 6
     torch.testing.assert_close(ours.response_ids, theirs.response_ids, rtol=0, atol=0)
-    assert torch.equal(ours.response_mask, theirs.response_mask) and torch.equal(ours.finished, theirs.finished)
+    assert torch.equal(ours.response_mask, theirs.response_mask) and torch.equal(
+        ours.finished, theirs.finished
+    )
     assert ours.group_ids.tolist() == [0, 0, 0, 1, 1, 1]
     assert not ours.behaviour_logp.any()  # not computed: evaluation needs none

@@ -41,14 +41,22 @@ def test_unknown_benchmark_names_the_known_ones():
 def test_missing_data_file_names_the_path_and_the_fix(tmp_path):
     with pytest.raises(FileNotFoundError, match="eval.benchmarks.math500: no data file at") as err:
         validate_eval(EvalConfig(benchmarks={"math500": 4}, data_dir=str(tmp_path)), TaskConfig())
-    assert str(tmp_path / "math500" / "test.jsonl") in str(err.value) and "eval.data_dir" in str(err.value)
+    assert str(tmp_path / "math500" / "test.jsonl") in str(err.value) and "eval.data_dir" in str(
+        err.value
+    )
     # from the hub nothing is read locally, so nothing is missing
-    validate_eval(EvalConfig(benchmarks={"math500": 4}, data_dir=str(tmp_path), source="hub"), TaskConfig())
+    validate_eval(
+        EvalConfig(benchmarks={"math500": 4}, data_dir=str(tmp_path), source="hub"), TaskConfig()
+    )
 
 
 def test_k_larger_than_n_is_refused_naming_the_benchmark(data_dir):
-    with pytest.raises(ValueError, match=r"eval.ks=\[8\]: pass@k needs k <= n, but gsm8k draws n=4"):
-        validate_eval(EvalConfig(benchmarks={"gsm8k": 4}, ks=[8], data_dir=str(data_dir)), TaskConfig())
+    with pytest.raises(
+        ValueError, match=r"eval.ks=\[8\]: pass@k needs k <= n, but gsm8k draws n=4"
+    ):
+        validate_eval(
+            EvalConfig(benchmarks={"gsm8k": 4}, ks=[8], data_dir=str(data_dir)), TaskConfig()
+        )
     validate_eval(EvalConfig(benchmarks={"gsm8k": 8}, ks=[8], data_dir=str(data_dir)), TaskConfig())
 
 
@@ -64,7 +72,10 @@ def test_k_larger_than_n_is_refused_naming_the_benchmark(data_dir):
 )
 def test_other_bad_values_name_their_key(data_dir, changes, message):
     with pytest.raises(ValueError, match=message):
-        validate_eval(EvalConfig(**{"benchmarks": {"gsm8k": 2}, "data_dir": str(data_dir), **changes}), TaskConfig())
+        validate_eval(
+            EvalConfig(**{"benchmarks": {"gsm8k": 2}, "data_dir": str(data_dir), **changes}),
+            TaskConfig(),
+        )
 
 
 def test_plans_take_the_first_limit_problems_with_plain_prompts(data_dir):
@@ -78,7 +89,11 @@ def test_plans_take_the_first_limit_problems_with_plain_prompts(data_dir):
 
 def test_default_plan_is_the_tasks_heldout_split():
     (plan,) = build_plans(EvalConfig(problems=4, samples=2), TaskConfig(heldout_size=10))
-    assert plan.name == "arithmetic" and plan.samples == 2 and list(plan.problems) == ArithmeticTask().heldout(4)
+    assert (
+        plan.name == "arithmetic"
+        and plan.samples == 2
+        and list(plan.problems) == ArithmeticTask().heldout(4)
+    )
 
 
 def test_chat_template_wraps_benchmark_prompts_but_not_the_toy_task(data_dir):
@@ -86,12 +101,16 @@ def test_chat_template_wraps_benchmark_prompts_but_not_the_toy_task(data_dir):
     tokenizer.chat_template = "{% for m in messages %}<u>{{ m['content'] }}{% endfor %}<a>"
     cfg = EvalConfig(benchmarks={"gsm8k": 1, "arithmetic": 1}, limit=1, data_dir=str(data_dir))
     gsm8k, arithmetic = build_plans(cfg, TaskConfig(), tokenizer)
-    assert gsm8k.problems[0].prompt == f"<u>Ann has 2 apples and buys 3. How many?\n{INSTRUCTION}<a>"
+    assert (
+        gsm8k.problems[0].prompt == f"<u>Ann has 2 apples and buys 3. How many?\n{INSTRUCTION}<a>"
+    )
     assert arithmetic.problems[0] == ArithmeticTask().heldout(1)[0]
     gsm8k_only = EvalConfig(benchmarks={"gsm8k": 1}, limit=1, data_dir=str(data_dir))
     plain = build_plans(gsm8k_only, TaskConfig(), tokenizer, PromptConfig(format="plain"))
     assert plain[0].problems[0].prompt == f"Ann has 2 apples and buys 3. How many?\n{INSTRUCTION}"
-    with pytest.raises(ValueError, match="prompt.format=chat needs a tokenizer with a chat template"):
+    with pytest.raises(
+        ValueError, match="prompt.format=chat needs a tokenizer with a chat template"
+    ):
         build_plans(gsm8k_only, TaskConfig(), char_tokenizer(), PromptConfig(format="chat"))
 
 

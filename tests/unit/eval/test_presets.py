@@ -17,18 +17,32 @@ def test_paper_preset_is_the_papers_protocol():
     run = compose_run_config(["eval=paper"])
     cfg = run.eval
     assert (cfg.temperature, cfg.top_p) == (0.6, 0.95)
-    assert dict(cfg.benchmarks) == {"aime24": 32, "aime25": 32, "amc23": 32, "math500": 4, "minerva": 4, "olympiadbench": 4}
+    assert dict(cfg.benchmarks) == {
+        "aime24": 32,
+        "aime25": 32,
+        "amc23": 32,
+        "math500": 4,
+        "minerva": 4,
+        "olympiadbench": 4,
+    }
     assert cfg.max_new_tokens == 3072 and cfg.limit is None and run.prompt.format == "auto"
 
 
 def test_quick_preset_is_small_and_default_stays_the_toy_heldout_check():
     quick = compose_run_config(["eval=quick"]).eval
-    assert dict(quick.benchmarks) == {"arithmetic": 4, "gsm8k": 4, "math500": 4} and quick.limit == 5
+    assert (
+        dict(quick.benchmarks) == {"arithmetic": 4, "gsm8k": 4, "math500": 4} and quick.limit == 5
+    )
     default = compose_run_config([]).eval
     assert dict(default.benchmarks) == {} and (default.problems, default.samples) == (100, 4)
 
 
 def test_a_preset_value_can_be_changed_and_a_bad_one_is_refused():
-    assert compose_run_config(["eval=paper", "eval.benchmarks.aime24=64"]).eval.benchmarks["aime24"] == 64
-    with pytest.raises(ValueError, match=r"eval.ks=\[64\]: pass@k needs k <= n, but aime24 draws n=32"):
+    assert (
+        compose_run_config(["eval=paper", "eval.benchmarks.aime24=64"]).eval.benchmarks["aime24"]
+        == 64
+    )
+    with pytest.raises(
+        ValueError, match=r"eval.ks=\[64\]: pass@k needs k <= n, but aime24 draws n=32"
+    ):
         compose_run_config(["eval=paper", "eval.ks=[64]"])

@@ -21,7 +21,9 @@ from quadrants.eval.results import (
 
 def problem(pid: str, outcomes: list[str], finished: list[bool] | None = None) -> ProblemResult:
     finished = finished or [True] * len(outcomes)
-    samples = tuple(SampleResult(f"answer {i}", o, f, 3) for i, (o, f) in enumerate(zip(outcomes, finished)))
+    samples = tuple(
+        SampleResult(f"answer {i}", o, f, 3) for i, (o, f) in enumerate(zip(outcomes, finished))
+    )
     return ProblemResult(pid, f"prompt {pid}", "42", samples)
 
 
@@ -41,7 +43,11 @@ def test_two_problems_four_samples_by_hand():
     assert m["eval/b/pass_at_2_stderr"] == pytest.approx(5 / 12, abs=1e-15)
     assert m["eval/b/problems"] == 2 and m["eval/b/samples"] == 4
     assert sorted(k for k in m if "pass_at" in k and "stderr" not in k) == [
-        "eval/b/pass_at_1", "eval/b/pass_at_2", "eval/b/pass_at_3", "eval/b/pass_at_4"]
+        "eval/b/pass_at_1",
+        "eval/b/pass_at_2",
+        "eval/b/pass_at_3",
+        "eval/b/pass_at_4",
+    ]
 
 
 def test_one_problem_has_no_standard_error():
@@ -51,10 +57,15 @@ def test_one_problem_has_no_standard_error():
 
 def test_outcomes_are_counted_apart_from_wrong_answers():
     # 8 samples: 2 correct, 2 wrong, 2 no_answer, 1 timeout, 1 error; 1 cut at max_new_tokens
-    result = BenchmarkResult("b", (
-        problem("b/0", ["correct", "correct", "no_answer", "timeout"]),
-        problem("b/1", ["wrong", "error", "no_answer", "wrong"], finished=[True, True, False, True]),
-    ))
+    result = BenchmarkResult(
+        "b",
+        (
+            problem("b/0", ["correct", "correct", "no_answer", "timeout"]),
+            problem(
+                "b/1", ["wrong", "error", "no_answer", "wrong"], finished=[True, True, False, True]
+            ),
+        ),
+    )
     m = suite_metrics([result])
     assert m["eval/b/no_answer_count"] == 2 and m["eval/b/no_answer_frac"] == 2 / 8
     assert m["eval/b/timeout_count"] == 1 and m["eval/b/timeout_frac"] == 1 / 8
@@ -77,19 +88,31 @@ def test_paper_avg_column_is_the_mean_of_the_six_avg_at_k():
 
 
 def test_files_hold_the_table_and_every_sample_so_metrics_can_be_recomputed(tmp_path):
-    result = BenchmarkResult("b", (
-        problem("b/0", ["correct", "wrong", "correct"]),
-        problem("b/1", ["no_answer", "wrong", "wrong"]),
-    ))
+    result = BenchmarkResult(
+        "b",
+        (
+            problem("b/0", ["correct", "wrong", "correct"]),
+            problem("b/1", ["no_answer", "wrong", "wrong"]),
+        ),
+    )
     files = write_benchmark(result, tmp_path)
     assert [f.name for f in files] == ["counts.csv", "counts.json", "samples.jsonl"]
     ns, cs = read_counts(tmp_path / "b" / "counts.csv")
     assert (ns, cs) == ([3, 3], [2, 0])
     assert benchmark_metrics("b", ns, cs) == benchmark_metrics("b", *result.counts())
-    lines = [json.loads(line) for line in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line) for line in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()
+    ]
     assert len(lines) == 6 and lines[3] == {
-        "problem_id": "b/1", "sample": 0, "gold": "42", "response": "answer 0", "outcome": "no_answer",
-        "finished": True, "num_tokens": 3,
+        "problem_id": "b/1",
+        "sample": 0,
+        "gold": "42",
+        "response": "answer 0",
+        "outcome": "no_answer",
+        "finished": True,
+        "num_tokens": 3,
     }
     table = json.loads((tmp_path / "b" / "counts.json").read_text())["problems"]
-    assert table[1]["no_answer"] == 1 and table[1]["wrong"] == 2 and table[1]["prompt"] == "prompt b/1"
+    assert (
+        table[1]["no_answer"] == 1 and table[1]["wrong"] == 2 and table[1]["prompt"] == "prompt b/1"
+    )

@@ -42,12 +42,16 @@ def engine_and_grader():
         (4, [(1, 4, 100), (1, 1, 101), (1, 4, 102), (1, 1, 103), (1, 4, 104), (1, 1, 105)]),
     ],
 )
-def test_calls_hold_at_most_batch_size_sequences_and_every_problem_gets_n(engine_and_grader, batch_size, expected_calls):
+def test_calls_hold_at_most_batch_size_sequences_and_every_problem_gets_n(
+    engine_and_grader, batch_size, expected_calls
+):
     engine, grader = engine_and_grader
     engine.calls.clear()
     problems = tuple(ArithmeticTask().heldout(3))
     plan = BenchmarkPlan("arithmetic", problems, samples=5)
-    result = grade_benchmark(engine, grader, plan, EvalConfig(batch_size=batch_size, max_new_tokens=6), seed=100)
+    result = grade_benchmark(
+        engine, grader, plan, EvalConfig(batch_size=batch_size, max_new_tokens=6), seed=100
+    )
     assert engine.calls == expected_calls
     assert [p.problem_id for p in result.problems] == [p.id for p in problems]
     assert [p.n for p in result.problems] == [5, 5, 5]
@@ -60,5 +64,9 @@ def test_generate_calls_by_hand():
     # 3 problems x n = 5 in calls of 10 sequences: 2 prompts x 5, then 1 prompt x 5
     assert generate_calls(3, 5, 10) == [GenerateCall(0, 2, 5), GenerateCall(2, 3, 5)]
     # calls of 4 sequences: each prompt's 5 samples as 4 + 1
-    assert generate_calls(2, 5, 4) == [GenerateCall(0, 1, 4), GenerateCall(0, 1, 1),
-                                       GenerateCall(1, 2, 4), GenerateCall(1, 2, 1)]
+    assert generate_calls(2, 5, 4) == [
+        GenerateCall(0, 1, 4),
+        GenerateCall(0, 1, 1),
+        GenerateCall(1, 2, 4),
+        GenerateCall(1, 2, 1),
+    ]

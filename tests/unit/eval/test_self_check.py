@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[3]
 DATA_DIR = Path(os.environ.get("QUADRANTS_DATA", REPO.parent / "shared" / "data"))
 
 
-@pytest.mark.skipif(not (DATA_DIR / "minerva_math").is_dir(), reason=f"no Minerva data at {DATA_DIR}")
+@pytest.mark.skipif(
+    not (DATA_DIR / "minerva_math").is_dir(), reason=f"no Minerva data at {DATA_DIR}"
+)
 def test_minerva_reference_solutions_grade_correct_at_least_as_often_as_math_verify_alone():
     with Grader(num_workers=2, timeout_s=5.0) as grader:
         report = reference_self_check("minerva", grader, data_dir=DATA_DIR)
@@ -29,4 +31,6 @@ def test_minerva_reference_solutions_grade_correct_at_least_as_often_as_math_ver
     )
     assert report.num_problems == 272
     assert report.grader_correct >= report.math_verify_correct
-    assert report.grader_rate >= 0.993, report.grader_rejected  # math-verify alone as measured in issue 14
+    assert report.grader_rate >= 0.993, (
+        report.grader_rejected
+    )  # math-verify alone as measured in issue 14

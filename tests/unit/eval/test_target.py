@@ -20,8 +20,13 @@ def make_run(root, steps=(2, 5), config=True):
     (run / "checkpoints").mkdir(parents=True, exist_ok=True)
     (run / "checkpoints" / "step_0000009.tmp").mkdir()  # a half-written checkpoint is never picked
     if config:
-        cfg = {"model": {"name_or_path": "tiny-random", "dtype": "float32"}, "task": {"name": "arithmetic"},
-               "sweep_id": "s1", "seed": 1, "objective": {"name": "dapo"}}
+        cfg = {
+            "model": {"name_or_path": "tiny-random", "dtype": "float32"},
+            "task": {"name": "arithmetic"},
+            "sweep_id": "s1",
+            "seed": 1,
+            "objective": {"name": "dapo"},
+        }
         (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     (run / "run.json").write_text(json.dumps({"run_id": "abc123"}))
     return run
@@ -30,7 +35,12 @@ def make_run(root, steps=(2, 5), config=True):
 def test_run_directory_means_its_newest_complete_checkpoint(tmp_path):
     run = make_run(tmp_path)
     target = resolve_target(str(run))
-    assert (target.kind, target.step, target.model, target.dtype) == ("checkpoint", 5, "tiny-random", "float32")
+    assert (target.kind, target.step, target.model, target.dtype) == (
+        "checkpoint",
+        5,
+        "tiny-random",
+        "float32",
+    )
     assert target.checkpoint == run.resolve() / "checkpoints" / "step_0000005" / "state.pt"
     assert target.source_run_id == "abc123" and target.label == "quadrant=PHR,seed=1@step_5"
 
@@ -53,18 +63,30 @@ def test_model_directory_embedded_models_and_hub_ids(tmp_path, monkeypatch):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     assert resolve_target(str(tmp_path / "model")).kind == "model_dir"
-    assert resolve_target("tiny").kind == "embedded" and resolve_target("tiny-random").model == "tiny-random"
+    assert (
+        resolve_target("tiny").kind == "embedded"
+        and resolve_target("tiny-random").model == "tiny-random"
+    )
     hub = resolve_target("Qwen/Qwen2.5-Math-7B")  # online: transformers downloads it at load time
-    assert (hub.kind, hub.model, hub.label) == ("hub", "Qwen/Qwen2.5-Math-7B", "Qwen--Qwen2.5-Math-7B")
+    assert (hub.kind, hub.model, hub.label) == (
+        "hub",
+        "Qwen/Qwen2.5-Math-7B",
+        "Qwen--Qwen2.5-Math-7B",
+    )
 
 
 def test_offline_hub_id_must_be_in_the_local_cache(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(FileNotFoundError, match="'quadrants-tests/no-such-model' is neither a local directory nor in"):
+    with pytest.raises(
+        FileNotFoundError,
+        match="'quadrants-tests/no-such-model' is neither a local directory nor in",
+    ):
         resolve_target("quadrants-tests/no-such-model")  # an id no cache holds
 
 
-@pytest.mark.parametrize("missing", ["./no/such/model", "/no/such/dir", "~/no/such/dir", "no/such/dir"])
+@pytest.mark.parametrize(
+    "missing", ["./no/such/model", "/no/such/dir", "~/no/such/dir", "no/such/dir"]
+)
 def test_a_path_that_does_not_exist_is_named(missing):
     with pytest.raises(FileNotFoundError, match="no model, run or checkpoint directory at"):
         resolve_target(missing)
@@ -95,7 +117,10 @@ def test_checkpoint_weights_are_loaded_into_the_runs_base_model(tmp_path, layout
         torch.save({"step": 3, "model": trained.state_dict()}, step_dir / "state.pt")
     else:
         torch.save({"step": 3}, step_dir / "state.pt")
-        dcp.save({"model": trained.state_dict(), "optim": {}}, checkpoint_id=str(step_dir / "model_optim"))
+        dcp.save(
+            {"model": trained.state_dict(), "optim": {}},
+            checkpoint_id=str(step_dir / "model_optim"),
+        )
     model, _ = load_target_policy(resolve_target(str(run)), dtype="float32")
     for (name, loaded), expected in zip(model.state_dict().items(), trained.state_dict().values()):
         torch.testing.assert_close(loaded, expected, rtol=0, atol=0, msg=name)

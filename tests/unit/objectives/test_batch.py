@@ -91,11 +91,18 @@ def test_constant_groups_by_correctness_when_rewards_are_shaped():
     from quadrants.objectives.batch import make_token_batch
 
     kwargs = dict(
-        sequences=torch.zeros(4, 3, dtype=torch.long), attention_mask=torch.ones(4, 3, dtype=torch.bool),
-        response_mask=torch.ones(4, 2, dtype=torch.bool), old_logp=torch.zeros(4, 2), entropy=torch.ones(4, 2),
-        rewards=torch.tensor([0.0, -0.25, 1.0, 0.0]), group_ids=torch.tensor([0, 0, 1, 1]), normalize_std=False,
+        sequences=torch.zeros(4, 3, dtype=torch.long),
+        attention_mask=torch.ones(4, 3, dtype=torch.bool),
+        response_mask=torch.ones(4, 2, dtype=torch.bool),
+        old_logp=torch.zeros(4, 2),
+        entropy=torch.ones(4, 2),
+        rewards=torch.tensor([0.0, -0.25, 1.0, 0.0]),
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        normalize_std=False,
     )
     assert make_token_batch(**kwargs).constant_group_mask.tolist() == [False, False, False, False]
     by_correct = make_token_batch(**kwargs, constant_by=torch.tensor([0.0, 0.0, 1.0, 0.0]))
     assert by_correct.constant_group_mask.tolist() == [True, True, False, False]
-    close(by_correct.advantages, [0.125, -0.125, 0.5, -0.5])  # advantages still from the shaped rewards
+    close(
+        by_correct.advantages, [0.125, -0.125, 0.5, -0.5]
+    )  # advantages still from the shaped rewards

@@ -117,10 +117,14 @@ def test_dual_clip_on_every_clipped_objective(name):
     # token-mean over 2 tokens: (-2.4 + 6) / 2 = 1.8 (off: (-2.4 + 8) / 2 = 2.8); dual_clip_frac 1/2
     # The entropy-based objectives see entropy 0 everywhere, so their advantages are plain A.
     tb = batch(entropy=[[0.0], [0.0]], rewards=[2.0, -2.0], group_ids=[0, 0])
-    extra = {"entroreg": {"beta": 0.0}, "forking": {"rho": 1.0}, "clip_cov": {"fraction": 0.0}}.get(name, {})
+    extra = {"entroreg": {"beta": 0.0}, "forking": {"rho": 1.0}, "clip_cov": {"fraction": 0.0}}.get(
+        name, {}
+    )
     common = dict(clip_low=0.2, clip_high=0.2, **extra)
     entropy = torch.zeros(2, 1)
-    loss, metrics = run(name, tb, logp_for_ratios(tb, [[4.0], [4.0]]), entropy, clip_ratio_c=3.0, **common)
+    loss, metrics = run(
+        name, tb, logp_for_ratios(tb, [[4.0], [4.0]]), entropy, clip_ratio_c=3.0, **common
+    )
     close(loss, 1.8)
     close(metrics["dual_clip_frac"], 0.5)
     loss, metrics = run(name, tb, logp_for_ratios(tb, [[4.0], [4.0]]), entropy, **common)
@@ -139,5 +143,7 @@ def test_clipped_objectives_are_the_ones_with_a_dual_clip():
 @pytest.mark.parametrize("c", [1.0, 0.5, -3.0])
 def test_dual_clip_constant_must_exceed_one(c):
     for name in CLIPPED:
-        with pytest.raises(ValueError, match=rf"^clip_ratio_c={c} is out of range; allowed: \(1.0, inf\)$"):
+        with pytest.raises(
+            ValueError, match=rf"^clip_ratio_c={c} is out of range; allowed: \(1.0, inf\)$"
+        ):
             resolve_objective(name, {"clip_ratio_c": c})

@@ -234,7 +234,9 @@ def test_quadrant_gradients_sum_to_the_full_gradient():
 def _with_dynamic_sampling(name, params):
     """The variant's params with dynamic sampling on where the objective has it (so a group is dropped)."""
     spec, _ = resolve_objective(name, params)
-    return {**params, "dynamic_sampling": True} if "dynamic_sampling" in spec.parameters() else params
+    return (
+        {**params, "dynamic_sampling": True} if "dynamic_sampling" in spec.parameters() else params
+    )
 
 
 @pytest.mark.parametrize("loss_agg", LOSS_AGGREGATIONS)
@@ -254,12 +256,20 @@ def test_tokens_outside_the_denominator_carry_no_loss(name, params, loss_agg):
         policy = PolicyOutput(logp=logp, entropy=entropy if spec.wants_entropy(full) else None)
         torch.manual_seed(1234)
         out = spec.fn(tb, policy, **full)
-        denominator = tb.response_mask if out.denominator_mask is None else out.denominator_mask & tb.response_mask
+        denominator = (
+            tb.response_mask
+            if out.denominator_mask is None
+            else out.denominator_mask & tb.response_mask
+        )
         expected = aggregate_loss(out.per_token_loss * denominator, denominator, loss_agg)
         loss, _ = _loss(name, params, tb, logp, entropy, None, loss_agg, 0.05)
-        torch.testing.assert_close(loss, expected + 0.05 * _kl_term(tb, logp, denominator, loss_agg), rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            loss, expected + 0.05 * _kl_term(tb, logp, denominator, loss_agg), rtol=0, atol=1e-6
+        )
         leaves = (logp, entropy) if spec.wants_entropy(full) else (logp,)
-        for grad in torch.autograd.grad(loss, leaves, allow_unused=True):  # forking detaches the entropy
+        for grad in torch.autograd.grad(
+            loss, leaves, allow_unused=True
+        ):  # forking detaches the entropy
             assert grad is None or torch.all(grad[~denominator] == 0), name
         dropped_somewhere |= bool((tb.response_mask & ~denominator).any())
     if "dynamic_sampling" in spec.parameters():
@@ -303,7 +313,11 @@ def test_all_equal_rewards(name, loss_agg):
     )
     # entroreg without dynamic sampling, so the bonus survives (with it every group is dropped, the
     # batch is empty and the loss is 0: test_entroreg_dropped_groups_carry_no_bonus)
-    params = {"entroreg": {"beta": 0.1, "dynamic_sampling": False}, "clip_cov": {"fraction": 0.5}, "kl_cov": {"fraction": 0.5}}
+    params = {
+        "entroreg": {"beta": 0.1, "dynamic_sampling": False},
+        "clip_cov": {"fraction": 0.5},
+        "kl_cov": {"fraction": 0.5},
+    }
     params = params.get(name, {})
     loss, _ = run(name, tb, logp, entropy, loss_agg=loss_agg, **params)
     assert torch.isfinite(loss)

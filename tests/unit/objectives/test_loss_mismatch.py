@@ -21,7 +21,9 @@ def _weighted(name, params, tb, logp, entropy, keep, weights, kl_coef=0.0, loss_
 
     spec, full = resolve_objective(name, params)
     policy = PolicyOutput(logp=logp, entropy=entropy if spec.wants_entropy(full) else None)
-    settings = LossSettings(keep=keep, denominator="all_response_tokens", loss_agg=loss_agg, kl_coef=kl_coef)
+    settings = LossSettings(
+        keep=keep, denominator="all_response_tokens", loss_agg=loss_agg, kl_coef=kl_coef
+    )
     torch.manual_seed(1234)  # clip_cov draws from the global RNG, as in test_loss._loss
     return compute_loss(spec, full, tb, policy, settings, is_weights=weights)
 
@@ -32,7 +34,9 @@ def test_token_weights_multiply_the_per_token_loss_by_hand():
     #   weighted [[-2.4, -2, -1], [2.2, 0.8]] -> sum -2.4 -> token-mean -2.4 / 5 = -0.48
     tb = grpo_batch()
     engine_logp = tb.old_logp - torch.log(torch.tensor([[1.0, 4.0, 0.5], [1.0, 0.5, 1.0]]))
-    weights = truncated_is_weights(tb.old_logp, engine_logp, tb.response_mask, level="token", cap=2.0)
+    weights = truncated_is_weights(
+        tb.old_logp, engine_logp, tb.response_mask, level="token", cap=2.0
+    )
     close(weights, [[1.0, 2.0, 0.5], [1.0, 0.5, 1.0]])
     logp = logp_for_ratios(tb, GRPO_RATIOS)
     loss, _ = _weighted("grpo", {}, tb, logp, None, None, weights)
@@ -47,25 +51,33 @@ def test_sequence_weights_by_hand():
     #   weighted [[-4.8, -2, -4], [1.1, 0.8]] -> sum -8.9 -> -1.78
     tb = grpo_batch()
     engine_logp = tb.old_logp - torch.log(torch.tensor([[1.0, 4.0, 0.5], [1.0, 0.5, 1.0]]))
-    weights = truncated_is_weights(tb.old_logp, engine_logp, tb.response_mask, level="sequence", cap=3.0)
+    weights = truncated_is_weights(
+        tb.old_logp, engine_logp, tb.response_mask, level="sequence", cap=3.0
+    )
     close(weights, [[2.0, 2.0, 2.0], [0.5, 0.5, 1.0]])
     loss, _ = _weighted("grpo", {}, tb, logp_for_ratios(tb, GRPO_RATIOS), None, None, weights)
     close(loss, -1.78)
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
-@pytest.mark.parametrize("name, params", VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)])
+@pytest.mark.parametrize(
+    "name, params", VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)]
+)
 def test_identical_logprobs_leave_every_loss_unchanged(name, params, level):
     # engine log-probs == trainer's: weights are exactly 1, so the loss is bit-for-bit the same
     tb, logp, entropy = random_batch(1)
-    weights = truncated_is_weights(tb.old_logp, tb.old_logp.clone(), tb.response_mask, level=level, cap=2.0)
+    weights = truncated_is_weights(
+        tb.old_logp, tb.old_logp.clone(), tb.response_mask, level=level, cap=2.0
+    )
     plain, _ = _loss(name, params, tb, logp, entropy, None, "token-mean", 0.05)
     weighted, _ = _weighted(name, params, tb, logp, entropy, None, weights, kl_coef=0.05)
     assert torch.equal(plain, weighted)
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
-@pytest.mark.parametrize("name, params", VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)])
+@pytest.mark.parametrize(
+    "name, params", VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)]
+)
 def test_four_quadrant_losses_still_sum_to_the_full_loss(name, params, level):
     tb, logp, entropy = random_batch(2)
     generator = torch.Generator().manual_seed(7)
@@ -73,6 +85,10 @@ def test_four_quadrant_losses_still_sum_to_the_full_loss(name, params, level):
     weights = truncated_is_weights(tb.old_logp, engine_logp, tb.response_mask, level=level, cap=1.5)
     assert (weights[tb.response_mask] != 1).any()  # the invariant is exercised with real weights
     full, _ = _weighted(name, params, tb, logp, entropy, None, weights, kl_coef=0.05)
-    parts = [_weighted(name, params, tb, logp, entropy, (q,), weights, kl_coef=0.05)[0] for q in Quadrant]
-    torch.testing.assert_close(sum(parts), full, rtol=0, atol=1e-5)  # a few float32 sums of O(1) terms
+    parts = [
+        _weighted(name, params, tb, logp, entropy, (q,), weights, kl_coef=0.05)[0] for q in Quadrant
+    ]
+    torch.testing.assert_close(
+        sum(parts), full, rtol=0, atol=1e-5
+    )  # a few float32 sums of O(1) terms
     assert math.isfinite(float(full.detach()))

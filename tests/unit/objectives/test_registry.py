@@ -63,7 +63,12 @@ def test_defaults_resolve_and_fill_every_key(name):
 
 def test_resolve_merges_overrides_with_defaults():
     _, full = resolve_objective("dapo", {"clip_high": 0.3})
-    assert full == {"clip_low": 0.2, "clip_high": 0.3, "clip_ratio_c": None, "dynamic_sampling": True}
+    assert full == {
+        "clip_low": 0.2,
+        "clip_high": 0.3,
+        "clip_ratio_c": None,
+        "dynamic_sampling": True,
+    }
 
 
 @pytest.fixture

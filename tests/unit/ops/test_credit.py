@@ -40,9 +40,13 @@ def h(p: float) -> float:
 
 def test_cmi_by_hand():
     # π = [0.5, 0.5], p = [1, 0]: the token decides the outcome -> I = h(0.5) - 0 = ln 2
-    assert cmi(torch.tensor([0.5, 0.5], dtype=torch.float64), binary([1.0, 0.0])).item() == pytest.approx(LN2, abs=1e-12)
+    assert cmi(
+        torch.tensor([0.5, 0.5], dtype=torch.float64), binary([1.0, 0.0])
+    ).item() == pytest.approx(LN2, abs=1e-12)
     # π = [0.75, 0.25], p = [0.5, 0.5]: the token says nothing -> 0
-    assert cmi(torch.tensor([0.75, 0.25], dtype=torch.float64), binary([0.5, 0.5])).item() == pytest.approx(0.0, abs=1e-12)
+    assert cmi(
+        torch.tensor([0.75, 0.25], dtype=torch.float64), binary([0.5, 0.5])
+    ).item() == pytest.approx(0.0, abs=1e-12)
     # π = [0.5, 0.3, 0.2], p = [0.9, 0.4, 0.1]: mixture 0.45 + 0.12 + 0.02 = 0.59
     #   I = h(0.59) - (0.5 h(0.9) + 0.3 h(0.4) + 0.2 h(0.1))
     expected = h(0.59) - (0.5 * h(0.9) + 0.3 * h(0.4) + 0.2 * h(0.1))
@@ -81,7 +85,9 @@ def test_plugin_and_jackknife_by_hand():
     mass = torch.tensor([0.5, 0.5], dtype=torch.float64)
     counts = torch.tensor([[1.0, 1.0], [2.0, 0.0]], dtype=torch.float64)  # [M, C]: (wrong, right)
     assert plugin_cmi(mass, counts).item() == pytest.approx(h(0.25) - 0.5 * LN2, abs=1e-12)
-    assert jackknife_cmi(mass, counts).item() == pytest.approx(2 * (h(0.25) - 0.5 * LN2) - 0.5 * LN2, abs=1e-12)
+    assert jackknife_cmi(mass, counts).item() == pytest.approx(
+        2 * (h(0.25) - 0.5 * LN2) - 0.5 * LN2, abs=1e-12
+    )
 
 
 def test_jackknife_matches_a_loop_over_continuations():
@@ -98,7 +104,12 @@ def test_jackknife_matches_a_loop_over_continuations():
             kept[v, k] = -1
             loo.append(plugin_cmi(mass, outcome_counts(kept, 3).double()))
         correction += 4 * (torch.stack(loo).mean() - full)
-    torch.testing.assert_close(jackknife_cmi(mass, outcome_counts(outcomes, 3).double()), full - correction, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        jackknife_cmi(mass, outcome_counts(outcomes, 3).double()),
+        full - correction,
+        rtol=0,
+        atol=1e-12,
+    )
 
 
 def test_outcome_entropy_estimators():
@@ -115,11 +126,15 @@ def test_outcome_counts_skips_missing():
     torch.testing.assert_close(outcome_counts(outcomes, 2), torch.tensor([[1.0, 2.0], [0.0, 0.0]]))
 
 
-def simulate(mass: list[float], success: list[float], k: int, repetitions: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def simulate(
+    mass: list[float], success: list[float], k: int, repetitions: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Outcomes [R, M, K] of K continuations per branch drawn from known p(r = 1 | v), and [R, M] masses."""
     g = torch.Generator().manual_seed(seed)
     p = torch.tensor(success, dtype=torch.float64)
-    outcomes = (torch.rand(repetitions, len(success), k, generator=g, dtype=torch.float64) < p[:, None]).long()
+    outcomes = (
+        torch.rand(repetitions, len(success), k, generator=g, dtype=torch.float64) < p[:, None]
+    ).long()
     return torch.tensor(mass, dtype=torch.float64).expand(repetitions, -1), outcomes
 
 
@@ -152,13 +167,27 @@ def test_bootstrap_interval_covers_the_analytic_cmi_at_about_the_nominal_rate():
     # Binomial sd of a 0.9 rate over 300 repetitions: 0.017, so [0.82, 0.96] is about -5 / +3.5 sd.
     truth = cmi(torch.tensor(MASS, dtype=torch.float64), binary(SUCCESS)).item()
     mass, outcomes = simulate(MASS, SUCCESS, 32, repetitions=300, seed=11)
-    low, high = bootstrap_interval(mass, outcomes, num_classes=2, resamples=200, confidence=0.9, pseudocount=0.5,
-                                   generator=torch.Generator().manual_seed(0))
+    low, high = bootstrap_interval(
+        mass,
+        outcomes,
+        num_classes=2,
+        resamples=200,
+        confidence=0.9,
+        pseudocount=0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     coverage = ((low <= truth) & (truth <= high)).double().mean().item()
     assert 0.82 <= coverage <= 0.96, coverage
     # a 0.5 interval is narrower and covers less
-    low50, high50 = bootstrap_interval(mass, outcomes, num_classes=2, resamples=200, confidence=0.5, pseudocount=0.5,
-                                       generator=torch.Generator().manual_seed(0))
+    low50, high50 = bootstrap_interval(
+        mass,
+        outcomes,
+        num_classes=2,
+        resamples=200,
+        confidence=0.5,
+        pseudocount=0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert ((high50 - low50) < (high - low)).all()
     assert ((low50 <= truth) & (truth <= high50)).double().mean().item() < coverage
 
@@ -167,8 +196,15 @@ def test_bootstrap_interval_with_a_missing_branch_is_finite():
     # a branch without continuations (mass 0, all -1) neither breaks the resampling nor moves the estimate
     mass = torch.tensor([[0.6, 0.4, 0.0]], dtype=torch.float64)
     outcomes = torch.tensor([[[1, 1, 0, 1], [0, 0, 1, 0], [-1, -1, -1, -1]]])
-    low, high = bootstrap_interval(mass, outcomes, num_classes=2, resamples=50, confidence=0.9, pseudocount=0.5,
-                                   generator=torch.Generator().manual_seed(0))
+    low, high = bootstrap_interval(
+        mass,
+        outcomes,
+        num_classes=2,
+        resamples=50,
+        confidence=0.9,
+        pseudocount=0.5,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.isfinite(low).all() and torch.isfinite(high).all() and (low <= high).all()
 
 
@@ -179,7 +215,9 @@ def test_pointwise_credit_by_hand():
     #   token 0, wrong: log(0.3 / 0.5) = -0.5108256
     mass = torch.tensor([[0.5, 0.5]] * 3, dtype=torch.float64)
     counts = torch.tensor([[[1.0, 3.0], [3.0, 1.0]]] * 3, dtype=torch.float64)
-    credit = pointwise_credit(mass, counts, torch.tensor([0, 1, 0]), torch.tensor([1, 1, 0]), pseudocount=0.5)
+    credit = pointwise_credit(
+        mass, counts, torch.tensor([0, 1, 0]), torch.tensor([1, 1, 0]), pseudocount=0.5
+    )
     expected = torch.tensor([math.log(1.4), math.log(0.6), math.log(0.6)], dtype=torch.float64)
     torch.testing.assert_close(credit, expected, rtol=0, atol=1e-12)
 
@@ -191,9 +229,13 @@ def test_hindsight_advantage_by_hand_and_its_sign_against_pointwise_credit():
     counts = torch.tensor([[[1.0, 3.0], [3.0, 1.0]]] * 2, dtype=torch.float64)
     values = torch.tensor([0.0, 1.0], dtype=torch.float64)
     gap = hindsight_advantage(mass, counts, torch.tensor([0, 1]), values, pseudocount=0.5)
-    torch.testing.assert_close(gap, torch.tensor([0.2, -0.2], dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        gap, torch.tensor([0.2, -0.2], dtype=torch.float64), rtol=0, atol=1e-12
+    )
     # the harmful token 1 in a wrong response: c_t = log(0.7 / 0.5) > 0 although its advantage is < 0
-    credit = pointwise_credit(mass[:1], counts[:1], torch.tensor([1]), torch.tensor([0]), pseudocount=0.5)
+    credit = pointwise_credit(
+        mass[:1], counts[:1], torch.tensor([1]), torch.tensor([0]), pseudocount=0.5
+    )
     assert credit.item() == pytest.approx(math.log(1.4), abs=1e-12)
 
 
@@ -216,7 +258,9 @@ def test_pointwise_credit_averages_to_the_smoothed_cmi():
     expected = 0.0
     for v in range(4):
         for r in range(3):
-            c = pointwise_credit(mass, counts, torch.tensor([v]), torch.tensor([r]), pseudocount=0.5)
+            c = pointwise_credit(
+                mass, counts, torch.tensor([v]), torch.tensor([r]), pseudocount=0.5
+            )
             expected += mass[0, v] * probs[0, v, r] * c
     torch.testing.assert_close(expected[0], cmi(mass, probs)[0], rtol=0, atol=1e-12)
 
@@ -234,7 +278,9 @@ def test_top_branches_cover_and_rest_mass():
     torch.testing.assert_close(b.mass, torch.tensor([[0.5, 0.3, 0.2]]))
     b = top_branches(probs, coverage=0.96, max_branches=4)
     assert b.token_ids.tolist() == [[1, 3, 0, 2]]
-    torch.testing.assert_close(b.mass, torch.tensor([[0.5, 0.3, 0.15, 0.05, 0.0]]), rtol=0, atol=1e-7)
+    torch.testing.assert_close(
+        b.mass, torch.tensor([[0.5, 0.3, 0.15, 0.05, 0.0]]), rtol=0, atol=1e-7
+    )
     # a (near-)deterministic position: one branch
     b = top_branches(torch.tensor([[1.0, 0.0, 0.0]]), coverage=0.9, max_branches=2)
     assert b.token_ids.tolist() == [[0, -1]] and b.mass[0, -1].item() == 0.0
@@ -258,7 +304,9 @@ def test_correlation_interval():
     r, low, high = correlation_interval(x, 2 * x + 1, confidence=0.95)
     assert r == pytest.approx(1.0) and high == pytest.approx(1.0, abs=1e-6)
     g = torch.Generator().manual_seed(0)
-    r, low, high = correlation_interval(torch.randn(400, generator=g), torch.randn(400, generator=g), confidence=0.95)
+    r, low, high = correlation_interval(
+        torch.randn(400, generator=g), torch.randn(400, generator=g), confidence=0.95
+    )
     # Fisher z: half width 1.96 / sqrt(397) = 0.0984 around atanh(r)
     assert low < 0 < high and high - low == pytest.approx(2 * 0.0984, abs=0.01)
     assert all(math.isnan(v) for v in correlation_interval(x, torch.ones(10), confidence=0.9))

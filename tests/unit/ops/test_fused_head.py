@@ -18,26 +18,35 @@ def test_one_row_by_hand():
     hidden, weight = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0], [math.log(3), 0.0]])
     logp, entropy = head_logprobs_and_entropy(hidden, weight, torch.tensor([1]))
     torch.testing.assert_close(logp, torch.tensor([math.log(0.75)]), rtol=0, atol=1e-6)
-    torch.testing.assert_close(entropy, torch.tensor([-(0.25 * math.log(0.25) + 0.75 * math.log(0.75))]),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        entropy, torch.tensor([-(0.25 * math.log(0.25) + 0.75 * math.log(0.75))]), rtol=0, atol=1e-6
+    )
 
 
 def direct(hidden, weight, bias, tokens, temperature):
     log_probs = torch.log_softmax((hidden @ weight.T + bias) / temperature, dim=-1)
-    return log_probs.gather(-1, tokens[..., None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
+    return log_probs.gather(-1, tokens[..., None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(
+        -1
+    )
 
 
 def test_values_and_gradients_equal_the_direct_path():
     # seeded [2, 7, 16] hidden states, V = 50, chunks of 3 rows (the last chunk partial), τ = 0.7
     gen = torch.Generator().manual_seed(0)
-    leaves = [torch.randn(2, 7, 16, generator=gen), torch.randn(50, 16, generator=gen), torch.randn(50, generator=gen)]
+    leaves = [
+        torch.randn(2, 7, 16, generator=gen),
+        torch.randn(50, 16, generator=gen),
+        torch.randn(50, generator=gen),
+    ]
     tokens = torch.randint(0, 50, (2, 7), generator=gen)
     g_logp, g_entropy = torch.randn(2, 7, generator=gen), torch.randn(2, 7, generator=gen)
     grads, values = [], []
     for fn in ("fused", "direct"):
         hidden, weight, bias = (x.clone().requires_grad_(True) for x in leaves)
         if fn == "fused":
-            logp, entropy = head_logprobs_and_entropy(hidden, weight, tokens, bias, temperature=0.7, chunk_size=3)
+            logp, entropy = head_logprobs_and_entropy(
+                hidden, weight, tokens, bias, temperature=0.7, chunk_size=3
+            )
         else:
             logp, entropy = direct(hidden, weight, bias, tokens, 0.7)
         (logp * g_logp + entropy * g_entropy).sum().backward()
@@ -57,12 +66,19 @@ def test_the_policy_forward_through_the_fused_head_equals_the_logits_path():
     mask = torch.ones(3, 9, dtype=torch.bool)
     mask[0, :2] = False  # left padding
     weights = torch.randn(3, 4)
-    logp, entropy = response_logprobs(model, sequences, mask, 4, temperature=0.8, chunk_size=5, with_entropy=True)
+    logp, entropy = response_logprobs(
+        model, sequences, mask, 4, temperature=0.8, chunk_size=5, with_entropy=True
+    )
     (logp * weights + entropy).sum().backward()
     fused = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    out = model(input_ids=sequences, attention_mask=mask.long(), position_ids=position_ids_from_mask(mask),
-                logits_to_keep=5, use_cache=False)
+    out = model(
+        input_ids=sequences,
+        attention_mask=mask.long(),
+        position_ids=position_ids_from_mask(mask),
+        logits_to_keep=5,
+        use_cache=False,
+    )
     ref_logp, ref_entropy = logprobs_and_entropy(out.logits[:, :-1], sequences[:, -4:], 0.8, 5)
     (ref_logp * weights + ref_entropy).sum().backward()
     torch.testing.assert_close(logp, ref_logp, rtol=0, atol=1e-5)

@@ -50,7 +50,9 @@ def test_sequence_level_product_does_not_overflow():
     # space it is min(200, ln 2) -> exactly the cap
     trainer = torch.zeros(1, 200)
     engine = torch.full((1, 200), -1.0)
-    weights = truncated_is_weights(trainer, engine, torch.ones(1, 200, dtype=torch.bool), level="sequence", cap=2.0)
+    weights = truncated_is_weights(
+        trainer, engine, torch.ones(1, 200, dtype=torch.bool), level="sequence", cap=2.0
+    )
     assert torch.isfinite(weights).all()
     torch.testing.assert_close(weights, torch.full((1, 200), 2.0), rtol=0, atol=1e-6)
 
@@ -72,11 +74,15 @@ def test_weights_are_detached():
 
 
 def test_none_is_all_ones_even_with_a_mismatch():
-    assert torch.equal(truncated_is_weights(TRAINER, ENGINE, MASK, level="none", cap=2.0), torch.ones(2, 3))
+    assert torch.equal(
+        truncated_is_weights(TRAINER, ENGINE, MASK, level="none", cap=2.0), torch.ones(2, 3)
+    )
 
 
 def test_bad_level_and_cap_fail_with_the_allowed_values():
-    with pytest.raises(ValueError, match=r"'tokens' is unknown; choose one of \['none', 'token', 'sequence'\]"):
+    with pytest.raises(
+        ValueError, match=r"'tokens' is unknown; choose one of \['none', 'token', 'sequence'\]"
+    ):
         truncated_is_weights(TRAINER, ENGINE, MASK, level="tokens", cap=2.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"allowed: \[1, inf\)"):
         truncated_is_weights(TRAINER, ENGINE, MASK, level="token", cap=0.5)

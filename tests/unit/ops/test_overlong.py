@@ -11,18 +11,28 @@ def test_overlong_penalty_by_hand():
     # lengths 5, 6 -> 0; 7 -> -0.25; 8 -> -0.5; 9 -> -0.75; 10 -> -1
     lengths = torch.tensor([5, 6, 7, 8, 9, 10])
     expected = torch.tensor([0.0, 0.0, -0.25, -0.5, -0.75, -1.0])
-    torch.testing.assert_close(overlong_penalty(lengths, max_length=10, buffer=4), expected, rtol=0, atol=1e-7)
+    torch.testing.assert_close(
+        overlong_penalty(lengths, max_length=10, buffer=4), expected, rtol=0, atol=1e-7
+    )
     # the penalty factor scales it (verl's overlong_penalty_factor): -0.5 at the limit
-    torch.testing.assert_close(overlong_penalty(lengths, max_length=10, buffer=4, penalty=0.5), expected / 2,
-                               rtol=0, atol=1e-7)
+    torch.testing.assert_close(
+        overlong_penalty(lengths, max_length=10, buffer=4, penalty=0.5),
+        expected / 2,
+        rtol=0,
+        atol=1e-7,
+    )
 
 
 def test_overlong_penalty_off_and_at_the_bounds():
     lengths = torch.tensor([1, 10, 12])
     assert torch.equal(overlong_penalty(lengths, max_length=10, buffer=0), torch.zeros(3))
     # buffer = L_max: the penalty starts at the first token; past L_max it stays at -1 (DAPO's R = -1)
-    torch.testing.assert_close(overlong_penalty(lengths, max_length=10, buffer=10), torch.tensor([-0.1, -1.0, -1.0]),
-                               rtol=0, atol=1e-7)
+    torch.testing.assert_close(
+        overlong_penalty(lengths, max_length=10, buffer=10),
+        torch.tensor([-0.1, -1.0, -1.0]),
+        rtol=0,
+        atol=1e-7,
+    )
 
 
 @pytest.mark.parametrize("length", range(21))

@@ -21,7 +21,10 @@ def test_ratio_mean_and_standard_error_by_hand():
 
 
 def test_every_row_sampled_is_the_exact_mean_with_zero_error_and_empty_is_zero():
-    values, mask = torch.tensor([[1.0, 3.0], [5.0, 0.0]]), torch.tensor([[True, True], [True, False]])
+    values, mask = (
+        torch.tensor([[1.0, 3.0], [5.0, 0.0]]),
+        torch.tensor([[True, True], [True, False]]),
+    )
     mean, se = ratio_mean_se(values, mask, population=2)  # (1 + 3 + 5) / 3 = 3, n = N -> SE 0
     assert mean.item() == 3.0 and se.item() == 0.0
     mean, se = ratio_mean_se(values, torch.zeros_like(mask), population=5)

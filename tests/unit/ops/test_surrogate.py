@@ -116,16 +116,26 @@ def test_dual_clip_by_hand():
     #   r 4.0: max(8, 2.4) = 8 -> min(6, 8) = 6   dual-clipped   grad 0
     #   r 2.0: max(4, 2.4) = 4 -> min(6, 4) = 4   unclipped      d/dlogp = -A r = +4
     #   r 0.5: max(1, 1.6) = 1.6 -> 1.6           clipped low    grad 0
-    logp = torch.tensor([[math.log(4.0), 0.0, math.log(0.5)], [math.log(4.0), math.log(2.0), math.log(0.5)]],
-                        requires_grad=True)
+    logp = torch.tensor(
+        [[math.log(4.0), 0.0, math.log(0.5)], [math.log(4.0), math.log(2.0), math.log(0.5)]],
+        requires_grad=True,
+    )
     advantages = torch.tensor([[2.0], [-2.0]])
-    terms = clipped_surrogate(logp, torch.zeros(2, 3), advantages, clip_low=0.2, clip_high=0.2, clip_ratio_c=3.0)
-    torch.testing.assert_close(terms.per_token_loss, torch.tensor([[-2.4, -2.0, -1.0], [6.0, 4.0, 1.6]]),
-                               rtol=0, atol=1e-6)
+    terms = clipped_surrogate(
+        logp, torch.zeros(2, 3), advantages, clip_low=0.2, clip_high=0.2, clip_ratio_c=3.0
+    )
+    torch.testing.assert_close(
+        terms.per_token_loss, torch.tensor([[-2.4, -2.0, -1.0], [6.0, 4.0, 1.6]]), rtol=0, atol=1e-6
+    )
     assert terms.dual_clipped_mask.tolist() == [[False, False, False], [True, False, False]]
-    assert terms.clipped_mask.tolist() == [[True, False, False], [False, False, True]]  # the ordinary clip, as before
+    assert terms.clipped_mask.tolist() == [
+        [True, False, False],
+        [False, False, True],
+    ]  # the ordinary clip, as before
     (grad,) = torch.autograd.grad(terms.per_token_loss.sum(), logp)
-    torch.testing.assert_close(grad, torch.tensor([[0.0, -2.0, -1.0], [0.0, 4.0, 0.0]]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        grad, torch.tensor([[0.0, -2.0, -1.0], [0.0, 4.0, 0.0]]), rtol=0, atol=1e-6
+    )
     # off (None): the (1, 0) token is back to 8 and nothing is dual-clipped
     off = clipped_surrogate(logp, torch.zeros(2, 3), advantages, clip_low=0.2, clip_high=0.2)
     assert off.per_token_loss[1, 0].item() == pytest.approx(8.0, abs=1e-6)
@@ -153,7 +163,9 @@ def test_dual_clip_matches_a_plain_loop_of_verls_formula():
     logp = torch.randn(16, 12, generator=g) * 1.5  # ratios from e^-4 to e^4: many tokens past c = 3
     old_logp = torch.zeros(16, 12)
     advantages = torch.randn(16, 12, generator=g)
-    terms = clipped_surrogate(logp, old_logp, advantages, clip_low=0.2, clip_high=0.28, clip_ratio_c=3.0)
+    terms = clipped_surrogate(
+        logp, old_logp, advantages, clip_low=0.2, clip_high=0.28, clip_ratio_c=3.0
+    )
     expected, lower = _verl_policy_loss(logp, old_logp, advantages, 0.2, 0.28, 3.0)
     torch.testing.assert_close(terms.per_token_loss, expected, rtol=1e-6, atol=1e-6)
     assert torch.equal(terms.dual_clipped_mask, lower)
@@ -164,5 +176,7 @@ def test_dual_clip_off_is_bit_identical():
     g = torch.Generator().manual_seed(1)
     logp, adv = torch.randn(8, 5, generator=g), torch.randn(8, 5, generator=g)
     base = clipped_surrogate(logp, torch.zeros(8, 5), adv, clip_low=0.2, clip_high=0.28)
-    none = clipped_surrogate(logp, torch.zeros(8, 5), adv, clip_low=0.2, clip_high=0.28, clip_ratio_c=None)
+    none = clipped_surrogate(
+        logp, torch.zeros(8, 5), adv, clip_low=0.2, clip_high=0.28, clip_ratio_c=None
+    )
     assert torch.equal(base.per_token_loss, none.per_token_loss)

@@ -33,6 +33,11 @@ def test_token_weights_of_the_four_objectives_by_hand():
 
 
 def test_token_weights_are_zero_off_the_response():
-    tb = batch(entropy=[[0.5, 0.2], [0.1, 0.0]], rewards=[1.0, 0.0], group_ids=[0, 0], response_mask=[[1, 0], [1, 1]])
+    tb = batch(
+        entropy=[[0.5, 0.2], [0.1, 0.0]],
+        rewards=[1.0, 0.0],
+        group_ids=[0, 0],
+        response_mask=[[1, 0], [1, 1]],
+    )
     for name, w in objective_token_weights(tb).items():
         assert w[0, 1].item() == 0.0, name

@@ -19,7 +19,14 @@ def test_positions_are_stratified_by_quadrant_and_entropy_with_design_weights():
     entropy = torch.tensor([[0.1, 0.2, 0.3, 0.4, 0.5, 0.9, 0.01, 0.02]])
     quadrants = torch.tensor([[0, 0, 0, 0, 0, 0, 3, 3]])
     candidates = torch.tensor([[True] * 5 + [False, True, True]])
-    out = select_positions(entropy, quadrants, candidates, positions=4, entropy_bins=2, generator=torch.Generator().manual_seed(0))
+    out = select_positions(
+        entropy,
+        quadrants,
+        candidates,
+        positions=4,
+        entropy_bins=2,
+        generator=torch.Generator().manual_seed(0),
+    )
     tokens = sorted(out.token.tolist())
     assert len(out) == 4 and 5 not in tokens
     assert sum(t in (0, 1) for t in tokens) == 1 and sum(t in (2, 3, 4) for t in tokens) == 1
@@ -34,22 +41,33 @@ def test_asking_for_more_positions_than_candidates_takes_them_all_once():
     entropy = torch.rand(2, 5, generator=torch.Generator().manual_seed(1))
     quadrants = torch.tensor([[0, 1, 2, 3, 0], [1, 1, 2, 2, 3]])
     candidates = torch.ones(2, 5, dtype=torch.bool)
-    out = select_positions(entropy, quadrants, candidates, positions=50, entropy_bins=3, generator=torch.Generator())
+    out = select_positions(
+        entropy, quadrants, candidates, positions=50, entropy_bins=3, generator=torch.Generator()
+    )
     assert len(out) == 10 and len(set(zip(out.sequence.tolist(), out.token.tolist()))) == 10
     assert (out.weight == 1).all()
 
 
 def test_cost_counts_rollouts_tokens_and_calls():
     # branches per position [3, 1, 5] x K = 8 -> 72 rollouts, x 48 tokens = 3456; 72 / 32 -> 3 calls
-    cost = branching_cost(torch.tensor([3, 1, 5]), continuations=8, max_new_tokens=48, batch_size=32)
+    cost = branching_cost(
+        torch.tensor([3, 1, 5]), continuations=8, max_new_tokens=48, batch_size=32
+    )
     assert (cost.rollouts, cost.max_tokens, cost.generate_calls) == (72, 3456, 3)
     assert "72 branching rollouts" in cost.line()
 
 
-@pytest.mark.parametrize(("key", "value", "allowed"), [
-    ("coverage", 0.0, "(0, 1]"), ("continuations", 1, "[2, inf)"), ("pseudocount", 0.0, "(0, inf)"),
-    ("confidence", 1.0, "(0, 1)"), ("branches", 0, "[1, inf)"), ("every", -1, "[0, inf)"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "allowed"),
+    [
+        ("coverage", 0.0, "(0, 1]"),
+        ("continuations", 1, "[2, inf)"),
+        ("pseudocount", 0.0, "(0, inf)"),
+        ("confidence", 1.0, "(0, 1)"),
+        ("branches", 0, "[1, inf)"),
+        ("every", -1, "[0, inf)"),
+    ],
+)
 def test_wrong_probe_values_fail_at_validation_naming_the_key(key, value, allowed):
     cfg = RunConfig(probe=replace(ProbeConfig(), **{key: value}))
     with pytest.raises(ValueError) as err:

@@ -22,7 +22,10 @@ from quadrants.rewards.rules import AnswerRule
         ("\\boxed{C. 42 kg}", "C"),
         ("\\boxed{C) newton}", "C"),
         ("first \\boxed{A}, on reflection \\boxed{D}", "D"),  # the last box
-        ("\\boxed{newton} so the answer is (B)", "B"),  # a box without a letter does not stop the search
+        (
+            "\\boxed{newton} so the answer is (B)",
+            "B",
+        ),  # a box without a letter does not stop the search
         # "The answer is (C)" and its relatives
         ("Thus, the answer is (C).", "C"),
         ("The answer is C", "C"),
@@ -60,7 +63,10 @@ def test_extract_choice(completion, letter):
         ("\\boxed{C}", Outcome.wrong),
         ("The answer is (A).", Outcome.wrong),
         ("...\nD.", Outcome.wrong),
-        ("The answer is (E).", Outcome.wrong),  # an answer outside the four options: answered, and wrong
+        (
+            "The answer is (E).",
+            Outcome.wrong,
+        ),  # an answer outside the four options: answered, and wrong
         ("no idea", Outcome.no_answer),
         ("\\boxed{42}", Outcome.no_answer),
     ],
@@ -74,7 +80,12 @@ def test_rule_reports_chance_and_its_permutation():
     rule = ChoiceRule(gold="C", options=4, permutation=(1, 3, 0, 2))
     assert isinstance(rule, AnswerRule)
     assert rule.chance == 0.25 and ChoiceRule(gold="A", options=10).chance == 0.1
-    assert rule.describe() == {"rule": "choice", "gold": "C", "options": 4, "permutation": [1, 3, 0, 2]}
+    assert rule.describe() == {
+        "rule": "choice",
+        "gold": "C",
+        "options": 4,
+        "permutation": [1, 3, 0, 2],
+    }
 
 
 @pytest.mark.parametrize(
@@ -106,4 +117,6 @@ def test_garbage_is_graded_quickly_and_never_raises(completion):
     started = time.perf_counter()
     outcome = rule.grade(completion)  # type: ignore[arg-type]
     assert outcome in (Outcome.correct, Outcome.wrong, Outcome.no_answer)
-    assert time.perf_counter() - started < 1.0  # ~10 ms each here; a backtracking pattern would take minutes
+    assert (
+        time.perf_counter() - started < 1.0
+    )  # ~10 ms each here; a backtracking pattern would take minutes

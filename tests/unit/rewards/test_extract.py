@@ -107,10 +107,15 @@ def test_boxed_or_last_number_reads_the_box_first_then_the_last_number():
 
     assert boxed_or_last_number("so \\boxed{3}, then 5") == "so \\boxed{3}, then 5"  # a box wins
     assert boxed_or_last_number("3 + 4 = 7.") == "3 + 4 = 7. \\boxed{7}"  # trailing period dropped
-    assert boxed_or_last_number("He pays $1,234.50 total") == "He pays $1,234.50 total \\boxed{1234.50}"
+    assert (
+        boxed_or_last_number("He pays $1,234.50 total")
+        == "He pays $1,234.50 total \\boxed{1234.50}"
+    )
     assert boxed_or_last_number("it is -4") == "it is -4 \\boxed{-4}"
     assert boxed_or_last_number("no digits here") == "no digits here"
-    assert boxed_or_last_number("\\boxed{unclosed 12") == "\\boxed{unclosed 12 \\boxed{12}"  # no closed box
+    assert (
+        boxed_or_last_number("\\boxed{unclosed 12") == "\\boxed{unclosed 12 \\boxed{12}"
+    )  # no closed box
 
 
 def test_last_number_extraction_is_linear_on_hostile_input():
@@ -127,7 +132,10 @@ def test_last_number_extraction_is_linear_on_hostile_input():
 def test_grader_with_the_fallback_rule_rewards_a_bare_final_number():
     from quadrants.rewards.grader import Grader
 
-    with Grader(num_workers=0, extraction="boxed_or_last_number") as fallback, Grader(num_workers=0) as boxed:
+    with (
+        Grader(num_workers=0, extraction="boxed_or_last_number") as fallback,
+        Grader(num_workers=0) as boxed,
+    ):
         texts, golds = ["The answer is 17.", "\\boxed{16} not 17", "none"], ["17", "17", "17"]
         assert fallback.grade(texts, golds).rewards == [1.0, 0.0, 0.0]
         assert boxed.grade(texts, golds).rewards == [0.0, 0.0, 0.0]

@@ -217,7 +217,10 @@ def test_bad_calls_raise(pool: Grader) -> None:
 @pytest.mark.parametrize(
     ("answer", "gold"),
     [
-        ("4.5e33", "4.5 \\times 10^{33}"),  # Minerva's gold spelling, rewritten by the benchmark loader
+        (
+            "4.5e33",
+            "4.5 \\times 10^{33}",
+        ),  # Minerva's gold spelling, rewritten by the benchmark loader
         ("4.5 \\times 10^{33}", "4.5e33"),  # ... and the mirror: a raw e-notation gold
         ("4.5e33", "4.5e33"),
         ("4.5E+33", "4.5 \\times 10^{33}"),
@@ -241,7 +244,10 @@ def test_spellings_are_graded_alike_on_both_sides(answer: str, gold: str) -> Non
     [
         ("4.5e33", "4.5 \\times 10^{32}"),
         ("4.5e33", "4.5"),  # the exponent is not dropped
-        ("(0,4).", "(0,4]"),  # the strip leaves the bracket alone: open and half-open stay different
+        (
+            "(0,4).",
+            "(0,4]",
+        ),  # the strip leaves the bracket alone: open and half-open stay different
         ("[0,4].", "(0,4]"),
         ("3.5", "3"),
         ("3.", "3.5"),
@@ -287,7 +293,9 @@ def test_memory_cap_stops_a_factorial_tower_and_the_pool_goes_on() -> None:
     # memory stays under its start-up size + 128 MiB, and the next items are graded as usual.
     with Grader(num_workers=1, timeout_s=3.0, memory_mb=128.0) as grader:
         (worker,) = grader._workers
-        batch = grader.grade(["\\boxed{9!!!!}", "\\boxed{2}", "\\boxed{\\frac{1}{2}.}"], ["1", "2", "0.5"])
+        batch = grader.grade(
+            ["\\boxed{9!!!!}", "\\boxed{2}", "\\boxed{\\frac{1}{2}.}"], ["1", "2", "0.5"]
+        )
         assert batch.outcomes[0] in (Outcome.error, Outcome.timeout)
         assert batch.outcomes[1:] == [Outcome.correct, Outcome.correct]
         assert grader.restarts == 0  # MemoryError inside the worker, not a crash

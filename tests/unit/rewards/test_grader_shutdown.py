@@ -39,8 +39,14 @@ def _descendants(root: int) -> set[int]:
 
 
 def _start(mode: str) -> tuple[subprocess.Popen, list[int]]:
-    holder = subprocess.Popen([sys.executable, str(HOLDER), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    holder = subprocess.Popen(
+        [sys.executable, str(HOLDER), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     line = holder.stdout.readline()  # blocks until the holder is up (and, in "ready", its workers)
     assert line.startswith("HOLDING"), holder.stderr.read()
     return holder, [int(pid) for pid in line.split()[1:]]
@@ -55,14 +61,23 @@ def _left_over(pids: set[int], within_s: float = 10.0) -> dict[int, tuple[str, i
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize(("how", "mode"), [
-    ("SIGKILL", "ready"),
-    ("SIGTERM", "ready"),
-    ("SIGTERM", "startup"),  # workers still importing sympy: they used to hit a broken pipe
-    ("SIGTERM", "unread"),  # a trainer loading its model: workers used to print ConnectionResetError
-    ("SIGKILL", "unread"),
-    ("SIGTERM to the process group", "ready"),  # as SLURM and a terminal do: every process gets it
-])
+@pytest.mark.parametrize(
+    ("how", "mode"),
+    [
+        ("SIGKILL", "ready"),
+        ("SIGTERM", "ready"),
+        ("SIGTERM", "startup"),  # workers still importing sympy: they used to hit a broken pipe
+        (
+            "SIGTERM",
+            "unread",
+        ),  # a trainer loading its model: workers used to print ConnectionResetError
+        ("SIGKILL", "unread"),
+        (
+            "SIGTERM to the process group",
+            "ready",
+        ),  # as SLURM and a terminal do: every process gets it
+    ],
+)
 def test_workers_end_with_the_trainer_and_print_nothing(how, mode):
     holder, workers = _start(mode)
     if mode == "startup":

@@ -7,43 +7,63 @@ import time
 
 import pytest
 
-from quadrants.rewards.graph import Graph, graph_rule, is_topological_order, parse_graph, path_weight
+from quadrants.rewards.graph import (
+    Graph,
+    graph_rule,
+    is_topological_order,
+    parse_graph,
+    path_weight,
+)
 from quadrants.rewards.outcome import Outcome
 from quadrants.rewards.rules import final_answer_text
 
-CYCLE = ("Determine whether or not there is a cycle in an undirected graph. In an undirected graph, (i,j) means "
-         "that node i and node j are connected with an undirected edge. Given a graph, you need to output Yes or "
-         "No, indicating whether there is a cycle in the graph. Q: The nodes are numbered from 0 to 2, and the "
-         "edges are: (0, 1) (1, 2) (0, 2). Is there a cycle in this graph?")
+CYCLE = (
+    "Determine whether or not there is a cycle in an undirected graph. In an undirected graph, (i,j) means "
+    "that node i and node j are connected with an undirected edge. Given a graph, you need to output Yes or "
+    "No, indicating whether there is a cycle in the graph. Q: The nodes are numbered from 0 to 2, and the "
+    "edges are: (0, 1) (1, 2) (0, 2). Is there a cycle in this graph?"
+)
 # 0->1, 0->2, 1->3, 2->3: valid orders are 0 1 2 3 and 0 2 1 3
-TOPOLOGY = ("Find one of the topology sorting paths of the given graph. In a directed graph, (i->j) means that "
-            "node i and node j are connected with a directed edge from node i to node j. Given a graph, you need "
-            "to output one of the topology sorting paths of the graph. Q: The nodes are numbered from 0 to 3, and "
-            "the edges are: (0->1) (0->2) (1->3) (2->3). Give one topology sorting path of this graph.")
+TOPOLOGY = (
+    "Find one of the topology sorting paths of the given graph. In a directed graph, (i->j) means that "
+    "node i and node j are connected with a directed edge from node i to node j. Given a graph, you need "
+    "to output one of the topology sorting paths of the graph. Q: The nodes are numbered from 0 to 3, and "
+    "the edges are: (0->1) (0->2) (1->3) (2->3). Give one topology sorting path of this graph."
+)
 # 0-1 (1), 1-2 (2), 0-2 (5), 2-3 (4): the shortest 0 -> 3 is 0 1 2 3, weight 7
-SHORTEST = ("Find the shortest path between two nodes in an undirected graph. In an undirected graph, (i,j,k) "
-            "means that node i and node j are connected with an undirected edge with weight k. Q: The nodes are "
-            "numbered from 0 to 3, and the edges are: (0,1,1) (1,2,2) (0,2,5) (2,3,4). Give the weight of the "
-            "shortest path from node 0 to node 3.")
-HAMILTON = ("Determine whether or not there is a Hamiltonian path in an undirected graph. Q: The nodes are "
-            "numbered from 0 to 3, and the edges are: (0, 1) (1, 2) (2, 3) (0, 3). Is there a Hamiltonian path?")
+SHORTEST = (
+    "Find the shortest path between two nodes in an undirected graph. In an undirected graph, (i,j,k) "
+    "means that node i and node j are connected with an undirected edge with weight k. Q: The nodes are "
+    "numbered from 0 to 3, and the edges are: (0,1,1) (1,2,2) (0,2,5) (2,3,4). Give the weight of the "
+    "shortest path from node 0 to node 3."
+)
+HAMILTON = (
+    "Determine whether or not there is a Hamiltonian path in an undirected graph. Q: The nodes are "
+    "numbered from 0 to 3, and the edges are: (0, 1) (1, 2) (2, 3) (0, 3). Is there a Hamiltonian path?"
+)
 
 
 def test_prompt_graphs_are_read():
-    assert parse_graph(CYCLE) == Graph(nodes=3, edges=((0, 1, None), (1, 2, None), (0, 2, None)), directed=False)
+    assert parse_graph(CYCLE) == Graph(
+        nodes=3, edges=((0, 1, None), (1, 2, None), (0, 2, None)), directed=False
+    )
     topology = parse_graph(TOPOLOGY)
     assert topology.directed and topology.nodes == 4 and len(topology.edges) == 4
     shortest = parse_graph(SHORTEST)
     assert (shortest.source, shortest.target) == (0, 3) and shortest.edges[2] == (0, 2, 5.0)
-    flow = parse_graph("Q: The nodes are numbered from 0 to 2, and the edges are: (0->1,3) (1->2,2). "
-                       "What is the maximum flow from node 0 to node 2?")
+    flow = parse_graph(
+        "Q: The nodes are numbered from 0 to 2, and the edges are: (0->1,3) (1->2,2). "
+        "What is the maximum flow from node 0 to node 2?"
+    )
     assert flow.edges == ((0, 1, 3.0), (1, 2, 2.0)) and flow.directed
     assert parse_graph("no graph here") is None
 
 
 def test_orders_and_paths_on_a_graph():
     topology = parse_graph(TOPOLOGY)
-    assert is_topological_order([0, 2, 1, 3], topology) and is_topological_order([0, 1, 2, 3], topology)
+    assert is_topological_order([0, 2, 1, 3], topology) and is_topological_order(
+        [0, 1, 2, 3], topology
+    )
     assert not is_topological_order([1, 0, 2, 3], topology)  # edge 0->1 broken
     assert not is_topological_order([0, 1, 3], topology)  # node 2 missing
     assert not is_topological_order([0, 1, 2, 3, 3], topology)
@@ -63,7 +83,12 @@ def test_orders_and_paths_on_a_graph():
         ("### Yes", CYCLE, "So the answer is yes.", Outcome.correct),
         ("### Yes", CYCLE, "\\boxed{\\text{No}}", Outcome.wrong),
         ("### No", CYCLE, "\\boxed{no}", Outcome.correct),
-        ("### Yes", CYCLE, "There might be a cycle, maybe.", Outcome.no_answer),  # no final-answer marker
+        (
+            "### Yes",
+            CYCLE,
+            "There might be a cycle, maybe.",
+            Outcome.no_answer,
+        ),  # no final-answer marker
         ("### Yes", CYCLE, "\\boxed{3}", Outcome.no_answer),  # a box, but no yes/no in it
         # numbers
         ("### 7", SHORTEST, "0 -> 1 -> 2 -> 3 costs 1 + 2 + 4, \\boxed{7}", Outcome.correct),
@@ -71,7 +96,12 @@ def test_orders_and_paths_on_a_graph():
         ("### 7", SHORTEST, "The answer is 9.", Outcome.wrong),
         ("### 7", SHORTEST, "\\boxed{seven}", Outcome.no_answer),
         # topological orders: any valid one, listed in the reference or not
-        ("### [[0, 1, 2, 3]]", TOPOLOGY, "\\boxed{[0, 2, 1, 3]}", Outcome.correct),  # valid, not listed
+        (
+            "### [[0, 1, 2, 3]]",
+            TOPOLOGY,
+            "\\boxed{[0, 2, 1, 3]}",
+            Outcome.correct,
+        ),  # valid, not listed
         ("### [[0, 1, 2, 3]]", TOPOLOGY, "### 0 -> 1 -> 2 -> 3", Outcome.correct),
         ("### [[0, 1, 2, 3]]", TOPOLOGY, "\\boxed{[1, 0, 2, 3]}", Outcome.wrong),  # 0->1 broken
         ("### [[0, 1, 2, 3]]", TOPOLOGY, "\\boxed{[0, 1, 2]}", Outcome.wrong),  # a node missing
@@ -91,11 +121,25 @@ def test_rules_grade_by_hand(reference, question, completion, outcome):
 
 
 def test_rule_kind_and_chance_follow_the_reference_format():
-    assert [graph_rule("t", ref, q).kind for ref, q in [("### Yes", CYCLE), ("### 7", SHORTEST),
-            ("### [[0, 1, 2, 3]]", TOPOLOGY), ("### [0, 1, 2, 3]", SHORTEST)]] == ["yes_no", "number", "orders", "path"]
-    assert graph_rule("cycle", "### No", CYCLE).chance == 0.5 and graph_rule("t", "### 7", SHORTEST).chance == 0.0
-    assert graph_rule("cycle", "### No", CYCLE).describe() == {"rule": "graph", "task": "cycle", "kind": "yes_no",
-                                                              "reference": "no"}
+    assert [
+        graph_rule("t", ref, q).kind
+        for ref, q in [
+            ("### Yes", CYCLE),
+            ("### 7", SHORTEST),
+            ("### [[0, 1, 2, 3]]", TOPOLOGY),
+            ("### [0, 1, 2, 3]", SHORTEST),
+        ]
+    ] == ["yes_no", "number", "orders", "path"]
+    assert (
+        graph_rule("cycle", "### No", CYCLE).chance == 0.5
+        and graph_rule("t", "### 7", SHORTEST).chance == 0.0
+    )
+    assert graph_rule("cycle", "### No", CYCLE).describe() == {
+        "rule": "graph",
+        "task": "cycle",
+        "kind": "yes_no",
+        "reference": "no",
+    }
 
 
 @pytest.mark.parametrize(
@@ -121,11 +165,21 @@ def test_final_answer_text_prefers_box_then_hashes_then_answer_is():
 
 @pytest.mark.parametrize(
     "completion",
-    ["### " + "1, " * 50_000, "\\boxed{" + "[" * 30_000, "answer " * 30_000, "yes no " * 30_000, "\x00\ud800###"],
+    [
+        "### " + "1, " * 50_000,
+        "\\boxed{" + "[" * 30_000,
+        "answer " * 30_000,
+        "yes no " * 30_000,
+        "\x00\ud800###",
+    ],
 )
 def test_garbage_is_graded_quickly_and_never_raises(completion):
-    for rule in (graph_rule("t", "### [[0, 1, 2, 3]]", TOPOLOGY), graph_rule("t", "### 7", SHORTEST),
-                 graph_rule("t", "### Yes", CYCLE), graph_rule("t", "### [0, 1, 2, 3]", SHORTEST)):
+    for rule in (
+        graph_rule("t", "### [[0, 1, 2, 3]]", TOPOLOGY),
+        graph_rule("t", "### 7", SHORTEST),
+        graph_rule("t", "### Yes", CYCLE),
+        graph_rule("t", "### [0, 1, 2, 3]", SHORTEST),
+    ):
         started = time.perf_counter()
         assert rule.grade(completion) in (Outcome.correct, Outcome.wrong, Outcome.no_answer)
         assert time.perf_counter() - started < 1.0

@@ -20,9 +20,15 @@ def two_layers(seed: int) -> nn.Module:
 def test_a_plain_module_passes_its_own_tensors_through_in_state_dict_order():
     model = two_layers(0)
     names, tensors = zip(*full_weights(model))
-    assert list(names) == list(model.state_dict()) == ["scale", "0.weight", "0.bias", "1.weight", "1.bias"]
+    assert (
+        list(names)
+        == list(model.state_dict())
+        == ["scale", "0.weight", "0.bias", "1.weight", "1.bias"]
+    )
     for tensor, original in zip(tensors, model.state_dict().values()):
-        assert tensor.data_ptr() == original.data_ptr() and not tensor.requires_grad  # no copy, detached
+        assert (
+            tensor.data_ptr() == original.data_ptr() and not tensor.requires_grad
+        )  # no copy, detached
 
 
 def test_copy_weights_overwrites_every_parameter_and_buffer_in_place():

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.hydra_setup import CONFIG_DIR, compose_run_config, expand_jobs, preflight, with_sweep_id
+from quadrants.hydra_setup import (
+    CONFIG_DIR,
+    compose_run_config,
+    expand_jobs,
+    preflight,
+    with_sweep_id,
+)
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 EXPECTED_JOBS = {
@@ -79,7 +85,9 @@ def test_paper_presets_evaluate_with_the_paper_protocol():
     main = compose_run_config(["experiment=paper_main_qwen7b", "objective=hapo", "seed=0"])
     assert dict(main.eval.benchmarks) == six and main.eval.max_new_tokens == 3072
     dsr = compose_run_config(["experiment=paper_main_dsr1p5b", "objective=hapo", "seed=0"])
-    assert dict(dsr.eval.benchmarks) == six and dsr.eval.max_new_tokens == 24576  # its response length
+    assert (
+        dict(dsr.eval.benchmarks) == six and dsr.eval.max_new_tokens == 24576
+    )  # its response length
 
 
 @pytest.mark.parametrize(
@@ -91,7 +99,9 @@ def test_paper_presets_evaluate_with_the_paper_protocol():
     ],
 )
 def test_paper_presets_train_on_deepscaler_with_the_papers_prompt(experiment, model, prompt, batch):
-    cfg = compose_run_config([f"experiment={experiment}", "seed=0", "objective=dapo", "quadrant=all"])
+    cfg = compose_run_config(
+        [f"experiment={experiment}", "seed=0", "objective=dapo", "quadrant=all"]
+    )
     assert cfg.task.name == "deepscaler" and cfg.task.params["source"] == "hub"
     assert cfg.model.name_or_path == model and cfg.prompt.format == prompt
     assert (cfg.train.prompts_per_step, cfg.rollout.group_size, cfg.train.mini_batch_size) == batch
@@ -99,14 +109,20 @@ def test_paper_presets_train_on_deepscaler_with_the_papers_prompt(experiment, mo
 
 
 def test_a_pretrained_model_on_the_character_level_task_is_refused_with_the_fix():
-    with pytest.raises(ValueError, match=r"task=arithmetic is the embedded character-level world.*use a real task: task=gsm8k"):
+    with pytest.raises(
+        ValueError,
+        match=r"task=arithmetic is the embedded character-level world.*use a real task: task=gsm8k",
+    ):
         preflight(["model=qwen2.5_math_7b"])
     assert preflight(["model=qwen2.5_math_7b", "task=deepscaler"]) == 1
 
 
 def test_the_four_quadrant_sweep_expands_to_four_jobs():
     assert expand_jobs(["quadrant=PHR,NHR,PLR,NLR"]) == [
-        ["quadrant=PHR"], ["quadrant=NHR"], ["quadrant=PLR"], ["quadrant=NLR"]
+        ["quadrant=PHR"],
+        ["quadrant=NHR"],
+        ["quadrant=PLR"],
+        ["quadrant=NLR"],
     ]
     assert preflight(["-m", "quadrant=PHR,NHR,PLR,NLR"]) == 4
 
@@ -126,16 +142,34 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
         (["quadrant=XHR"], "Available options in 'quadrant'"),
         (["train.lr=-1"], r"train.lr=-1.0 is out of range; allowed: \(0, inf\)"),
         (["train.lrr=1"], "Key 'lrr' not in 'TrainConfig'"),
-        (["train.behaviour_pass=never"], r"train.behaviour_pass='never' is unknown; choose one of \['auto', 'always'\]"),
-        (["train.micro_batch_size=-2"], r"train.micro_batch_size=-2 is out of range; allowed: \[0, inf\)"),
+        (
+            ["train.behaviour_pass=never"],
+            r"train.behaviour_pass='never' is unknown; choose one of \['auto', 'always'\]",
+        ),
+        (
+            ["train.micro_batch_size=-2"],
+            r"train.micro_batch_size=-2 is out of range; allowed: \[0, inf\)",
+        ),
         (["train.dlogp_rows=-1"], r"train.dlogp_rows=-1 is out of range; allowed: \[0, inf\)"),
-        (["tracking.system_metrics_interval_s=0"], r"tracking.system_metrics_interval_s=0.0 is out of range; allowed: \(0, inf\)"),
+        (
+            ["tracking.system_metrics_interval_s=0"],
+            r"tracking.system_metrics_interval_s=0.0 is out of range; allowed: \(0, inf\)",
+        ),
         (["train.steps=abc"], "could not be converted to Integer"),
         (["objective=hapo", "objective.params.alpha=2.0"], r"allowed: alpha/phi < 1"),
         (["objective=hapoo"], "Could not find 'objective/hapoo'"),
-        (["+objective.params.clip_hgh=0.3"], r"unknown parameter\(s\) \['clip_hgh'\]; accepted: \["),
-        (["quadrant.keep=[PHR,XX]"], r"quadrant.keep: unknown quadrant 'XX'; known: \['PHR', 'PLR', 'NHR', 'NLR'\]"),
-        (["quadrant.threshold=median"], "unknown; choose one of \\['group_mean', 'batch_quantile', 'fixed'\\]"),
+        (
+            ["+objective.params.clip_hgh=0.3"],
+            r"unknown parameter\(s\) \['clip_hgh'\]; accepted: \[",
+        ),
+        (
+            ["quadrant.keep=[PHR,XX]"],
+            r"quadrant.keep: unknown quadrant 'XX'; known: \['PHR', 'PLR', 'NHR', 'NLR'\]",
+        ),
+        (
+            ["quadrant.threshold=median"],
+            "unknown; choose one of \\['group_mean', 'batch_quantile', 'fixed'\\]",
+        ),
         (["quadrant.threshold=batch_quantile"], r"needs threshold_value q in \(0, 1\)"),
         (["quadrant.denominator=kept"], r"choose one of \['all_response_tokens', 'kept_tokens'\]"),
         (["objective.loss_agg=mean"], "choose one of \\['token-mean'"),

@@ -21,7 +21,11 @@ from quadrants.hydra_setup import hydra_argv, prints_only, split_hydra_argv, wit
         (["a=1", "-c", "all", "--resolve", "b=2"], ["-c", "all", "--resolve"], ["a=1", "b=2"]),
         (["a=1", "--info", "b=2"], ["--info"], ["a=1", "b=2"]),  # --info's value is optional
         (["a=1", "--info", "defaults", "b=2"], ["--info", "defaults"], ["a=1", "b=2"]),
-        (["-cn", "config", "a=1", "-p", "objective"], ["-cn", "config", "-p", "objective"], ["a=1"]),
+        (
+            ["-cn", "config", "a=1", "-p", "objective"],
+            ["-cn", "config", "-p", "objective"],
+            ["a=1"],
+        ),
         (["a=1", "b=2"], [], ["a=1", "b=2"]),
     ],
 )
@@ -39,11 +43,19 @@ def test_a_flag_value_is_not_an_override():
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300,
-                          env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize("module", ["quadrants.sweep", "quadrants.submit", "quadrants.train.distributed_main"])
+@pytest.mark.parametrize(
+    "module", ["quadrants.sweep", "quadrants.submit", "quadrants.train.distributed_main"]
+)
 def test_cfg_job_after_the_overrides(module):
     # the command, on the default (tiny) tree so no benchmark data is needed: the flags after
     # the overrides print the same config as before them, and nothing is run or submitted

@@ -23,15 +23,27 @@ def closed_port() -> int:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["launcher=slurm"], r"launcher=slurm .*needs -m.*Add -m .*or submit detached with python -m quadrants.submit"),
+        (
+            ["launcher=slurm"],
+            r"launcher=slurm .*needs -m.*Add -m .*or submit detached with python -m quadrants.submit",
+        ),
         (["launcher=slurm_dev", "quadrant=PHR"], r"needs -m"),
         (["train.warmup_steps=-5"], r"train.warmup_steps=-5 is out of range; allowed: \[0, inf\)"),
         (["train.betas=[1.5,0.9]"], r"train.betas=\[1.5, 0.9\] is out of range; allowed: \[0, 1\)"),
-        (["model.name_or_path=/does/not/exist"], r"model.name_or_path=/does/not/exist: no model directory at"),
-        (["model.name_or_path=./missing_model"], r"model.name_or_path=./missing_model: no model directory"),
+        (
+            ["model.name_or_path=/does/not/exist"],
+            r"model.name_or_path=/does/not/exist: no model directory at",
+        ),
+        (
+            ["model.name_or_path=./missing_model"],
+            r"model.name_or_path=./missing_model: no model directory",
+        ),
         # 16 prompts x 8 = 128 sequences: 7 would leave a last mini-batch of 2
-        (["train.mini_batch_size=7"], r"train.mini_batch_size=7 does not divide the 128 sequences .* hold 2; "
-                                      r"use a divisor of 128 \(e.g. 64, 32, 16\)"),
+        (
+            ["train.mini_batch_size=7"],
+            r"train.mini_batch_size=7 does not divide the 128 sequences .* hold 2; "
+            r"use a divisor of 128 \(e.g. 64, 32, 16\)",
+        ),
         (["-m", "seed=0,1", "train.mini_batch_size=7"], r"train.mini_batch_size=7 does not divide"),
     ],
 )
@@ -44,7 +56,9 @@ def test_refused_at_compose_time(argv, message, tmp_path):
 
 
 def test_a_hub_id_and_the_multirun_slurm_launcher_still_compose():
-    assert preflight(["model.name_or_path=Qwen/Qwen2.5-Math-1.5B", "task=gsm8k"]) == 1  # a hub id: resolved when loading
+    assert (
+        preflight(["model.name_or_path=Qwen/Qwen2.5-Math-1.5B", "task=gsm8k"]) == 1
+    )  # a hub id: resolved when loading
     assert preflight(["train.mini_batch_size=256"]) == 1  # >= the 128 sequences: one update
     assert preflight(["-m", "seed=0,1", "launcher=slurm"]) == 2  # -m: the launcher is used
 
@@ -52,8 +66,10 @@ def test_a_hub_id_and_the_multirun_slurm_launcher_still_compose():
 def test_tracking_server_that_does_not_answer_names_the_variable(monkeypatch, tmp_path):
     uri = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    said = (rf"tracking.uri={uri}: no MLflow tracking server answers there "
-            rf"\(ConnectionRefusedError.*MLFLOW_TRACKING_URI={uri}\..*or use tracking=local")
+    said = (
+        rf"tracking.uri={uri}: no MLflow tracking server answers there "
+        rf"\(ConnectionRefusedError.*MLFLOW_TRACKING_URI={uri}\..*or use tracking=local"
+    )
     with pytest.raises(ValueError, match=said):
         preflight(["tracking=server", f"outputs={tmp_path / 'outputs'}"])
     assert not (tmp_path / "outputs").exists()
@@ -65,7 +81,9 @@ def test_tracking_server_default_address_says_the_variable_is_not_set(monkeypatc
 
     if server_problem("http://127.0.0.1:5000") is None:
         pytest.skip("something answers on 127.0.0.1:5000 on this machine")
-    with pytest.raises(ValueError, match=r"MLFLOW_TRACKING_URI is not set, so tracking=server uses its default"):
+    with pytest.raises(
+        ValueError, match=r"MLFLOW_TRACKING_URI is not set, so tracking=server uses its default"
+    ):
         preflight(["tracking=server"])
 
 

@@ -23,7 +23,10 @@ class ToyChat:
 
     def apply_chat_template(self, conversation, *, tokenize, add_generation_prompt):
         assert tokenize is False and add_generation_prompt is True
-        return "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in conversation) + "<assistant>"
+        return (
+            "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in conversation)
+            + "<assistant>"
+        )
 
 
 def test_raw_is_the_problem_as_given():
@@ -35,7 +38,10 @@ def test_plain_appends_the_boxed_instruction_on_its_own_line():
 
 
 def test_chat_puts_problem_and_instruction_in_the_user_turn():
-    assert render_prompt(PROBLEM, format="chat", tokenizer=ToyChat()) == f"<user>What is 2+3?\n{BOXED}</user><assistant>"
+    assert (
+        render_prompt(PROBLEM, format="chat", tokenizer=ToyChat())
+        == f"<user>What is 2+3?\n{BOXED}</user><assistant>"
+    )
 
 
 def test_qwen_math_is_the_qwen25_math_cot_template_whatever_the_tokenizer():
@@ -56,7 +62,8 @@ def test_deepscaler_appends_the_datas_suffix_after_one_space():
 def test_instruction_replaces_the_formats_own():
     assert render_prompt(PROBLEM, format="plain", instruction="Answer:") == "What is 2+3?\nAnswer:"
     assert render_prompt(PROBLEM, format="qwen_math", instruction="Be brief.").startswith(
-        "<|im_start|>system\nBe brief.<|im_end|>\n")
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+    )
 
 
 def test_auto_is_the_tasks_format_else_chat_with_a_template_else_plain():
@@ -67,8 +74,12 @@ def test_auto_is_the_tasks_format_else_chat_with_a_template_else_plain():
 
 
 def test_bad_formats_fail_naming_the_key_and_the_choices():
-    with pytest.raises(ValueError, match=r"prompt.format='fancy' is unknown; choose one of \['auto', 'raw'"):
+    with pytest.raises(
+        ValueError, match=r"prompt.format='fancy' is unknown; choose one of \['auto', 'raw'"
+    ):
         render_prompt(PROBLEM, format="fancy")
-    with pytest.raises(ValueError, match="prompt.format=chat needs a tokenizer with a chat template"):
+    with pytest.raises(
+        ValueError, match="prompt.format=chat needs a tokenizer with a chat template"
+    ):
         make_renderer("chat", tokenizer=char_tokenizer())  # fails when built, not mid-run
     assert set(PROMPT_FORMATS) == {"auto", "raw", "plain", "chat", "qwen_math", "deepscaler"}

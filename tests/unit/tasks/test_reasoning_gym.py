@@ -12,7 +12,13 @@ pytest.importorskip("reasoning_gym")
 from quadrants.rewards.grader import Grader
 from quadrants.tasks import make_task, validate_task
 
-PARAMS = {"dataset": "basic_arithmetic", "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+PARAMS = {
+    "dataset": "basic_arithmetic",
+    "min_terms": 2,
+    "max_terms": 2,
+    "min_digits": 1,
+    "max_digits": 1,
+}
 
 
 def test_draws_are_deterministic_and_never_heldout():
@@ -28,7 +34,9 @@ def test_params_reach_the_generator():
     """Two one-digit terms: every question is 'Calculate a op b.' with a, b < 10 (possibly negated)."""
     task = make_task("reasoning_gym", 5, dict(PARAMS))
     for problem in task.train_batch(20, random.Random(0)):
-        digits = [token.strip("()-.") for token in problem.prompt.split() if token.strip("()-.").isdigit()]
+        digits = [
+            token.strip("()-.") for token in problem.prompt.split() if token.strip("()-.").isdigit()
+        ]
         assert len(digits) == 2 and all(len(d) == 1 for d in digits)
 
 
@@ -42,7 +50,11 @@ def test_answers_grade_with_math_verify():
 
 
 def test_bad_settings_fail_at_compose_time():
-    with pytest.raises(ValueError, match=r"task.params.dataset='word_ladder'.*choose one of \['basic_arithmetic'"):
+    with pytest.raises(
+        ValueError, match=r"task.params.dataset='word_ladder'.*choose one of \['basic_arithmetic'"
+    ):
         validate_task("reasoning_gym", 5, {"dataset": "word_ladder"})
-    with pytest.raises(ValueError, match=r"task.params.reward='judge' is unknown; choose one of \['math_verify'\]"):
+    with pytest.raises(
+        ValueError, match=r"task.params.reward='judge' is unknown; choose one of \['math_verify'\]"
+    ):
         validate_task("reasoning_gym", 5, {"dataset": "chain_sum", "reward": "judge"})

@@ -10,13 +10,16 @@ from quadrants.tracking.links import experiment_id_of, experiment_url, link_line
 
 def test_server_links_are_the_servers_pages():
     assert experiment_url("http://host:5000/", "7") == (
-        "http://host:5000/#/experiments/7/runs?workflowType=machine_learning")
+        "http://host:5000/#/experiments/7/runs?workflowType=machine_learning"
+    )
     # the sweep filter is quoted, and sorting by name keeps child runs out of the collapsed parent
     assert experiment_url("http://host:5000", "7", "s1a2") == (
         "http://host:5000/#/experiments/7/runs?workflowType=machine_learning&orderByKey=attributes.run_name"
-        "&orderByAsc=true&searchFilter=tags.%60quadrants.sweep_id%60%20%3D%20%27s1a2%27")
+        "&orderByAsc=true&searchFilter=tags.%60quadrants.sweep_id%60%20%3D%20%27s1a2%27"
+    )
     assert run_url("https://h", "7", "abc", "artifacts/analysis/report.html") == (
-        "https://h/#/experiments/7/runs/abc/artifacts/analysis/report.html?workflowType=machine_learning")
+        "https://h/#/experiments/7/runs/abc/artifacts/analysis/report.html?workflowType=machine_learning"
+    )
     assert link_lines("http://host:5000", "7", runs={"parent run": "abc", "eval run": None}) == [
         "quadrants: runs        http://host:5000/#/experiments/7/runs?workflowType=machine_learning",
         "quadrants: parent run  http://host:5000/#/experiments/7/runs/abc?workflowType=machine_learning",
@@ -31,14 +34,17 @@ def test_local_store_links_say_how_to_serve_it():
         "quadrants: parent run  http://127.0.0.1:5000/#/experiments/3/runs/p1?workflowType=machine_learning",
     ]
     assert link_lines(uri, None) == [  # store unreachable: the command only, no guessed ids
-        f"quadrants: browse with  mlflow ui --backend-store-uri {uri}   (then open the links below)"]
+        f"quadrants: browse with  mlflow ui --backend-store-uri {uri}   (then open the links below)"
+    ]
 
 
 def test_experiments_are_tagged_as_training(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     created = experiment_id_for(client, "study", None)
-    assert client.get_experiment(created).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert (
+        client.get_experiment(created).tags["mlflow.experimentKind"] == "custom_model_development"
+    )
     assert experiment_id_of(uri, "study") == created and experiment_id_of(uri, "missing") is None
     # an experiment made elsewhere without a kind gets it; one with a kind keeps its own
     bare = client.create_experiment("bare")

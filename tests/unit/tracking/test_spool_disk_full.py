@@ -35,7 +35,9 @@ def lines(path: Path) -> list[bytes]:
     return path.read_bytes().splitlines(keepends=True)
 
 
-def test_a_cut_write_is_undone_and_the_next_record_starts_clean(tmp_path: Path, monkeypatch) -> None:
+def test_a_cut_write_is_undone_and_the_next_record_starts_clean(
+    tmp_path: Path, monkeypatch
+) -> None:
     spool = Spool(tmp_path)
     spool.append({"step": 7})
     end = spool.end
@@ -45,7 +47,10 @@ def test_a_cut_write_is_undone_and_the_next_record_starts_clean(tmp_path: Path, 
     assert spool.end == end and (tmp_path / "000000.jsonl").stat().st_size == end.offset  # cut back
     monkeypatch.undo()  # space again
     spool.append({"step": 9})
-    assert [json.loads(line) for line in lines(tmp_path / "000000.jsonl")] == [{"step": 7}, {"step": 9}]
+    assert [json.loads(line) for line in lines(tmp_path / "000000.jsonl")] == [
+        {"step": 7},
+        {"step": 9},
+    ]
     records, _ = spool.read(spool.cursor, 10)
     assert [r.payload for r in records] == [{"step": 7}, {"step": 9}]  # no corrupt (merged) line
     spool.close()
@@ -60,7 +65,9 @@ def test_short_writes_that_complete_keep_the_record_whole(tmp_path: Path, monkey
 
     spool = Spool(tmp_path)
     monkeypatch.setattr(spool_module.os, "write", three_bytes_at_a_time)
-    end = spool.append({"n": 12345})  # '{"n":12345}' is 11 bytes + newline = 12 -> 4 calls of 3 bytes
+    end = spool.append(
+        {"n": 12345}
+    )  # '{"n":12345}' is 11 bytes + newline = 12 -> 4 calls of 3 bytes
     assert calls == [12, 9, 6, 3] and end.offset == 12
     monkeypatch.undo()
     assert [r.payload for r in spool.read(spool.cursor, 5)[0]] == [{"n": 12345}]
@@ -80,7 +87,9 @@ def test_a_failed_fsync_also_undoes_the_record(tmp_path: Path, monkeypatch) -> N
     spool.close()
 
 
-def test_other_write_errors_are_raised_as_they_are_and_still_cut_back(tmp_path: Path, monkeypatch) -> None:
+def test_other_write_errors_are_raised_as_they_are_and_still_cut_back(
+    tmp_path: Path, monkeypatch
+) -> None:
     spool = Spool(tmp_path)
 
     def io_error(fd: int, data: bytes) -> int:
@@ -101,7 +110,9 @@ def test_disk_full_is_found_inside_torch_style_errors() -> None:
         try:
             raise OSError(errno.ENOSPC, "No space left on device")
         except OSError:
-            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+            )
     except RuntimeError as error:
         torch_save = error
     assert is_disk_full(torch_save)

@@ -9,13 +9,19 @@ from quadrants.tracking.summary import _eval_columns, sweep_summary
 
 
 def test_only_the_largest_k_of_each_benchmark_is_a_column() -> None:
-    names = pd.Index([
-        "metrics.train/solve_rate",
-        "metrics.eval/aime24/avg_at_32", "metrics.eval/aime24/avg_at_32_stderr",
-        "metrics.eval/aime24/pass_at_1", "metrics.eval/aime24/pass_at_2", "metrics.eval/aime24/pass_at_32",
-        "metrics.eval/arithmetic/avg_at_4", "metrics.eval/arithmetic/pass_at_4",
-        "metrics.eval/arithmetic/no_answer_frac",
-    ])
+    names = pd.Index(
+        [
+            "metrics.train/solve_rate",
+            "metrics.eval/aime24/avg_at_32",
+            "metrics.eval/aime24/avg_at_32_stderr",
+            "metrics.eval/aime24/pass_at_1",
+            "metrics.eval/aime24/pass_at_2",
+            "metrics.eval/aime24/pass_at_32",
+            "metrics.eval/arithmetic/avg_at_4",
+            "metrics.eval/arithmetic/pass_at_4",
+            "metrics.eval/arithmetic/no_answer_frac",
+        ]
+    )
     assert _eval_columns(names) == {
         "metrics.eval/aime24/avg_at_32": "aime24/avg_at_32",
         "metrics.eval/aime24/pass_at_32": "aime24/pass_at_32",
@@ -27,10 +33,15 @@ def test_only_the_largest_k_of_each_benchmark_is_a_column() -> None:
 def test_the_summary_lists_each_child_run_with_its_final_numbers(store_uri: str) -> None:
     client = MlflowClient(store_uri)
     experiment = client.create_experiment("study")
-    parent = client.create_run(experiment, run_name="s1", tags={"quadrants.sweep_id": "s1"}).info.run_id
+    parent = client.create_run(
+        experiment, run_name="s1", tags={"quadrants.sweep_id": "s1"}
+    ).info.run_id
     for quadrant, solve in (("PHR", 0.75), ("NLR", 0.125)):
-        run = client.create_run(experiment, run_name=f"quadrant={quadrant}", tags={
-            "quadrants.sweep_id": "s1", "mlflow.parentRunId": parent, "quadrant": quadrant})
+        run = client.create_run(
+            experiment,
+            run_name=f"quadrant={quadrant}",
+            tags={"quadrants.sweep_id": "s1", "mlflow.parentRunId": parent, "quadrant": quadrant},
+        )
         client.log_metric(run.info.run_id, "train/solve_rate", solve, step=3)
         client.log_metric(run.info.run_id, "eval/aime24/pass_at_1", 0.5, step=3)
         client.log_metric(run.info.run_id, "eval/aime24/pass_at_2", solve, step=3)

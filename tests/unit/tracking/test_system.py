@@ -65,7 +65,9 @@ def test_every_step_gets_system_metrics_next_to_its_own() -> None:
     assert [step for step, _ in inner.series("system/cpu_utilization_percentage")] == [1, 2]
 
 
-def test_system_metrics_arrive_in_a_real_store_once_per_step(store_uri: str, tmp_path: Path) -> None:
+def test_system_metrics_arrive_in_a_real_store_once_per_step(
+    store_uri: str, tmp_path: Path
+) -> None:
     inner = MlflowTracker(store_uri, "unit", spool_dir=tmp_path / "spool", flush_every_s=0.2)
     tracker = SystemMetricsTracker(inner, SystemSampler(interval_s=0.05))
     run_id = tracker.start()

@@ -28,13 +28,18 @@ def seeded_batch(model, *, rows=6, prompt=4, length=5):
     sequences = torch.randint(3, 60, (rows, prompt + length), generator=gen)
     response_mask = torch.arange(length)[None] < torch.tensor([5, 3, 5, 2, 4, 5])[:, None]
     attention_mask = torch.cat([torch.ones(rows, prompt, dtype=torch.bool), response_mask], dim=1)
-    logp, entropy = behaviour_pass(model, sequences, attention_mask, length, temperature=1.0, chunk_size=7,
-                                   batch_size=rows)
+    logp, entropy = behaviour_pass(
+        model, sequences, attention_mask, length, temperature=1.0, chunk_size=7, batch_size=rows
+    )
     logp = logp + 0.05 * torch.randn(rows, length, generator=gen)
     return make_token_batch(
-        sequences=sequences, attention_mask=attention_mask, response_mask=response_mask,
-        old_logp=logp * response_mask, entropy=entropy * response_mask,
-        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]), group_ids=torch.tensor([0, 0, 1, 1, 2, 2]),
+        sequences=sequences,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        old_logp=logp * response_mask,
+        entropy=entropy * response_mask,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]),
+        group_ids=torch.tensor([0, 0, 1, 1, 2, 2]),
     )
 
 
@@ -46,10 +51,26 @@ def gradients(objective: str, micro: int, model, batch):
     cfg.train.entropy_chunk_size = 7
     spec, params = resolve_objective(objective, cfg.objective.params)
     model = copy.deepcopy(model)
-    ctx = StepContext(cfg=cfg, model=model, tokenizer=None, ref_model=None, engine=None, grader=None, task=None,
-                      optimizer=None, scheduler=None, spec=spec, params=params, loss_settings=loss_settings(cfg))
+    ctx = StepContext(
+        cfg=cfg,
+        model=model,
+        tokenizer=None,
+        ref_model=None,
+        engine=None,
+        grader=None,
+        task=None,
+        optimizer=None,
+        scheduler=None,
+        spec=spec,
+        params=params,
+        loss_settings=loss_settings(cfg),
+    )
     loss, metrics = backward_minibatch(ctx, batch, None)
-    return loss, metrics, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return (
+        loss,
+        metrics,
+        {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None},
+    )
 
 
 @pytest.mark.parametrize("objective", known_objectives())
@@ -63,7 +84,11 @@ def test_micro_batches_accumulate_the_unsplit_gradient(objective):
         split_loss, split_metrics, split = gradients(objective, micro, model, batch)
         torch.testing.assert_close(split_loss, loss, rtol=0, atol=1e-6)
         for name, value in metrics.items():
-            torch.testing.assert_close(split_metrics[name], value, rtol=0, atol=1e-6, msg=f"{micro}: {name}")
+            torch.testing.assert_close(
+                split_metrics[name], value, rtol=0, atol=1e-6, msg=f"{micro}: {name}"
+            )
         assert set(split) == set(whole)
         for name, grad in whole.items():  # float32 sums in another order
-            torch.testing.assert_close(split[name], grad, rtol=1e-4, atol=1e-6, msg=f"{micro}: {name}")
+            torch.testing.assert_close(
+                split[name], grad, rtol=1e-4, atol=1e-6, msg=f"{micro}: {name}"
+            )

@@ -57,9 +57,14 @@ def batch_inputs(rule: str = "group_mean", value: float | None = None) -> dict:
     return dict(
         sequences=torch.arange(B * (T + 1)).view(B, T + 1),
         attention_mask=torch.cat([torch.ones(B, 1, dtype=torch.bool), MASK], 1),
-        response_mask=MASK, old_logp=torch.full((B, T), -1.0) * MASK, entropy=entropy * MASK,
-        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]), group_ids=torch.tensor([0, 0, 1, 1]),
-        threshold_rule=rule, threshold_value=value, ref_logp=torch.full((B, T), -1.1) * MASK,
+        response_mask=MASK,
+        old_logp=torch.full((B, T), -1.0) * MASK,
+        entropy=entropy * MASK,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]),
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        threshold_rule=rule,
+        threshold_value=value,
+        ref_logp=torch.full((B, T), -1.1) * MASK,
     )
 
 
@@ -87,8 +92,13 @@ def policy_on(device: torch.device, with_entropy: bool) -> PolicyOutput:
 
 SETTINGS = [
     LossSettings(),
-    LossSettings(keep=(Quadrant.PHR, Quadrant.NLR), denominator="kept_tokens", loss_agg="seq-mean-token-sum-norm",
-                 kl_coef=0.1, kl_estimator="k3"),
+    LossSettings(
+        keep=(Quadrant.PHR, Quadrant.NLR),
+        denominator="kept_tokens",
+        loss_agg="seq-mean-token-sum-norm",
+        kl_coef=0.1,
+        kl_estimator="k3",
+    ),
 ]
 
 
@@ -101,8 +111,14 @@ def test_objective_on_meta_inputs_stays_on_meta(name, settings):
     spec, params = resolve_objective(name, {})
     batch = batch_to(cpu_batch(), META)
     is_weights = torch.ones(B, T, device=META)
-    loss, metrics = compute_loss(spec, params, batch, policy_on(META, spec.wants_entropy(params)), settings,
-                                 is_weights=is_weights)
+    loss, metrics = compute_loss(
+        spec,
+        params,
+        batch,
+        policy_on(META, spec.wants_entropy(params)),
+        settings,
+        is_weights=is_weights,
+    )
     loss.backward()
     assert loss.device == META
     assert {k: v.device for k, v in metrics.items()} == {k: META for k in metrics}
@@ -114,7 +130,9 @@ def test_objectives_that_need_values_say_so_on_meta(name):
     mismatch (harness 2 runs them fully)."""
     spec, params = resolve_objective(name, {"fraction": 0.2})
     with pytest.raises(RuntimeError, match=r"item\(\) cannot be called on meta tensors"):
-        compute_loss(spec, params, batch_to(cpu_batch(), META), policy_on(META, False), LossSettings())
+        compute_loss(
+            spec, params, batch_to(cpu_batch(), META), policy_on(META, False), LossSettings()
+        )
 
 
 def test_ops_on_meta_inputs_stay_on_meta():
@@ -124,15 +142,23 @@ def test_ops_on_meta_inputs_stay_on_meta():
     old = torch.zeros(B, T, device=META)
     mask = MASK.to(META)
     weights = truncated_is_weights(old, old, mask, level="sequence", cap=2.0)
-    outputs = [logp, entropy, *logp_abs_diff(old, old, mask), weights, *is_weight_stats(weights, mask, cap=2.0),
-               truncated_is_weights(old, old, mask, level="token", cap=2.0)]
+    outputs = [
+        logp,
+        entropy,
+        *logp_abs_diff(old, old, mask),
+        weights,
+        *is_weight_stats(weights, mask, cap=2.0),
+        truncated_is_weights(old, old, mask, level="token", cap=2.0),
+    ]
     assert [o.device for o in outputs] == [META] * len(outputs)
 
 
 def test_rollouts_move_to_meta_and_stay_put_on_cpu():
     rollouts = small_rollouts()
     moved = rollouts_to(rollouts, META)
-    tensors = [f.name for f in fields(Rollouts) if isinstance(getattr(rollouts, f.name), torch.Tensor)]
+    tensors = [
+        f.name for f in fields(Rollouts) if isinstance(getattr(rollouts, f.name), torch.Tensor)
+    ]
     assert len(tensors) == 7
     assert all(getattr(moved, n).device == META for n in tensors) and moved.texts == rollouts.texts
     same = rollouts_to(rollouts, CPU)  # the CPU path copies nothing: the very same tensors
@@ -154,14 +180,20 @@ def test_harness_catches_a_tensor_made_without_device():
 
 def small_rollouts() -> Rollouts:
     return Rollouts(
-        prompt_ids=torch.zeros(B, 1, dtype=torch.long), prompt_mask=torch.ones(B, 1, dtype=torch.bool),
-        response_ids=torch.ones(B, T, dtype=torch.long), response_mask=MASK,
-        behaviour_logp=torch.full((B, T), -1.05) * MASK, texts=["a", "b", "c", "d"],
-        group_ids=torch.tensor([0, 0, 1, 1]), finished=torch.tensor([True, True, False, True]),
+        prompt_ids=torch.zeros(B, 1, dtype=torch.long),
+        prompt_mask=torch.ones(B, 1, dtype=torch.bool),
+        response_ids=torch.ones(B, T, dtype=torch.long),
+        response_mask=MASK,
+        behaviour_logp=torch.full((B, T), -1.05) * MASK,
+        texts=["a", "b", "c", "d"],
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        finished=torch.tensor([True, True, False, True]),
     )
 
 
-@pytest.mark.parametrize("rule,value", [("group_mean", None), ("batch_quantile", 0.5), ("fixed", 0.4)])
+@pytest.mark.parametrize(
+    "rule,value", [("group_mean", None), ("batch_quantile", 0.5), ("fixed", 0.4)]
+)
 def test_batch_and_telemetry_make_no_device_less_tensors(rule, value):
     dlogp = torch.full((B, T), 0.25) * MASK
     reference = quadrant_telemetry(cpu_batch(rule, value), dlogp)
@@ -174,14 +206,23 @@ def test_batch_and_telemetry_make_no_device_less_tensors(rule, value):
         metrics = rollout_metrics(rollouts, batch.rewards, outcomes, batch)
     assert telemetry == reference  # same floats as outside the harness
     # group 0 = one of two correct, group 1 = both correct: prompt_solve_rate 2/2, all-correct 1/2
-    assert metrics["train/prompt_solve_rate"] == 1.0 and metrics["train/groups_all_correct_frac"] == 0.5
+    assert (
+        metrics["train/prompt_solve_rate"] == 1.0
+        and metrics["train/groups_all_correct_frac"] == 0.5
+    )
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=["plain", "quadrant_kl"])
 @pytest.mark.parametrize("name", known_objectives())
 def test_every_objective_makes_no_device_less_tensors(name, settings):
-    spec, params = resolve_objective(name, {"fraction": 0.2} if name in NEEDS_VALUES_ON_META else {})
-    batch, policy, is_weights = cpu_batch(), policy_on(CPU, spec.wants_entropy(params)), torch.ones(B, T)
+    spec, params = resolve_objective(
+        name, {"fraction": 0.2} if name in NEEDS_VALUES_ON_META else {}
+    )
+    batch, policy, is_weights = (
+        cpu_batch(),
+        policy_on(CPU, spec.wants_entropy(params)),
+        torch.ones(B, T),
+    )
     with torch.device("meta"):
         loss, metrics = compute_loss(spec, params, batch, policy, settings, is_weights=is_weights)
         loss.backward()
@@ -206,11 +247,15 @@ def test_resolve_device_rules():
 def test_unknown_device_fails_at_compose_time():
     cfg = RunConfig()
     cfg.train.device = "gpu"
-    with pytest.raises(ValueError, match=r"train.device='gpu' is unknown; choose one of \['auto', 'cpu', 'cuda'\]"):
+    with pytest.raises(
+        ValueError, match=r"train.device='gpu' is unknown; choose one of \['auto', 'cpu', 'cuda'\]"
+    ):
         validate_config(cfg)
     cfg.train.device = "cpu"
     cfg.distributed.backend = "nccl"
-    with pytest.raises(ValueError, match="distributed.backend=nccl moves CUDA tensors only, but train.device=cpu"):
+    with pytest.raises(
+        ValueError, match="distributed.backend=nccl moves CUDA tensors only, but train.device=cpu"
+    ):
         validate_config(cfg)
 
 
@@ -219,7 +264,9 @@ def test_cuda_without_cuda_fails_at_start():
     """On this machine: a plain run and a torchrun rank both stop before loading anything or
     starting a process group."""
     assert resolve_device("auto") == CPU
-    message = r"train.device=cuda but torch.cuda.is_available\(\) is False.*set train.device=auto or cpu"
+    message = (
+        r"train.device=cuda but torch.cuda.is_available\(\) is False.*set train.device=auto or cpu"
+    )
     with pytest.raises(RuntimeError, match=message):
         resolve_device("cuda")
     cfg = RunConfig()
@@ -229,7 +276,13 @@ def test_cuda_without_cuda_fails_at_start():
 
     with pytest.raises(RuntimeError, match=message):
         build_context(cfg, grader=None)  # type: ignore[arg-type]  # fails before the grader is used
-    torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    torchrun = {
+        "RANK": "1",
+        "WORLD_SIZE": "2",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1",
+    }
     with pytest.raises(RuntimeError, match=message):
         init_distributed("auto", environ=torchrun, device="cuda")
     assert not torch.distributed.is_initialized()

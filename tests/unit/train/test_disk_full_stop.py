@@ -41,8 +41,11 @@ def small(run_dir: Path) -> RunConfig:
 def test_stop_checkpoints_the_unrecorded_step_and_the_resume_logs_it_once(tmp_path: Path) -> None:
     spool_file = tmp_path / "run" / "tracking" / "000000.jsonl"
     full = FullAtStep(3, spool_file)
-    with pytest.raises(DiskFullError, match=rf"^no space left on device: {spool_file} \(stopped at step 3: step 3 "
-                                            r"is checkpointed with its metrics; free space"):
+    with pytest.raises(
+        DiskFullError,
+        match=rf"^no space left on device: {spool_file} \(stopped at step 3: step 3 "
+        r"is checkpointed with its metrics; free space",
+    ):
         run_training(small(tmp_path / "run"), full)
     assert [step for step, _ in full.history] == [0, 1, 2]
     checkpoint = load_latest(tmp_path / "run")
@@ -51,7 +54,11 @@ def test_stop_checkpoints_the_unrecorded_step_and_the_resume_logs_it_once(tmp_pa
     again = RecordingTracker()
     result = run_training(small(tmp_path / "run"), again)
     assert result.resumed_from == 3
-    assert [step for step, _ in again.history] == [3, 4, 5]  # step 3 from the checkpoint, then 4 and 5
+    assert [step for step, _ in again.history] == [
+        3,
+        4,
+        5,
+    ]  # step 3 from the checkpoint, then 4 and 5
     assert again.history[0][1] == checkpoint.state["unlogged_metrics"][3]
 
     # the same run without a full disk logs the same step 3

@@ -23,10 +23,16 @@ class ScriptedEngine:
         b = len(prompts) * sampling.n
         assert b == len(self.texts)
         zeros = torch.zeros(b, 1)
-        return Rollouts(prompt_ids=zeros.long(), prompt_mask=zeros.bool(), response_ids=zeros.long(),
-                        response_mask=zeros.bool(), behaviour_logp=zeros, texts=self.texts,
-                        group_ids=torch.arange(len(prompts)).repeat_interleave(sampling.n),
-                        finished=torch.ones(b, dtype=torch.bool))
+        return Rollouts(
+            prompt_ids=zeros.long(),
+            prompt_mask=zeros.bool(),
+            response_ids=zeros.long(),
+            response_mask=zeros.bool(),
+            behaviour_logp=zeros,
+            texts=self.texts,
+            group_ids=torch.arange(len(prompts)).repeat_interleave(sampling.n),
+            finished=torch.ones(b, dtype=torch.bool),
+        )
 
     def sync_weights(self, model: object) -> None: ...
 
@@ -34,18 +40,37 @@ class ScriptedEngine:
 
 
 def test_avg_pass_curve_and_no_answer_by_hand() -> None:
-    problems = [Problem(id="a", prompt="1+2=", answer="3"), Problem(id="b", prompt="2+3=", answer="5")]
-    texts = [r"\boxed{3}", r"\boxed{3}", r"\boxed{4}", "no idea",  # c = 2 of n = 4
-             r"\boxed{5}", r"\boxed{1}", r"\boxed{1}", r"\boxed{1}"]  # c = 1 of n = 4
+    problems = [
+        Problem(id="a", prompt="1+2=", answer="3"),
+        Problem(id="b", prompt="2+3=", answer="5"),
+    ]
+    texts = [
+        r"\boxed{3}",
+        r"\boxed{3}",
+        r"\boxed{4}",
+        "no idea",  # c = 2 of n = 4
+        r"\boxed{5}",
+        r"\boxed{1}",
+        r"\boxed{1}",
+        r"\boxed{1}",
+    ]  # c = 1 of n = 4
     with Grader(num_workers=1, timeout_s=5.0) as grader:
-        metrics = heldout_metrics(ScriptedEngine(texts), grader, problems, SamplingSettings(n=4), "toy")
+        metrics = heldout_metrics(
+            ScriptedEngine(texts), grader, problems, SamplingSettings(n=4), "toy"
+        )
     # Avg@4 = (2/4 + 1/4) / 2 = 0.375 = Pass@1
     # Pass@2 = mean(1 - C(2,2)/C(4,2), 1 - C(3,2)/C(4,2)) = mean(5/6, 1/2) = 2/3
     # Pass@4 = mean(1, 1) = 1; one of eight responses has no answer -> 0.125
     # standard error of Avg@4 over the 2 problems: scores 0.5, 0.25, sample sd = 0.125 * sqrt(2)
     # -> SE = sd / sqrt(2) = 0.125
-    expected = {"eval/toy/avg_at_4": 0.375, "eval/toy/avg_at_4_stderr": 0.125, "eval/toy/pass_at_1": 0.375,
-                "eval/toy/pass_at_2": 2 / 3, "eval/toy/pass_at_4": 1.0, "eval/toy/no_answer_frac": 0.125}
+    expected = {
+        "eval/toy/avg_at_4": 0.375,
+        "eval/toy/avg_at_4_stderr": 0.125,
+        "eval/toy/pass_at_1": 0.375,
+        "eval/toy/pass_at_2": 2 / 3,
+        "eval/toy/pass_at_4": 1.0,
+        "eval/toy/no_answer_frac": 0.125,
+    }
     assert metrics.keys() == expected.keys()
     for key, value in expected.items():
         assert abs(metrics[key] - value) < 1e-12, key

@@ -16,10 +16,14 @@ def batch(rewards: list[float]):
     # one group of 2 sequences x 2 tokens; entropy [[1, 0], [0, 0]] -> group mean 0.25:
     # only token (0, 0) is high
     return make_token_batch(
-        sequences=torch.zeros(2, 3, dtype=torch.long), attention_mask=torch.ones(2, 3, dtype=torch.bool),
-        response_mask=torch.ones(2, 2, dtype=torch.bool), old_logp=torch.zeros(2, 2),
-        entropy=torch.tensor([[1.0, 0.0], [0.0, 0.0]]), rewards=torch.tensor(rewards),
-        group_ids=torch.tensor([0, 0]), normalize_std=False,
+        sequences=torch.zeros(2, 3, dtype=torch.long),
+        attention_mask=torch.ones(2, 3, dtype=torch.bool),
+        response_mask=torch.ones(2, 2, dtype=torch.bool),
+        old_logp=torch.zeros(2, 2),
+        entropy=torch.tensor([[1.0, 0.0], [0.0, 0.0]]),
+        rewards=torch.tensor(rewards),
+        group_ids=torch.tensor([0, 0]),
+        normalize_std=False,
     )
 
 
@@ -34,7 +38,10 @@ def test_quadrant_telemetry_by_hand():
         "NLR": (0.5, 0.0, -1.0, 0.2),
     }
     for q, (frac, ent, mass, dlogp) in expected.items():
-        got = [out[keys.quadrant(q, s)] for s in ("token_frac", "entropy_mean", "adv_mass", "dlogp_abs")]
+        got = [
+            out[keys.quadrant(q, s)]
+            for s in ("token_frac", "entropy_mean", "adv_mass", "dlogp_abs")
+        ]
         assert got == pytest.approx([frac, ent, mass, dlogp], abs=1e-6)
 
 
@@ -42,14 +49,25 @@ def test_all_equal_rewards_give_zero_advantage_mass_and_finite_values():
     # rewards [1, 1] -> advantages 0 (counted positive): PHR 1 token, PLR 3 tokens, no negatives
     out = quadrant_telemetry(batch([1.0, 1.0]), None)
     assert all(math.isfinite(v) for v in out.values())
-    assert out[keys.quadrant("PHR", "adv_mass")] == 0.0 and out[keys.quadrant("PLR", "adv_mass")] == 0.0
-    assert out[keys.quadrant("NHR", "token_frac")] == 0.0 and out[keys.quadrant("NLR", "token_frac")] == 0.0
+    assert (
+        out[keys.quadrant("PHR", "adv_mass")] == 0.0
+        and out[keys.quadrant("PLR", "adv_mass")] == 0.0
+    )
+    assert (
+        out[keys.quadrant("NHR", "token_frac")] == 0.0
+        and out[keys.quadrant("NLR", "token_frac")] == 0.0
+    )
     assert keys.quadrant("PHR", "dlogp_abs") not in out
 
 
 def test_mean_metrics_averages_over_updates():
     # clip_frac 0.1 and 0.3 over two mini-batches -> 0.2; a key seen once keeps its value
-    out = mean_metrics([{"clip_frac": torch.tensor(0.1)}, {"clip_frac": torch.tensor(0.3), "kl": torch.tensor(2.0)}])
+    out = mean_metrics(
+        [
+            {"clip_frac": torch.tensor(0.1)},
+            {"clip_frac": torch.tensor(0.3), "kl": torch.tensor(2.0)},
+        ]
+    )
     assert out == pytest.approx({"clip_frac": 0.2, "kl": 2.0})
 
 
@@ -59,7 +77,13 @@ def test_dlogp_from_a_row_subsample_and_its_standard_error():
     out = quadrant_telemetry(batch([1.0, 0.0]), torch.tensor([[0.1, 0.3]]), torch.tensor([1]))
     assert out[keys.quadrant("NLR", "dlogp_abs")] == pytest.approx(0.2, abs=1e-6)
     assert out[keys.quadrant("NLR", "dlogp_abs_se")] == 0.0
-    assert out[keys.quadrant("PHR", "dlogp_abs")] == 0.0 and out[keys.quadrant("PLR", "dlogp_abs")] == 0.0
+    assert (
+        out[keys.quadrant("PHR", "dlogp_abs")] == 0.0
+        and out[keys.quadrant("PLR", "dlogp_abs")] == 0.0
+    )
     # the full batch (rows None): the exact means of test_quadrant_telemetry_by_hand, SE 0
     full = quadrant_telemetry(batch([1.0, 0.0]), torch.tensor([[0.2, 0.4], [0.1, 0.3]]))
-    assert full[keys.quadrant("NLR", "dlogp_abs")] == pytest.approx(0.2) and full[keys.quadrant("NLR", "dlogp_abs_se")] == 0.0
+    assert (
+        full[keys.quadrant("NLR", "dlogp_abs")] == pytest.approx(0.2)
+        and full[keys.quadrant("NLR", "dlogp_abs_se")] == 0.0
+    )
