@@ -31,7 +31,7 @@ def worker(out: str, steps: int, prompts: int, threads: int) -> None:
 
     from quadrants.config import RunConfig
     from quadrants.tracking.base import NullTracker
-    from quadrants.train.distributed import init_distributed, shutdown
+    from quadrants.distributed.collectives import init_distributed, shutdown
     from quadrants.train.loop import run_training
 
     class Timings(NullTracker):

@@ -63,7 +63,7 @@ def rank_main(args: argparse.Namespace) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from quadrants.rollout.weights import copy_weights
-    from quadrants.train.distributed import DistEnv, shard_model
+    from quadrants.distributed.collectives import DistEnv, shard_model
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

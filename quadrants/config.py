@@ -213,7 +213,7 @@ class TrackingConfig:
 
 @dataclass
 class DistributedConfig:
-    # Used by `torchrun ... -m quadrants.train.distributed_main` / srun (see quadrants/train/distributed.py);
+    # Used by `torchrun ... -m quadrants.train.distributed_main` / srun (see quadrants/distributed/collectives.py);
     # a plain single process ignores all but prompts_per_generate.
     backend: str = "auto"  # auto (nccl when CUDA is available, else gloo) | gloo | nccl
     # prompts per generate call; block b goes to rank b % world. null = prompts_per_step / world
@@ -322,7 +322,7 @@ def validate_config(cfg: RunConfig) -> None:
         raise ValueError(
             f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose one of ['auto', 'always']"
         )
-    from quadrants.train.device import validate_device
+    from quadrants.rollout.device import validate_device
 
     validate_device(cfg.train.device)
     from quadrants.eval.plan import validate_eval
@@ -331,6 +331,6 @@ def validate_config(cfg: RunConfig) -> None:
     from quadrants.probe.plan import validate_probe
 
     validate_probe(cfg.probe)
-    from quadrants.train.distributed import validate_distributed_config
+    from quadrants.distributed.collectives import validate_distributed_config
 
     validate_distributed_config(cfg)

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from quadrants.config import RunConfig, validate_config
 from quadrants.slurm_host import SLURM_LAUNCHER
-from quadrants.train.distributed import check_layout
+from quadrants.distributed.collectives import check_layout
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 _HYDRA_FLAGS_WITHOUT_JOBS = (

@@ -43,7 +43,7 @@ from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
 from quadrants.tracking import keys
 from quadrants.tracking.base import Tracker
-from quadrants.train.distributed import DistEnv, dealt, run_dealt
+from quadrants.distributed.collectives import DistEnv, dealt, run_dealt
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
     from quadrants.config import EvalConfig, PromptConfig, RunConfig, TaskConfig
@@ -408,7 +408,7 @@ def run_evaluation(
 
     from quadrants.eval.generation import TextEngine
     from quadrants.tracking.mlflow_tracker import MlflowTracker
-    from quadrants.train.device import resolve_device
+    from quadrants.rollout.device import resolve_device
     from quadrants.train.job import tracking_uri
 
     if cfg.train.threads:

@@ -28,7 +28,7 @@ from quadrants.probe.plan import Positions, branching_cost
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Problem
-from quadrants.train.policy import behaviour_pass, position_ids_from_mask
+from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
     from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
     from quadrants.eval.target import load_target_policy
     from quadrants.tracking.mlflow_tracker import MlflowTracker
-    from quadrants.train.device import resolve_device
+    from quadrants.rollout.device import resolve_device
     from quadrants.train.job import artifact_location, tracking_uri
     from quadrants.train.loop import make_run_task
 
@@ -279,7 +279,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
 def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
     """The training loop's colocated vLLM engine (rollout.engine=vllm), given `model`'s weights (a
     checkpoint's, which its base model directory does not hold)."""
-    from quadrants.train.distributed import DistEnv
+    from quadrants.distributed.collectives import DistEnv
     from quadrants.train.loop import _vllm_engine as start
 
     engine = start(cfg, model, tokenizer, DistEnv())

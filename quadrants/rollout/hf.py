@@ -33,7 +33,7 @@ from transformers import (
 
 from quadrants.rollout.decode import sample
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
-from quadrants.train.device import model_device
+from quadrants.rollout.device import model_device
 
 
 class SampledLogprobs(LogitsProcessor):
@@ -67,7 +67,7 @@ class SampledLogprobs(LogitsProcessor):
 
 class HFEngine:
     """RolloutEngine over `model.generate`, on the model's device; the Rollouts it returns are on the
-    CPU (quadrants.train.device: the step moves them to the training device once).
+    CPU (quadrants.rollout.device: the step moves them to the training device once).
 
     Args:
         logprobs: record behaviour log-probs and entropy (training); False returns zero log-probs and

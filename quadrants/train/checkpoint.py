@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
-from quadrants.train.distributed import barrier, current
+from quadrants.distributed.collectives import barrier, current
 from quadrants.train.distributed_checkpoint import SHARDS_DIR, load_sharded, save_sharded
 
 log = logging.getLogger("quadrants.checkpoint")

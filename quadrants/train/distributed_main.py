@@ -26,7 +26,7 @@ from quadrants.hydra_setup import (
     with_sweep_id,
 )
 from quadrants.tracking.base import NullTracker, Tracker
-from quadrants.train.distributed import init_distributed, shutdown
+from quadrants.distributed.collectives import init_distributed, shutdown
 
 log = logging.getLogger("quadrants.distributed")
 

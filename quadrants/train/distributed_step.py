@@ -1,4 +1,4 @@
-"""The step's phases when rows are spread over ranks (see quadrants/train/distributed.py for the rule).
+"""The step's phases when rows are spread over ranks (see quadrants/distributed/collectives.py for the rule).
 
 - `collect_blocks`: prompts in blocks, block b generated and graded by rank b % W, all blocks gathered
   in block order on every rank (world-size invariant: the same blocks, seeds and global order for any
@@ -24,7 +24,7 @@ from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.rollout.hf import HFEngine
 from quadrants.rollout.weights import copy_weights
-from quadrants.train.distributed import (
+from quadrants.distributed.collectives import (
     DistEnv,
     all_gather_rows,
     check_layout,
@@ -37,7 +37,7 @@ from quadrants.train.distributed import (
     shard_model,
     splice,
 )
-from quadrants.train.policy import behaviour_pass, response_logprobs
+from quadrants.models.policy import behaviour_pass, response_logprobs
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
@@ -194,7 +194,7 @@ def prepare_policy(
     with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op).
     With `rollout.engine=vllm` no HF engine (and no copy) is made: the engine is None, and the caller
     starts vLLM on the placed, sharded policy."""
-    from quadrants.train.device import resolve_device
+    from quadrants.rollout.device import resolve_device
 
     check_layout(cfg, env.world_size)
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device

@@ -7,7 +7,7 @@ quick check gives a Pass@k curve).
 
 Under torch.distributed the chunks of problems (one generate call each, all with the same sampling
 seed) are dealt to the ranks, chunk c to rank c % W, and gathered in chunk order on every rank
-(`quadrants.train.distributed.run_dealt`), so the metrics are those of one process for any W.
+(`quadrants.distributed.collectives.run_dealt`), so the metrics are those of one process for any W.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
 from quadrants.tracking import keys
-from quadrants.train.distributed import DistEnv, run_dealt
+from quadrants.distributed.collectives import DistEnv, run_dealt
 
 
 @dataclass(frozen=True)

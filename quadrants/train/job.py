@@ -22,7 +22,7 @@ from quadrants.config import RunConfig
 from quadrants.hydra_setup import to_run_config
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.run_info import run_tags
-from quadrants.train.distributed import init_distributed
+from quadrants.distributed.collectives import init_distributed
 from quadrants.train.loop import run_training
 
 log = logging.getLogger("quadrants.job")

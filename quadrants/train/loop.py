@@ -38,9 +38,9 @@ from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
-from quadrants.train.device import resolve_device
-from quadrants.train.distributed import DistEnv
-from quadrants.train.distributed import current as current_dist
+from quadrants.rollout.device import resolve_device
+from quadrants.distributed.collectives import DistEnv
+from quadrants.distributed.collectives import current as current_dist
 from quadrants.train.distributed_step import prepare_policy
 from quadrants.train.evaluation import heldout_metrics
 from quadrants.train.preemption import checkpointed_steps

@@ -27,8 +27,8 @@ from quadrants.tasks.base import Task
 from quadrants.tracking import keys
 from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.behaviour import engine_behaviour_is_exact
-from quadrants.train.device import rollouts_to
-from quadrants.train.distributed import DistEnv, reduce_metrics
+from quadrants.rollout.device import rollouts_to
+from quadrants.distributed.collectives import DistEnv, reduce_metrics
 from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass
 from quadrants.train.refill import collect_with_refill, correctness, refill_seed
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from quadrants.rollout.engine import Rollouts
-from quadrants.train.distributed import DistEnv, row_share
+from quadrants.distributed.collectives import DistEnv, row_share
 from quadrants.train.distributed_step import block_seed, concat_rollouts
 
 PAD = 0

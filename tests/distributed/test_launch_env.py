@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.train.distributed import (
+from quadrants.distributed.collectives import (
     check_layout,
     export_rendezvous,
     generation_block,

@@ -23,7 +23,7 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.tracking.base import NullTracker
-from quadrants.train.distributed import init_distributed, shutdown
+from quadrants.distributed.collectives import init_distributed, shutdown
 from quadrants.train.loop import run_training
 
 CASES: dict[str, dict[str, Any]] = {

@@ -48,7 +48,7 @@ def test_slurm_nodelist_expands_to_its_first_host(slurm_cluster):
         [
             sys.executable,
             "-c",
-            "import os; from quadrants.train.distributed import launch_info; "
+            "import os; from quadrants.distributed.collectives import launch_info; "
             "print(launch_info(os.environ).master_addr)",
         ],
         env=env,

@@ -16,7 +16,7 @@ from quadrants.models.tiny import random_tiny_policy
 from quadrants.ops.mismatch import logp_abs_diff
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.rollout.hf import HFEngine
-from quadrants.train.policy import behaviour_pass
+from quadrants.models.policy import behaviour_pass
 
 from .layout import SHARP, assert_rollouts_layout
 
@@ -239,7 +239,7 @@ def test_top_p_logprobs_are_those_of_the_truncated_distribution(engine, policy):
     distribution (what engine.py documents); the trainer's recompute is untruncated. Reference: the
     trainer's logits at T, tokens dropped while the ascending cumulative probability is <= 1 - p (the
     rule of vLLM's `apply_top_k_top_p`), then log-softmax over the kept ones."""
-    from quadrants.train.policy import position_ids_from_mask
+    from quadrants.models.policy import position_ids_from_mask
 
     model, _ = policy
     temperature, top_p = 0.8, 0.7

@@ -9,7 +9,7 @@ import torch
 from quadrants.models.loading import load_policy
 from quadrants.rollout.engine import SamplingSettings
 from quadrants.rollout.hf import HFEngine, SampledLogprobs
-from quadrants.train.policy import response_logprobs
+from quadrants.models.policy import response_logprobs
 
 
 def test_the_recorder_gathers_each_sampled_token_at_the_temperature() -> None:

@@ -3,7 +3,7 @@ put back in order, by hand and without a process group."""
 
 from __future__ import annotations
 
-from quadrants.train.distributed import DistEnv, dealt, in_call_order, run_dealt
+from quadrants.distributed.collectives import DistEnv, dealt, in_call_order, run_dealt
 
 
 def ranks(world: int) -> list[DistEnv]:

@@ -1,4 +1,4 @@
-"""Device placement (quadrants/train/device.py), checked on a CPU-only machine.
+"""Device placement (quadrants/rollout/device.py), checked on a CPU-only machine.
 
 Real CUDA could not be run here (no GPU, CPU-only torch build), so these tests check the two things
 a CPU can check:
@@ -35,8 +35,8 @@ from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_
 from quadrants.ops.quadrants import Quadrant, QuadrantMasks
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts
-from quadrants.train.device import model_device, resolve_device, rollouts_to
-from quadrants.train.distributed import init_distributed, pick_backend
+from quadrants.rollout.device import model_device, resolve_device, rollouts_to
+from quadrants.distributed.collectives import init_distributed, pick_backend
 from quadrants.train.step import rollout_metrics
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 

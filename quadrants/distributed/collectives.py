@@ -205,7 +205,7 @@ def init_distributed(
         return current()  # a plain process, or a one-task SLURM job (a job array element): no group
     if dist.is_initialized():
         return current()
-    from quadrants.train.device import resolve_device
+    from quadrants.rollout.device import resolve_device
 
     target = resolve_device(device, info.local_rank)  # train.device=cuda without CUDA fails here
     chosen = pick_backend(backend, cuda=target.type == "cuda")
