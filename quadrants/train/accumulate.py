@@ -25,7 +25,7 @@ from quadrants.objectives.loss import compute_loss
 from quadrants.train.distributed_step import sharded_policy_output
 
 if TYPE_CHECKING:
-    from quadrants.train.step import StepContext
+    from quadrants.train.context import StepContext
 
 
 def _splice(full: Tensor, part: Tensor, start: int) -> Tensor:

@@ -41,7 +41,7 @@ from quadrants.models.policy import behaviour_pass, response_logprobs
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
-    from quadrants.train.step import Collected, StepContext
+    from quadrants.train.context import Collected, StepContext
 
 
 class ReplicaHFEngine(HFEngine):
@@ -94,7 +94,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 
 def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSettings) -> Collected:
     """Generate and grade this rank's blocks of `problems`, then gather every block on every rank."""
-    from quadrants.train.step import Collected
+    from quadrants.train.context import Collected
 
     env: DistEnv = ctx.dist
     size = generation_block(ctx.cfg, env.world_size)

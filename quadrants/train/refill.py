@@ -41,7 +41,7 @@ from quadrants.tracking import keys
 from quadrants.train.distributed_step import concat_rollouts
 
 if TYPE_CHECKING:
-    from quadrants.train.step import Collected
+    from quadrants.train.context import Collected
 
 _ROUND_SEED_STRIDE = (
     104_729  # a prime; blocks within a round are offset by 7919 (distributed_step.block_seed)

@@ -8,68 +8,32 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from quadrants.config import RunConfig
+from quadrants.distributed.collectives import reduce_metrics
 from quadrants.objectives.batch import TokenBatch, make_token_batch
-from quadrants.objectives.loss import LossSettings
-from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
 from quadrants.ops.subsample import sample_rows
-from quadrants.rewards.grader import Grader, Outcome
-from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
-from quadrants.tasks.base import Task
+from quadrants.rewards.grader import Outcome
+from quadrants.rollout.device import rollouts_to
+from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.tracking import keys
 from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.behaviour import engine_behaviour_is_exact
-from quadrants.rollout.device import rollouts_to
-from quadrants.distributed.collectives import DistEnv, reduce_metrics
+from quadrants.train.context import Collected, StepContext
 from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass
 from quadrants.train.refill import collect_with_refill, correctness, refill_seed
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
 
-@dataclass
-class StepContext:
-    cfg: RunConfig
-    model: nn.Module
-    tokenizer: Any
-    ref_model: nn.Module | None
-    engine: RolloutEngine
-    grader: Grader
-    task: Task
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LRScheduler
-    spec: ObjectiveSpec
-    params: dict[str, Any]
-    loss_settings: LossSettings
-    dist: DistEnv = field(default_factory=DistEnv)  # rank layout (world 1 = one plain process)
-    device: torch.device = field(
-        default_factory=lambda: torch.device("cpu")
-    )  # train.device, resolved
-
-
 def step_seed(seed: int, step: int) -> int:
     """A per-step seed, so a resumed run draws the same prompts and samples as an uninterrupted one."""
     return (seed * 1_000_003 + step) % (2**31 - 1)
-
-
-@dataclass(frozen=True)
-class Collected:
-    """A graded rollout batch: rewards [B] float, one Outcome per sequence, the phase timings, and
-    metrics of the collection itself (refill rounds, overlong penalty; {} when both are off)."""
-
-    rollouts: Rollouts
-    rewards: Tensor
-    outcomes: list[Outcome]
-    generate_s: float
-    grade_s: float
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def collect_rollouts(ctx: StepContext, step: int) -> Collected:
