@@ -30,8 +30,8 @@ def worker(out: str, steps: int, prompts: int, threads: int) -> None:
     import torch
 
     from quadrants.config import RunConfig
-    from quadrants.tracking.base import NullTracker
     from quadrants.distributed.collectives import init_distributed, shutdown
+    from quadrants.tracking.base import NullTracker
     from quadrants.train.loop import run_training
 
     class Timings(NullTracker):

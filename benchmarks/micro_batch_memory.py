@@ -32,11 +32,11 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
     import torch
 
     from quadrants.config import RunConfig, loss_settings
+    from quadrants.models.policy import behaviour_pass
     from quadrants.models.tiny import random_tiny_policy
     from quadrants.objectives.batch import make_token_batch
     from quadrants.objectives.registry import resolve_objective
     from quadrants.train.accumulate import backward_minibatch
-    from quadrants.models.policy import behaviour_pass
     from quadrants.train.step import StepContext
 
     torch.set_num_threads(2)

@@ -20,11 +20,11 @@ import time
 import torch
 
 from quadrants.config import RunConfig
+from quadrants.models.policy import behaviour_pass
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import known_objectives, resolve_objective
-from quadrants.models.policy import behaviour_pass
 from quadrants.train.step import StepContext, update_policy
 
 

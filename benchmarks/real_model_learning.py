@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from quadrants.hydra_setup import compose_run_config
+from quadrants.launch.hydra_setup import compose_run_config
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
 from quadrants.train.loop import run_training

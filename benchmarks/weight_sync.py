@@ -62,8 +62,8 @@ def rank_main(args: argparse.Namespace) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from quadrants.rollout.weights import copy_weights
     from quadrants.distributed.collectives import DistEnv, shard_model
+    from quadrants.rollout.weights import copy_weights
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

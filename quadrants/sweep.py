@@ -16,7 +16,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from quadrants.hydra_setup import (
+from quadrants.launch.hydra_setup import (
     CONFIG_DIR,
     hydra_argv,
     launcher_target,
@@ -25,15 +25,15 @@ from quadrants.hydra_setup import (
     register,
     with_sweep_id,
 )
-from quadrants.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
-from quadrants.sweep_callbacks import close_open_parent
+from quadrants.launch.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
+from quadrants.launch.sweep_callbacks import close_open_parent
 
 register()
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> dict:
-    from quadrants.train.job import run_job
+    from quadrants.launch.job import run_job
 
     return run_job(cfg)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from quadrants.distributed.collectives import DistEnv, dealt, run_dealt
 from quadrants.eval.plan import BenchmarkPlan, build_plans
 from quadrants.eval.results import (
     FAILURE_OUTCOMES,
@@ -43,7 +44,6 @@ from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
 from quadrants.tracking import keys
 from quadrants.tracking.base import Tracker
-from quadrants.distributed.collectives import DistEnv, dealt, run_dealt
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
     from quadrants.config import EvalConfig, PromptConfig, RunConfig, TaskConfig
@@ -376,7 +376,7 @@ def eval_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
 
 def _make_tracker(cfg: RunConfig, target: EvalTarget, directory: Path) -> Tracker:
     from quadrants.tracking.mlflow_tracker import MlflowTracker
-    from quadrants.train.job import artifact_location, tracking_uri
+    from quadrants.tracking.setup import artifact_location, tracking_uri
 
     return MlflowTracker(
         tracking_uri(cfg),
@@ -407,9 +407,9 @@ def run_evaluation(
     import torch
 
     from quadrants.eval.generation import TextEngine
-    from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.rollout.device import resolve_device
-    from quadrants.train.job import tracking_uri
+    from quadrants.tracking.mlflow_tracker import MlflowTracker
+    from quadrants.tracking.setup import tracking_uri
 
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)

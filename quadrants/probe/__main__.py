@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    from quadrants.evaluate import prepare
+    from quadrants.launch.evaluate import prepare
 
     try:
         cfg, target = prepare(args.target, list(args.overrides))

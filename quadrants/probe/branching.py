@@ -22,13 +22,13 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig
+from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.credit import Branches, sample_rest_tokens, top_branches
 from quadrants.probe.plan import Positions, branching_cost
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Problem
-from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 
 
 @dataclass(frozen=True)

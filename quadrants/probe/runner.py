@@ -209,9 +209,9 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
     from quadrants.eval.generation import TextEngine
     from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
     from quadrants.eval.target import load_target_policy
-    from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.rollout.device import resolve_device
-    from quadrants.train.job import artifact_location, tracking_uri
+    from quadrants.tracking.mlflow_tracker import MlflowTracker
+    from quadrants.tracking.setup import artifact_location, tracking_uri
     from quadrants.train.loop import make_run_task
 
     if cfg.train.threads:

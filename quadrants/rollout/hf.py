@@ -32,8 +32,8 @@ from transformers import (
 )
 
 from quadrants.rollout.decode import sample
-from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.device import model_device
+from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 
 
 class SampledLogprobs(LogitsProcessor):

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.distributed.collectives import barrier, current
+from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.train.distributed_checkpoint import SHARDS_DIR, load_sharded, save_sharded
 
 log = logging.getLogger("quadrants.checkpoint")

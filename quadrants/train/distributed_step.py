@@ -19,11 +19,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from quadrants.objectives.batch import PolicyOutput, TokenBatch
-from quadrants.rewards.grader import Outcome
-from quadrants.rollout.engine import Rollouts, SamplingSettings
-from quadrants.rollout.hf import HFEngine
-from quadrants.rollout.weights import copy_weights
 from quadrants.distributed.collectives import (
     DistEnv,
     all_gather_rows,
@@ -38,6 +33,11 @@ from quadrants.distributed.collectives import (
     splice,
 )
 from quadrants.models.policy import behaviour_pass, response_logprobs
+from quadrants.objectives.batch import PolicyOutput, TokenBatch
+from quadrants.rewards.grader import Outcome
+from quadrants.rollout.engine import Rollouts, SamplingSettings
+from quadrants.rollout.hf import HFEngine
+from quadrants.rollout.weights import copy_weights
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig

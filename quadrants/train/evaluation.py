@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
+from quadrants.distributed.collectives import DistEnv, run_dealt
 from quadrants.eval.metrics import avg_at_k_estimate, pass_at_k_curve
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
 from quadrants.tracking import keys
-from quadrants.distributed.collectives import DistEnv, run_dealt
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,12 @@ import torch
 from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig, loss_settings, validate_config
+from quadrants.distributed.collectives import DistEnv
+from quadrants.distributed.collectives import current as current_dist
 from quadrants.models.loading import TINY, TINY_RANDOM, load_policy
 from quadrants.objectives.registry import resolve_objective
 from quadrants.rewards.grader import Grader
+from quadrants.rollout.device import resolve_device
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
@@ -38,9 +41,6 @@ from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
-from quadrants.rollout.device import resolve_device
-from quadrants.distributed.collectives import DistEnv
-from quadrants.distributed.collectives import current as current_dist
 from quadrants.train.distributed_step import prepare_policy
 from quadrants.train.evaluation import heldout_metrics
 from quadrants.train.preemption import checkpointed_steps

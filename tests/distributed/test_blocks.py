@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from quadrants.rollout.engine import Rollouts
 from quadrants.distributed.collectives import DistEnv, row_share
+from quadrants.rollout.engine import Rollouts
 from quadrants.train.distributed_step import block_seed, concat_rollouts
 
 PAD = 0

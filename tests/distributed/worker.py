@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from quadrants.config import RunConfig
-from quadrants.tracking.base import NullTracker
 from quadrants.distributed.collectives import init_distributed, shutdown
+from quadrants.tracking.base import NullTracker
 from quadrants.train.loop import run_training
 
 CASES: dict[str, dict[str, Any]] = {

@@ -24,7 +24,7 @@ from quadrants.config import (
     TrainConfig,
 )
 from quadrants.eval.results import benchmark_metrics, read_counts
-from quadrants.evaluate import main
+from quadrants.launch.evaluate import main
 from quadrants.tasks.benchmarks import default_data_dir
 from quadrants.tracking.base import RecordingTracker
 from quadrants.train.loop import run_training

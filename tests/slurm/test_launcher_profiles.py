@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from quadrants.hydra_setup import CONFIG_DIR, register
+from quadrants.launch.hydra_setup import CONFIG_DIR, register
 
 KEYS = {
     "partition",
@@ -83,7 +83,7 @@ def test_overrides_reach_the_launcher_and_the_thread_count():
 
 
 def test_quadrants_preflight_accepts_the_profiles():
-    from quadrants.hydra_setup import preflight
+    from quadrants.launch.hydra_setup import preflight
 
     assert preflight(["-m", "quadrant=PHR,NHR,PLR,NLR", "launcher=slurm_dev"]) == 4
     assert (
@@ -102,7 +102,7 @@ PAPER_PRESETS = {"paper_quadrants_qwen7b": 8, "paper_main_qwen7b": 6, "paper_mai
 
 @pytest.mark.parametrize("preset", sorted(PAPER_PRESETS))
 def test_paper_presets_compose_with_the_slurm_profile_and_request_gpus(preset):
-    from quadrants.hydra_setup import preflight
+    from quadrants.launch.hydra_setup import preflight
 
     launcher, threads = _compose(
         f"experiment={preset}", "launcher=slurm", "hydra.launcher.partition=gpu"
@@ -139,7 +139,7 @@ def test_cpu_runs_request_no_gpu():
 
 
 def test_detached_submission_needs_a_slurm_profile(tmp_path, monkeypatch, capsys):
-    from quadrants.submit import main
+    from quadrants.launch.submit import main
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
@@ -155,7 +155,7 @@ def test_detached_submission_needs_a_slurm_profile(tmp_path, monkeypatch, capsys
 def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
     """launcher=slurm_ddp runs nodes x tasks_per_node ranks per run: a batch that does not deal evenly
     to them, or a vLLM engine wider than one GPU per rank, stops the command before any submission."""
-    from quadrants.hydra_setup import preflight
+    from quadrants.launch.hydra_setup import preflight
 
     assert (
         preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp"]) == 2

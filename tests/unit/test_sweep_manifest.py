@@ -9,8 +9,8 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from quadrants.status import JobStatus, _expand, format_table
-from quadrants.sweep_manifest import (
+from quadrants.launch.status import JobStatus, _expand, format_table
+from quadrants.launch.sweep_manifest import (
     JobRecord,
     Manifest,
     close_parent_if_done,
@@ -113,7 +113,7 @@ def test_parent_is_closed_only_when_every_child_run_ended(tmp_path):
 def test_status_prints_the_links_to_the_runs_page_and_the_parent_run(tmp_path, capsys, monkeypatch):
     from dataclasses import replace
 
-    from quadrants.status import main
+    from quadrants.launch.status import main
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from quadrants.hydra_setup import compose_run_config, preflight
+from quadrants.launch.hydra_setup import compose_run_config, preflight
 
 
 def test_rollout_vllm_composes_with_its_engine_settings():

@@ -12,11 +12,11 @@ import dataclasses
 import pytest
 import torch
 
+from quadrants.models.policy import behaviour_pass
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.ops.mismatch import logp_abs_diff
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.rollout.hf import HFEngine
-from quadrants.models.policy import behaviour_pass
 
 from .layout import SHARP, assert_rollouts_layout
 

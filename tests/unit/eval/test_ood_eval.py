@@ -217,7 +217,7 @@ def test_runner_grades_each_problem_by_its_rule_without_the_grader_pool(tmp_path
 
 
 def test_paper_ood_preset_composes_to_the_papers_sampling(tmp_path):
-    from quadrants.hydra_setup import compose_run_config
+    from quadrants.launch.hydra_setup import compose_run_config
 
     write_ood_samples(tmp_path)
     cfg = compose_run_config(["eval=paper_ood", f"eval.data_dir={tmp_path}"]).eval

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quadrants.hydra_setup import compose_run_config
+from quadrants.launch.hydra_setup import compose_run_config
 from quadrants.tasks.benchmarks import default_data_dir, get_spec, known_benchmarks
 
 pytestmark = pytest.mark.skipif(

@@ -7,9 +7,9 @@ import math
 import torch
 
 from quadrants.models.loading import load_policy
+from quadrants.models.policy import fused_head, position_ids_from_mask, response_logprobs
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
-from quadrants.models.policy import fused_head, position_ids_from_mask, response_logprobs
 
 
 def test_one_row_by_hand():

@@ -7,9 +7,9 @@ import math
 import torch
 
 from quadrants.models.loading import load_policy
+from quadrants.models.policy import response_logprobs
 from quadrants.rollout.engine import SamplingSettings
 from quadrants.rollout.hf import HFEngine, SampledLogprobs
-from quadrants.models.policy import response_logprobs
 
 
 def test_the_recorder_gathers_each_sampled_token_at_the_temperature() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.hydra_setup import (
+from quadrants.launch.hydra_setup import (
     CONFIG_DIR,
     compose_run_config,
     expand_jobs,

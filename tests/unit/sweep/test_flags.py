@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from quadrants.hydra_setup import hydra_argv, prints_only, split_hydra_argv, with_sweep_id
+from quadrants.launch.hydra_setup import hydra_argv, prints_only, split_hydra_argv, with_sweep_id
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from quadrants.hydra_setup import preflight
+from quadrants.launch.hydra_setup import preflight
 
 
 def closed_port() -> int:

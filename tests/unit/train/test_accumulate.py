@@ -11,10 +11,10 @@ import torch
 
 from quadrants.config import RunConfig, loss_settings
 from quadrants.models.loading import load_policy
+from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.train.accumulate import backward_minibatch
-from quadrants.models.policy import behaviour_pass
 from quadrants.train.step import StepContext
 
 PARAMS = {"clip_cov": {"fraction": 0.05}, "kl_cov": {"fraction": 0.05}}

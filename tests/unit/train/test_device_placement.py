@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from quadrants.config import RunConfig, validate_config
+from quadrants.distributed.collectives import init_distributed, pick_backend
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
 from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
@@ -34,9 +35,8 @@ from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.quadrants import Quadrant, QuadrantMasks
 from quadrants.rewards.grader import Outcome
-from quadrants.rollout.engine import Rollouts
 from quadrants.rollout.device import model_device, resolve_device, rollouts_to
-from quadrants.distributed.collectives import init_distributed, pick_backend
+from quadrants.rollout.engine import Rollouts
 from quadrants.train.step import rollout_metrics
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 

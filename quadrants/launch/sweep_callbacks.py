@@ -46,7 +46,7 @@ def _print_links(config: DictConfig, uri: str, parent: str | None) -> None:
 
 
 def _report_on_parent(config: DictConfig, uri: str, parent: str) -> None:
-    from quadrants.sweep_report import report_on_parent
+    from quadrants.launch.sweep_report import report_on_parent
 
     out = _sweep_dir(config) / "analysis" if config.tracking.report else None
     count = report_on_parent(uri, str(config.study), str(config.sweep_id), parent, out)

@@ -1,31 +1,22 @@
-"""One job of a sweep: a composed Hydra config in, a tracked (and resumable) training run out.
+"""Where a run is tracked: the MLflow URI and artifact location of a run config, the sweep's directory
+and sweep.json, the run's tags, and `tracked` (how a run ends FINISHED, FAILED or left open).
 
-The job derives everything from its config: the run directory (from the sweep and the job's
-overrides, never a timestamp), the MLflow experiment (the study), the parent run (written by the sweep
-callback into `<sweep dir>/sweep.json`), and its own MLflow run id (kept in `<run_dir>/run.json` and in
-checkpoints), so running the same command again continues the same runs.
+Used by the training job (launch/job.py), `python -m quadrants.evaluate`, `python -m quadrants.probe`,
+`python -m quadrants.submit` and the distributed entry point alike.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from quadrants.config import RunConfig
-from quadrants.hydra_setup import to_run_config
-from quadrants.tracking.base import NullTracker, Tracker
+from quadrants.tracking.base import Tracker
 from quadrants.tracking.run_info import run_tags
-from quadrants.distributed.collectives import init_distributed
-from quadrants.train.loop import run_training
-
-log = logging.getLogger("quadrants.job")
 
 SWEEP_FILE = "sweep.json"
 
@@ -101,22 +92,3 @@ def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None
 
         return SystemMetricsTracker(tracker, SystemSampler(cfg.tracking.system_metrics_interval_s))
     return tracker
-
-
-def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, Any]:
-    """Run one composed job; returns a summary dict (Hydra keeps it as the job's return value).
-
-    `parent_run_id`: the sweep's MLflow parent run (default: read from the sweep's sweep.json)."""
-    cfg = to_run_config(job_cfg)
-    assert cfg.run_dir is not None
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # several srun tasks of one job (launcher=slurm_ddp) join one process group; else world 1, no group
-    env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
-    if env.is_main:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
-    tracker = make_tracker(cfg, run_dir, parent_run_id) if env.is_main else NullTracker()
-    log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
-    with tracked(tracker):
-        result = run_training(cfg, tracker)
-    return {"run_dir": str(run_dir), "run_id": result.run_id, **result.final_eval}

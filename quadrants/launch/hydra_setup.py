@@ -24,8 +24,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from quadrants.config import RunConfig, validate_config
-from quadrants.slurm_host import SLURM_LAUNCHER
 from quadrants.distributed.collectives import check_layout
+from quadrants.launch.slurm_host import SLURM_LAUNCHER
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "sweeps"
 _HYDRA_FLAGS_WITHOUT_JOBS = (

@@ -1,0 +1,120 @@
+"""Entry point: `python -m quadrants.evaluate TARGET [overrides...]` — evaluate a model on benchmarks.
+
+    python -m quadrants.evaluate outputs/quadrants/s1a2b3c4/quadrant=PHR eval=paper   # newest checkpoint of a run
+    python -m quadrants.evaluate outputs/.../quadrant=PHR/checkpoints/step_0000060      # one checkpoint
+    python -m quadrants.evaluate ./my_model_dir eval=paper                             # a save_pretrained directory
+    python -m quadrants.evaluate Qwen/Qwen2.5-Math-7B eval=paper model.dtype=bfloat16  # a hub id
+    python -m quadrants.evaluate tiny eval=quick                                       # the embedded model, quick preset
+    python -m quadrants.evaluate tiny eval=paper --cfg                                 # print the config, run nothing
+
+Overrides are those of the training tree (sweeps/), so `eval=paper`, `eval.limit=20`,
+`eval.benchmarks={aime24:32}`, `tracking=server` mean the same here as in a sweep. The config and
+the target are checked before anything is loaded; the evaluation logs to its own MLflow run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from quadrants.config import ModelConfig, PromptConfig, RunConfig, TaskConfig, validate_config
+from quadrants.eval.target import EvalTarget, resolve_target
+
+
+def _quoted(value: str) -> str:
+    """A Hydra override value that keeps '=', ',' and spaces of paths like `.../quadrant=PHR,seed=1`."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _split_benchmarks(overrides: list[str]) -> tuple[list[str], dict[str, int] | None]:
+    """Take ``eval.benchmarks={...}`` out of the overrides: here it *replaces* the preset's mapping
+    (Hydra would merge it into the preset's and refuse new names)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    rest, benchmarks = [], None
+    for item in overrides:
+        if item.split("=", 1)[0] != "eval.benchmarks":
+            rest.append(item)
+            continue
+        value = OverridesParser.create().parse_override(item).value()
+        if not isinstance(value, dict) or not all(isinstance(n, int) for n in value.values()):
+            raise ValueError(
+                f"{item}: expected a mapping benchmark -> samples, e.g. eval.benchmarks={{aime24:32,math500:4}}"
+            )
+        benchmarks = {str(name): int(n) for name, n in value.items()}
+    return rest, benchmarks
+
+
+def prepare(target: str, overrides: list[str]) -> tuple[RunConfig, EvalTarget]:
+    """Compose and validate the config and resolve the target; raises before anything is loaded."""
+    from quadrants.launch.hydra_setup import compose_run_config
+
+    resolved = resolve_target(target)
+    overrides, benchmarks = _split_benchmarks(overrides)
+    cfg = compose_run_config([*overrides, f"eval.target={_quoted(target)}"])
+    if benchmarks is not None:
+        cfg = replace(cfg, eval=replace(cfg.eval, benchmarks=benchmarks))
+    if resolved.kind == "checkpoint":
+        run = resolved.run_config or {}
+        model = ModelConfig(name_or_path=resolved.model, dtype=resolved.dtype or cfg.model.dtype)
+        task = run.get("task") or {}
+        cfg = replace(
+            cfg,
+            model=model,
+            task=replace(
+                cfg.task, **{k: v for k, v in task.items() if k in TaskConfig.__dataclass_fields__}
+            ),
+        )
+        prompt = run.get("prompt") or {}
+        if not any(
+            o.startswith(("prompt=", "prompt.")) for o in overrides
+        ):  # the run's own prompt format
+            cfg = replace(
+                cfg,
+                prompt=replace(
+                    cfg.prompt,
+                    **{k: v for k, v in prompt.items() if k in PromptConfig.__dataclass_fields__},
+                ),
+            )
+    else:
+        cfg = replace(cfg, model=replace(cfg.model, name_or_path=resolved.model))
+    validate_config(cfg)
+    return cfg, resolved
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m quadrants.evaluate",
+        description="Evaluate a run, a checkpoint, a model directory, 'tiny' or a hub id on benchmarks "
+        "(Avg@n, Pass@k with standard errors, logged to MLflow).",
+        epilog="presets: eval=quick (seconds, toy + two real benchmarks), eval=paper (the paper's protocol), "
+        "eval=paper_ood (GPQA, MMLU-Pro, GraphWiz), eval=toy (the task's held-out split). See README 'Evaluation'.",
+    )
+    parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides of the sweeps/ tree, e.g. eval=paper eval.limit=10",
+    )
+    parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg, target = prepare(args.target, list(args.overrides))
+    except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
+        message = str(err).split("\nConfig search path:")[0].strip()
+        if err.__cause__ is not None and str(err.__cause__).strip():
+            message += f" ({str(err.__cause__).strip().splitlines()[0]})"
+        sys.exit(f"quadrants: invalid evaluation, nothing was generated.\n  {message}")
+    if args.cfg:
+        from omegaconf import OmegaConf
+
+        print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        return
+    from quadrants.eval.runner import run_evaluation
+
+    run_evaluation(cfg, target)
+
+
+if __name__ == "__main__":
+    main()
