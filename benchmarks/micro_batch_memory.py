@@ -31,13 +31,14 @@ def peak_rss_bytes() -> int:
 def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path: str) -> None:
     import torch
 
-    from quadrants.config import RunConfig, loss_settings
+    from quadrants.config import RunConfig
     from quadrants.models.policy import behaviour_pass
     from quadrants.models.tiny import random_tiny_policy
     from quadrants.objectives.batch import make_token_batch
     from quadrants.objectives.registry import resolve_objective
     from quadrants.train.accumulate import backward_minibatch
     from quadrants.train.step import StepContext
+    from quadrants.validation import loss_settings
 
     torch.set_num_threads(2)
     model, _ = random_tiny_policy(

@@ -1,6 +1,6 @@
 """What one hindsight-credit probe costs at the default `probe.*` settings, on the tiny world.
 
-Runs `quadrants.probe.runner.probe_policy` on the cached tiny policy (HF engine, 1 thread unless
+Runs `quadrants.probe.measure.probe_policy` on the cached tiny policy (HF engine, 1 thread unless
 --threads) `--repeats` times with different seeds and prints, per run and as the median: branching
 rollouts, generated tokens, wall seconds and rollouts/s, plus the load average (the machine is shared).
 
@@ -29,7 +29,7 @@ def main() -> None:
     from quadrants.config import ProbeConfig, RunConfig
     from quadrants.eval.generation import TextEngine
     from quadrants.models.loading import load_policy
-    from quadrants.probe.runner import probe_policy
+    from quadrants.probe.measure import probe_policy
     from quadrants.rewards.grader import Grader
     from quadrants.train.loop import make_run_task
 

@@ -2,24 +2,16 @@
 
 Tests and scripts build it directly (`RunConfig()` is the embedded default: the tiny warm-started
 policy on the synthetic arithmetic task, GRPO on all tokens). Hydra composes it from YAML and
-registers these classes with its ConfigStore (quadrants/sweep.py), so a misspelled key or a wrong type
-fails at compose time. `validate_config` checks ranges and names that a type cannot express; it runs
-before anything is built.
+registers these classes with its ConfigStore (quadrants/launch/hydra_setup.py), so a misspelled key
+or a wrong type fails at compose time. A leaf: it imports nothing of quadrants. The checks that a type
+cannot express (ranges, names owned by other packages) are in quadrants/validation.py
+(`validate_config`), which runs before anything is built.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from quadrants.config_ranges import check_ranges
-from quadrants.models.source import check_model_source
-from quadrants.objectives.loss import DENOMINATORS, LossSettings, parse_keep
-from quadrants.objectives.registry import resolve_objective
-from quadrants.ops.aggregation import LOSS_AGGREGATIONS
-from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
-from quadrants.ops.quadrants import validate_threshold
-from quadrants.rewards.extract import EXTRACTIONS
 
 
 @dataclass
@@ -245,92 +237,3 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
-
-
-def loss_settings(cfg: RunConfig) -> LossSettings:
-    """The LossSettings of a run (validates keep/denominator/loss_agg/KL)."""
-    try:
-        keep = parse_keep(cfg.quadrant.keep)
-    except ValueError as err:
-        raise ValueError(f"quadrant.keep: {err}") from None
-    return LossSettings(
-        keep=keep,
-        denominator=cfg.quadrant.denominator,  # type: ignore[arg-type]
-        loss_agg=cfg.objective.loss_agg,
-        kl_coef=cfg.objective.kl_coef,
-        kl_estimator=cfg.objective.kl_estimator,
-    )
-
-
-def validate_rollout_engine(rollout: RolloutConfig) -> None:
-    """The mismatch correction and the vLLM engine's settings (checked whatever the engine; their
-    numeric ranges are in config_ranges.RANGES)."""
-    if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
-        raise ValueError(
-            f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
-            f"choose one of {list(MISMATCH_CORRECTIONS)}"
-        )
-    if rollout.overlong_buffer > rollout.max_new_tokens:
-        raise ValueError(
-            f"rollout.overlong_buffer={rollout.overlong_buffer} is out of range; allowed: "
-            f"[0, rollout.max_new_tokens={rollout.max_new_tokens}] (0 = no overlong penalty)"
-        )
-    if rollout.vllm.sleep_level not in (0, 1, 2):
-        raise ValueError(
-            f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; choose one of [0, 1, 2]"
-        )
-
-
-def validate_config(cfg: RunConfig) -> None:
-    """Fail fast, naming the key and the allowed values, before any model or job is started."""
-    check_ranges(cfg)
-    check_model_source("model.name_or_path", cfg.model.name_or_path)
-    try:
-        resolve_objective(cfg.objective.name, dict(cfg.objective.params))
-    except ValueError as err:
-        raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
-    if cfg.objective.loss_agg not in LOSS_AGGREGATIONS:
-        raise ValueError(
-            f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
-        )
-    if cfg.quadrant.denominator not in DENOMINATORS:
-        raise ValueError(
-            f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one of {list(DENOMINATORS)}"
-        )
-    try:
-        validate_threshold(cfg.quadrant.threshold, cfg.quadrant.threshold_value)
-    except ValueError as err:
-        raise ValueError(f"quadrant.threshold: {err}") from None
-    loss_settings(cfg)
-    from quadrants.tasks import validate_task
-    from quadrants.tasks.prompts import validate_prompt
-
-    validate_task(
-        cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params), model=cfg.model.name_or_path
-    )
-    validate_prompt(cfg.prompt.format)
-    if cfg.task.answer_extraction not in EXTRACTIONS:
-        raise ValueError(
-            f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose one of {list(EXTRACTIONS)}"
-        )
-    if cfg.rollout.engine not in ("hf", "vllm"):
-        raise ValueError(
-            f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']"
-        )
-    validate_rollout_engine(cfg.rollout)
-    if cfg.train.behaviour_pass not in ("auto", "always"):
-        raise ValueError(
-            f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose one of ['auto', 'always']"
-        )
-    from quadrants.rollout.device import validate_device
-
-    validate_device(cfg.train.device)
-    from quadrants.eval.plan import validate_eval
-
-    validate_eval(cfg.eval, cfg.task)
-    from quadrants.probe.plan import validate_probe
-
-    validate_probe(cfg.probe)
-    from quadrants.distributed.collectives import validate_distributed_config
-
-    validate_distributed_config(cfg)

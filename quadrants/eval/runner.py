@@ -1,7 +1,7 @@
 """Run an evaluation: sample n answers per problem, grade them, report Avg@n / Pass@k, keep the files.
 
 The same `run_suite` serves both callers:
-- training (`quadrants.train.loop.evaluate`, when ``eval.benchmarks`` is set): the live policy, at
+- training (`quadrants.eval.in_training.evaluate_policy`, when ``eval.benchmarks`` is set): the live policy, at
   step 0, every ``eval.every`` steps and at the end; tables and samples go to
   ``<run_dir>/eval/step_<N>/`` and to the run's MLflow artifacts under ``eval/step_<N>``;
 - `python -m quadrants.evaluate` (`run_evaluation`): a checkpoint, a model directory, the embedded
@@ -47,7 +47,6 @@ from quadrants.tracking.base import Tracker
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
     from quadrants.config import EvalConfig, PromptConfig, RunConfig, TaskConfig
-    from quadrants.train.step import StepContext
 
 __all__ = [
     "GRADER_TIMEOUT_S",
@@ -225,27 +224,32 @@ def run_suite(
 
 
 def evaluate_in_training(
-    ctx: StepContext, step: int, tracker: Tracker | None = None
+    engine: RolloutEngine,
+    grader: Grader,
+    tokenizer: Any,
+    cfg: RunConfig,
+    dist: DistEnv,
+    step: int,
+    tracker: Tracker | None = None,
 ) -> dict[str, float]:
-    """The configured benchmarks on the live policy (`quadrants.train.loop.evaluate` calls this).
+    """The configured benchmarks on the live policy (`eval.in_training.evaluate_policy` calls this).
 
     Files go to ``<run_dir>/eval/step_<step>/`` and, with a tracker, to the run's artifacts. Under
-    torch.distributed every rank calls this and generates its share of the calls (`ctx.dist`); rank 0
+    torch.distributed every rank calls this and generates its share of the calls (`dist`); rank 0
     writes the files and returns the metrics, the other ranks return {}.
     """
-    cfg = ctx.cfg
-    is_main = ctx.dist.is_main
+    is_main = dist.is_main
     out_dir = Path(cfg.run_dir) / "eval" / f"step_{step:07d}" if cfg.run_dir and is_main else None
     report = run_suite(
-        ctx.engine,
-        ctx.grader,
+        engine,
+        grader,
         cfg.eval,
         cfg.task,
-        tokenizer=ctx.tokenizer,
+        tokenizer=tokenizer,
         seed=cfg.seed + 7,
         prompt_cfg=cfg.prompt,
         out_dir=out_dir,
-        dist=ctx.dist,
+        dist=dist,
     )
     if not is_main:
         return {}

@@ -18,8 +18,9 @@ import argparse
 import sys
 from dataclasses import replace
 
-from quadrants.config import ModelConfig, PromptConfig, RunConfig, TaskConfig, validate_config
+from quadrants.config import ModelConfig, PromptConfig, RunConfig, TaskConfig
 from quadrants.eval.target import EvalTarget, resolve_target
+from quadrants.validation import validate_config
 
 
 def _quoted(value: str) -> str:

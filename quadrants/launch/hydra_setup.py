@@ -23,11 +23,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from quadrants.config import RunConfig, validate_config
+from quadrants.config import RunConfig
 from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
+from quadrants.validation import validate_config
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "sweeps"  # the repository's sweeps/
 _HYDRA_FLAGS_WITHOUT_JOBS = (
     "--help",
     "-h",

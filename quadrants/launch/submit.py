@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     if prints_only(
         argv
     ):  # --cfg job, --help, --info: Hydra prints (it refuses them with -m); nothing is submitted
-        from quadrants.sweep import main as sweep_main
+        from quadrants.launch.sweep import main as sweep_main
 
         sweep_main([a for a in argv if a not in ("-m", "--multirun")])
         return

@@ -1,8 +1,8 @@
-"""Where a run is tracked: the MLflow URI and artifact location of a run config, the sweep's directory
-and sweep.json, the run's tags, and `tracked` (how a run ends FINISHED, FAILED or left open).
+"""Where a run is tracked: the MLflow URI and artifact location of a run config, the sweep's
+directory and sweep.json, the run's tags, and `tracked` (how a run ends: FINISHED, FAILED or open).
 
-Used by the training job (launch/job.py), `python -m quadrants.evaluate`, `python -m quadrants.probe`,
-`python -m quadrants.submit` and the distributed entry point alike.
+Used by the training job (launch/job.py), `python -m quadrants.evaluate`, `python -m
+quadrants.probe`, `python -m quadrants.submit` and the distributed entry point alike.
 """
 
 from __future__ import annotations

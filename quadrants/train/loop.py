@@ -25,14 +25,15 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from quadrants.config import RunConfig, loss_settings, validate_config
+from quadrants.config import RunConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.distributed.collectives import current as current_dist
+from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import TINY, TINY_RANDOM, load_policy
 from quadrants.objectives.registry import resolve_objective
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.device import resolve_device
-from quadrants.rollout.engine import RolloutEngine, SamplingSettings
+from quadrants.rollout.engine import RolloutEngine
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.prompts import make_renderer
@@ -42,10 +43,10 @@ from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
 from quadrants.train.distributed_step import prepare_policy
-from quadrants.train.evaluation import heldout_metrics
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
 from quadrants.train.step import StepContext, train_step
+from quadrants.validation import loss_settings, validate_config
 
 log = logging.getLogger("quadrants.train")
 
@@ -185,39 +186,11 @@ def _vllm_engine(
     return VLLMEngine(model, tokenizer, settings, model_source=source)
 
 
-def evaluate(ctx: StepContext, step: int = 0, tracker: Tracker | None = None) -> dict[str, float]:
-    """Held-out metrics of the current policy: the configured benchmarks (`eval.benchmarks`, through
-    quadrants.eval.runner, tables and samples as artifacts), else the task's held-out split ({} when disabled).
-
-    Every rank calls this: the generate calls are dealt to the ranks (each on its own rollout engine)
-    and gathered; rank 0 returns the metrics, the other ranks {}."""
-    cfg = ctx.cfg
-    if cfg.eval.benchmarks:
-        from quadrants.eval.runner import evaluate_in_training
-
-        return evaluate_in_training(ctx, step, tracker)
-    if cfg.eval.problems == 0:
-        return {}
-    sampling = SamplingSettings(
-        n=cfg.eval.samples,
-        temperature=cfg.eval.temperature,
-        top_p=cfg.eval.top_p,
-        max_new_tokens=cfg.eval.max_new_tokens,
-        seed=cfg.seed + 7,
+def _evaluate(ctx: StepContext, step: int, tracker: Tracker) -> dict[str, float]:
+    """Held-out metrics of the live policy (quadrants/eval/in_training.py; {} on ranks other than 0)."""
+    return evaluate_policy(
+        ctx.engine, ctx.grader, ctx.task, ctx.tokenizer, ctx.cfg, ctx.dist, step, tracker
     )
-    problems = (
-        cfg.eval.problems if cfg.eval.limit is None else min(cfg.eval.problems, cfg.eval.limit)
-    )
-    metrics = heldout_metrics(
-        ctx.engine,
-        ctx.grader,
-        ctx.task.heldout(problems),
-        sampling,
-        ctx.task.name,
-        batch_prompts=max(1, cfg.eval.batch_size // cfg.eval.samples),
-        dist=ctx.dist,
-    )
-    return metrics if ctx.dist.is_main else {}
 
 
 def _resume(
@@ -295,7 +268,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 if first == 0 and (run_dir / "config.yaml").exists():
                     tracker.log_artifact(run_dir / "config.yaml", "config")
             if first == 0:
-                result.initial_eval = evaluate(ctx, 0, tracker)
+                result.initial_eval = _evaluate(ctx, 0, tracker)
                 tracker.log_metrics(result.initial_eval, step=0)
                 if result.initial_eval:  # {} with evaluation off, and on ranks other than 0
                     log.info("step 0 held-out: %s", _fmt(result.initial_eval))
@@ -318,11 +291,23 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 output = train_step(ctx, index)
                 metrics = output.metrics
                 if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
-                    metrics.update(evaluate(ctx, step, tracker))
+                    metrics.update(_evaluate(ctx, step, tracker))
                 if cfg.probe.every and step % cfg.probe.every == 0:
-                    from quadrants.probe.runner import probe_in_training
+                    from quadrants.probe.measure import probe_in_training
 
-                    metrics.update(probe_in_training(ctx, step, tracker))
+                    metrics.update(
+                        probe_in_training(
+                            ctx.model,
+                            ctx.tokenizer,
+                            ctx.engine,
+                            ctx.grader,
+                            ctx.task,
+                            cfg,
+                            ctx.dist,
+                            step,
+                            tracker,
+                        )
+                    )
                 with stop_if_disk_full(ctx, run_dir, tracker, step, metrics):
                     tracker.log_metrics(metrics, step=step)
                     result.last_step = metrics

@@ -26,7 +26,7 @@ from quadrants.config import (
 from quadrants.eval.generation import TextEngine
 from quadrants.models.loading import load_policy
 from quadrants.probe.__main__ import main
-from quadrants.probe.runner import probe_policy
+from quadrants.probe.measure import probe_policy
 from quadrants.rewards.grader import Grader
 from quadrants.tracking.base import RecordingTracker
 from quadrants.train.loop import make_run_task, run_training

@@ -9,8 +9,9 @@ import math
 
 import pytest
 
-from quadrants.config import RunConfig, validate_config
+from quadrants.config import RunConfig
 from quadrants.config_ranges import NO_RANGE, RANGES, Range, lookup
+from quadrants.validation import validate_config
 
 
 def leaf_keys(node: object = RunConfig(), prefix: str = "") -> list[str]:

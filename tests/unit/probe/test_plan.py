@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from quadrants.config import ProbeConfig, RunConfig, validate_config
+from quadrants.config import ProbeConfig, RunConfig
 from quadrants.probe.plan import branching_cost, select_positions
+from quadrants.validation import validate_config
 
 
 def test_positions_are_stratified_by_quadrant_and_entropy_with_design_weights():

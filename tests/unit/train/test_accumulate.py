@@ -9,13 +9,14 @@ import copy
 import pytest
 import torch
 
-from quadrants.config import RunConfig, loss_settings
+from quadrants.config import RunConfig
 from quadrants.models.loading import load_policy
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.step import StepContext
+from quadrants.validation import loss_settings
 
 PARAMS = {"clip_cov": {"fraction": 0.05}, "kl_cov": {"fraction": 0.05}}
 

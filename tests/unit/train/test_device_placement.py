@@ -26,7 +26,7 @@ from dataclasses import fields, replace
 import pytest
 import torch
 
-from quadrants.config import RunConfig, validate_config
+from quadrants.config import RunConfig
 from quadrants.distributed.collectives import init_distributed, pick_backend
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
 from quadrants.objectives.loss import LossSettings, compute_loss
@@ -39,6 +39,7 @@ from quadrants.rollout.device import model_device, resolve_device, rollouts_to
 from quadrants.rollout.engine import Rollouts
 from quadrants.train.step import rollout_metrics
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+from quadrants.validation import validate_config
 
 META = torch.device("meta")
 CPU = torch.device("cpu")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 
+from quadrants.eval.heldout import heldout_metrics
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.tasks.base import Problem
-from quadrants.train.evaluation import heldout_metrics
 
 
 class ScriptedEngine:

@@ -1,0 +1,62 @@
+"""Entry point: `python -m quadrants.sweep [-m] [overrides...]` — one run, or a Hydra multirun.
+
+    python -m quadrants.sweep -m quadrant=PHR,NHR,PLR,NLR             # the four-quadrant ablation
+    python -m quadrants.sweep -m experiment=baselines launcher=slurm   # a study on a SLURM cluster
+    python -m quadrants.sweep --cfg job quadrant=PHR                   # show the composed config
+
+Before Hydra launches anything, every job of the command is composed and validated (preflight), and
+the command gets its sweep id (a hash of its overrides unless given), so re-running the same command
+resumes the same runs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from quadrants.launch.hydra_setup import (
+    CONFIG_DIR,
+    hydra_argv,
+    launcher_target,
+    name_runs_by_swept_keys,
+    preflight,
+    register,
+    with_sweep_id,
+)
+from quadrants.launch.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
+from quadrants.launch.sweep_callbacks import close_open_parent
+
+register()
+
+
+@hydra.main(config_path=str(CONFIG_DIR), config_name="config", version_base="1.3")
+def _hydra_main(cfg: DictConfig) -> dict:
+    from quadrants.launch.job import run_job
+
+    return run_job(cfg)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = hydra_argv(
+        list(sys.argv[1:] if argv is None else argv)
+    )  # Hydra's flags may stand anywhere
+    argv = name_runs_by_swept_keys(with_sweep_id(argv))
+    try:
+        jobs = preflight(argv)
+    except ValueError as err:
+        sys.exit(f"quadrants: invalid configuration, nothing was launched.\n  {err}")
+    if jobs and ("-m" in argv or "--multirun" in argv) and launcher_target(argv) == SLURM_LAUNCHER:
+        problem = slurm_problem()
+        if problem is not None:
+            sys.exit(no_slurm_message(problem))
+    sys.argv = [sys.argv[0], *argv]
+    try:
+        _hydra_main()
+    finally:  # a sweep that ended before its end callback (a refused submission, a crash): parent FAILED
+        close_open_parent("FAILED")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""One probe of a policy: `probe_policy` (the method, on any model and engine) and
+`probe_in_training` (the training loop's call every `probe.every` steps, on the live policy).
+
+One probe: sample the population (branching.sample_batch), choose positions (plan.select_positions),
+branch and grade (branching.roll_out_branches), estimate (estimates.estimate_credit), report
+(report.*). The standalone command (`python -m quadrants.probe TARGET`) is probe/runner.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from quadrants.config import RunConfig
+from quadrants.distributed.collectives import DistEnv
+from quadrants.probe.branching import next_token_probs, roll_out_branches, sample_batch
+from quadrants.probe.estimates import PositionCredit, estimate_credit
+from quadrants.probe.plan import Positions, quadrant_index, select_positions
+from quadrants.probe.report import probe_key, probe_metrics, write_credit_csv, write_figures
+from quadrants.rewards.grader import Grader
+from quadrants.rollout.engine import RolloutEngine
+from quadrants.rollout.hf import stop_token_ids
+from quadrants.tasks.base import Task
+from quadrants.tracking.base import Tracker
+
+log = logging.getLogger("quadrants.probe")
+
+
+@dataclass
+class ProbeResult:
+    """What one probe measured and wrote."""
+
+    metrics: dict[str, float]
+    credit: PositionCredit
+    positions: Positions
+    files: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def probe_policy(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    engine: RolloutEngine,
+    grader: Grader,
+    task: Task,
+    cfg: RunConfig,
+    *,
+    out_dir: Path | None = None,
+    announce: bool = True,
+) -> ProbeResult:
+    """One probe of `model` (sampled by `engine`) on `task`'s training prompts, as `cfg.probe` says."""
+    probe = cfg.probe
+    started = time.perf_counter()
+    if announce:
+        bound = probe.positions * (probe.branches + 1) * probe.continuations
+        print(
+            f"quadrants probe: {probe.prompts} prompts x {cfg.rollout.group_size} responses; at most {bound} "
+            f"branching rollouts ({probe.positions} positions x {probe.branches + 1} branches x "
+            f"{probe.continuations} continuations), at most {bound * cfg.rollout.max_new_tokens} tokens",
+            flush=True,
+        )
+    problems = task.train_batch(probe.prompts, random.Random(probe.seed))
+    sampled = sample_batch(model, tokenizer, engine, grader, problems, cfg)
+    batch = sampled.batch
+    candidates = batch.response_mask & ~batch.constant_group_mask[:, None]  # tokens an update moves
+    if not candidates.any():
+        candidates = batch.response_mask
+    generator = torch.Generator().manual_seed(probe.seed)
+    positions = select_positions(
+        batch.entropy,
+        quadrant_index(batch.quadrants),
+        candidates,
+        positions=probe.positions,
+        entropy_bins=probe.entropy_bins,
+        generator=generator,
+    )
+    probs = next_token_probs(
+        model, sampled.rollouts, positions, temperature=cfg.rollout.temperature
+    )
+    graded = roll_out_branches(
+        engine,
+        grader,
+        tokenizer,
+        sampled,
+        positions,
+        probs,
+        cfg,
+        stop_ids=stop_token_ids(model, tokenizer),
+        generator=generator,
+        announce=announce,
+    )
+    credit = estimate_credit(
+        graded,
+        positions,
+        sampled,
+        resamples=probe.resamples,
+        confidence=probe.confidence,
+        pseudocount=probe.pseudocount,
+        generator=generator,
+    )
+    metrics = probe_metrics(
+        credit, positions, num_classes=max(2, graded.classes.numel()), confidence=probe.confidence
+    )
+    seconds = time.perf_counter() - started
+    metrics[probe_key("rollouts")] = float(graded.rollouts)
+    metrics[probe_key("tokens")] = float(graded.tokens)
+    metrics[probe_key("seconds")] = seconds
+    metrics[probe_key("rollouts_per_s")] = graded.rollouts / seconds if seconds > 0 else 0.0
+    result = ProbeResult(metrics=metrics, credit=credit, positions=positions, seconds=seconds)
+    if out_dir is not None:
+        token_ids = sampled.rollouts.response_ids[positions.sequence, positions.token]
+        result.files.append(
+            write_credit_csv(out_dir / "credit.csv", credit, positions, token_ids, tokenizer)
+        )
+        result.files.extend(
+            write_figures(out_dir, credit, positions, num_classes=max(2, graded.classes.numel()))
+        )
+        summary = out_dir / "metrics.json"
+        summary.write_text(json.dumps(metrics, indent=1, sort_keys=True))
+        result.files.append(summary)
+    return result
+
+
+def probe_in_training(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    engine: RolloutEngine,
+    grader: Grader,
+    task: Task,
+    cfg: RunConfig,
+    dist: DistEnv,
+    step: int,
+    tracker: Tracker | None = None,
+) -> dict[str, float]:
+    """`probe/*` metrics of the live policy (the loop calls this every `probe.every` steps; one process
+    only: under torch.distributed it returns {} and says so once).
+
+    Files go to ``<run_dir>/probe/step_<N>/`` and, with a tracker, to the run's artifacts."""
+    if dist.world_size > 1:  # the policy is sharded: one rank alone cannot run its forward passes
+        if dist.is_main and step == cfg.probe.every:
+            log.warning(
+                "probe.every is ignored under torch.distributed; probe a checkpoint with python -m quadrants.probe"
+            )
+        return {}
+    out_dir = Path(cfg.run_dir) / "probe" / f"step_{step:07d}" if cfg.run_dir else None
+    with torch.random.fork_rng(
+        devices=[]
+    ):  # the engine reseeds torch: keep the training stream as it was
+        result = probe_policy(
+            model,
+            tokenizer,
+            engine,
+            grader,
+            task,
+            cfg,
+            out_dir=out_dir,
+            announce=False,
+        )
+    if out_dir is not None and tracker is not None:
+        tracker.log_artifact(out_dir, f"probe/step_{step:07d}")
+    return result.metrics

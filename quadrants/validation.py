@@ -1,0 +1,105 @@
+"""`validate_config`: the checks of a RunConfig that a type cannot express, run before anything
+is built.
+
+The one module that knows which package owns which name: the objective registry, the loss
+aggregations, the quadrant thresholds, the tasks and prompt formats, the answer extractions, the
+rollout engines, the devices, the benchmarks (eval/plan.py), the probe (probe/plan.py) and the rank
+layout (distributed/collectives.py). It sits above all of them, so that quadrants/config.py stays a
+leaf schema. Each failure names the key and the allowed values.
+"""
+
+from __future__ import annotations
+
+from quadrants.config import RolloutConfig, RunConfig
+from quadrants.config_ranges import check_ranges
+from quadrants.distributed.collectives import validate_distributed_config
+from quadrants.eval.plan import validate_eval
+from quadrants.models.source import check_model_source
+from quadrants.objectives.loss import DENOMINATORS, LossSettings, parse_keep
+from quadrants.objectives.registry import resolve_objective
+from quadrants.ops.aggregation import LOSS_AGGREGATIONS
+from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
+from quadrants.ops.quadrants import validate_threshold
+from quadrants.probe.plan import validate_probe
+from quadrants.rewards.extract import EXTRACTIONS
+from quadrants.rollout.device import validate_device
+from quadrants.tasks import validate_task
+from quadrants.tasks.prompts import validate_prompt
+
+
+def loss_settings(cfg: RunConfig) -> LossSettings:
+    """The LossSettings of a run (validates keep/denominator/loss_agg/KL)."""
+    try:
+        keep = parse_keep(cfg.quadrant.keep)
+    except ValueError as err:
+        raise ValueError(f"quadrant.keep: {err}") from None
+    return LossSettings(
+        keep=keep,
+        denominator=cfg.quadrant.denominator,  # type: ignore[arg-type]
+        loss_agg=cfg.objective.loss_agg,
+        kl_coef=cfg.objective.kl_coef,
+        kl_estimator=cfg.objective.kl_estimator,
+    )
+
+
+def validate_rollout_engine(rollout: RolloutConfig) -> None:
+    """The mismatch correction and the vLLM engine's settings (checked whatever the engine; their
+    numeric ranges are in config_ranges.RANGES)."""
+    if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
+        raise ValueError(
+            f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
+            f"choose one of {list(MISMATCH_CORRECTIONS)}"
+        )
+    if rollout.overlong_buffer > rollout.max_new_tokens:
+        raise ValueError(
+            f"rollout.overlong_buffer={rollout.overlong_buffer} is out of range; allowed: "
+            f"[0, rollout.max_new_tokens={rollout.max_new_tokens}] (0 = no overlong penalty)"
+        )
+    if rollout.vllm.sleep_level not in (0, 1, 2):
+        raise ValueError(
+            f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; choose one of [0, 1, 2]"
+        )
+
+
+def validate_config(cfg: RunConfig) -> None:
+    """Fail fast, naming the key and the allowed values, before any model or job is started."""
+    check_ranges(cfg)
+    check_model_source("model.name_or_path", cfg.model.name_or_path)
+    try:
+        resolve_objective(cfg.objective.name, dict(cfg.objective.params))
+    except ValueError as err:
+        raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
+    if cfg.objective.loss_agg not in LOSS_AGGREGATIONS:
+        raise ValueError(
+            f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
+        )
+    if cfg.quadrant.denominator not in DENOMINATORS:
+        raise ValueError(
+            f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one of {list(DENOMINATORS)}"
+        )
+    try:
+        validate_threshold(cfg.quadrant.threshold, cfg.quadrant.threshold_value)
+    except ValueError as err:
+        raise ValueError(f"quadrant.threshold: {err}") from None
+    loss_settings(cfg)
+    validate_task(
+        cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params), model=cfg.model.name_or_path
+    )
+    validate_prompt(cfg.prompt.format)
+    if cfg.task.answer_extraction not in EXTRACTIONS:
+        raise ValueError(
+            f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose one of {list(EXTRACTIONS)}"
+        )
+    if cfg.rollout.engine not in ("hf", "vllm"):
+        raise ValueError(
+            f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']"
+        )
+    validate_rollout_engine(cfg.rollout)
+    if cfg.train.behaviour_pass not in ("auto", "always"):
+        raise ValueError(
+            f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose one of ['auto', 'always']"
+        )
+    validate_device(cfg.train.device)
+    validate_eval(cfg.eval, cfg.task)
+    validate_probe(cfg.probe)
+    validate_distributed_config(cfg)

@@ -1,0 +1,301 @@
+"""The package's import graph: no cycles, and no component imports one above it.
+
+Every module of `quadrants/` is parsed with `ast` and every import is an edge: top level, inside a
+function (lazy imports), under `if TYPE_CHECKING:`, absolute and relative. A module belongs to a
+component: its subpackage (`quadrants/eval/runner.py` -> `eval`) or, for a module at the top level,
+its own name (`quadrants/config.py` -> `config`). `ALLOWED` below is the layering: which components a
+component may import besides itself. It is itself acyclic (checked), so it orders the components.
+
+The one cycle allowed is the objective registry's self-registration: `registry.get_objective` imports
+`objectives/builtin.py`, which imports every objective module, each of which registers itself with
+`registry.register_objective`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import quadrants
+
+PACKAGE = Path(quadrants.__file__).resolve().parent
+
+# component -> the components it may import (besides itself); bottom to top
+ALLOWED: dict[str, frozenset[str]] = {
+    # leaves
+    "config": frozenset(),  # the schema: dataclasses only
+    "config_ranges": frozenset(),  # the numeric ranges of the schema's keys
+    "ops": frozenset(),  # pure tensor math
+    "rewards": frozenset(),  # text in, float out
+    # the research core and the data
+    "objectives": frozenset({"ops"}),
+    "tasks": frozenset({"rewards"}),
+    # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
+    "models": frozenset({"ops", "tasks"}),
+    "tracking": frozenset({"config", "ops"}),
+    "rollout": frozenset({"ops", "models"}),
+    "distributed": frozenset({"config", "rollout"}),  # process groups and collectives
+    # components that use the ones above
+    "eval": frozenset(
+        {"config", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
+    ),
+    "probe": frozenset(
+        {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
+        | {"distributed"}
+    ),
+    # validate_config: the one module that knows which package owns which configured name
+    "validation": frozenset(
+        {"config", "config_ranges", "ops", "objectives", "rewards", "tasks", "models", "rollout"}
+        | {"distributed", "eval", "probe"}
+    ),
+    "train": frozenset(
+        {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
+        | {"distributed", "eval", "probe", "validation"}
+    ),
+    # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, the CLIs
+    "launch": frozenset(
+        {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
+        | {"distributed", "eval", "probe", "validation", "train"}
+    ),
+    "entry": frozenset({"launch"}),  # the thin `python -m` modules, which nothing imports
+    "root": frozenset(),  # quadrants/__init__.py
+}
+
+# modules whose component is not their directory's
+COMPONENT_OF_MODULE: dict[str, str] = {
+    # `python -m quadrants.X` targets, kept where the documented commands name them
+    "quadrants.sweep": "entry",
+    "quadrants.submit": "entry",
+    "quadrants.status": "entry",
+    "quadrants.evaluate": "entry",
+    "quadrants.probe.__main__": "entry",
+    "quadrants.train.distributed_main": "entry",
+    # the standalone probe command (`python -m quadrants.probe`): it sets a target up as training
+    # does (the run's task and rollout engine), so it sits above train/
+    "quadrants.probe.runner": "launch",
+}
+
+# the only import edges allowed to close a cycle
+CYCLE_EXCEPTIONS: frozenset[tuple[str, str]] = frozenset(
+    {("quadrants.objectives.registry", "quadrants.objectives.builtin")}
+)
+
+
+def module_files(package: Path) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name -> (file, is a package's __init__)."""
+    modules = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        is_init = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_init else parts)] = (path, is_init)
+    return modules
+
+
+def _resolve(name: str, modules: dict) -> str | None:
+    """The module that `import name` runs last (a name inside a module -> that module)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(package: Path) -> dict[str, dict[str, int]]:
+    """module -> {imported module of the same package: line of the first such import}."""
+    root = package.name
+    modules = module_files(package)
+    graph: dict[str, dict[str, int]] = {}
+    for name, (path, is_init) in modules.items():
+        here = name if is_init else name.rpartition(".")[0]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: from . import x, from ..a import b
+                    base = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                # `from pkg import mod` imports the module pkg.mod; `from mod import name` runs mod
+                targets = [
+                    f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
+                    for alias in node.names
+                ]
+            for target in targets:
+                if target != root and not target.startswith(root + "."):
+                    continue
+                resolved = _resolve(target, modules)
+                if resolved is not None and resolved != name:
+                    edges.setdefault(resolved, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def component(module: str) -> str:
+    if module in COMPONENT_OF_MODULE:
+        return COMPONENT_OF_MODULE[module]
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "root"
+
+
+def cycles(
+    graph: dict[str, dict[str, int]], allowed: frozenset[tuple[str, str]]
+) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), without the allowed
+    edges: each is a set of modules that import each other, directly or not."""
+    edges = {m: [t for t in ts if (m, t) not in allowed and t in graph] for m, ts in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def upward_imports(
+    graph: dict[str, dict[str, int]], allowed: dict[str, frozenset[str]], component_of
+) -> list[str]:
+    """Every import of a component that `allowed` does not list for the importer."""
+    bad = []
+    for module, targets in sorted(graph.items()):
+        mine = component_of(module)
+        for target, line in sorted(targets.items()):
+            theirs = component_of(target)
+            if theirs != mine and theirs not in allowed.get(mine, frozenset()):
+                bad.append(f"{module} (line {line}) imports {target}: {mine} -> {theirs}")
+    return bad
+
+
+def layering_problems(
+    graph: dict[str, dict[str, int]],
+    allowed: dict[str, frozenset[str]] = ALLOWED,
+    component_of=component,
+    cycle_exceptions: frozenset[tuple[str, str]] = CYCLE_EXCEPTIONS,
+) -> list[str]:
+    """Everything wrong with `graph` under the layering: unplaced components, cycles, upward imports."""
+    problems = [
+        f"{module}: component {component_of(module)!r} is not in ALLOWED; place it in the layering"
+        for module in sorted(graph)
+        if component_of(module) not in allowed
+    ]
+    problems += [f"import cycle: {' <-> '.join(c)}" for c in cycles(graph, cycle_exceptions)]
+    problems += upward_imports(graph, allowed, component_of)
+    return problems
+
+
+def test_the_package_has_no_cycle_and_no_upward_import():
+    graph = import_graph(PACKAGE)
+    assert len(graph) > 100  # the walk found the package
+    assert layering_problems(graph) == []
+
+
+def test_the_allowed_layering_is_itself_acyclic():
+    graph = {c: {d: 0 for d in deps} for c, deps in ALLOWED.items()}
+    assert cycles(graph, frozenset()) == []
+    assert all(dep in ALLOWED for deps in ALLOWED.values() for dep in deps)
+
+
+def test_the_walk_sees_lazy_relative_and_type_checking_imports(tmp_path):
+    """A made-up package with one import of each kind, and the cycle they close."""
+    pkg = tmp_path / "pkg"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("def f():\n    from pkg.high import b\n")  # lazy
+    (pkg / "low" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..high.b import X\n"
+    )
+    (pkg / "high").mkdir()
+    (pkg / "high" / "__init__.py").write_text("")
+    (pkg / "high" / "b.py").write_text("from ..low import a\nimport pkg.low.c\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.low.a"] == {"pkg.high.b": 2}
+    assert graph["pkg.low.c"] == {"pkg.high.b": 3}
+    assert graph["pkg.high.b"] == {"pkg.low.a": 1, "pkg.low.c": 2}
+    assert cycles(graph, frozenset()) == [["pkg.high.b", "pkg.low.a", "pkg.low.c"]]
+    allowed = {"high": frozenset({"low"}), "low": frozenset(), "root": frozenset()}
+    assert layering_problems(graph, allowed, cycle_exceptions=frozenset()) == [
+        "import cycle: pkg.high.b <-> pkg.low.a <-> pkg.low.c",
+        "pkg.low.a (line 2) imports pkg.high.b: low -> high",
+        "pkg.low.c (line 3) imports pkg.high.b: low -> high",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("planted", "expected"),
+    [
+        # ops importing an objective: upward, and a cycle with the objective that imports ops
+        (
+            ("quadrants.ops.quadrants", "quadrants.objectives.batch"),
+            [
+                "import cycle:",
+                "quadrants.ops.quadrants (line 1) imports quadrants.objectives.batch: ops -> objectives",
+            ],
+        ),
+        # config importing the validation module that imports it back: the cycle issue 20 measured
+        (
+            ("quadrants.config", "quadrants.validation"),
+            [
+                "import cycle:",
+                "quadrants.config (line 1) imports quadrants.validation: config -> validation",
+            ],
+        ),
+        # a component importing one above it without a cycle: eval -> train
+        (
+            ("quadrants.eval.metrics", "quadrants.train.telemetry"),
+            ["quadrants.eval.metrics (line 1) imports quadrants.train.telemetry: eval -> train"],
+        ),
+        # a new top-level module nobody placed in the layering
+        (
+            ("quadrants.new_thing", "quadrants.ops.groups"),
+            [
+                "quadrants.new_thing: component 'new_thing' is not in ALLOWED",
+                "quadrants.new_thing (line 1) imports quadrants.ops.groups: new_thing -> ops",
+            ],
+        ),
+    ],
+)
+def test_a_planted_violation_fails(planted, expected):
+    """The real graph plus one planted edge: exactly the planted problems are reported."""
+    graph = {module: dict(targets) for module, targets in import_graph(PACKAGE).items()}
+    source, target = planted
+    graph.setdefault(source, {})[target] = 1
+    problems = layering_problems(graph)
+    assert len(problems) == len(expected), problems
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(start), (problem, start)
+
+
+def test_the_registry_cycle_is_the_only_exception():
+    """Without the named exception the objective registry's self-registration is a cycle."""
+    graph = import_graph(PACKAGE)
+    (cycle,) = cycles(graph, frozenset())
+    assert {"quadrants.objectives.registry", "quadrants.objectives.builtin"} <= set(cycle)
+    assert all(module.startswith("quadrants.objectives.") for module in cycle)
