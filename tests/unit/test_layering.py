@@ -35,7 +35,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
     "models": frozenset({"ops", "tasks"}),
     "tracking": frozenset({"config", "ops"}),
-    "rollout": frozenset({"ops", "models"}),
+    "rollout": frozenset({"config", "ops", "models"}),  # an engine starts from its config section
     "distributed": frozenset({"config", "rollout"}),  # process groups and collectives
     # components that use the ones above
     "eval": frozenset(
