@@ -293,9 +293,9 @@ def test_a_planted_violation_fails(planted, expected):
         assert problem.startswith(start), (problem, start)
 
 
-def test_the_registry_cycle_is_the_only_exception():
-    """Without the named exception the objective registry's self-registration is a cycle."""
-    graph = import_graph(PACKAGE)
-    (cycle,) = cycles(graph, frozenset())
-    assert {"quadrants.objectives.registry", "quadrants.objectives.builtin"} <= set(cycle)
-    assert all(module.startswith("quadrants.objectives.") for module in cycle)
+def test_the_exception_covers_only_the_registrys_self_registration():
+    """Without the named exception, the only cycle (if any: builtin.py may import the objectives
+    dynamically) is the objective registry's self-registration, inside objectives/."""
+    for cycle in cycles(import_graph(PACKAGE), frozenset()):
+        assert {"quadrants.objectives.registry", "quadrants.objectives.builtin"} <= set(cycle)
+        assert all(module.startswith("quadrants.objectives.") for module in cycle)
