@@ -3,8 +3,8 @@
 Tests and scripts build it directly (`RunConfig()` is the embedded default: the tiny warm-started
 policy on the synthetic arithmetic task, GRPO on all tokens). Hydra composes it from YAML and
 registers these classes with its ConfigStore (quadrants/launch/hydra_setup.py), so a misspelled key
-or a wrong type fails at compose time. A leaf: it imports nothing of quadrants. The checks that a type
-cannot express (ranges, names owned by other packages) are in quadrants/validation.py
+or a wrong type fails at compose time. A leaf: it imports nothing of quadrants. The checks that a
+type cannot express (ranges, names owned by other packages) are in quadrants/validation.py
 (`validate_config`), which runs before anything is built.
 """
 
@@ -205,7 +205,7 @@ class TrackingConfig:
 
 @dataclass
 class DistributedConfig:
-    # Used by `torchrun ... -m quadrants.train.distributed_main` / srun (see quadrants/distributed/collectives.py);
+    # Used by `torchrun -m quadrants.train.distributed_main` / srun (distributed/collectives.py);
     # a plain single process ignores all but prompts_per_generate.
     backend: str = "auto"  # auto (nccl when CUDA is available, else gloo) | gloo | nccl
     # prompts per generate call; block b goes to rank b % world. null = prompts_per_step / world

@@ -1,7 +1,7 @@
 """Run an evaluation: sample n answers per problem, grade them, report Avg@n / Pass@k, keep the files.
 
 The same `run_suite` serves both callers:
-- training (`quadrants.eval.in_training.evaluate_policy`, when ``eval.benchmarks`` is set): the live policy, at
+- training (`in_training.evaluate_policy`, when ``eval.benchmarks`` is set): the live policy, at
   step 0, every ``eval.every`` steps and at the end; tables and samples go to
   ``<run_dir>/eval/step_<N>/`` and to the run's MLflow artifacts under ``eval/step_<N>``;
 - `python -m quadrants.evaluate` (`run_evaluation`): a checkpoint, a model directory, the embedded

@@ -5,9 +5,9 @@
 
 Takes exactly the arguments of `python -m quadrants.sweep` (`-m` is implied) and runs the same jobs
 in the same run directories (same sweep id), but instead of Hydra's launcher blocking until the
-array ends, it composes and validates every job itself (quadrants.launch.hydra_setup), submits them as ONE
+array ends, it composes and validates every job itself (launch/hydra_setup.py), submits them as ONE
 job array with submitit, using the launcher profile's settings (`hydra.launcher.*` of `launcher=slurm`
-or `slurm_dev`), writes the sweep manifest (`<sweep dir>/sweep.json`, see quadrants.launch.sweep_manifest)
+or `slurm_dev`), writes the sweep manifest (`<sweep dir>/sweep.json`, see launch/sweep_manifest.py)
 and exits. Nothing in the sweep depends on this process afterwards: each job finds its run directory,
 checkpoint and MLflow run from its overrides; the last job to end closes the MLflow parent run, and
 `quadrants.status` closes it if jobs die without getting there.

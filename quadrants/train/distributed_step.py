@@ -1,4 +1,4 @@
-"""The step's phases when rows are spread over ranks (see quadrants/distributed/collectives.py for the rule).
+"""The step's phases when rows are spread over ranks (the rule: distributed/collectives.py).
 
 - `collect_blocks`: prompts in blocks, block b generated and graded by rank b % W, all blocks gathered
   in block order on every rank (world-size invariant: the same blocks, seeds and global order for any

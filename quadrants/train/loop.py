@@ -187,7 +187,7 @@ def _vllm_engine(
 
 
 def _evaluate(ctx: StepContext, step: int, tracker: Tracker) -> dict[str, float]:
-    """Held-out metrics of the live policy (quadrants/eval/in_training.py; {} on ranks other than 0)."""
+    """Held-out metrics of the live policy (eval/in_training.py; {} on ranks other than 0)."""
     return evaluate_policy(
         ctx.engine, ctx.grader, ctx.task, ctx.tokenizer, ctx.cfg, ctx.dist, step, tracker
     )

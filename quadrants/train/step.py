@@ -156,7 +156,7 @@ def update_policy(
         for start in range(0, batch.batch_size, cfg.train.mini_batch_size):
             index = order[start : start + cfg.train.mini_batch_size]
             ctx.optimizer.zero_grad(set_to_none=True)
-            # with several ranks: this rank's rows with grad, the others' spliced in (collectives.py);
+            # with several ranks: this rank's rows with grad, the others' spliced in (collectives);
             # with train.micro_batch_size: accumulated over micro-batches (accumulate.py)
             loss, metrics = backward_minibatch(
                 ctx, batch.select(index), None if is_weights is None else is_weights[index]
