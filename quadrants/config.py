@@ -313,10 +313,9 @@ def validate_config(cfg: RunConfig) -> None:
         raise ValueError(
             f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose one of {list(EXTRACTIONS)}"
         )
-    if cfg.rollout.engine not in ("hf", "vllm"):
-        raise ValueError(
-            f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']"
-        )
+    from quadrants.rollout.registry import get_engine
+
+    get_engine(cfg.rollout.engine)  # an unknown name lists the registered engines
     validate_rollout_engine(cfg.rollout)
     if cfg.train.behaviour_pass not in ("auto", "always"):
         raise ValueError(

@@ -206,9 +206,9 @@ def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
 
 def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> ProbeResult:
     """Probe `target` as `cfg.probe` says, in its own MLflow run; `cfg` validated and `target` resolved first."""
-    from quadrants.eval.generation import TextEngine
     from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
     from quadrants.eval.target import load_target_policy
+    from quadrants.rollout.registry import get_engine
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.train.device import resolve_device
     from quadrants.train.job import artifact_location, tracking_uri
@@ -243,11 +243,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         task = make_run_task(
             cfg, tokenizer
         )  # the run's task in the run's prompt format, as training renders it
-        engine = (
-            TextEngine(model, tokenizer)
-            if cfg.rollout.engine == "hf"
-            else _vllm_engine(cfg, model, tokenizer)
-        )
+        engine = get_engine(cfg.rollout.engine).sampler(cfg, model, tokenizer)
         try:
             with Grader(
                 num_workers=_grader_workers(),
@@ -274,14 +270,3 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         flush=True,
     )
     return result
-
-
-def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
-    """The training loop's colocated vLLM engine (rollout.engine=vllm), given `model`'s weights (a
-    checkpoint's, which its base model directory does not hold)."""
-    from quadrants.train.distributed import DistEnv
-    from quadrants.train.loop import _vllm_engine as start
-
-    engine = start(cfg, model, tokenizer, DistEnv())
-    engine.sync_weights(model)
-    return engine
