@@ -88,3 +88,45 @@ def test_the_hf_engine_samples_from_the_policy_or_its_replica():
     assert all(torch.equal(a, b) for a, b in zip(replica.parameters(), model.parameters()))
     text = hf.sampler(cfg, model, tokenizer)  # the probe's engine: answers, no log-probs
     assert type(text) is HFEngine and text.model is model and not text.logprobs
+
+
+class _Recorded:
+    """Stands in for VLLMEngine (vLLM is not installed here): records how it was started."""
+
+    def __init__(self, model, tokenizer, settings, model_source):
+        self.model, self.settings, self.model_source = model, settings, model_source
+        self.synced = []
+
+    def sync_weights(self, model):
+        self.synced.append(model)
+
+
+def test_vllm_is_started_with_the_run_settings(monkeypatch):
+    import quadrants.rollout.vllm as vllm_module
+    from quadrants.rollout.vllm import VLLMSettings
+
+    monkeypatch.setattr(vllm_module, "VLLMEngine", _Recorded)
+    cfg = RunConfig(seed=7)
+    cfg.model.dtype = "bfloat16"
+    cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.sleep_level = 0.25, 2
+    model, kind = torch.nn.Linear(1, 1), get_engine("vllm")
+    engine = kind.start(cfg, model, None, replica=None, world_size=2)
+    assert (
+        engine.model is model and engine.model_source is None
+    )  # the embedded tiny model: synced in
+    assert engine.settings == VLLMSettings(
+        dtype="bfloat16",
+        gpu_memory_utilization=0.5,
+        kv_cache_gib=0.25,
+        tensor_parallel_size=1,
+        enforce_eager=False,
+        sleep_level=2,
+        in_process=True,
+        max_model_len=None,
+        seed=7,
+        data_parallel_size=2,  # one engine per trainer rank
+    )
+    cfg.model.name_or_path = "Qwen/Qwen2.5-Math-1.5B"
+    probe = kind.sampler(cfg, model, None)  # one process, the checkpoint's weights synced in
+    assert probe.model_source == "Qwen/Qwen2.5-Math-1.5B" and probe.settings.data_parallel_size == 1
+    assert probe.synced == [model]
