@@ -124,7 +124,8 @@ def test_a_toy_engine_defined_here_trains_two_steps(toy_engine, base_policy):
         before = [p.detach().clone() for p in ctx.model.parameters()]
         metrics = [train_step(ctx, step).metrics for step in range(2)]
         change = sum(
-            (p.detach() - b).abs().sum().item() for p, b in zip(ctx.model.parameters(), before)
+            (p.detach() - b).abs().sum().item()
+            for p, b in zip(ctx.model.parameters(), before, strict=True)
         )
     assert ctx.engine.calls == 2  # every step's rollouts came from the toy engine
     for m in metrics:

@@ -98,7 +98,8 @@ def test_the_toy_objective_trains_a_step(toy_objective, base_policy):
         before = [p.detach().clone() for p in ctx.model.parameters()]
         metrics = train_step(ctx, 0).metrics
         change = sum(
-            (p.detach() - b).abs().sum().item() for p, b in zip(ctx.model.parameters(), before)
+            (p.detach() - b).abs().sum().item()
+            for p, b in zip(ctx.model.parameters(), before, strict=True)
         )
     assert math.isfinite(metrics[keys.objective("loss")])
     assert 0 < metrics[keys.train("solve_rate")] < 1  # some groups carry a sign

@@ -85,7 +85,9 @@ def test_the_hf_engine_samples_from_the_policy_or_its_replica():
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
     ranked.sync_weights(model)
-    assert all(torch.equal(a, b) for a, b in zip(replica.parameters(), model.parameters()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(replica.parameters(), model.parameters(), strict=True)
+    )
     text = hf.sampler(cfg, model, tokenizer)  # the probe's engine: answers, no log-probs
     assert type(text) is HFEngine and text.model is model and not text.logprobs
 
