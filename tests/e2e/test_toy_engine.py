@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from quadrants.hydra_setup import compose_run_config
+from quadrants.models.loading import load_policy
 from quadrants.rewards.grader import Grader
 from quadrants.rollout import registry
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
@@ -26,6 +27,7 @@ from quadrants.rollout.registry import EngineKind, register_engine
 from quadrants.tracking import keys
 from quadrants.train.loop import build_context
 from quadrants.train.step import train_step
+from tests.vllm.layout import assert_rollouts_layout
 
 
 class ToySampler:
@@ -135,6 +137,24 @@ def test_a_toy_engine_defined_here_trains_two_steps(toy_engine, base_policy):
         assert m[keys.train("response_length")] > 0
     assert any(0 < m[keys.train("solve_rate")] < 1 for m in metrics)
     assert change > 0, "parameters did not change"
+
+
+def test_the_toy_engine_keeps_the_rollouts_layout(base_policy):
+    # the contract every engine passes (HF and vLLM in tests/vllm): prompts of different lengths,
+    # some responses cut at max_new_tokens, some ending with EOS
+    torch.set_num_threads(1)
+    model, tokenizer = load_policy("tiny", seed=0)
+    engine = ToySampler(model, tokenizer)
+    sampling = SamplingSettings(n=3, temperature=1.0, max_new_tokens=12, seed=4)
+    rollouts = engine.generate(["1+2=", "17+25-3=", "9*4="], sampling)
+    assert_rollouts_layout(
+        rollouts,
+        num_prompts=3,
+        n=3,
+        pad_id=tokenizer.pad_token_id,
+        eos_id=tokenizer.eos_token_id,
+    )
+    assert rollouts.finished.any()
 
 
 def test_the_toy_engine_refuses_several_ranks_at_compose_time(toy_engine):
