@@ -128,7 +128,7 @@ NO_RANGE: dict[str, str] = {
     "task.answer_extraction": "a name, checked against rewards.extract.EXTRACTIONS (validate_config)",
     "prompt.format": "a name, checked by tasks.prompts.validate_prompt",
     "prompt.instruction": "free text (null = the format's own instruction)",
-    "rollout.engine": "a name, checked against [hf, vllm] (validate_config)",
+    "rollout.engine": "a name, checked against the registered engines (rollout/registry.py)",
     "rollout.mismatch_correction": "a name, checked against ops.mismatch (validate_rollout_engine)",
     "rollout.vllm.enforce_eager": "a flag",
     "rollout.vllm.sleep_level": "a choice of 0, 1, 2, checked by validate_rollout_engine",

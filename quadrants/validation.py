@@ -23,6 +23,7 @@ from quadrants.ops.quadrants import validate_threshold
 from quadrants.probe.plan import validate_probe
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.device import validate_device
+from quadrants.rollout.registry import get_engine
 from quadrants.tasks import validate_task
 from quadrants.tasks.prompts import validate_prompt
 
@@ -90,10 +91,7 @@ def validate_config(cfg: RunConfig) -> None:
         raise ValueError(
             f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose one of {list(EXTRACTIONS)}"
         )
-    if cfg.rollout.engine not in ("hf", "vllm"):
-        raise ValueError(
-            f"rollout.engine={cfg.rollout.engine!r} is unknown; choose one of ['hf', 'vllm']"
-        )
+    get_engine(cfg.rollout.engine)  # an unknown name lists the registered engines
     validate_rollout_engine(cfg.rollout)
     if cfg.train.behaviour_pass not in ("auto", "always"):
         raise ValueError(

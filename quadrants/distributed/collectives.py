@@ -52,6 +52,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from quadrants.rollout.registry import get_engine
+
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
 
@@ -267,15 +269,9 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
             f"{rows % mini}; use a divisor of {rows} (e.g. {', '.join(map(str, divisors))}) or >= {rows} "
             f"for one update per epoch"
         )
+    get_engine(cfg.rollout.engine).validate(cfg, world_size)  # the engine's own layout checks
     if world_size == 1:
         return
-    tensor_parallel = cfg.rollout.vllm.tensor_parallel_size
-    if cfg.rollout.engine == "vllm" and tensor_parallel != 1:
-        raise ValueError(
-            f"rollout.vllm.tensor_parallel_size={tensor_parallel} with {world_size} trainer ranks is not "
-            f"built: each rank generates its own blocks of prompts on its own engine, so an engine "
-            f"is one GPU; use rollout.vllm.tensor_parallel_size=1 (allowed with several ranks: 1)"
-        )
     if prompts % world_size:
         raise ValueError(
             f"train.prompts_per_step={prompts} does not deal evenly to {world_size} ranks; "

@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
+from quadrants.rollout.registry import get_engine
 from quadrants.validation import validate_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "sweeps"  # the repository's sweeps/
@@ -57,9 +58,9 @@ def register() -> None:
         "quadrants.job_name": lambda name: name or "default",
         "quadrants.parallel_jobs": lambda: max(1, min(4, _cpu_count())),
         "quadrants.threads_per_job": lambda n: max(1, _cpu_count() // max(1, int(n))),
-        # GPUs one run's process needs (launcher=slurm): the colocated vLLM engine's tensor-parallel
-        # size; none for the HF engine (CPU or whatever the job finds)
-        "quadrants.gpus_per_run": lambda engine, tp: int(tp) if engine == "vllm" else None,
+        # GPUs one run's process needs (launcher=slurm), as the rollout engine says (vLLM: its
+        # tensor-parallel size; the HF engine: none, CPU or whatever the job finds)
+        "quadrants.gpus_per_run": lambda rollout: get_engine(rollout.engine).gpus_per_run(rollout),
     }
     for name, fn in resolvers.items():
         if not OmegaConf.has_resolver(name):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
 from quadrants.objectives.batch import fraction as token_fraction
-from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.common import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.covariance import random_subset_mask, selection_count, token_covariance

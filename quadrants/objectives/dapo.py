@@ -9,35 +9,16 @@ dropping them from the batch); DAPO also over-samples to refill the batch, which
 
 from __future__ import annotations
 
-from torch import Tensor
-
 from quadrants.objectives.batch import (
     ObjectiveOutput,
     PolicyOutput,
     TokenBatch,
-    fraction,
     token_advantages,
 )
-from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.common import drop_constant_groups, validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import register_objective
 from quadrants.ops.surrogate import clipped_surrogate
-
-
-def drop_constant_groups(
-    batch: TokenBatch, enabled: bool, metrics: dict[str, Tensor]
-) -> Tensor | None:
-    """The denominator mask without constant-reward groups (None when disabled); adds its metrics.
-
-    Shared by every objective built on the DAPO recipe (hapo, forking, entroadv, entroreg).
-    """
-    if not enabled:
-        return None
-    kept = ~batch.constant_group_mask  # [B], decided on the full rollout batch
-    denominator_mask = batch.response_mask & kept[:, None]
-    metrics["kept_group_frac"] = kept.float().mean().detach()
-    metrics["dynamic_sampling_token_frac"] = fraction(denominator_mask, batch.response_mask)
-    return denominator_mask
 
 
 @register_objective("dapo", validate=validate_clip)

@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.dapo import drop_constant_groups
-from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.common import drop_constant_groups, validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.aggregation import masked_mean

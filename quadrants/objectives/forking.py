@@ -25,8 +25,7 @@ from quadrants.objectives.batch import (
     fraction,
     token_advantages,
 )
-from quadrants.objectives.dapo import drop_constant_groups
-from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.common import drop_constant_groups, validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.quadrants import masked_quantile, quantile_of_sorted

@@ -13,20 +13,10 @@ reference policy is added by the step for every objective (`objective.kl_coef`, 
 from __future__ import annotations
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.common import validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
-from quadrants.objectives.registry import check_range, register_objective
+from quadrants.objectives.registry import register_objective
 from quadrants.ops.surrogate import clipped_surrogate
-
-
-def validate_clip(
-    *, clip_low: float, clip_high: float, clip_ratio_c: float | None = None, **_: object
-) -> None:
-    """Ranges shared by every clipped objective: 0 <= ε_low < 1, ε_high >= 0, dual clip null or c > 1."""
-    check_range("clip_low", clip_low, low=0.0, high=1.0, high_open=True)
-    check_range("clip_high", clip_high, low=0.0)
-    if clip_ratio_c is not None:
-        # verl asserts the same: c <= 1 would cap a negative-advantage token below its unclipped loss at r = 1
-        check_range("clip_ratio_c", clip_ratio_c, low=1.0, low_open=True)
 
 
 @register_objective("grpo", validate=validate_clip)

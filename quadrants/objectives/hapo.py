@@ -27,8 +27,7 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction
-from quadrants.objectives.dapo import drop_constant_groups
-from quadrants.objectives.grpo import validate_clip
+from quadrants.objectives.common import drop_constant_groups, validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.quadrants import Quadrant

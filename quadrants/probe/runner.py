@@ -21,7 +21,6 @@ from quadrants.probe.report import (
     probe_key,
 )
 from quadrants.rewards.grader import Grader
-from quadrants.rollout.engine import RolloutEngine
 from quadrants.tracking.base import Tracker
 
 log = logging.getLogger("quadrants.probe")
@@ -62,10 +61,10 @@ def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
 
 def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> ProbeResult:
     """Probe `target` as `cfg.probe` says, in its own MLflow run; `cfg` validated and `target` resolved first."""
-    from quadrants.eval.generation import TextEngine
     from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
     from quadrants.eval.target import load_target_policy
     from quadrants.rollout.device import resolve_device
+    from quadrants.rollout.registry import get_engine
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.tracking.setup import artifact_location, tracking_uri
     from quadrants.train.loop import make_run_task
@@ -99,11 +98,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         task = make_run_task(
             cfg, tokenizer
         )  # the run's task in the run's prompt format, as training renders it
-        engine = (
-            TextEngine(model, tokenizer)
-            if cfg.rollout.engine == "hf"
-            else _vllm_engine(cfg, model, tokenizer)
-        )
+        engine = get_engine(cfg.rollout.engine).sampler(cfg, model, tokenizer)
         try:
             with Grader(
                 num_workers=_grader_workers(),
@@ -130,14 +125,3 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         flush=True,
     )
     return result
-
-
-def _vllm_engine(cfg: RunConfig, model: torch.nn.Module, tokenizer: Any) -> RolloutEngine:
-    """The training loop's colocated vLLM engine (rollout.engine=vllm), given `model`'s weights (a
-    checkpoint's, which its base model directory does not hold)."""
-    from quadrants.distributed.collectives import DistEnv
-    from quadrants.train.loop import _vllm_engine as start
-
-    engine = start(cfg, model, tokenizer, DistEnv())
-    engine.sync_weights(model)
-    return engine

@@ -34,6 +34,7 @@ from transformers import (
 from quadrants.rollout.decode import sample
 from quadrants.rollout.device import model_device
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
+from quadrants.rollout.weights import copy_weights
 
 
 class SampledLogprobs(LogitsProcessor):
@@ -182,6 +183,15 @@ class HFEngine:
         )
         response_ids = sequences[:, prompt_ids.shape[1] :]  # [B, T], on the model's device
         return response_ids, None if recorder is None else recorder.result(response_ids)
+
+
+class ReplicaHFEngine(HFEngine):
+    """The HF engine over a per-rank full copy of a policy sharded over ranks; `sync_weights` copies
+    the sharded policy into it one gathered tensor at a time (a collective: every rank calls it at
+    the same point of the step)."""
+
+    def sync_weights(self, model: nn.Module) -> None:
+        copy_weights(self.model, model)
 
 
 def stop_token_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.rollout.engine import Rollouts
+from quadrants.rollout.registry import get_engine
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
@@ -34,7 +35,7 @@ def engine_behaviour_is_exact(cfg: RunConfig, spec: ObjectiveSpec, rollouts: Rol
     return (
         cfg.train.behaviour_pass == "auto"
         and not spec.recomputed_old_logp
-        and cfg.rollout.engine == "hf"
+        and get_engine(cfg.rollout.engine).samples_from_trainer_weights
         and cfg.rollout.mismatch_correction == "none"
         and cfg.distributed.mixed_precision == "none"
         and rollouts.behaviour_entropy is not None

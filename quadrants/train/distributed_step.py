@@ -35,22 +35,12 @@ from quadrants.distributed.collectives import (
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.rewards.grader import Outcome
-from quadrants.rollout.engine import Rollouts, SamplingSettings
-from quadrants.rollout.hf import HFEngine
-from quadrants.rollout.weights import copy_weights
+from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
+from quadrants.rollout.registry import get_engine
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
     from quadrants.train.context import Collected, StepContext
-
-
-class ReplicaHFEngine(HFEngine):
-    """The HF engine over a per-rank full copy of the policy; `sync_weights` copies the sharded
-    policy into it one gathered tensor at a time (a collective: every rank calls it at the same point
-    of the step)."""
-
-    def sync_weights(self, model: nn.Module) -> None:
-        copy_weights(self.model, model)
 
 
 def block_seed(step_seed: int, block: int) -> int:
@@ -186,17 +176,18 @@ def prepare_policy(
     ref_model: nn.Module | None,
     env: DistEnv,
     device: torch.device | None = None,
-) -> tuple[nn.Module, nn.Module | None, HFEngine | None]:
+) -> tuple[nn.Module, nn.Module | None, RolloutEngine]:
     """Place the policy (and the frozen reference) on `device` (default: `train.device` resolved for
-    this rank), shard them over the ranks, and give the HF rollout engine its module: the policy itself
-    in one plain process, a full per-rank copy on the same device when sharded. The modules are
-    moved before `fully_shard`, so each rank's shards and its rollout copy are on `cuda:<LOCAL_RANK>`
-    with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op).
-    With `rollout.engine=vllm` no HF engine (and no copy) is made: the engine is None, and the caller
-    starts vLLM on the placed, sharded policy."""
+    this rank), shard them over the ranks, and start the rollout engine `rollout.engine` names
+    (quadrants/rollout/registry.py) on the placed policy. An engine that asks for a replica (the HF
+    engine) samples from the policy itself in one plain process, from a full per-rank copy on the
+    same device when sharded, taken here before sharding. The modules are moved before
+    `fully_shard`, so each rank's shards and its rollout copy are on `cuda:<LOCAL_RANK>` with CUDA
+    (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op)."""
     from quadrants.rollout.device import resolve_device
 
     check_layout(cfg, env.world_size)
+    kind = get_engine(cfg.rollout.engine)
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
     model = model.to(device)
     ref_model = None if ref_model is None else ref_model.to(device)
@@ -205,16 +196,11 @@ def prepare_policy(
         reshard_after_forward=cfg.distributed.reshard_after_forward,
         device=device,
     )
-    hf = cfg.rollout.engine == "hf"
-    if not env.sharded:
-        model = shard_model(
-            model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options
-        )
-        return model, ref_model, HFEngine(model, tokenizer) if hf else None
-    replica = rollout_replica(model, env) if hf else None
+    replica = rollout_replica(model, env) if kind.replica_for_ranks else None
     model = shard_model(
         model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options
     )
-    if ref_model is not None:
+    if env.sharded and ref_model is not None:
         ref_model = shard_model(ref_model, env, **options)
-    return model, ref_model, ReplicaHFEngine(replica, tokenizer) if replica is not None else None
+    engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
+    return model, ref_model, engine

@@ -26,14 +26,12 @@ import torch
 from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig
-from quadrants.distributed.collectives import DistEnv
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
-from quadrants.models.loading import TINY, TINY_RANDOM, load_policy
+from quadrants.models.loading import load_policy
 from quadrants.objectives.registry import resolve_objective
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.device import resolve_device
-from quadrants.rollout.engine import RolloutEngine
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.prompts import make_renderer
@@ -77,8 +75,6 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
         ref_model.requires_grad_(False).eval()
     model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
-    if engine is None:  # rollout.engine=vllm: started on the placed (and sharded) policy
-        engine = _vllm_engine(cfg, model, tokenizer, dist_env)
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=cfg.train.lr,
@@ -158,32 +154,6 @@ def _log_task(ctx: StepContext, tracker: Tracker, run_dir: Path | None) -> None:
             info["prompt.rendered_format"],
             problem.prompt,
         )
-
-
-def _vllm_engine(
-    cfg: RunConfig, model: torch.nn.Module, tokenizer: Any, dist_env: DistEnv
-) -> RolloutEngine:
-    """The colocated vLLM engine (rollout=vllm), started on the model's directory or hub id, or, for
-    the embedded tiny model, on its config with the weights synced in (VLLMEngine). Under torch.distributed every rank starts one, inside the
-    trainer's process group (vLLM's external launcher, one data-parallel replica per rank; one GPU
-    each, which check_layout has checked)."""
-    from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
-
-    engine = cfg.rollout.vllm
-    settings = VLLMSettings(
-        dtype=cfg.model.dtype,
-        gpu_memory_utilization=engine.gpu_memory_utilization,
-        kv_cache_gib=engine.kv_cache_gib,
-        tensor_parallel_size=engine.tensor_parallel_size,
-        enforce_eager=engine.enforce_eager,
-        sleep_level=engine.sleep_level,
-        in_process=engine.in_process,
-        max_model_len=engine.max_model_len,
-        seed=cfg.seed,
-        data_parallel_size=dist_env.world_size,
-    )
-    source = None if cfg.model.name_or_path in (TINY, TINY_RANDOM) else cfg.model.name_or_path
-    return VLLMEngine(model, tokenizer, settings, model_source=source)
 
 
 def _evaluate(ctx: StepContext, step: int, tracker: Tracker) -> dict[str, float]:

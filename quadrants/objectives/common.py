@@ -1,0 +1,39 @@
+"""Pieces shared by the objectives, so that no objective imports another: the ranges of the clipped
+surrogate's parameters, and DAPO's dynamic sampling (constant-reward groups out of the denominator).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from quadrants.objectives.batch import TokenBatch, fraction
+from quadrants.objectives.registry import check_range
+
+
+def validate_clip(
+    *, clip_low: float, clip_high: float, clip_ratio_c: float | None = None, **_: object
+) -> None:
+    """Ranges shared by every clipped objective: 0 <= ε_low < 1, ε_high >= 0, dual clip null or
+    c > 1."""
+    check_range("clip_low", clip_low, low=0.0, high=1.0, high_open=True)
+    check_range("clip_high", clip_high, low=0.0)
+    if clip_ratio_c is not None:
+        # verl asserts the same: c <= 1 would cap a negative-advantage token below its unclipped
+        # loss at r = 1
+        check_range("clip_ratio_c", clip_ratio_c, low=1.0, low_open=True)
+
+
+def drop_constant_groups(
+    batch: TokenBatch, enabled: bool, metrics: dict[str, Tensor]
+) -> Tensor | None:
+    """The denominator mask without constant-reward groups (None when disabled); adds its metrics.
+
+    Shared by every objective built on the DAPO recipe (dapo, hapo, forking, entroadv, entroreg).
+    """
+    if not enabled:
+        return None
+    kept = ~batch.constant_group_mask  # [B], decided on the full rollout batch
+    denominator_mask = batch.response_mask & kept[:, None]
+    metrics["kept_group_frac"] = kept.float().mean().detach()
+    metrics["dynamic_sampling_token_frac"] = fraction(denominator_mask, batch.response_mask)
+    return denominator_mask

@@ -1,0 +1,163 @@
+"""Rollout engines by name: the one place that knows `rollout.engine` values.
+
+An engine enters a run through its `EngineKind`, registered under the name the config uses. The rest
+of the code asks the kind, never the name:
+- `validate(cfg, world_size)`: compose-time checks of the run's layout (ValueError naming the key);
+- `gpus_per_run(rollout)`: GPUs one run's process asks the SLURM launcher for (None = no request);
+- `samples_from_trainer_weights`: the engine samples from the trainer's own module (or an exact
+  per-rank copy) with the trainer's numerics, so its log-probs and entropy may stand in for the
+  behaviour pass (quadrants/train/behaviour.py);
+- `replica_for_ranks`: when the policy is sharded over ranks, the engine needs a full per-rank copy
+  of it, taken before sharding (the trainer makes it; `start` receives it as `replica`);
+- `start(...)`: the training engine, over the placed (and sharded) policy;
+- `sampler(...)`: an engine over a plain one-process model (the branching probe).
+
+To add an engine: write it (the `RolloutEngine` protocol in quadrants/rollout/engine.py), subclass
+`EngineKind` and `register_engine(YourKind())`. Engines import lazily here so that composing a
+config loads neither transformers nor vLLM.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from quadrants.rollout.engine import RolloutEngine
+
+if TYPE_CHECKING:
+    from quadrants.config import RunConfig
+
+
+class EngineKind:
+    """How a rollout engine is validated, placed and started; subclass and set `name`."""
+
+    name: str = ""
+    samples_from_trainer_weights: bool = False
+    replica_for_ranks: bool = False
+
+    def validate(self, cfg: RunConfig, world_size: int) -> None:
+        """Raise ValueError, naming the key, when the engine cannot run `cfg` on that many ranks."""
+
+    def gpus_per_run(self, rollout: Any) -> int | None:
+        """GPUs one run's process needs for this engine (`rollout`: the rollout config section)."""
+        return None
+
+    def start(
+        self,
+        cfg: RunConfig,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        replica: nn.Module | None,
+        world_size: int,
+    ) -> RolloutEngine:
+        """The training engine over `model` (placed on its device, sharded when world_size > 1).
+
+        `replica` (only for `replica_for_ranks`): the module to sample from, `model` itself in one
+        process, a full unsharded per-rank copy when sharded; None otherwise."""
+        raise NotImplementedError
+
+    def sampler(self, cfg: RunConfig, model: nn.Module, tokenizer: Any) -> RolloutEngine:
+        """An engine sampling from a plain (unsharded, one-process) `model`'s current weights."""
+        engine = self.start(
+            cfg, model, tokenizer, replica=model if self.replica_for_ranks else None, world_size=1
+        )
+        engine.sync_weights(model)
+        return engine
+
+
+_ENGINES: dict[str, EngineKind] = {}
+
+
+def register_engine(kind: EngineKind) -> EngineKind:
+    """Register `kind` under `kind.name`; a second registration of the same name is an error."""
+    if not kind.name:
+        raise ValueError(f"{type(kind).__name__} has no name")
+    if kind.name in _ENGINES:
+        raise ValueError(f"rollout engine {kind.name!r} is already registered")
+    _ENGINES[kind.name] = kind
+    return kind
+
+
+def known_engines() -> list[str]:
+    return sorted(_ENGINES)
+
+
+def get_engine(name: str) -> EngineKind:
+    """The kind registered under `name`; an unknown name lists the registered ones."""
+    if name not in _ENGINES:
+        raise ValueError(f"rollout.engine={name!r} is unknown; choose one of {known_engines()}")
+    return _ENGINES[name]
+
+
+# --- the built-in engines -------------------------------------------------------------------------
+
+
+class HFKind(EngineKind):
+    """The Hugging Face engine (quadrants/rollout/hf.py), colocated with the trainer: it samples
+    from the training module itself in one process, from a per-rank replica synced before each step
+    when sharded (`ReplicaHFEngine`)."""
+
+    name = "hf"
+    samples_from_trainer_weights = True
+    replica_for_ranks = True
+
+    def start(self, cfg, model, tokenizer, *, replica, world_size):
+        from quadrants.rollout.hf import HFEngine, ReplicaHFEngine
+
+        if replica is model:
+            return HFEngine(model, tokenizer)
+        return ReplicaHFEngine(replica, tokenizer)
+
+    def sampler(self, cfg, model, tokenizer):
+        from quadrants.rollout.hf import HFEngine
+
+        return HFEngine(model, tokenizer, logprobs=False)  # answers only, as evaluation samples
+
+
+class VLLMKind(EngineKind):
+    """The colocated vLLM engine (quadrants/rollout/vllm.py), started on the model's directory or
+    hub id, or, for the embedded tiny model, on its config with the weights synced in. Under
+    torch.distributed every rank starts one inside the trainer's process group (vLLM's external
+    launcher, one data-parallel replica per rank, one GPU each: `validate`)."""
+
+    name = "vllm"
+
+    def validate(self, cfg, world_size):
+        tensor_parallel = cfg.rollout.vllm.tensor_parallel_size
+        if world_size != 1 and tensor_parallel != 1:
+            raise ValueError(
+                f"rollout.vllm.tensor_parallel_size={tensor_parallel} with {world_size} trainer "
+                f"ranks is not built: each rank generates its own blocks of prompts on its own "
+                f"engine, so an engine is one GPU; use rollout.vllm.tensor_parallel_size=1 "
+                f"(allowed with several ranks: 1)"
+            )
+
+    def gpus_per_run(self, rollout):
+        return int(rollout.vllm.tensor_parallel_size)
+
+    def start(self, cfg, model, tokenizer, *, replica, world_size):
+        from quadrants.models.source import TINY, TINY_RANDOM
+        from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
+
+        engine = cfg.rollout.vllm
+        settings = VLLMSettings(
+            dtype=cfg.model.dtype,
+            gpu_memory_utilization=engine.gpu_memory_utilization,
+            kv_cache_gib=engine.kv_cache_gib,
+            tensor_parallel_size=engine.tensor_parallel_size,
+            enforce_eager=engine.enforce_eager,
+            sleep_level=engine.sleep_level,
+            in_process=engine.in_process,
+            max_model_len=engine.max_model_len,
+            seed=cfg.seed,
+            data_parallel_size=world_size,
+        )
+        name = cfg.model.name_or_path
+        source = None if name in (TINY, TINY_RANDOM) else name
+        return VLLMEngine(model, tokenizer, settings, model_source=source)
+
+
+register_engine(HFKind())
+register_engine(VLLMKind())

@@ -1,0 +1,134 @@
+"""The rollout-engine registry: names, capabilities, compose-time checks and construction of the
+built-in engines (the toy engine of tests/e2e/test_toy_engine.py shows a new one end to end)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from quadrants.config import RunConfig
+from quadrants.models.loading import load_policy
+from quadrants.rollout import registry
+from quadrants.rollout.hf import HFEngine, ReplicaHFEngine
+from quadrants.rollout.registry import EngineKind, get_engine, known_engines, register_engine
+
+
+def test_the_built_in_engines_are_registered():
+    assert known_engines() == ["hf", "vllm"]
+    assert isinstance(get_engine("hf"), EngineKind) and get_engine("vllm").name == "vllm"
+
+
+def test_an_unknown_name_lists_the_registered_engines():
+    with pytest.raises(
+        ValueError, match=r"^rollout.engine='sglang' is unknown; choose one of \['hf', 'vllm'\]$"
+    ):
+        get_engine("sglang")
+
+
+def test_a_name_is_registered_once(monkeypatch):
+    monkeypatch.setattr(registry, "_ENGINES", dict(registry._ENGINES))
+
+    class Again(EngineKind):
+        name = "hf"
+
+    class Nameless(EngineKind):
+        pass
+
+    with pytest.raises(ValueError, match="rollout engine 'hf' is already registered"):
+        register_engine(Again())
+    with pytest.raises(ValueError, match="Nameless has no name"):
+        register_engine(Nameless())
+    assert known_engines() == ["hf", "vllm"]
+
+
+def test_capabilities_of_the_built_in_engines():
+    hf, vllm = get_engine("hf"), get_engine("vllm")
+    # HF samples from the trainer's module (or its synced replica) with the trainer's numerics and
+    # needs that replica when sharded; vLLM has its own kernels and its own copy of the weights
+    assert (hf.samples_from_trainer_weights, hf.replica_for_ranks) == (True, True)
+    assert (vllm.samples_from_trainer_weights, vllm.replica_for_ranks) == (False, False)
+    # a new kind claims nothing by default
+    assert (EngineKind.samples_from_trainer_weights, EngineKind.replica_for_ranks) == (False, False)
+
+
+def test_gpus_per_run_is_the_engines_answer():
+    rollout = RunConfig().rollout
+    rollout.vllm.tensor_parallel_size = 4
+    assert get_engine("hf").gpus_per_run(rollout) is None
+    assert get_engine("vllm").gpus_per_run(rollout) == 4
+
+
+def test_vllm_refuses_tensor_parallel_engines_with_several_ranks():
+    cfg = RunConfig()
+    cfg.rollout.vllm.tensor_parallel_size = 2
+    get_engine("vllm").validate(cfg, 1)  # one rank may hold a 2-GPU engine
+    get_engine("hf").validate(cfg, 2)  # the HF engine ignores the vLLM section
+    with pytest.raises(
+        ValueError, match=r"rollout.vllm.tensor_parallel_size=2 with 2 trainer ranks is not built"
+    ):
+        get_engine("vllm").validate(cfg, 2)
+    cfg.rollout.vllm.tensor_parallel_size = 1
+    get_engine("vllm").validate(cfg, 2)
+
+
+def test_the_hf_engine_samples_from_the_policy_or_its_replica():
+    torch.set_num_threads(1)
+    model, tokenizer = load_policy("tiny-random", seed=0)
+    cfg, hf = RunConfig(), get_engine("hf")
+    own = hf.start(cfg, model, tokenizer, replica=model, world_size=1)  # one process: the policy
+    assert type(own) is HFEngine and own.model is model and own.logprobs
+    replica = copy.deepcopy(model)  # sharded: a per-rank copy, refreshed by a gathered copy
+    ranked = hf.start(cfg, model, tokenizer, replica=replica, world_size=2)
+    assert type(ranked) is ReplicaHFEngine and ranked.model is replica
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    ranked.sync_weights(model)
+    assert all(
+        torch.equal(a, b) for a, b in zip(replica.parameters(), model.parameters(), strict=True)
+    )
+    text = hf.sampler(cfg, model, tokenizer)  # the probe's engine: answers, no log-probs
+    assert type(text) is HFEngine and text.model is model and not text.logprobs
+
+
+class _Recorded:
+    """Stands in for VLLMEngine (vLLM is not installed here): records how it was started."""
+
+    def __init__(self, model, tokenizer, settings, model_source):
+        self.model, self.settings, self.model_source = model, settings, model_source
+        self.synced = []
+
+    def sync_weights(self, model):
+        self.synced.append(model)
+
+
+def test_vllm_is_started_with_the_run_settings(monkeypatch):
+    import quadrants.rollout.vllm as vllm_module
+    from quadrants.rollout.vllm import VLLMSettings
+
+    monkeypatch.setattr(vllm_module, "VLLMEngine", _Recorded)
+    cfg = RunConfig(seed=7)
+    cfg.model.dtype = "bfloat16"
+    cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.sleep_level = 0.25, 2
+    model, kind = torch.nn.Linear(1, 1), get_engine("vllm")
+    engine = kind.start(cfg, model, None, replica=None, world_size=2)
+    assert (
+        engine.model is model and engine.model_source is None
+    )  # the embedded tiny model: synced in
+    assert engine.settings == VLLMSettings(
+        dtype="bfloat16",
+        gpu_memory_utilization=0.5,
+        kv_cache_gib=0.25,
+        tensor_parallel_size=1,
+        enforce_eager=False,
+        sleep_level=2,
+        in_process=True,
+        max_model_len=None,
+        seed=7,
+        data_parallel_size=2,  # one engine per trainer rank
+    )
+    cfg.model.name_or_path = "Qwen/Qwen2.5-Math-1.5B"
+    probe = kind.sampler(cfg, model, None)  # one process, the checkpoint's weights synced in
+    assert probe.model_source == "Qwen/Qwen2.5-Math-1.5B" and probe.settings.data_parallel_size == 1
+    assert probe.synced == [model]
