@@ -1,4 +1,4 @@
-"""`python -m analysis`: tables and figures of a sweep (or any selection of runs) from an MLflow store.
+"""`python -m analysis`: tables and figures of a sweep (or any set of runs) from an MLflow store.
 
 python -m analysis                                   # the latest sweep in ./outputs/mlflow.db
 python -m analysis --sweep-id 3f2a... --rows quadrant --compare PHR NHR
@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     uri = args.tracking_uri or _default_uri()
     if uri is None:
         print(
-            "analysis: no MLflow store given and ./outputs/mlflow.db does not exist; pass --tracking-uri "
-            "(the sweep printed it)",
+            "analysis: no MLflow store given and ./outputs/mlflow.db does not exist; pass "
+            "--tracking-uri (the sweep printed it)",
             file=sys.stderr,
         )
         return 2
@@ -133,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         if sweep_id is None and args.parent is None and not tags and experiment is None:
             experiment, sweep_id = latest_sweep(MlflowClient(uri))
             print(
-                f"analysis: latest sweep {sweep_id} of experiment {experiment} (choose with --sweep-id)"
+                f"analysis: latest sweep {sweep_id} of experiment {experiment} "
+                "(choose with --sweep-id)"
             )
         selection = Selection(uri, experiment, sweep_id, args.parent, tags)
         options = ReportOptions(

@@ -133,7 +133,8 @@ def _draw_rows(
 
 
 def _legend_outside(ax: Any, confidence: float, per_seed: bool) -> None:
-    """The legend right of the axes (never over the curves), saying what the band and thin lines are."""
+    """The legend right of the axes (never over the curves), saying what the
+    band and thin lines are."""
     handles, labels = ax.get_legend_handles_labels()
     title = f"shaded: {confidence:.0%} t-interval over seeds" + (
         "\nthin lines: single seeds" if per_seed else ""
@@ -197,8 +198,8 @@ def pass_at_k_curves(
     per_seed: bool = False,
     confidence: float = 0.95,
 ) -> list[Path]:
-    """Pass@k against k (log-2 axis), one panel per benchmark; per row the mean over its seeds with a
-    shaded `confidence` band, one colour per row (`per_seed`: each run as a thin line too).
+    """Pass@k against k (log-2 axis), one panel per benchmark; per row the mean over its seeds with
+    a shaded `confidence` band, one colour per row (`per_seed`: each run as a thin line too).
 
     Args:
         curves: {run_id: {benchmark: {k: Pass@k}}}.
@@ -271,7 +272,8 @@ def dlogp_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: Path) -> l
 
 
 def token_arrays(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """(advantage, entropy) per response token of sample records (each token carries its response's advantage)."""
+    """(advantage, entropy) per response token of sample records (each token carries
+    its response's advantage)."""
     advantages, entropies = [], []
     for record in records:
         tokens = record.get("tokens", [])

@@ -37,7 +37,8 @@ PROBLEM_TABLE = re.compile(
 
 
 class SelectionError(ValueError):
-    """The selection matched nothing usable; the message says what was looked for and what exists."""
+    """The selection matched nothing usable; the message says what was looked
+    for and what exists."""
 
 
 @dataclass(frozen=True)
@@ -73,14 +74,16 @@ class RunSet:
     """The selected runs.
 
     Attributes:
-        runs: one row per run: run_id, run_name, status, experiment_id, start_time, and one column per
-            user tag (quadrant, objective, seed, ...; MLflow's own `mlflow.*` tags are left out).
+        runs: one row per run: run_id, run_name, status, experiment_id, start_time, and one column
+            per user tag (quadrant, objective, seed, ...; MLflow's own `mlflow.*` tags are left
+            out).
         parent_run_id: the sweep's parent run (where the analysis is logged), or None.
         selection: what was asked for.
         label: a short name for output directories (the sweep id, or the experiment).
-        eval_runs: {training run id: ids of the `python -m quadrants.evaluate` runs of its checkpoints}
-            (tag quadrants.role = eval, quadrants.source_run_id = the training run); their metrics
-            count as the training run's (`final_metrics`), they are not rows of their own.
+        eval_runs: {training run id: ids of the `python -m quadrants.evaluate` runs of its
+            checkpoints} (tag quadrants.role = eval, quadrants.source_run_id = the training run);
+            their metrics count as the training run's (`final_metrics`), they are not rows of their
+            own.
     """
 
     runs: pd.DataFrame
@@ -166,7 +169,8 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
     ):
         if run.data.tags.get(SOURCE_RUN_TAG) in training_ids:
             eval_runs.setdefault(run.data.tags[SOURCE_RUN_TAG], []).append(run.info.run_id)
-    # an evaluation of something not selected (a base model) that the filter matched: a row of its own
+    # an evaluation of something not selected (a base model) that the filter
+    # matched: a row of its own
     found += [
         r
         for r in matched
@@ -206,9 +210,9 @@ def final_metrics(
     run_ids: Sequence[str],
     eval_runs: Mapping[str, Sequence[str]] | None = None,
 ) -> pd.DataFrame:
-    """The final value of every Avg@k / Pass@k metric (`EVAL_KEY`) per run: the point at the largest step
-    (then the latest timestamp), with that step. A run's `eval_runs` (standalone evaluations of its
-    checkpoints, logged at the checkpoint's step) compete with its own in-training evaluations.
+    """The final value of every Avg@k / Pass@k metric (`EVAL_KEY`) per run: the point at the largest
+    step (then the latest timestamp), with that step. A run's `eval_runs` (standalone evaluations of
+    its checkpoints, logged at the checkpoint's step) compete with its own in-training evaluations.
 
     Returns:
         columns run_id, key, step, value (run_id is the training run's).

@@ -1,10 +1,11 @@
-"""Paired comparison of two methods (rows of the table): A − B, seed by seed, benchmark by benchmark.
+"""Paired comparison of two methods (rows of the table): A − B, seed by
+seed, benchmark by benchmark.
 
 Runs are paired by their `seed` tag (same seed = same data order and initialisation), so the
-seed-to-seed variation both methods share cancels. For every benchmark the difference of Avg@k and of
-Pass@k is averaged over the common seeds with a Student-t interval over seeds; the overall line is, per
-seed, the mean difference over the benchmarks (the difference of the avg column), then the same
-interval over seeds. One common seed gives the difference without an interval, and says so.
+seed-to-seed variation both methods share cancels. For every benchmark the difference of Avg@k and
+of Pass@k is averaged over the common seeds with a Student-t interval over seeds; the overall line
+is, per seed, the mean difference over the benchmarks (the difference of the avg column), then the
+same interval over seeds. One common seed gives the difference without an interval, and says so.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from analysis.tables import row_labels
 
 @dataclass(frozen=True)
 class PairedLine:
-    """One line of the comparison: the mean difference A − B over seeds and the per-seed differences."""
+    """One line of the comparison: the mean difference A − B over seeds and the
+    per-seed differences."""
 
     benchmark: str
     k: int | None
@@ -54,7 +56,8 @@ def paired_comparison(
     ks: Mapping[str, int | None],
     confidence: float = 0.95,
 ) -> PairedComparison:
-    """A − B for the two row labels `a` and `b` (as in the table built with the same `rows` and `ks`).
+    """A − B for the two row labels `a` and `b` (as in the table built with
+    the same `rows` and `ks`).
 
     Raises:
         ValueError: an unknown label, no `seed` tag, or no seed that both methods ran.
@@ -74,7 +77,8 @@ def paired_comparison(
     common = sorted(set(seeds_of[a]) & set(seeds_of[b]), key=lambda s: (len(s), s))
     if not common:
         raise ValueError(
-            f"{a!r} ran seeds {sorted(seeds_of[a])} and {b!r} seeds {sorted(seeds_of[b])}: none in common"
+            f"{a!r} ran seeds {sorted(seeds_of[a])} and {b!r} seeds "
+            f"{sorted(seeds_of[b])}: none in common"
         )
     notes = []
     unpaired = sorted(set(seeds_of[a]) ^ set(seeds_of[b]))
@@ -114,7 +118,8 @@ def paired_comparison(
                 overall[kind][index].append(va - vb)
             if len(diffs) < len(common):
                 notes.append(
-                    f"{bench} {kind.capitalize()}@{k}: missing for seed {common[len(diffs)]}, left out"
+                    f"{bench} {kind.capitalize()}@{k}: missing for seed "
+                    f"{common[len(diffs)]}, left out"
                 )
                 for index in range(len(diffs)):
                     overall[kind][index].pop()
@@ -136,12 +141,13 @@ def paired_comparison(
 
 
 def to_markdown(comparison: PairedComparison) -> str:
-    """The comparison as Markdown: difference in points (%), its t-interval over seeds, wins per seed."""
+    """The comparison as Markdown: difference in points (%), its t-interval over
+    seeds, wins per seed."""
     level = round(100 * comparison.confidence)
     head = (
-        f"Paired comparison {comparison.a} − {comparison.b} over seed(s) {', '.join(comparison.seeds)}: "
-        f"difference in points (%), mean over seeds with the {level}% Student-t interval; "
-        f"'A better' counts the seeds where {comparison.a} is higher."
+        f"Paired comparison {comparison.a} − {comparison.b} over seed(s) "
+        f"{', '.join(comparison.seeds)}: difference in points (%), mean over seeds with the "
+        f"{level}% Student-t interval; 'A better' counts the seeds where {comparison.a} is higher."
     )
     out = [
         head,

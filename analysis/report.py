@@ -1,7 +1,7 @@
-"""One call from a selection to every output: table (md, csv, tex), paired comparison, figures, sample
-page, an index (report.md) and the same as one self-contained page (report.html, which MLflow's
-artifact viewer shows with its figures), all logged as artifacts under `analysis/` on the sweep's
-parent run.
+"""One call from a selection to every output: table (md, csv, tex), paired comparison, figures,
+sample page, an index (report.md) and the same as one self-contained page (report.html, which
+MLflow's artifact viewer shows with its figures), all logged as artifacts under `analysis/` on the
+sweep's parent run.
 
 A figure whose data no run has is skipped with a message (in the index and on the console), never
 drawn empty; a figure that lacks some runs says which in the messages.
@@ -81,8 +81,8 @@ def pass_at_k_by_run(
     """Pass@k curves of every run's final evaluation, per benchmark.
 
     From the per-problem (n, c) table of that evaluation when one is among the artifacts of the run
-    (or of its standalone evaluation runs) at a step no older than the final logged points: k = 1, 2,
-    4, ..., n (`quadrants.eval.metrics.pass_at_k_curve`); else from the logged pass_at_k points.
+    (or of its standalone evaluation runs) at a step no older than the final logged points: k = 1,
+    2, 4, ..., n (`quadrants.eval.metrics.pass_at_k_curve`); else from the logged pass_at_k points.
 
     Returns:
         ({run_id: {benchmark: {k: Pass@k}}}, {run_id: "(n, c) table" | "logged points"}).
@@ -124,14 +124,16 @@ BASE_LABEL = "base (step 0)"
 def base_runs(
     client: MlflowClient, runset: load.RunSet, points: pd.DataFrame, row_tags: Sequence[str]
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
-    """A "base" row: the starting policy's evaluation (step 0) that every run logs before its first update.
+    """A "base" row: the starting policy's evaluation (step 0) that every run logs
+    before its first update.
 
-    Runs of one seed start from the same policy and evaluate it with the same sampling seed, so their
-    step-0 values should agree; one pseudo-run per seed takes their mean, and a message names any seed
-    whose runs disagree by more than 1e-9.
+    Runs of one seed start from the same policy and evaluate it with the same sampling seed, so
+    their step-0 values should agree; one pseudo-run per seed takes their mean, and a message names
+    any seed whose runs disagree by more than 1e-9.
 
     Returns:
-        (pseudo runs, their eval points, messages); empty frames when no run logged a step-0 evaluation.
+        (pseudo runs, their eval points, messages); empty frames when no run
+        logged a step-0 evaluation.
     """
     keys = sorted({f"eval/{p.benchmark}/{p.kind}_at_{p.k}" for p in points.itertuples()})
     history = load.histories(client, runset.run_ids, keys)
@@ -295,10 +297,12 @@ def _figures(
 def build_report(
     selection: load.Selection, out_dir: Path, options: ReportOptions = ReportOptions()
 ) -> Report:
-    """Select the runs, build every output in `out_dir`, log it on the parent run (if any and asked).
+    """Select the runs, build every output in `out_dir`, log it on the parent
+    run (if any and asked).
 
     Raises:
-        load.SelectionError: nothing selected. ValueError: the table cannot be built (see `build_table`).
+        load.SelectionError: nothing selected. ValueError: the table cannot be
+            built (see `build_table`).
     """
     client = MlflowClient(selection.tracking_uri)
     runset = load.select_runs(client, selection)

@@ -1,5 +1,5 @@
-"""The report as one self-contained HTML page (`report.html`): the table, the paired comparison, every
-figure inline (base64 PNG) and the notes.
+"""The report as one self-contained HTML page (`report.html`): the table, the paired comparison,
+every figure inline (base64 PNG) and the notes.
 
 MLflow's artifact viewer shows an HTML artifact in a sandboxed frame without the run's other files,
 so a page that links its figures shows broken images there; this one carries them. No scripts.
@@ -58,7 +58,8 @@ def markdown_block(text: str) -> str:
 def render_report(
     title: str, blocks: Sequence[str], figures: Sequence[Path], messages: Sequence[str]
 ) -> str:
-    """The page: `title`, each Markdown block (`markdown_block`), each PNG in `figures` inline, the notes."""
+    """The page: `title`, each Markdown block (`markdown_block`), each PNG in
+    `figures` inline, the notes."""
     parts = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
         f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",

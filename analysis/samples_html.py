@@ -1,4 +1,5 @@
-"""An HTML page of sample responses: each token shaded by its entropy and underlined by its quadrant.
+"""An HTML page of sample responses: each token shaded by its entropy and
+underlined by its quadrant.
 
 Shading is linear in entropy up to a cap shared by the whole page (the 99th percentile of all token
 entropies shown, so one outlier does not wash out the rest); hovering a token shows its entropy in
@@ -17,7 +18,8 @@ from analysis.figures import QUADRANT_COLORS
 
 _CSS = """
 body { font-family: sans-serif; margin: 1.5em; max-width: 70em; }
-.resp { font-family: monospace; white-space: pre-wrap; line-height: 1.9; padding: .4em; border: 1px solid #ddd; }
+.resp { font-family: monospace; white-space: pre-wrap; line-height: 1.9; padding: .4em;
+        border: 1px solid #ddd; }
 .tok { border-bottom: 3px solid transparent; }
 .meta { color: #555; font-size: 90%; margin: .8em 0 .2em 0; }
 .legend span { margin-right: 1.2em; }
@@ -70,8 +72,9 @@ def render_samples(
         f"<title>{html.escape(title or 'samples')}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title or 'Sample responses')}</h1>",
         (
-            f"<p>Background: token entropy, from 0 (white) to {cap:.3f} nats (full orange; the 99th percentile "
-            "of the tokens shown). Underline: the token's quadrant. Hover a token for its values.</p>"
+            f"<p>Background: token entropy, from 0 (white) to {cap:.3f} nats (full orange; the "
+            "99th percentile of the tokens shown). Underline: the token's quadrant. Hover a "
+            "token for its values.</p>"
         ),
         f"<p class='legend'>{legend}</p>",
     ]
@@ -82,9 +85,11 @@ def render_samples(
             continue
         for record in records:
             parts.append(
-                f"<div class='meta'>step {record.get('step')} · reward {float(record.get('reward', 0)):.0f} "
-                f"({html.escape(str(record.get('outcome', '')))}) · advantage {float(record.get('advantage', 0)):+.3f}"
-                f" · entropy threshold {float(record.get('entropy_threshold', 0)):.3f} · prompt: "
+                f"<div class='meta'>step {record.get('step')} · reward "
+                f"{float(record.get('reward', 0)):.0f} "
+                f"({html.escape(str(record.get('outcome', '')))}) · advantage "
+                f"{float(record.get('advantage', 0)):+.3f} · entropy threshold "
+                f"{float(record.get('entropy_threshold', 0)):.3f} · prompt: "
                 f"<code>{html.escape(str(record.get('prompt', '')))}</code></div>"
             )
             parts.append(

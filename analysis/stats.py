@@ -1,10 +1,10 @@
 """Mean and confidence interval over seeds (the unit of replication of a training run).
 
-The interval is Student's t: ``mean ± t_{(1+confidence)/2, n-1} · s / sqrt(n)`` with ``s`` the sample
-standard deviation (ddof = 1) over the n seeds. With one seed there is no spread to estimate, so there
-is no interval (NaN), and renderers say so rather than print a zero-width one. The per-problem
-standard errors of `quadrants.eval.metrics` measure a different thing (the sampling of problems and
-answers inside one run); across seeds we use the runs themselves.
+The interval is Student's t: ``mean ± t_{(1+confidence)/2, n-1} · s / sqrt(n)`` with ``s`` the
+sample standard deviation (ddof = 1) over the n seeds. With one seed there is no spread to estimate,
+so there is no interval (NaN), and renderers say so rather than print a zero-width one. The
+per-problem standard errors of `quadrants.eval.metrics` measure a different thing (the sampling of
+problems and answers inside one run); across seeds we use the runs themselves.
 """
 
 from __future__ import annotations

@@ -1,17 +1,19 @@
-"""The comparison table in the paper's shape (docs/science.md, Table 1), built from a runs frame and eval points.
+"""The comparison table in the paper's shape (docs/science.md, Table 1), built from a
+runs frame and eval points.
 
-Rows are methods or quadrants (the values of one or more run tags), columns are benchmarks, a cell is
-"Avg@k / Pass@k" in percent, then the "avg" column (mean of the row's Avg@k over the math benchmarks)
-and, when runs have out-of-domain benchmarks (GPQA, MMLU-Pro, GraphWiz), the "ood avg" column (mean
-of their Avg@k). Every number is a mean over the row's runs (one per seed) with a Student-t interval
-(`analysis.stats`).
+Rows are methods or quadrants (the values of one or more run tags), columns are benchmarks, a cell
+is "Avg@k / Pass@k" in percent, then the "avg" column (mean of the row's Avg@k over the math
+benchmarks) and, when runs have out-of-domain benchmarks (GPQA, MMLU-Pro, GraphWiz), the "ood avg"
+column (mean of their Avg@k). Every number is a mean over the row's runs (one per seed) with a
+Student-t interval (`analysis.stats`).
 
 Nothing is averaged over less than it claims: a cell whose runs do not all have the metric is blank
 with a footnote naming the runs; a benchmark whose runs share no k is blank with a footnote listing
 each run's k; when runs logged different k, the largest common k is used and a footnote says so.
 
 Inputs are plain frames, so the table is tested on hand-made runs:
-- runs: one row per run with `run_id`, `run_name`, `status` and tag columns (`analysis.load.select_runs`);
+- runs: one row per run with `run_id`, `run_name`, `status` and tag columns
+  (`analysis.load.select_runs`);
 - points: run_id, benchmark, kind ("avg" | "pass"), k, step, value (`analysis.load.eval_points`).
 """
 
@@ -47,7 +49,8 @@ _NOT_ROW_TAGS = {
 
 @dataclass(frozen=True)
 class Cell:
-    """One table cell: an estimate (None = blank), whether it is the best of its column, footnotes."""
+    """One table cell: an estimate (None = blank), whether it is the best of
+    its column, footnotes."""
 
     estimate: SeedEstimate | None
     best: bool = False
@@ -100,7 +103,8 @@ class _Notes:
 
 
 def swept_label(run_name: str) -> str:
-    """`"objective=grpo,seed=1"` -> `"objective=grpo"`; a run name that is only a seed -> "default"."""
+    """`"objective=grpo,seed=1"` -> `"objective=grpo"`; a run name that is only
+    a seed -> "default"."""
     stripped = re.sub(r"(^|,)seed=[^,]*", "", str(run_name)).strip(",")
     return stripped or "default"
 
@@ -112,7 +116,8 @@ def _tag_column(runs: pd.DataFrame, tag: str) -> pd.Series:
 
 
 def default_row_tags(runs: pd.DataFrame) -> tuple[str, ...]:
-    """The describing tags that vary across the runs; `swept` if they leave two runs of a seed in one row."""
+    """The describing tags that vary across the runs; `swept` if they leave two runs
+    of a seed in one row."""
     varying = [t for t in DESCRIBING_TAGS if t in runs and runs[t].nunique(dropna=False) > 1]
     if not varying:
         extra = [
@@ -137,7 +142,8 @@ def row_labels(runs: pd.DataFrame, row_tags: Sequence[str]) -> pd.Series:
         available = sorted(c for c in runs.columns if c not in _NOT_ROW_TAGS) + [SWEPT]
         raise ValueError(f"row tag(s) {missing_columns} not on these runs; available: {available}")
     parts = [_tag_column(runs, t) for t in row_tags]
-    # a standalone evaluation (of a base model, say) need not carry the training tags: its run name labels it
+    # a standalone evaluation (of a base model, say) need not carry the training
+    # tags: its run name labels it
     evaluation = (
         runs["quadrants.role"].eq("eval")
         if "quadrants.role" in runs
@@ -199,7 +205,8 @@ def _choose_k(
     if any(ks != per_run[next(iter(per_run))] for ks in per_run.values()):
         return chosen, (
             notes.add(
-                f"{bench}: runs logged different k ({listing}); compared at the largest common k={chosen}"
+                f"{bench}: runs logged different k ({listing}); compared at the "
+                f"largest common k={chosen}"
             ),
         )
     return chosen, ()
@@ -236,19 +243,20 @@ def build_table(
         k: one k for every benchmark, {benchmark: k}, or None for each benchmark's largest common k.
         benchmarks: the columns (default: every benchmark with points), in the paper's order.
         confidence: coverage of the t-intervals over seeds.
-        initial_runs: run ids whose points are a step-0 evaluation on purpose (the base row): left out
-            of the check that every run's final evaluation was at the same step.
+        initial_runs: run ids whose points are a step-0 evaluation on purpose (the base row): left
+            out of the check that every run's final evaluation was at the same step.
 
     Raises:
-        ValueError: no runs, no eval metrics, an unknown benchmark or row tag, or two runs of one row
-            with the same seed (the rows do not separate the runs: choose other --rows or filter).
+        ValueError: no runs, no eval metrics, an unknown benchmark or row tag, or two runs of one
+            row with the same seed (the rows do not separate the runs: choose other --rows or
+            filter).
     """
     if runs.empty:
         raise ValueError("no runs selected: nothing to tabulate")
     if points.empty:
         raise ValueError(
-            f"none of the {len(runs)} selected runs logged an eval/<benchmark>/avg_at_<k> or pass_at_<k> "
-            "metric; run an evaluation (eval.every / quadrants.evaluate) first"
+            f"none of the {len(runs)} selected runs logged an eval/<benchmark>/avg_at_<k> or "
+            "pass_at_<k> metric; run an evaluation (eval.every / quadrants.evaluate) first"
         )
     row_tags = tuple(rows) if rows else default_row_tags(runs)
     labels = row_labels(runs, row_tags)
@@ -257,7 +265,8 @@ def build_table(
         described = "; ".join(f"row {label!r} seed {seed}: {names}" for label, seed, names in dup)
         raise ValueError(
             f"rows {list(row_tags)} put several runs of one seed in a row ({described}); "
-            f"pass --rows with the tags that tell them apart (e.g. --rows {SWEPT}) or narrow the selection"
+            f"pass --rows with the tags that tell them apart (e.g. --rows {SWEPT}) "
+            "or narrow the selection"
         )
     names = dict(zip(runs["run_id"], runs["run_name"]))
     points = points[points["run_id"].isin(names)]
@@ -314,7 +323,8 @@ def build_table(
                     estimate = None
                     marks += (
                         notes.add(
-                            f"{bench} {kind.capitalize()}@{chosen} missing in run(s) {sorted(lacking)}: cell left blank"
+                            f"{bench} {kind.capitalize()}@{chosen} missing in run(s) "
+                            f"{sorted(lacking)}: cell left blank"
                         ),
                     )
                 else:
@@ -373,8 +383,9 @@ def _mean_cells(
     notes: _Notes,
     confidence: float,
 ) -> dict[str, Cell]:
-    """One averaging column ("avg", "ood avg"): per row, `combine` of each run's Avg@k over `benchmarks`,
-    then the mean over seeds; blank (with a footnote) where a run lacks one of them; {} without benchmarks."""
+    """One averaging column ("avg", "ood avg"): per row, `combine` of each run's Avg@k over
+    `benchmarks`, then the mean over seeds; blank (with a footnote) where a run lacks one of them;
+    {} without benchmarks."""
     if not benchmarks:
         return {}
     cells: dict[str, Cell] = {}
@@ -437,7 +448,8 @@ def _seeds(table: ComparisonTable, row: str) -> str:
 
 
 def caption(table: ComparisonTable) -> str:
-    """What the numbers are, in one paragraph (printed above the Markdown table and as the LaTeX caption)."""
+    """What the numbers are, in one paragraph (printed above the Markdown table and
+    as the LaTeX caption)."""
     level = round(100 * table.confidence)
     what = (
         "the paper's avg: mean Avg@k of"
@@ -446,15 +458,16 @@ def caption(table: ComparisonTable) -> str:
         else "mean Avg@k over"
     )
     text = (
-        f"Avg@k / Pass@k in %, final evaluation of each run; mean ± half-width of the {level}% Student-t "
-        f"interval over seeds (a row with one seed has no interval); bold = best in its column"
+        "Avg@k / Pass@k in %, final evaluation of each run; mean ± half-width of the "
+        f"{level}% Student-t interval over seeds (a row with one seed has no interval); "
+        "bold = best in its column"
     )
     if table.avg_benchmarks:
         text += f"; avg = {what} {', '.join(table.avg_benchmarks)}"
     if table.ood_benchmarks:
         text += (
-            f"; ood avg = mean Avg@k over the out-of-domain {', '.join(table.ood_benchmarks)} (chance level: "
-            "25 % gpqa, 10 % mmlu_pro, 50 % on graphwiz's yes/no tasks)"
+            f"; ood avg = mean Avg@k over the out-of-domain {', '.join(table.ood_benchmarks)} "
+            "(chance level: 25 % gpqa, 10 % mmlu_pro, 50 % on graphwiz's yes/no tasks)"
         )
     return text + "."
 
@@ -509,7 +522,8 @@ def latex_escape(text: str) -> str:
 
 
 def to_latex(table: ComparisonTable) -> str:
-    """A `table` environment (needs \\usepackage{booktabs}); footnotes as lines under the tabular."""
+    """A `table` environment (needs \\usepackage{booktabs}); footnotes as
+    lines under the tabular."""
     heads = [latex_escape(h) for h in _header(table)]
     lines = [
         r"\begin{table}[t]",
@@ -533,10 +547,12 @@ def to_latex(table: ComparisonTable) -> str:
 
 
 def to_frame(table: ComparisonTable) -> pd.DataFrame:
-    """The table in long form for CSV: one line per (row, benchmark, metric), blank mean = blank cell.
+    """The table in long form for CSV: one line per (row, benchmark, metric),
+    blank mean = blank cell.
 
-    Columns: row, benchmark, k, metric (avg | pass; the avg columns have benchmark "avg" and "ood avg"), mean,
-    ci_half_width, ci_low, ci_high, n_seeds, best, notes (the footnote texts, "; "-joined).
+    Columns: row, benchmark, k, metric (avg | pass; the avg columns have benchmark "avg" and "ood
+    avg"), mean, ci_half_width, ci_low, ci_high, n_seeds, best, notes (the footnote texts, ";
+    "-joined).
     """
     records = []
 

@@ -140,7 +140,8 @@ def child(fn_name: str, mode: str, tokens: int, vocab: int, out_path: str) -> No
 
 
 def head_child(fn_name: str, tokens: int, vocab: int, hidden_size: int, out_path: str) -> None:
-    """Forward + backward of logp and entropy from hidden states through the head; prints a JSON line."""
+    """Forward + backward of logp and entropy from hidden states through the
+    head; prints a JSON line."""
     import torch
 
     from quadrants.ops.entropy import entropy_from_logits_direct, logprobs_and_entropy
@@ -195,14 +196,15 @@ def head_report(tokens: int, vocab: int, hidden_size: int, workdir: str) -> None
     logits_mb = tokens * vocab * 4 / MB
     grad_mb = vocab * hidden_size * 4 / MB
     print(
-        f"== fused LM head, forward + backward: N = {tokens:,}, H = {hidden_size}, logits {logits_mb:,.0f} MB,"
-        f" head gradient {grad_mb:,.0f} MB"
+        f"== fused LM head, forward + backward: N = {tokens:,}, H = {hidden_size}, logits "
+        f"{logits_mb:,.0f} MB, head gradient {grad_mb:,.0f} MB"
     )
     results = {}
     for name, buffers in (("fused", 0.5), ("logits", 2.5), ("direct", 7)):
         if not enough_memory(tokens * vocab * 4, buffers):
             print(
-                f"   {name:8s} skipped: MemAvailable {mem_available_bytes() / MB:,.0f} MB is too small"
+                f"   {name:8s} skipped: MemAvailable "
+                f"{mem_available_bytes() / MB:,.0f} MB is too small"
             )
             continue
         out_path = os.path.join(workdir, f"head_{name}.pt")
@@ -240,15 +242,16 @@ def head_report(tokens: int, vocab: int, hidden_size: int, workdir: str) -> None
             without = (fused["extra_mb"] - grad_mb) / (results[other]["extra_mb"] - grad_mb)
             verdict = "meets" if ratio <= 1 / 8 else "misses"
             print(
-                f"   fused/{other}: {ratio:.3f} (goal <= 0.125: {verdict} it); without the head gradient"
-                f" both have: {without:.3f}"
+                f"   fused/{other}: {ratio:.3f} (goal <= 0.125: {verdict} it); without the head "
+                f"gradient both have: {without:.3f}"
             )
     if "logits" in results:
         a, b = torch.load(fused["path"]), torch.load(results["logits"]["path"])
         for key in ("entropy", "grad_sample", "weight_grad_sample"):
             diff = (a[key] - b[key]).abs().max().item()
             print(
-                f"   max |fused - logits| {key} {diff:.3e} (max |value| {b[key].abs().max().item():.3e})"
+                f"   max |fused - logits| {key} {diff:.3e} (max |value| "
+                f"{b[key].abs().max().item():.3e})"
             )
     print()
 

@@ -1,11 +1,11 @@
 """Grading agreement on every benchmark: equivalent forms of a gold graded correct, others' wrong.
 
 For each problem, its gold answer is written in equivalent forms (`quadrants.eval.agreement`:
-verbatim, ``27.0``, exact decimal <-> fraction, degree signs and units dropped or added, ``\\text{}``
-removed, ``\\dfrac``, comma spacing, ...) and boxed in a short sentence; every form must be graded
-correct. The gold of another problem with a different value must be graded wrong. Grading uses the
-real `Grader` (math-verify in a process pool). Goals: correct-as-correct >= 99 %, wrong-as-correct
-<= 1 % on every benchmark; the exit status is 1 when a goal is missed.
+verbatim, ``27.0``, exact decimal <-> fraction, degree signs and units dropped or added,
+``\\text{}`` removed, ``\\dfrac``, comma spacing, ...) and boxed in a short sentence; every form
+must be graded correct. The gold of another problem with a different value must be graded wrong.
+Grading uses the real `Grader` (math-verify in a process pool). Goals: correct-as-correct >= 99 %,
+wrong-as-correct <= 1 % on every benchmark; the exit status is 1 when a goal is missed.
 
 Every disagreement is printed with its reason when we have diagnosed it (`KNOWN_DISAGREEMENTS`);
 a new one prints as "not diagnosed yet". A second section audits how math-verify reads each gold
@@ -99,8 +99,8 @@ KNOWN_GOLD_PARSES: dict[str, str] = {
     ),
     "minerva/104": "k = (37/4) m: " + _M_AS_UNIT,
     "minerva/261": (
-        "HAZARD: latex2sympy fails on E_{0}; math-verify's fallback extracts the '2' of '1 / 2', so "
-        "the answer 2 is graded correct and the right expression (other spacing) wrong."
+        "HAZARD: latex2sympy fails on E_{0}; math-verify's fallback extracts the '2' of '1 / 2', "
+        "so the answer 2 is graded correct and the right expression (other spacing) wrong."
     ),
     "minerva/268": _E_SUBSCRIPT,
     "minerva/269": _E_SUBSCRIPT,
@@ -202,7 +202,8 @@ def main() -> int:
         print(
             f"\n{check.benchmark} self-check (each reference solution against its own gold): "
             f"quadrants {check.grader_correct}/{check.num_problems} ({check.grader_rate:.1%}), "
-            f"math-verify alone {check.math_verify_correct}/{check.num_problems} ({check.math_verify_rate:.1%})"
+            f"math-verify alone {check.math_verify_correct}/{check.num_problems} "
+            f"({check.math_verify_rate:.1%})"
         )
         for problem_id, boxed, outcome in check.grader_rejected:
             print(f"  - {problem_id} boxed {boxed!r}: graded {outcome}")

@@ -1,13 +1,13 @@
-"""Grading under load: a wall-time budget makes rewards depend on how busy the machine is, a CPU-time
+"""Grading under load: a wall-time budget makes rewards depend on machine load, a CPU-time
 budget does not.
 
-One slow but legitimate answer, ``\\boxed{\\int_0^\\infty e^{-x^2}dx}`` against ``\\frac{\\sqrt{\\pi}}{2}``
-(about 2 s of CPU for math-verify), is graded by a one-worker `Grader` with a --timeout budget, on an
-idle core and on a core shared with --busy spinning processes (the worker and the spinners are pinned
-to the same CPU, so the worker gets about 1/(busy+1) of it). The two clocks are interleaved in each
-repeat: ``clock="wall"`` (math-verify's own alarms, the behaviour before issue 14) and ``clock="cpu"``
-(the default now). With the wall clock the answer is correct alone and times out under load; with the
-CPU clock it is correct either way, only slower.
+One slow but legitimate answer, ``\\boxed{\\int_0^\\infty e^{-x^2}dx}`` against
+``\\frac{\\sqrt{\\pi}}{2}`` (about 2 s of CPU for math-verify), is graded by a one-worker `Grader`
+with a --timeout budget, on an idle core and on a core shared with --busy spinning processes (the
+worker and the spinners are pinned to the same CPU, so the worker gets about 1/(busy+1) of it). The
+two clocks are interleaved in each repeat: ``clock="wall"`` (math-verify's own alarms, the behaviour
+before issue 14) and ``clock="cpu"`` (the default now). With the wall clock the answer is correct
+alone and times out under load; with the CPU clock it is correct either way, only slower.
 
     python benchmarks/grading_load.py [--timeout 5] [--busy 3] [--repeats 2] [--cpu 0]
 """
@@ -57,7 +57,8 @@ def main() -> None:
     parser.add_argument("--cpu", type=int, default=0)
     args = parser.parse_args()
     print(
-        f"answer {COMPLETION} vs gold {GOLD}, budget {args.timeout} s, load 1-min avg {os.getloadavg()[0]:.1f}"
+        f"answer {COMPLETION} vs gold {GOLD}, budget {args.timeout} s, load 1-min avg "
+        f"{os.getloadavg()[0]:.1f}"
     )
     print("| repeat | spinners | clock | outcome | wall s |")
     print("|---|---|---|---|---|")

@@ -15,8 +15,8 @@ busy machine compare it, not the rates.
 Real benchmark answers: for every benchmark in the data directory (``$QUADRANTS_DATA`` or
 ../shared/data), the first --problems problems each give two completions, its own gold boxed in a
 sentence (graded correct) and the gold of a problem with a different value (graded wrong), the
-answers the grader sees at evaluation time (LaTeX fractions, intervals, units, tuples ...). Sequential
-grading times every answer alone, so the slowest single answer is printed too.
+answers the grader sees at evaluation time (LaTeX fractions, intervals, units, tuples ...).
+Sequential grading times every answer alone, so the slowest single answer is printed too.
 
 The adversarial batch mixes a 100 KB string, an answer math-verify cannot evaluate in time
 (10^{10^{10^{10}}}), thousands of nested braces, invalid UTF-8 and junk types; its wall time is
@@ -109,10 +109,12 @@ def real_answers(name: str, data_dir: str, problems: int) -> tuple[list[str], li
 def measure_real(sequential: Grader, pool: Grader, data_dir: str, problems: int) -> None:
     """Answers/s per benchmark, sequential (one call per answer, timed) vs the pool (one batch)."""
     print(
-        f"real benchmark answers from {data_dir} (first {problems or 'all'} problems each; 2 answers per problem)"
+        f"real benchmark answers from {data_dir} (first {problems or 'all'} problems "
+        "each; 2 answers per problem)"
     )
     print(
-        f"{'benchmark':<15}{'answers':>8}{'seq/s':>8}{'pool/s':>8}{'pool/seq':>10}{'slowest ms':>12}   outcomes (pool)"
+        f"{'benchmark':<15}{'answers':>8}{'seq/s':>8}{'pool/s':>8}{'pool/seq':>10}"
+        f"{'slowest ms':>12}   outcomes (pool)"
     )
     total_answers, total_seq, total_pool = 0, 0.0, 0.0
     for name in known_benchmarks():
@@ -131,8 +133,9 @@ def measure_real(sequential: Grader, pool: Grader, data_dir: str, problems: int)
         seq_s = sum(times)
         counts = {k: v for k, v in graded.counts().items() if v}
         print(
-            f"{name:<15}{len(completions):>8}{len(completions) / seq_s:>8.0f}{len(completions) / pool_s:>8.0f}"
-            f"{seq_s / pool_s:>10.2f}{1e3 * max(times):>12.1f}   {counts}"
+            f"{name:<15}{len(completions):>8}{len(completions) / seq_s:>8.0f}"
+            f"{len(completions) / pool_s:>8.0f}{seq_s / pool_s:>10.2f}"
+            f"{1e3 * max(times):>12.1f}   {counts}"
         )
         total_answers, total_seq, total_pool = (
             total_answers + len(completions),
@@ -141,8 +144,8 @@ def measure_real(sequential: Grader, pool: Grader, data_dir: str, problems: int)
         )
     if total_answers:
         print(
-            f"{'all':<15}{total_answers:>8}{total_answers / total_seq:>8.0f}{total_answers / total_pool:>8.0f}"
-            f"{total_seq / total_pool:>10.2f}"
+            f"{'all':<15}{total_answers:>8}{total_answers / total_seq:>8.0f}"
+            f"{total_answers / total_pool:>8.0f}{total_seq / total_pool:>10.2f}"
         )
 
 

@@ -1,4 +1,4 @@
-"""Does GRPO learn on a CPU? Train the embedded tiny base policy for a few minutes on 2 cores and print
+"""Does GRPO learn on a CPU? Train the embedded tiny policy for a few minutes on 2 cores and print
 held-out accuracy before and after (the same held-out problems, the same sampling settings).
 
     python benchmarks/grpo_learning.py [--objective grpo] [--steps 100] [--threads 2]
@@ -57,17 +57,20 @@ def main() -> None:
         if keys.timing("update") in m
     ]
     print(
-        f"objective {args.objective}, {args.steps} steps x {args.prompts} prompts x G={args.group}, {args.threads} threads"
+        f"objective {args.objective}, {args.steps} steps x {args.prompts} prompts x "
+        f"G={args.group}, {args.threads} threads"
     )
     print(
         f"held-out {name} ({args.eval_problems} problems): before {before:.3f}  after {after:.3f}  "
         f"change {100 * (after - before):+.1f} points"
     )
     print(
-        f"wall time {minutes:.1f} min (incl. evaluation); mean step {sum(step_times) / len(step_times):.2f} s"
+        f"wall time {minutes:.1f} min (incl. evaluation); mean step "
+        f"{sum(step_times) / len(step_times):.2f} s"
     )
     print(
-        f"goal: +15 points within 10 minutes -> {'met' if after - before >= 0.15 and minutes <= 10 else 'NOT met'}"
+        "goal: +15 points within 10 minutes -> "
+        f"{'met' if after - before >= 0.15 and minutes <= 10 else 'NOT met'}"
     )
 
 

@@ -104,7 +104,8 @@ def main() -> None:
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"mini-batch {args.rows} x ({args.prompt} + {args.length}) tokens, hidden {args.hidden}, 2 threads; load {load}"
+        f"mini-batch {args.rows} x ({args.prompt} + {args.length}) tokens, hidden "
+        f"{args.hidden}, 2 threads; load {load}"
     )
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     results = {}
@@ -128,7 +129,8 @@ def main() -> None:
             results[micro] = json.loads(done.stdout.strip().splitlines()[-1])
             label = "whole mini-batch" if micro == 0 else f"micro-batches of {micro}"
             print(
-                f"  {label:22s} peak extra {results[micro]['extra_mb']:8,.0f} MB   wall {results[micro]['seconds']:6.1f} s",
+                f"  {label:22s} peak extra {results[micro]['extra_mb']:8,.0f} MB   wall "
+                f"{results[micro]['seconds']:6.1f} s",
                 flush=True,
             )
         reference = torch.load(os.path.join(tmp, f"grad_{args.micro[0]}.pt"))

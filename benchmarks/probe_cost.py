@@ -2,7 +2,8 @@
 
 Runs `quadrants.probe.measure.probe_policy` on the cached tiny policy (HF engine, 1 thread unless
 --threads) `--repeats` times with different seeds and prints, per run and as the median: branching
-rollouts, generated tokens, wall seconds and rollouts/s, plus the load average (the machine is shared).
+rollouts, generated tokens, wall seconds and rollouts/s, plus the load average
+(the machine is shared).
 
     python benchmarks/probe_cost.py [--repeats 3] [--threads 1] [probe overrides as key=value ...]
 """
@@ -42,9 +43,9 @@ def main() -> None:
     task = make_run_task(cfg, tokenizer)
     p = cfg.probe
     print(
-        f"probe settings: prompts {p.prompts} x G {cfg.rollout.group_size}, positions {p.positions}, branches "
-        f"{p.branches} (+ rest), coverage {p.coverage}, continuations {p.continuations}, resamples {p.resamples}; "
-        f"{args.threads} thread(s)"
+        f"probe settings: prompts {p.prompts} x G {cfg.rollout.group_size}, positions "
+        f"{p.positions}, branches {p.branches} (+ rest), coverage {p.coverage}, continuations "
+        f"{p.continuations}, resamples {p.resamples}; {args.threads} thread(s)"
     )
     seconds, rates = [], []
     with Grader(num_workers=1, timeout_s=5.0) as grader:
@@ -57,11 +58,13 @@ def main() -> None:
             seconds.append(result.seconds)
             rates.append(m["probe/rollouts_per_s"])
             print(
-                f"  seed {repeat}: {m['probe/rollouts']:.0f} rollouts, {m['probe/tokens']:.0f} tokens, "
-                f"{result.seconds:.1f} s, {m['probe/rollouts_per_s']:.1f} rollouts/s (load {os.getloadavg()[0]:.1f})"
+                f"  seed {repeat}: {m['probe/rollouts']:.0f} rollouts, {m['probe/tokens']:.0f} "
+                f"tokens, {result.seconds:.1f} s, {m['probe/rollouts_per_s']:.1f} rollouts/s "
+                f"(load {os.getloadavg()[0]:.1f})"
             )
     print(
-        f"median: {statistics.median(seconds):.1f} s per probe, {statistics.median(rates):.1f} rollouts/s"
+        f"median: {statistics.median(seconds):.1f} s per probe, "
+        f"{statistics.median(rates):.1f} rollouts/s"
     )
 
 

@@ -1,6 +1,6 @@
-"""Does a real LLM learn with quadrants on a CPU? SmolLM2-135M-Instruct on a reasoning-gym curriculum
-(`experiment=smollm2_arithmetic`): held-out Avg@k with its standard error and the Pass@k curve
-before and after training, and seconds per step.
+"""Does a real LLM learn with quadrants on a CPU? SmolLM2-135M-Instruct on a reasoning-gym
+curriculum (`experiment=smollm2_arithmetic`): held-out Avg@k with its standard error and the Pass@k
+curve before and after training, and seconds per step.
 
     python benchmarks/real_model_learning.py                        # the preset: DAPO, 50 steps
     python benchmarks/real_model_learning.py objective=grpo train.steps=80 train.threads=2
@@ -49,9 +49,10 @@ def main(overrides: list[str]) -> None:
         if keys.timing("update") in m
     ]
     print(
-        f"model {cfg.model.name_or_path}, task {task} ({name}), objective {cfg.objective.name}, quadrant "
-        f"{cfg.quadrant.keep}, {cfg.train.steps} steps x {cfg.train.prompts_per_step} prompts x "
-        f"G={cfg.rollout.group_size} x {cfg.rollout.max_new_tokens} tokens, lr {cfg.train.lr}"
+        f"model {cfg.model.name_or_path}, task {task} ({name}), objective "
+        f"{cfg.objective.name}, quadrant {cfg.quadrant.keep}, {cfg.train.steps} steps x "
+        f"{cfg.train.prompts_per_step} prompts x G={cfg.rollout.group_size} x "
+        f"{cfg.rollout.max_new_tokens} tokens, lr {cfg.train.lr}"
     )
     for label, metrics in (("before", result.initial_eval), ("after", result.final_eval)):
         curve = "  ".join(
@@ -60,15 +61,16 @@ def main(overrides: list[str]) -> None:
             if keys.evaluation(name, keys.pass_at(j)) in metrics
         )
         print(
-            f"held-out {label:6s} avg@{k} {metrics[avg]:.3f} +/- {metrics.get(err, float('nan')):.3f} (SE, "
-            f"{cfg.eval.problems} problems, T={cfg.eval.temperature})  {curve}"
+            f"held-out {label:6s} avg@{k} {metrics[avg]:.3f} +/- "
+            f"{metrics.get(err, float('nan')):.3f} (SE, {cfg.eval.problems} problems, "
+            f"T={cfg.eval.temperature})  {curve}"
         )
     change = result.final_eval[avg] - result.initial_eval[avg]
     combined = (result.final_eval.get(err, 0) ** 2 + result.initial_eval.get(err, 0) ** 2) ** 0.5
     print(f"change {100 * change:+.1f} points (+/- {100 * combined:.1f}, the two SEs combined)")
     print(
-        f"seconds per step: median {statistics.median(step_s):.1f} (phases summed), wall {minutes:.1f} min "
-        f"incl. evaluation"
+        f"seconds per step: median {statistics.median(step_s):.1f} (phases summed), wall "
+        f"{minutes:.1f} min incl. evaluation"
     )
     (out / "real_model_learning.json").write_text(
         json.dumps(

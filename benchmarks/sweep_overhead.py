@@ -1,10 +1,12 @@
-"""Sweep-layer overheads: (a) time from the command to the first training step, (b) the share of step
+"""Sweep-layer overheads: (a) time from command to first training step, (b) the share of step
 time spent in tracking calls during a real training run.
 
-(a) runs `python -m quadrants.sweep` as a user would (fresh directory, fresh MLflow store) and timestamps
-    the moment its first "step 1/" line appears; it also reports when the step-0 evaluation finished.
-(b) runs `run_training` in-process with the real MlflowTracker (SQLite store, fsync per record) wrapped
-    in a timer, and divides the time the training thread spent in tracker calls by the step time.
+(a) runs `python -m quadrants.sweep` as a user would (fresh directory, fresh MLflow store) and
+    timestamps the moment its first "step 1/" line appears; it also reports when the step-0
+    evaluation finished.
+(b) runs `run_training` in-process with the real MlflowTracker (SQLite store, fsync per record)
+    wrapped in a timer, and divides the time the training thread spent in tracker calls by the step
+    time.
 
     python benchmarks/sweep_overhead.py [--model tiny] [--steps 10]
 """
@@ -26,8 +28,8 @@ from quadrants.train.loop import run_training
 
 
 class TimedTracker:
-    """Forwards to a tracker and adds up the wall time the calling thread spends in its per-step calls
-    (log_metrics, log_params, log_artifact); start/flush/finish are set-up and tear-down."""
+    """Forwards to a tracker and adds up the wall time the calling thread spends in its per-step
+    calls (log_metrics, log_params, log_artifact); start/flush/finish are set-up and tear-down."""
 
     PER_STEP = ("log_metrics", "log_params", "log_artifact")
 

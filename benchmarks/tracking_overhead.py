@@ -2,15 +2,16 @@
 
 --steps steps of --metrics metrics each, logged back to back (no training in between, which is the
 worst case for the delivery thread competing for the GIL). Targets: NullTracker; MlflowTracker to a
-sqlite file (with and without fsync per record, and with --pace-ms between calls); MlflowTracker to a local `mlflow server` (sqlite
-backend, loopback). For each: per-call microseconds (mean, median, p99, max), the share of a 1 s
-training step the mean represents, and how long `flush()` then took to deliver the backlog.
-Store creation and server start-up are not timed.
+sqlite file (with and without fsync per record, and with --pace-ms between calls); MlflowTracker to
+a local `mlflow server` (sqlite backend, loopback). For each: per-call microseconds
+(mean, median, p99, max), the share of a 1 s training step the mean represents, and how long
+`flush()` then took to deliver the backlog. Store creation and server start-up are not timed.
 
-Live view: the delay from a step's `log_metrics` returning to its value being readable from the store
-(`get_metric_history`, what MLflow's charts read), through the spool and the delivery thread with its
-default settings, for sqlite and for the server: --live-steps steps, --live-step-s apart, a reader
-polling every 50 ms. MLflow's UI then shows it at its charts' next auto-refresh, or on a reload.
+Live view: the delay from a step's `log_metrics` returning to its value being readable from the
+store (`get_metric_history`, what MLflow's charts read), through the spool and the delivery thread
+with its default settings, for sqlite and for the server: --live-steps steps, --live-step-s apart, a
+reader polling every 50 ms. MLflow's UI then shows it at its charts' next auto-refresh, or on a
+reload.
 
     python benchmarks/tracking_overhead.py [--steps 500] [--metrics 60] [--pace-ms 20] [--no-server]
                                            [--live-steps 12] [--live-step-s 1.3]
@@ -102,8 +103,8 @@ def live_delays(uri: str, spool: Path, steps: int, step_s: float, metrics: int) 
 
 def report_live(name: str, delays: list[float]) -> None:
     print(
-        f"{name:<28} {statistics.fmean(delays):9.2f} {statistics.median(delays):9.2f} {max(delays):9.2f}"
-        f"   ({len(delays)} steps)"
+        f"{name:<28} {statistics.fmean(delays):9.2f} {statistics.median(delays):9.2f} "
+        f"{max(delays):9.2f}   ({len(delays)} steps)"
     )
 
 
@@ -179,7 +180,8 @@ def main() -> None:
             f"{args.steps} steps x {args.metrics} metrics; share = mean call / {STEP_S:.0f} s step"
         )
         print(
-            f"{'target':<28} {'mean us':>9} {'p50 us':>9} {'p99 us':>9} {'max us':>9} {'share':>10}   flush"
+            f"{'target':<28} {'mean us':>9} {'p50 us':>9} {'p99 us':>9} "
+            f"{'max us':>9} {'share':>10}   flush"
         )
         report("NullTracker", time_calls(NullTracker(), args.steps, args.metrics), None)
         run_tracker("sqlite", sqlite_uri, root / "spool_sqlite", args.steps, args.metrics)
@@ -207,8 +209,8 @@ def main() -> None:
                 )
             if args.live_steps:
                 print(
-                    f"\nlive view: step logged -> readable from the store, default tracker settings, "
-                    f"a step every {args.live_step_s} s"
+                    "\nlive view: step logged -> readable from the store, default tracker "
+                    f"settings, a step every {args.live_step_s} s"
                 )
                 print(f"{'target':<28} {'mean s':>9} {'p50 s':>9} {'max s':>9}")
                 report_live(

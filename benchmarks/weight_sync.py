@@ -1,7 +1,7 @@
 """Weight sync from an FSDP2-sharded policy into each rank's full rollout copy: gathering the whole
 state dict first (`get_model_state_dict(full_state_dict=True)` + `load_state_dict`, what quadrants
-did before) against streaming one gathered tensor at a time (`quadrants.rollout.weights.copy_weights`,
-what the HF replica and the vLLM engine do now).
+did before) against streaming one gathered tensor at a time
+(`quadrants.rollout.weights.copy_weights`, what the HF replica and the vLLM engine do now).
 
 Two gloo ranks (torchrun, started by this script) each hold a random Qwen2 model (default 175 M
 parameters, 0.65 GiB in fp32) sharded by FSDP2 plus a full replica. For each method it prints the
@@ -26,7 +26,8 @@ import time
 
 
 class PeakRSS:
-    """The highest resident set size of this process while inside the `with` block, above its start."""
+    """The highest resident set size of this process while inside the `with`
+    block, above its start."""
 
     def __init__(self) -> None:
         import psutil

@@ -45,7 +45,8 @@ class PromptConfig:
 
 @dataclass
 class VLLMConfig:
-    # the colocated vLLM engine (rollout.engine=vllm; quadrants/rollout/vllm.py); dtype = model.dtype
+    # the colocated vLLM engine (rollout.engine=vllm;
+    # quadrants/rollout/vllm.py); dtype = model.dtype
     gpu_memory_utilization: float = 0.5  # of GPU memory, weights + KV cache
     kv_cache_gib: float | None = (
         None  # None = sized from gpu_memory_utilization (give a size on CPU)
@@ -122,8 +123,8 @@ class TrainConfig:
     dlogp_rows: int = (
         8  # sequences in that pass (a seeded subsample, standard error logged); 0 = all
     )
-    # auto: take old log-probs and entropy from the HF engine when they are exact (its own weights, no
-    # mismatch correction, no bf16 trainer), skipping the no-grad pass; always: recompute them
+    # auto: take old log-probs and entropy from the HF engine when they are exact (its own weights,
+    # no mismatch correction, no bf16 trainer), skipping the no-grad pass; always: recompute them
     behaviour_pass: str = "auto"  # auto | always
     device: str = "auto"  # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
 
@@ -138,11 +139,14 @@ class EvalConfig:
     max_new_tokens: int = 48
     # Benchmarks, name -> samples per problem n (Avg@n, Pass@k for k = 1, 2, 4, ..., n), run by
     # quadrants.eval.runner in training and by `python -m quadrants.evaluate`. A name is one of
-    # tasks.benchmarks.known_benchmarks(), tasks.ood.known_ood_benchmarks() or a task (its held-out split). Empty = the task's
-    # held-out split, `problems` x `samples` (the quick in-training check).
+    # tasks.benchmarks.known_benchmarks(), tasks.ood.known_ood_benchmarks() or a task
+    # (its held-out split). Empty = the task's held-out split, `problems` x `samples`
+    # (the quick in-training check).
     benchmarks: dict[str, int] = field(default_factory=dict)
     limit: int | None = (
-        None  # the first `limit` problems of each benchmark (each group of an OOD one) and of the held-out check; None = all
+        # the first `limit` problems of each benchmark (each group of an OOD one) and of the
+        # held-out check; None = all
+        None
     )
     ks: list[int] = field(default_factory=list)  # Pass@k also at these k (each <= every n)
     data_dir: str | None = None  # benchmark files; None = $QUADRANTS_DATA, else ../shared/data

@@ -1,4 +1,5 @@
-"""The allowed range of every numeric key of the run configuration, in one table, checked at compose time.
+"""The allowed range of every numeric key of the run configuration, in one
+table, checked at compose time.
 
 Every leaf key of `RunConfig` (quadrants/config.py) appears exactly once: in `RANGES` with the
 interval its values must lie in, or in `NO_RANGE` with the reason it has none (a name checked
@@ -121,11 +122,15 @@ NO_RANGE: dict[str, str] = {
     "sweep_id": "a name (the sweep's directory and parent run)",
     "outputs": "a directory, created when the run starts",
     "run_dir": "a directory (null = no checkpoints), created when the run starts",
-    "model.name_or_path": "a name or a path: a local path must exist (models.source.check_model_source)",
+    "model.name_or_path": (
+        "a name or a path: a local path must exist (models.source.check_model_source)"
+    ),
     "model.dtype": "a dtype name, checked when the model is loaded (models.loading)",
     "task.name": "a name, checked against the registered tasks (tasks.validate_task)",
     "task.params": "the task's keyword arguments, checked by tasks.validate_task",
-    "task.answer_extraction": "a name, checked against rewards.extract.EXTRACTIONS (validate_config)",
+    "task.answer_extraction": (
+        "a name, checked against rewards.extract.EXTRACTIONS (validate_config)"
+    ),
     "prompt.format": "a name, checked by tasks.prompts.validate_prompt",
     "prompt.instruction": "free text (null = the format's own instruction)",
     "rollout.engine": "a name, checked against the registered engines (rollout/registry.py)",
@@ -135,12 +140,18 @@ NO_RANGE: dict[str, str] = {
     "rollout.vllm.in_process": "a flag",
     "objective.name": "a name, checked against the objective registry (validate_config)",
     "objective.loss_agg": "a name, checked against ops.aggregation (validate_config)",
-    "objective.params": "the objective's keyword arguments, each checked by its objective (resolve_objective)",
+    "objective.params": (
+        "the objective's keyword arguments, each checked by its objective (resolve_objective)"
+    ),
     "objective.kl_estimator": "a name, checked against ops.kl (loss_settings)",
     "quadrant.keep": "quadrant names, checked by objectives.loss.parse_keep",
     "quadrant.threshold": "a name, checked by ops.quadrants.validate_threshold",
-    "quadrant.threshold_value": "its range depends on quadrant.threshold (validate_threshold checks it)",
-    "quadrant.denominator": "a name, checked against objectives.loss.DENOMINATORS (validate_config)",
+    "quadrant.threshold_value": (
+        "its range depends on quadrant.threshold (validate_threshold checks it)"
+    ),
+    "quadrant.denominator": (
+        "a name, checked against objectives.loss.DENOMINATORS (validate_config)"
+    ),
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
@@ -149,7 +160,9 @@ NO_RANGE: dict[str, str] = {
     "eval.data_dir": "a directory, checked by eval.plan.validate_eval when benchmarks are local",
     "eval.source": "a name, checked by eval.plan.validate_eval",
     "eval.target": "a path or a name, resolved by quadrants.evaluate",
-    "tracking.uri": "a URI; an http(s) server is checked to answer before training (hydra_setup.preflight)",
+    "tracking.uri": (
+        "a URI; an http(s) server is checked to answer before training (hydra_setup.preflight)"
+    ),
     "tracking.system_metrics": "a flag",
     "tracking.report": "a flag (the analysis report logged on a sweep's parent run)",
     "distributed.backend": "a name, checked by distributed.collectives.validate_distributed_config",

@@ -58,7 +58,8 @@ def validate_rollout_engine(rollout: RolloutConfig) -> None:
         )
     if rollout.vllm.sleep_level not in (0, 1, 2):
         raise ValueError(
-            f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; choose one of [0, 1, 2]"
+            f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; "
+            "choose one of [0, 1, 2]"
         )
 
 
@@ -72,11 +73,13 @@ def validate_config(cfg: RunConfig) -> None:
         raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
     if cfg.objective.loss_agg not in LOSS_AGGREGATIONS:
         raise ValueError(
-            f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
+            f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of "
+            f"{list(LOSS_AGGREGATIONS)}"
         )
     if cfg.quadrant.denominator not in DENOMINATORS:
         raise ValueError(
-            f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one of {list(DENOMINATORS)}"
+            f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one "
+            f"of {list(DENOMINATORS)}"
         )
     try:
         validate_threshold(cfg.quadrant.threshold, cfg.quadrant.threshold_value)
@@ -89,13 +92,15 @@ def validate_config(cfg: RunConfig) -> None:
     validate_prompt(cfg.prompt.format)
     if cfg.task.answer_extraction not in EXTRACTIONS:
         raise ValueError(
-            f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose one of {list(EXTRACTIONS)}"
+            f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose "
+            f"one of {list(EXTRACTIONS)}"
         )
     get_engine(cfg.rollout.engine)  # an unknown name lists the registered engines
     validate_rollout_engine(cfg.rollout)
     if cfg.train.behaviour_pass not in ("auto", "always"):
         raise ValueError(
-            f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose one of ['auto', 'always']"
+            f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "
+            "one of ['auto', 'always']"
         )
     validate_device(cfg.train.device)
     validate_eval(cfg.eval, cfg.task)

@@ -1,4 +1,5 @@
-"""Data-parallel, sharded training with PyTorch's own engine: torch.distributed + FSDP2 (`fully_shard`).
+"""Data-parallel, sharded training with PyTorch's own engine: torch.distributed
++ FSDP2 (`fully_shard`).
 
 The rule that makes a run on W ranks equal to the single-process run on the same global batch, with
 no objective's math touched:
@@ -11,13 +12,14 @@ no objective's math touched:
    runs each rank on its 1/W of the rows; the results are all-gathered. Every rank then builds the
    same global TokenBatch: group advantages, group entropy means (the quadrant threshold), batch
    quantiles (forking), and every normaliser are global by construction.
-3. Each update mini-batch is split into W contiguous row shares. A rank runs the policy forward (with
-   grad) on its share only, all-gathers the other shares' detached log-probs (and entropy when the
-   objective asks), splices its own rows in, and calls the unchanged `compute_loss` on the global
-   mini-batch. The loss value is the global loss (so are covariance top-k selections, which read
-   detached log-probs of the whole mini-batch), and rank r's gradient is the contribution of its rows:
-   the SUM of the ranks' gradients is exactly the global gradient. FSDP2's reduce-scatter averages by
-   default; we set its divide factor to 1 and force a plain SUM (gloo has no PREMUL_SUM).
+3. Each update mini-batch is split into W contiguous row shares. A rank runs the policy forward
+   (with grad) on its share only, all-gathers the other shares' detached log-probs (and entropy when
+   the objective asks), splices its own rows in, and calls the unchanged `compute_loss` on the
+   global mini-batch. The loss value is the global loss (so are covariance top-k selections, which
+   read detached log-probs of the whole mini-batch), and rank r's gradient is the contribution of
+   its rows: the SUM of the ranks' gradients is exactly the global gradient. FSDP2's reduce-scatter
+   averages by default; we set its divide factor to 1 and force a plain SUM
+   (gloo has no PREMUL_SUM).
 4. Evaluation. Its generate calls are dealt like the blocks of 1. (`dealt`, `run_dealt`: call c on
    rank c % W, each keeping its one-process seed), generated on each rank's own rollout engine,
    graded there and gathered in call order, so every rank holds the one-process result; rank 0 logs
@@ -93,7 +95,8 @@ class LaunchInfo:
 
 
 def current() -> DistEnv:
-    """The DistEnv of this process, read from torch.distributed's state (world 1 without a group)."""
+    """The DistEnv of this process, read from torch.distributed's state
+    (world 1 without a group)."""
     if not (dist.is_available() and dist.is_initialized()):
         return DistEnv()
     local = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")))
@@ -174,8 +177,9 @@ def export_rendezvous(info: LaunchInfo, environ: MutableMapping[str, str]) -> No
 
 
 def pick_backend(backend: str, cuda: bool | None = None) -> str:
-    """The process-group backend: `auto` is nccl when training tensors live on CUDA (`cuda`; default:
-    whether CUDA is available), else gloo. NCCL only moves CUDA tensors, so nccl with CPU training fails."""
+    """The process-group backend: `auto` is nccl when training tensors live on CUDA (`cuda`;
+    default: whether CUDA is available), else gloo. NCCL only moves CUDA tensors, so nccl with CPU
+    training fails."""
     if backend not in BACKENDS:
         raise ValueError(
             f"distributed.backend={backend!r} is unknown; choose one of {list(BACKENDS)}"
@@ -199,8 +203,9 @@ def init_distributed(
 ) -> DistEnv:
     """Start the process group if the launcher says there are several ranks; else world 1, no group.
 
-    `device` is `train.device`: with CUDA, each rank binds `cuda:<LOCAL_RANK>` (torch.cuda.set_device)
-    before the group starts, as NCCL requires (not run here: no GPU on these machines)."""
+    `device` is `train.device`: with CUDA, each rank binds `cuda:<LOCAL_RANK>`
+    (torch.cuda.set_device) before the group starts, as NCCL requires (not run here: no GPU on these
+    machines)."""
     environ = os.environ if environ is None else environ
     info = launch_info(environ)
     if info is None or (info.world_size == 1 and info.source == "slurm"):
@@ -236,7 +241,8 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-# --- layout checks ---------------------------------------------------------------------------------
+# --- layout checks
+# ---------------------------------------------------------------------------------
 
 
 def generation_block(cfg: RunConfig, world_size: int) -> int:
@@ -264,10 +270,10 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
     if rows % mini:  # uneven mini-batches would weigh the last one's tokens more: not supported
         divisors = [d for d in range(rows - 1, 0, -1) if rows % d == 0][:3]
         raise ValueError(
-            f"train.mini_batch_size={cfg.train.mini_batch_size} does not divide the {rows} sequences of a "
-            f"step (train.prompts_per_step x rollout.group_size), so the last mini-batch would hold "
-            f"{rows % mini}; use a divisor of {rows} (e.g. {', '.join(map(str, divisors))}) or >= {rows} "
-            f"for one update per epoch"
+            f"train.mini_batch_size={cfg.train.mini_batch_size} does not divide the {rows} "
+            "sequences of a step (train.prompts_per_step x rollout.group_size), so the last "
+            f"mini-batch would hold {rows % mini}; use a divisor of {rows} (e.g. "
+            f"{', '.join(map(str, divisors))}) or >= {rows} for one update per epoch"
         )
     get_engine(cfg.rollout.engine).validate(cfg, world_size)  # the engine's own layout checks
     if world_size == 1:
@@ -317,7 +323,8 @@ def validate_distributed_config(cfg: RunConfig) -> None:
     check_layout(cfg, 1)
 
 
-# --- the model -------------------------------------------------------------------------------------
+# --- the model
+# -------------------------------------------------------------------------------------
 
 
 def shard_model(
@@ -366,12 +373,14 @@ def shard_model(
 
 
 def rollout_replica(model: nn.Module, env: DistEnv) -> nn.Module:
-    """The module the rollout engine samples from: the model itself in one process; a full, unsharded
-    copy per rank when sharded (as a colocated vLLM engine holds one), refreshed by `sync_weights`."""
+    """The module the rollout engine samples from: the model itself in one process; a full,
+    unsharded copy per rank when sharded (as a colocated vLLM engine holds one), refreshed by
+    `sync_weights`."""
     return copy.deepcopy(model) if env.sharded else model
 
 
-# --- collectives -----------------------------------------------------------------------------------
+# --- collectives
+# -----------------------------------------------------------------------------------
 
 
 def gather_objects(obj: Any, env: DistEnv) -> list[Any]:
@@ -384,8 +393,8 @@ def gather_objects(obj: Any, env: DistEnv) -> list[Any]:
 
 
 def dealt(calls: int, env: DistEnv) -> range:
-    """The calls of 0 .. calls - 1 this rank makes: call c goes to rank c % W. A call keeps its number
-    (and so its seed) for any W, which makes the dealing world-size invariant."""
+    """The calls of 0 .. calls - 1 this rank makes: call c goes to rank c % W. A call keeps its
+    number (and so its seed) for any W, which makes the dealing world-size invariant."""
     return range(env.rank, calls, env.world_size)
 
 
@@ -416,13 +425,15 @@ def all_gather_rows(tensor: Tensor, env: DistEnv) -> list[Tensor]:
 
 
 def row_share(rows: int, env: DistEnv) -> slice:
-    """This rank's contiguous share of `rows` (equal shares: `check_layout` guarantees divisibility)."""
+    """This rank's contiguous share of `rows` (equal shares: `check_layout`
+    guarantees divisibility)."""
     size = rows // env.world_size
     return slice(env.rank * size, (env.rank + 1) * size)
 
 
 def splice(own: Tensor, env: DistEnv) -> Tensor:
-    """The global tensor: other ranks' detached shares with this rank's own share (with grad) in place."""
+    """The global tensor: other ranks' detached shares with this rank's own share
+    (with grad) in place."""
     if not env.sharded:
         return own
     parts = all_gather_rows(own, env)
@@ -431,8 +442,9 @@ def splice(own: Tensor, env: DistEnv) -> Tensor:
 
 
 def reduce_metrics(metrics: dict[str, float], env: DistEnv) -> dict[str, float]:
-    """Metrics as rank 0 logs them. Everything computed from the global batch is already equal on all
-    ranks; per-rank timings (`time/*`) become the maximum over ranks (a step waits for the slowest)."""
+    """Metrics as rank 0 logs them. Everything computed from the global batch is already equal on
+    all ranks; per-rank timings (`time/*`) become the maximum over ranks (a step waits for the
+    slowest)."""
     if not env.sharded:
         return metrics
     timing = sorted(k for k in metrics if k.startswith("time/"))

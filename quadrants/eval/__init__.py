@@ -1,9 +1,11 @@
 """Benchmark evaluation: Avg@k / unbiased Pass@k with error bars (`metrics`) and the grader's
-agreement with benchmark golds (`agreement`). The benchmarks themselves are `quadrants.tasks.benchmarks`.
+agreement with benchmark golds (`agreement`). The benchmarks themselves are
+`quadrants.tasks.benchmarks`.
 
-Running one: `plan` (which benchmarks, problems and n; checked before any generation), `target` (what
-`python -m quadrants.evaluate TARGET` evaluates), `generation` (sampling without logits), `runner`
-(generate, grade, report; also called by training), `results` ((n, c) tables, metrics, files).
+Running one: `plan` (which benchmarks, problems and n; checked before any generation), `target`
+(what `python -m quadrants.evaluate TARGET` evaluates), `generation` (sampling without logits),
+`runner` (generate, grade, report; also called by training), `results` ((n, c) tables, metrics,
+files).
 """
 
 from quadrants.eval.metrics import (

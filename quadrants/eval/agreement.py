@@ -48,7 +48,8 @@ _SIGNED_INT = r"[+-]?\d+"
 _GROUPED_INT = re.compile(r"([+-]?)(\d{1,3}(?:,(?:\\!)?\s*\d{3})+|\d+)")  # 10,\!080 or 1,450,000
 _DECIMAL = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+)")
 _FRACTION = re.compile(
-    r"([+-]?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))"  # \frac{3}{4}, \frac34
+    # \frac{3}{4}, \frac34
+    r"([+-]?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(\d+)\s*\}|(\d))"
 )
 _SLASH_FRACTION = re.compile(r"([+-]?)(\d+)\s*/\s*(\d+)")
 _MIXED_NUMBER = re.compile(r"([+-]?)(\d+)\s*(\\[dt]?frac.+)")  # 1\frac{4}{5} = 9/5
@@ -128,7 +129,10 @@ class AgreementReport:
 
 def completion_for(answer: str) -> str:
     """A short completion whose last box holds `answer`."""
-    return f"Checking the steps once more, the result holds. The final answer is $\\boxed{{{answer}}}$."
+    return (
+        "Checking the steps once more, the result holds. The final answer is "
+        f"$\\boxed{{{answer}}}$."
+    )
 
 
 # --- equivalent forms ---------------------------------------------------------------------------
@@ -305,7 +309,7 @@ def different_value_partners(golds: list[str], seed: int) -> list[int | None]:
     rng = random.Random(seed)
     keys = [value_key(gold) for gold in golds]
     partners: list[int | None] = []
-    for index, key in enumerate(keys):
+    for key in keys:
         candidates = [other for other in range(len(golds)) if keys[other] != key]
         partners.append(rng.choice(candidates) if candidates else None)
     return partners
@@ -363,10 +367,12 @@ class GoldParseFinding:
         gold: its gold answer.
         kind: ``"text only"``: no sympy parse, so answers are compared as exact strings (spacing
             matters); ``"number from non-number"``: the gold is not a plain number but parses to one
-            (part of it dropped, e.g. a variable taken for a unit), so that number alone is accepted.
+            (part of it dropped, e.g. a variable taken for a unit), so that
+            number alone is accepted.
         parsed: what math-verify extracted, as text.
-        decoy_correct: for ``"number from non-number"``, whether ``\\boxed{<that number>}`` is graded
-            correct (a wrong answer accepted, unless the dropped part was only a unit); else None.
+        decoy_correct: for ``"number from non-number"``, whether ``\\boxed{<that number>}`` is
+            graded correct (a wrong answer accepted, unless the dropped part was only a unit); else
+            None.
     """
 
     problem_id: str

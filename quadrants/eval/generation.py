@@ -14,7 +14,8 @@ __all__ = ["TextEngine"]
 
 
 class TextEngine(HFEngine):
-    """A `RolloutEngine` for evaluation: texts, masks and finished flags; `behaviour_logp` is zeros."""
+    """A `RolloutEngine` for evaluation: texts, masks and finished flags;
+    `behaviour_logp` is zeros."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         super().__init__(model, tokenizer, logprobs=False)

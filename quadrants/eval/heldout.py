@@ -37,7 +37,8 @@ class ChunkCounts:
 def grade_chunk(
     engine: RolloutEngine, grader: Grader, chunk: list[Problem], sampling: SamplingSettings
 ) -> ChunkCounts:
-    """Generate `sampling.n` answers for each problem of `chunk` in one call and count the correct ones."""
+    """Generate `sampling.n` answers for each problem of `chunk` in one call and
+    count the correct ones."""
     rollouts = engine.generate([p.prompt for p in chunk], sampling)
     golds = [chunk[int(g)].answer for g in rollouts.group_ids]
     graded = grader.grade(rollouts.texts, golds)
@@ -52,7 +53,8 @@ def grade_chunk(
 
 
 def summarize(chunks: list[ChunkCounts], k: int, name: str) -> dict[str, float]:
-    """Avg@k, the Pass@k curve and the no-answer share over the chunks' problems (in chunk order)."""
+    """Avg@k, the Pass@k curve and the no-answer share over the chunks'
+    problems (in chunk order)."""
     correct_per_problem = [f for chunk in chunks for f in chunk.correct_fraction]
     correct_counts = [c for chunk in chunks for c in chunk.correct_count]
     n = max(len(correct_per_problem), 1)
@@ -82,14 +84,15 @@ def heldout_metrics(
     batch_prompts: int = 64,
     dist: DistEnv | None = None,
 ) -> dict[str, float]:
-    """Generate `sampling.n` answers per problem, `batch_prompts` problems per generate call, and grade them.
+    """Generate `sampling.n` answers per problem, `batch_prompts` problems per
+    generate call, and grade them.
 
     With `dist` sharded, chunk c is generated and graded by rank c % W and every rank gets every
     chunk (a collective: every rank calls this, even when there are fewer chunks than ranks).
 
     Returns:
-        {eval/<name>/avg_at_n, eval/<name>/pass_at_k for k = 1, 2, 4, ..., n, eval/<name>/no_answer_frac},
-        the same on every rank.
+        {eval/<name>/avg_at_n, eval/<name>/pass_at_k for k = 1, 2, 4, ..., n,
+        eval/<name>/no_answer_frac}, the same on every rank.
     """
     chunks = [problems[i : i + batch_prompts] for i in range(0, len(problems), batch_prompts)]
     counts = run_dealt(

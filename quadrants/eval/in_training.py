@@ -30,10 +30,11 @@ def evaluate_policy(
     tracker: Tracker | None = None,
 ) -> dict[str, float]:
     """Held-out metrics of the current policy: the configured benchmarks (`eval.benchmarks`, through
-    quadrants.eval.runner, tables and samples as artifacts), else the task's held-out split ({} when disabled).
+    quadrants.eval.runner, tables and samples as artifacts), else the task's held-out
+    split ({} when disabled).
 
-    Every rank calls this: the generate calls are dealt to the ranks (each on its own rollout engine)
-    and gathered; rank 0 returns the metrics, the other ranks {}."""
+    Every rank calls this: the generate calls are dealt to the ranks (each on its own rollout
+    engine) and gathered; rank 0 returns the metrics, the other ranks {}."""
     if cfg.eval.benchmarks:
         return evaluate_in_training(engine, grader, tokenizer, cfg, dist, step, tracker)
     if cfg.eval.problems == 0:

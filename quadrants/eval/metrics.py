@@ -1,6 +1,7 @@
 """Avg@k and unbiased Pass@k over a benchmark's problems, with confidence intervals.
 
-Problem ``i`` has ``n_i`` sampled answers, ``c_i`` of them correct (docs/science.md, "Evaluation protocol"):
+Problem ``i`` has ``n_i`` sampled answers, ``c_i`` of them correct
+(docs/science.md, "Evaluation protocol"):
 
 - Avg@k  = mean_i c_i / n_i, the expected accuracy of one sample (the paper's Avg@32 has n = 32).
 - Pass@k = mean_i [1 - C(n_i - c_i, k) / C(n_i, k)], the unbiased estimator of Chen et al. (2021)
@@ -53,7 +54,8 @@ PAPER_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiad
 """The six benchmarks whose Avg@k the paper's "avg" column averages."""
 
 OOD_BENCHMARKS = ("gpqa", "mmlu_pro", "graphwiz")
-"""The out-of-domain benchmarks (`quadrants.tasks.ood`); the "ood avg" column averages those a run has."""
+"""The out-of-domain benchmarks (`quadrants.tasks.ood`); the "ood avg" column
+averages those a run has."""
 
 _BOOTSTRAP_CHUNK = 1_000  # resamples drawn at once: bounds memory at chunk x problems indices
 

@@ -1,12 +1,13 @@
 """What an evaluation will run: benchmarks, problems and samples, checked before any generation.
 
-An evaluation is a mapping benchmark name -> n, the samples drawn per problem (`EvalConfig.benchmarks`).
-A name is a benchmark of `quadrants.tasks.benchmarks` (AIME24, ..., GSM8K, read from local files or
-the hub), an out-of-domain benchmark of `quadrants.tasks.ood` (GPQA, MMLU-Pro, GraphWiz: graded by
-their own answer rules, with per-domain or per-task groups) or a task of `quadrants.tasks` (its
-held-out split, e.g. the embedded ``arithmetic``). An empty mapping means the run's own task,
-``eval.problems`` problems x ``eval.samples``. ``eval.limit`` takes the first problems of each
-benchmark, and of each group of a grouped one (so that a quick run sees every domain and task).
+An evaluation is a mapping benchmark name -> n, the samples drawn per problem
+(`EvalConfig.benchmarks`). A name is a benchmark of `quadrants.tasks.benchmarks` (AIME24, ...,
+GSM8K, read from local files or the hub), an out-of-domain benchmark of `quadrants.tasks.ood` (GPQA,
+MMLU-Pro, GraphWiz: graded by their own answer rules, with per-domain or per-task groups) or a task
+of `quadrants.tasks` (its held-out split, e.g. the embedded ``arithmetic``). An empty mapping means
+the run's own task, ``eval.problems`` problems x ``eval.samples``. ``eval.limit`` takes the first
+problems of each benchmark, and of each group of a grouped one (so that a quick run sees every
+domain and task).
 
 `validate_eval` runs inside `quadrants.validation.validate_config`, so a sweep's pre-flight and
 `python -m quadrants.evaluate` both reject an unknown benchmark (listing the known ones), a missing
@@ -48,7 +49,8 @@ class BenchmarkPlan:
         name: benchmark or task name, the `<benchmark>` of `eval/<benchmark>/...` metric keys.
         problems: the problems, in file (or held-out) order, prompts already templated.
         samples: n, answers sampled per problem.
-        rules: one answer rule per problem (out-of-domain benchmarks); empty = the math-verify grader.
+        rules: one answer rule per problem (out-of-domain benchmarks); empty =
+            the math-verify grader.
         groups: one group (domain, task) per problem; empty = no groups.
         group_kind: what the groups are ("domain", "task"), when there are groups.
     """
@@ -62,7 +64,8 @@ class BenchmarkPlan:
 
 
 def suite(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> dict[str, int]:
-    """Benchmark name -> samples per problem: `eval_cfg.benchmarks`, or the run's task when empty."""
+    """Benchmark name -> samples per problem: `eval_cfg.benchmarks`, or the
+    run's task when empty."""
     if eval_cfg.benchmarks:
         return {str(name): int(n) for name, n in eval_cfg.benchmarks.items()}
     return {task_cfg.name: int(eval_cfg.samples)}
@@ -73,7 +76,8 @@ def _data_dir(eval_cfg: EvalConfig) -> Path:
 
 
 def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
-    """Raise ValueError / FileNotFoundError naming the key and the fix; reads no data, loads no model."""
+    """Raise ValueError / FileNotFoundError naming the key and the fix; reads no
+    data, loads no model."""
     if eval_cfg.source not in SOURCES:
         raise ValueError(
             f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}"
@@ -100,13 +104,15 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
             )
         if samples < 1:
             raise ValueError(
-                f"eval.benchmarks.{name}={samples} is out of range; allowed: >= 1 samples per problem"
+                f"eval.benchmarks.{name}={samples} is out of range; allowed: >= "
+                "1 samples per problem"
             )
         too_large = [k for k in eval_cfg.ks if k > samples]
         if too_large:
             raise ValueError(
-                f"eval.ks={list(eval_cfg.ks)}: pass@k needs k <= n, but {name} draws n={samples} samples "
-                f"per problem; raise eval.benchmarks.{name} to {max(too_large)} or drop k={too_large}"
+                f"eval.ks={list(eval_cfg.ks)}: pass@k needs k <= n, but {name} draws "
+                f"n={samples} samples per problem; raise eval.benchmarks.{name} to "
+                f"{max(too_large)} or drop k={too_large}"
             )
         if eval_cfg.source == "local":
             _check_local_files(name, _data_dir(eval_cfg))
@@ -128,9 +134,9 @@ def _check_local_files(name: str, data_dir: Path) -> None:
         path = data_dir / relative
         if not path.is_file():
             raise FileNotFoundError(
-                f"eval.benchmarks.{name}: no data file at {path}. Set eval.data_dir (or ${DATA_ENV_VAR}) "
-                f"to the directory that holds {relative}, or use eval.source=hub on a machine with network."
-                + missing_note(name)
+                f"eval.benchmarks.{name}: no data file at {path}. Set eval.data_dir (or "
+                f"${DATA_ENV_VAR}) to the directory that holds {relative}, or use eval.source=hub "
+                "on a machine with network." + missing_note(name)
             )
 
 
@@ -143,8 +149,9 @@ def _first_of_each_group(indices_by_group: dict[str, list[int]], limit: int | No
 def _ood_plan(
     name: str, samples: int, eval_cfg: EvalConfig, render: Callable[[str], str]
 ) -> BenchmarkPlan:
-    """An out-of-domain benchmark: the first ``eval.limit`` problems of each group, each problem with
-    its answer rule and group; `render` turns a problem's text (question and options) into its prompt."""
+    """An out-of-domain benchmark: the first ``eval.limit`` problems of each group, each problem
+    with its answer rule and group; `render` turns a problem's text (question and options) into its
+    prompt."""
     benchmark = load_ood_benchmark(name, data_dir=_data_dir(eval_cfg), source=eval_cfg.source)  # type: ignore[arg-type]
     by_group: dict[str, list[int]] = {}
     for index, item in enumerate(benchmark.items):
@@ -166,16 +173,17 @@ def build_plans(
     tokenizer: Any | None = None,
     prompt_cfg: PromptConfig | None = None,
 ) -> list[BenchmarkPlan]:
-    """Load every benchmark of the suite (the first `eval.limit` problems of each), prompts rendered.
+    """Load every benchmark of the suite (the first `eval.limit` problems of
+    each), prompts rendered.
 
     Args:
         eval_cfg: the evaluation settings (validated by `validate_eval`).
         task_cfg: the run's task (the default suite; its params when a benchmark names it).
         tokenizer: the policy's tokenizer (chat templates).
-        prompt_cfg: the run's prompt format (`prompt.format`, `prompt.instruction`), the one training
-            uses: every prompt goes through `tasks.prompts.render_prompt`. None = ``auto``: a task's
-            own format (raw for the embedded world), else the chat template if the tokenizer has
-            one, else plain.
+        prompt_cfg: the run's prompt format (`prompt.format`, `prompt.instruction`), the one
+            training uses: every prompt goes through `tasks.prompts.render_prompt`. None = ``auto``:
+            a task's own format (raw for the embedded world), else the chat template if the
+            tokenizer has one, else plain.
     """
     from quadrants.tasks.prompts import make_renderer
 
@@ -185,8 +193,8 @@ def build_plans(
     plans = []
     for name, samples in suite(eval_cfg, task_cfg).items():
         if name in known_ood_benchmarks():
-            # the benchmark's own instruction (the letter of the option, for multiple choice) unless the
-            # run sets prompt.instruction
+            # the benchmark's own instruction (the letter of the option, for multiple choice) unless
+            # the run sets prompt.instruction
             own = get_ood_spec(name).instruction if instruction is None else instruction
             plans.append(
                 _ood_plan(

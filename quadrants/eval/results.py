@@ -8,11 +8,12 @@ be recomputed later from the files alone (`read_counts`), without generating aga
 
 Metric keys (built in `quadrants.tracking.keys`) for benchmark ``b`` with n samples per problem:
 ``eval/b/avg_at_<n>``, ``eval/b/pass_at_<k>`` for k = 1, 2, 4, ..., n (and any extra k asked for),
-each with ``..._stderr``, the standard error of the mean over problems (`metrics.standard_error_estimate`;
-a 95 % interval is value +/- 1.96 stderr); ``eval/b/problems``, ``eval/b/samples``; the outcome
-counts ``eval/b/<outcome>_count`` and fractions ``eval/b/<outcome>_frac`` for no_answer, timeout and
-error; ``eval/b/truncated_frac`` (answers cut at max_new_tokens); and ``eval/avg``, the paper's
-column (mean of the six Avg@k), when all six benchmarks were evaluated.
+each with ``..._stderr``, the standard error of the mean over problems
+(`metrics.standard_error_estimate`; a 95 % interval is value +/- 1.96 stderr); ``eval/b/problems``,
+``eval/b/samples``; the outcome counts ``eval/b/<outcome>_count`` and fractions
+``eval/b/<outcome>_frac`` for no_answer, timeout and error; ``eval/b/truncated_frac`` (answers cut
+at max_new_tokens); and ``eval/avg``, the paper's column (mean of the six Avg@k), when all six
+benchmarks were evaluated.
 
 Out-of-domain benchmarks (problems graded by answer rules, `quadrants.tasks.ood`) add the chance
 level, ``eval/b/chance`` (the Avg@n of uniform guessing) and ``eval/b/chance_pass_at_<n>``; per
@@ -129,13 +130,15 @@ class BenchmarkResult:
 
     @property
     def chance(self) -> float | None:
-        """Avg@n of uniform guessing (the mean chance over problems); None unless every problem has one."""
+        """Avg@n of uniform guessing (the mean chance over problems); None unless
+        every problem has one."""
         if not self.problems or any(p.chance is None for p in self.problems):
             return None
         return sum(p.chance for p in self.problems) / len(self.problems)  # type: ignore[misc]
 
     def groups(self) -> dict[str, BenchmarkResult]:
-        """Group -> the benchmark restricted to that group's problems, in order of first appearance."""
+        """Group -> the benchmark restricted to that group's problems, in order
+        of first appearance."""
         found: dict[str, list[ProblemResult]] = {}
         for problem in self.problems:
             if problem.group is not None:
@@ -153,7 +156,8 @@ def benchmark_metrics(
     extra_ks: Sequence[int] = (),
     confidence: float = 0.95,
 ) -> dict[str, float]:
-    """Avg@n and Pass@k (k = 1, 2, 4, ..., n and `extra_ks`) with standard errors, from (n, c) alone.
+    """Avg@n and Pass@k (k = 1, 2, 4, ..., n and `extra_ks`) with standard
+    errors, from (n, c) alone.
 
     n is the smallest n_i (every problem has the same n in our runs). Returns metric key -> value.
     """

@@ -1,4 +1,5 @@
-"""Run an evaluation: sample n answers per problem, grade them, report Avg@n / Pass@k, keep the files.
+"""Run an evaluation: sample n answers per problem, grade them, report Avg@n
+/ Pass@k, keep the files.
 
 The same `run_suite` serves both callers:
 - training (`in_training.evaluate_policy`, when ``eval.benchmarks`` is set): the live policy, at
@@ -85,7 +86,8 @@ def sampling_for(eval_cfg: EvalConfig, n: int, seed: int) -> SamplingSettings:
 
 @dataclass(frozen=True)
 class GenerateCall:
-    """One generate call of a benchmark: problems [start, stop) of the plan, `samples` answers each."""
+    """One generate call of a benchmark: problems [start, stop) of the plan,
+    `samples` answers each."""
 
     start: int
     stop: int
@@ -262,7 +264,8 @@ def evaluate_in_training(
 def format_table(report: SuiteReport) -> str:
     """One line per benchmark: problems, n, Avg@n +/- stderr, Pass@1 and Pass@n, the chance level of
     Avg@n and Pass@n (uniform guessing; "-" where answers are not guessable from a list), failure
-    counts; then one indented line per group (MMLU-Pro domain, GraphWiz task) of grouped benchmarks."""
+    counts; then one indented line per group (MMLU-Pro domain, GraphWiz task)
+    of grouped benchmarks."""
     lines = [
         f"{'benchmark':<28}{'problems':>9}{'n':>5}{'avg@n':>8}{'+/-se':>7}{'pass@n':>8}{'chance':>8}"
         f"{'chance@n':>9}{'no_answer':>10}{'timeout':>8}{'error':>6}{'truncated':>10}"
@@ -309,8 +312,9 @@ def _table_line(
 
     line = (
         f"{label:<28}{problems:>9}{n:>5}{m[keys.evaluation(name, keys.avg_at(n))]:>8.3f}"
-        f"{m[keys.evaluation(name, keys.stderr(keys.avg_at(n)))]:>7.3f}{m[keys.evaluation(name, keys.pass_at(n))]:>8.3f}"
-        f"{chance('chance'):>8}{chance(f'chance_{keys.pass_at(n)}'):>9}"
+        f"{m[keys.evaluation(name, keys.stderr(keys.avg_at(n)))]:>7.3f}"
+        f"{m[keys.evaluation(name, keys.pass_at(n))]:>8.3f}{chance('chance'):>8}"
+        f"{chance(f'chance_{keys.pass_at(n)}'):>9}"
     )
     if counts:
         line += "".join(
@@ -325,7 +329,8 @@ def _table_line(
 
 
 def eval_dir(cfg: RunConfig, target: EvalTarget) -> Path:
-    """``<outputs>/<study>/eval/<target label>/<UTC time>``: one directory (and MLflow run) per command."""
+    """``<outputs>/<study>/eval/<target label>/<UTC time>``: one directory
+    (and MLflow run) per command."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     label = "".join(ch if ch.isalnum() or ch in "-_.@=" else "_" for ch in target.label)
     return Path(cfg.outputs).expanduser().resolve() / cfg.study / "eval" / label / stamp
@@ -403,7 +408,8 @@ def _grader_workers() -> int:
 def run_evaluation(
     cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None
 ) -> SuiteReport:
-    """Evaluate `target` as `cfg.eval` says, in its own MLflow run (`cfg.tracking`); returns the report.
+    """Evaluate `target` as `cfg.eval` says, in its own MLflow run
+    (`cfg.tracking`); returns the report.
 
     `cfg` must be validated (`validate_config`) and `target` resolved (`resolve_target`) first: both
     fail before anything is loaded. Pass `tracker` to log elsewhere (tests use `RecordingTracker`).
@@ -424,7 +430,8 @@ def run_evaluation(
     run_id = tracker.start()
     if isinstance(tracker, MlflowTracker):
         print(
-            f"quadrants: evaluating {target.label} ({target.kind}); MLflow run {run_id} at {tracking_uri(cfg)}",
+            f"quadrants: evaluating {target.label} ({target.kind}); MLflow run "
+            f"{run_id} at {tracking_uri(cfg)}",
             flush=True,
         )
     tracker.log_params(eval_params(cfg, target))
@@ -458,7 +465,8 @@ def run_evaluation(
         tracker.finish("FINISHED")
     print(format_table(report), flush=True)
     print(
-        f"quadrants: {len(report.results)} benchmark(s) in {report.seconds:.1f} s; files in {directory / 'results'}",
+        f"quadrants: {len(report.results)} benchmark(s) in {report.seconds:.1f} s; files "
+        f"in {directory / 'results'}",
         flush=True,
     )
     if isinstance(tracker, MlflowTracker):

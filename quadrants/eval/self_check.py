@@ -53,7 +53,8 @@ class SelfCheckReport:
 
 
 def _math_verify_alone(solution: str, boxed: str) -> bool:
-    """math-verify with its defaults: gold ``$boxed$`` first, the whole solution as the prediction."""
+    """math-verify with its defaults: gold ``$boxed$`` first, the whole
+    solution as the prediction."""
     try:
         return bool(
             math_verify.verify(math_verify.parse(f"${boxed}$"), math_verify.parse(solution))

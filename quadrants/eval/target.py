@@ -73,8 +73,9 @@ def _from_checkpoint(step: int, path: Path, run_dir: Path) -> EvalTarget:
     config_file = run_dir / "config.yaml"
     if not config_file.is_file():
         raise FileNotFoundError(
-            f"checkpoint {path} has no {config_file}: the base model is unknown. Evaluate checkpoints of "
-            "runs started by `python -m quadrants.sweep` (it writes config.yaml into the run directory)"
+            f"checkpoint {path} has no {config_file}: the base model is unknown. Evaluate "
+            "checkpoints of runs started by `python -m quadrants.sweep` (it writes "
+            "config.yaml into the run directory)"
         )
     run_config = yaml.safe_load(config_file.read_text()) or {}
     model = run_config.get("model") or {}
@@ -123,8 +124,9 @@ def resolve_target(target: str) -> EvalTarget:
     looks_like_path = target.startswith((".", "/", "~")) or target.count("/") > 1 or path.exists()
     if looks_like_path:
         raise FileNotFoundError(
-            f"no model, run or checkpoint directory at {path}. Pass a training run directory, a checkpoint "
-            f"directory, a model directory, '{TINY}' / '{TINY_RANDOM}', or a hub id such as 'Qwen/Qwen2.5-Math-7B'"
+            f"no model, run or checkpoint directory at {path}. Pass a training run directory, a "
+            f"checkpoint directory, a model directory, '{TINY}' / '{TINY_RANDOM}', or a hub id "
+            "such as 'Qwen/Qwen2.5-Math-7B'"
         )
     _check_offline_cache(target)
     return EvalTarget(kind="hub", label=target.replace("/", "--"), model=target)
@@ -138,14 +140,15 @@ def _check_offline_cache(hub_id: str) -> None:
 
     if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
         raise FileNotFoundError(
-            f"{hub_id!r} is neither a local directory nor in the Hugging Face cache, and HF_HUB_OFFLINE is set. "
-            f"Download it on a machine with network (`huggingface-cli download {hub_id}`) and copy the cache "
-            f"or the directory here, or evaluate '{TINY}'"
+            f"{hub_id!r} is neither a local directory nor in the Hugging Face cache, and "
+            "HF_HUB_OFFLINE is set. Download it on a machine with network (`huggingface-cli "
+            f"download {hub_id}`) and copy the cache or the directory here, or evaluate '{TINY}'"
         )
 
 
 def load_target_policy(target: EvalTarget, *, dtype: str, seed: int = 0) -> tuple[Any, Any]:
-    """(model, tokenizer) of `target`; a checkpoint's weights are loaded into its run's base model."""
+    """(model, tokenizer) of `target`; a checkpoint's weights are loaded into
+    its run's base model."""
     import torch
 
     from quadrants.models.loading import load_policy

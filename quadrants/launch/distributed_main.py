@@ -1,14 +1,16 @@
 """One training run over several ranks: `torchrun` locally, `srun` on SLURM.
 
-    torchrun --standalone --nproc-per-node 2 -m quadrants.train.distributed_main objective=grpo train.threads=1
-    srun --ntasks 2 python -m quadrants.train.distributed_main objective=grpo      # inside an sbatch job
+    torchrun --standalone --nproc-per-node 2 -m quadrants.train.distributed_main \\
+        objective=grpo train.threads=1
+    # inside an sbatch job
+    srun --ntasks 2 python -m quadrants.train.distributed_main objective=grpo
 
 Overrides are those of `python -m quadrants.sweep` for a single run (no `-m`): the same Hydra tree,
 the same sweep id and run directory (`<outputs>/<study>/<sweep_id>/default`), so re-running the same
-command, with any number of ranks, resumes from the run's newest checkpoint into the same MLflow run.
-Rank 0 writes config.yaml and logs to MLflow; the other ranks use a NullTracker (their metrics are
-global already or reduced onto rank 0 first, see distributed.reduce_metrics). The rank layout comes
-from torchrun's or SLURM's environment (distributed.launch_info).
+command, with any number of ranks, resumes from the run's newest checkpoint into the same MLflow
+run. Rank 0 writes config.yaml and logs to MLflow; the other ranks use a NullTracker (their metrics
+are global already or reduced onto rank 0 first, see distributed.reduce_metrics). The rank layout
+comes from torchrun's or SLURM's environment (distributed.launch_info).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _shown_config(flags: list[str]) -> bool:
-    """True for `--cfg job` (also `-c job`, `--cfg=job`, with or without `--resolve`); other flags exit.
+    """True for `--cfg job` (also `-c job`, `--cfg=job`, with or without
+    `--resolve`); other flags exit.
 
     Only the job config exists here (no Hydra app runs, so there is no `hydra` node to show).
     """
@@ -90,8 +93,9 @@ def _shown_config(flags: list[str]) -> bool:
             index += 1
         else:
             sys.exit(
-                f"quadrants.train.distributed_main: {' '.join(flags[index : index + 2])!r} is not supported; "
-                "it takes overrides, and `--cfg job` [--resolve] to print the composed config"
+                f"quadrants.train.distributed_main: {' '.join(flags[index : index + 2])!r} "
+                "is not supported; it takes overrides, and `--cfg job` [--resolve] to "
+                "print the composed config"
             )
     return show
 

@@ -1,11 +1,18 @@
-"""Entry point: `python -m quadrants.evaluate TARGET [overrides...]` — evaluate a model on benchmarks.
+"""Entry point: `python -m quadrants.evaluate TARGET [overrides...]` —
+evaluate a model on benchmarks.
 
-    python -m quadrants.evaluate outputs/quadrants/s1a2b3c4/quadrant=PHR eval=paper   # newest checkpoint of a run
-    python -m quadrants.evaluate outputs/.../quadrant=PHR/checkpoints/step_0000060      # one checkpoint
-    python -m quadrants.evaluate ./my_model_dir eval=paper                             # a save_pretrained directory
-    python -m quadrants.evaluate Qwen/Qwen2.5-Math-7B eval=paper model.dtype=bfloat16  # a hub id
-    python -m quadrants.evaluate tiny eval=quick                                       # the embedded model, quick preset
-    python -m quadrants.evaluate tiny eval=paper --cfg                                 # print the config, run nothing
+    # the newest checkpoint of a run
+    python -m quadrants.evaluate outputs/quadrants/s1a2b3c4/quadrant=PHR eval=paper
+    # one checkpoint
+    python -m quadrants.evaluate outputs/.../quadrant=PHR/checkpoints/step_0000060
+    # a save_pretrained directory
+    python -m quadrants.evaluate ./my_model_dir eval=paper
+    # a hub id
+    python -m quadrants.evaluate Qwen/Qwen2.5-Math-7B eval=paper model.dtype=bfloat16
+    # the embedded model, quick preset
+    python -m quadrants.evaluate tiny eval=quick
+    # print the config, run nothing
+    python -m quadrants.evaluate tiny eval=paper --cfg
 
 Overrides are those of the training tree (sweeps/), so `eval=paper`, `eval.limit=20`,
 `eval.benchmarks={aime24:32}`, `tracking=server` mean the same here as in a sweep. The config and
@@ -24,7 +31,8 @@ from quadrants.validation import validate_config
 
 
 def _quoted(value: str) -> str:
-    """A Hydra override value that keeps '=', ',' and spaces of paths like `.../quadrant=PHR,seed=1`."""
+    """A Hydra override value that keeps '=', ',' and spaces of paths like
+    `.../quadrant=PHR,seed=1`."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
@@ -41,7 +49,8 @@ def _split_benchmarks(overrides: list[str]) -> tuple[list[str], dict[str, int] |
         value = OverridesParser.create().parse_override(item).value()
         if not isinstance(value, dict) or not all(isinstance(n, int) for n in value.values()):
             raise ValueError(
-                f"{item}: expected a mapping benchmark -> samples, e.g. eval.benchmarks={{aime24:32,math500:4}}"
+                f"{item}: expected a mapping benchmark -> samples, e.g. "
+                f"eval.benchmarks={{aime24:32,math500:4}}"
             )
         benchmarks = {str(name): int(n) for name, n in value.items()}
     return rest, benchmarks
@@ -87,10 +96,11 @@ def prepare(target: str, overrides: list[str]) -> tuple[RunConfig, EvalTarget]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m quadrants.evaluate",
-        description="Evaluate a run, a checkpoint, a model directory, 'tiny' or a hub id on benchmarks "
-        "(Avg@n, Pass@k with standard errors, logged to MLflow).",
-        epilog="presets: eval=quick (seconds, toy + two real benchmarks), eval=paper (the paper's protocol), "
-        "eval=paper_ood (GPQA, MMLU-Pro, GraphWiz), eval=toy (the task's held-out split). See README 'Evaluation'.",
+        description="Evaluate a run, a checkpoint, a model directory, 'tiny' or a hub id on "
+        "benchmarks (Avg@n, Pass@k with standard errors, logged to MLflow).",
+        epilog="presets: eval=quick (seconds, toy + two real benchmarks), eval=paper (the paper's "
+        "protocol), eval=paper_ood (GPQA, MMLU-Pro, GraphWiz), eval=toy (the task's held-out "
+        "split). See README 'Evaluation'.",
     )
     parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
     parser.add_argument(

@@ -1,12 +1,14 @@
-"""Everything Hydra needs from quadrants: the typed schema, resolvers, sweep ids and the pre-flight check.
+"""Everything Hydra needs from quadrants: the typed schema, resolvers, sweep ids
+and the pre-flight check.
 
 - `register()` puts `RunConfig` into Hydra's ConfigStore as `run_schema` (the primary config's first
   default) and registers the `quadrants.*` resolvers the YAML tree uses.
 - `with_sweep_id(argv)` gives a command its sweep id: a short hash of its sorted overrides unless it
   names one (`sweep_id=NAME`), so the same command always maps to the same run directories.
 - `preflight(argv)` composes every job of the command (CLI sweeps and `hydra.sweeper.params` of an
-  experiment preset, expanded as Hydra's basic sweeper does) and validates each against the schema and
-  the objective signatures, so a wrong value fails before any job is launched, locally or on SLURM.
+  experiment preset, expanded as Hydra's basic sweeper does) and validates each against the schema
+  and the objective signatures, so a wrong value fails before any job is launched, locally or on
+  SLURM.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def register() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
-# Hydra's command-line flags that take a value (`--cfg job`, `-cn config`); `--info` takes one optionally
+# Hydra's command-line flags that take a value (`--cfg job`, `-cn config`);
+# `--info` takes one optionally
 _HYDRA_VALUE_FLAGS = (
     "--cfg",
     "-c",
@@ -87,8 +90,8 @@ _HYDRA_INFO_CHOICES = ("all", "config", "defaults", "defaults-tree", "plugins", 
 def split_hydra_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     """(Hydra's flags with their values, the overrides) of a command line, wherever the flags stand.
 
-    Hydra accepts `--cfg job` before or after the overrides; argparse does not once we append our own
-    overrides (sweep id, run naming), so the entry points put the flags first (`hydra_argv`).
+    Hydra accepts `--cfg job` before or after the overrides; argparse does not once we append our
+    own overrides (sweep id, run naming), so the entry points put the flags first (`hydra_argv`).
     """
     flags: list[str] = []
     overrides: list[str] = []
@@ -202,7 +205,8 @@ def compose_run_config(overrides: list[str]) -> RunConfig:
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
-    """A composed job config as a RunConfig instance, validated (raises ValueError naming the key)."""
+    """A composed job config as a RunConfig instance, validated (raises
+    ValueError naming the key)."""
     run = OmegaConf.to_object(cfg)
     assert isinstance(run, RunConfig)
     validate_config(run)
@@ -210,7 +214,8 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
 
 
 def preflight(argv: list[str]) -> int:
-    """Compose and validate every job of the command; returns the number of jobs. Raises ValueError."""
+    """Compose and validate every job of the command; returns the number of
+    jobs. Raises ValueError."""
     if prints_only(argv):
         return 0
     register()
@@ -233,12 +238,12 @@ def preflight(argv: list[str]) -> int:
             check_single_run_launcher(base.hydra.launcher)
             jobs = [overrides]
         for job in jobs:
-            run = _checked(job, lambda: to_run_config(_compose_job(job)))
+            run = _checked(job, lambda job=job: to_run_config(_compose_job(job)))
             uris.add(run.tracking.uri or "")
             if (
                 ranks > 1
             ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
-                _checked(job, lambda: check_layout(run, ranks))
+                _checked(job, lambda run=run: check_layout(run, ranks))
     for uri in sorted(uris):
         check_tracking_server(uri)
     return len(jobs)

@@ -1,9 +1,9 @@
 """One job of a sweep: a composed Hydra config in, a tracked (and resumable) training run out.
 
 The job derives everything from its config: the run directory (from the sweep and the job's
-overrides, never a timestamp), the MLflow experiment (the study), the parent run (written by the sweep
-callback into `<sweep dir>/sweep.json`), and its own MLflow run id (kept in `<run_dir>/run.json` and in
-checkpoints), so running the same command again continues the same runs.
+overrides, never a timestamp), the MLflow experiment (the study), the parent run (written by the
+sweep callback into `<sweep dir>/sweep.json`), and its own MLflow run id (kept in
+`<run_dir>/run.json` and in checkpoints), so running the same command again continues the same runs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
     assert cfg.run_dir is not None
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    # several srun tasks of one job (launcher=slurm_ddp) join one process group; else world 1, no group
+    # several srun tasks of one job (launcher=slurm_ddp) join one process
+    # group; else world 1, no group
     env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
     if env.is_main:
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))

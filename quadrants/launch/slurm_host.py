@@ -12,7 +12,8 @@ _PING_TIMEOUT_S = 15.0
 
 
 def slurm_problem() -> str | None:
-    """Why SLURM cannot take a job array from here (None: sbatch is there and the controller answers)."""
+    """Why SLURM cannot take a job array from here (None: sbatch is there and
+    the controller answers)."""
     if shutil.which("sbatch") is None:
         return "sbatch is not on PATH: this machine is not a SLURM submit host"
     if shutil.which("scontrol") is None:
@@ -25,7 +26,10 @@ def slurm_problem() -> str | None:
         return f"the SLURM controller did not answer `scontrol ping` within {_PING_TIMEOUT_S:.0f} s"
     text = " ".join((ping.stdout + ping.stderr).split())
     if ping.returncode != 0 or "DOWN" in text:
-        return f"the SLURM controller does not answer: `scontrol ping` says {text[:300] or f'exit {ping.returncode}'}"
+        return (
+            "the SLURM controller does not answer: `scontrol ping` says "
+            f"{text[:300] or f'exit {ping.returncode}'}"
+        )
     return None
 
 
@@ -34,6 +38,7 @@ def no_slurm_message(reason: str) -> str:
     return (
         "quadrants: SLURM is not available, nothing was submitted and nothing was written.\n"
         f"  {reason}\n"
-        "  run the command on a SLURM login node; or start the one-machine dev cluster (slurm/devcluster.sh) "
-        "and use launcher=slurm_dev; or drop launcher=slurm to train on this machine"
+        "  run the command on a SLURM login node; or start the one-machine dev "
+        "cluster (slurm/devcluster.sh) and use launcher=slurm_dev; or drop "
+        "launcher=slurm to train on this machine"
     )

@@ -1,6 +1,6 @@
-"""`python -m quadrants.status <sweep dir | sweep id>`: each job's SLURM state and its latest metrics.
+"""`python -m quadrants.status <sweep dir | sweep id>`: each job's SLURM state and latest metrics.
 
-    python -m quadrants.status outputs/quadrants/s1a2b3c4d          # the directory printed by submit
+    python -m quadrants.status outputs/quadrants/s1a2b3c4d          # the directory submit printed
     python -m quadrants.status s1a2b3c4d --outputs /scratch/outputs # or the sweep id
     python -m quadrants.status s1a2b3c4d --json                     # one JSON object per job
 
@@ -62,7 +62,8 @@ class JobStatus:
 def slurm_states(
     job_ids: list[str], env: dict[str, str] | None = None
 ) -> tuple[dict[str, str], str | None]:
-    """({job id: state}, problem) for `<array>_<index>` / `<id>` job ids, from sacct, else squeue."""
+    """({job id: state}, problem) for `<array>_<index>` / `<id>` job ids,
+    from sacct, else squeue."""
     arrays = sorted({j.split("_")[0] for j in job_ids})
     states: dict[str, str] = {}
     problem = None
@@ -100,7 +101,8 @@ def slurm_states(
 
 
 def _expand(job: str) -> list[str]:
-    """sacct's `123_[0-3,5]` (pending array tasks) as ['123_0', ..., '123_5']; other ids as they are."""
+    """sacct's `123_[0-3,5]` (pending array tasks) as ['123_0', ..., '123_5'];
+    other ids as they are."""
     match = re.fullmatch(r"(\d+)_\[([0-9,\-]+)(%\d+)?\]", job)
     if not match:
         return [job]
@@ -153,7 +155,8 @@ def _close_ended(manifest: Manifest, jobs: list[JobStatus]) -> list[str]:
         if job.run_id and job.run_status not in TERMINAL_RUN_STATUSES:
             client.set_terminated(job.run_id, "FAILED")
             notes.append(
-                f"run of {job.name} left RUNNING by a job that ended {job.slurm_state}: marked FAILED"
+                f"run of {job.name} left RUNNING by a job that ended "
+                f"{job.slurm_state}: marked FAILED"
             )
             job.run_status = "FAILED"
     parent = client.get_run(manifest.parent_run_id)

@@ -1,16 +1,18 @@
-"""Detached SLURM submission: `python -m quadrants.submit [sweep args...] launcher=slurm` returns at once.
+"""Detached SLURM submission: `python -m quadrants.submit [sweep args...]
+launcher=slurm` returns at once.
 
-    python -m quadrants.submit -m quadrant=PHR,NHR,PLR,NLR launcher=slurm hydra.launcher.partition=gpu
+    python -m quadrants.submit -m quadrant=PHR,NHR,PLR,NLR launcher=slurm \\
+        hydra.launcher.partition=gpu
     python -m quadrants.status outputs/quadrants/<sweep_id>          # SLURM states + latest metrics
 
 Takes exactly the arguments of `python -m quadrants.sweep` (`-m` is implied) and runs the same jobs
 in the same run directories (same sweep id), but instead of Hydra's launcher blocking until the
 array ends, it composes and validates every job itself (launch/hydra_setup.py), submits them as ONE
-job array with submitit, using the launcher profile's settings (`hydra.launcher.*` of `launcher=slurm`
-or `slurm_dev`), writes the sweep manifest (`<sweep dir>/sweep.json`, see launch/sweep_manifest.py)
-and exits. Nothing in the sweep depends on this process afterwards: each job finds its run directory,
-checkpoint and MLflow run from its overrides; the last job to end closes the MLflow parent run, and
-`quadrants.status` closes it if jobs die without getting there.
+job array with submitit, using the launcher profile's settings (`hydra.launcher.*` of
+`launcher=slurm` or `slurm_dev`), writes the sweep manifest (`<sweep dir>/sweep.json`, see
+launch/sweep_manifest.py) and exits. Nothing in the sweep depends on this process afterwards: each
+job finds its run directory, checkpoint and MLflow run from its overrides; the last job to end
+closes the MLflow parent run, and `quadrants.status` closes it if jobs die without getting there.
 
 Requeue works as with the blocking launcher: on the time-limit/preemption signal the job checkpoints
 its last completed step, submitit requeues it (up to `max_num_timeout` time-outs), and it resumes.
@@ -125,8 +127,8 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
         )
         planned, first = [], None
         for job in _checked(task, lambda: expand_jobs(task, params)):
-            cfg = _checked(job, lambda: _compose_job([*hydra_overrides, *job]))
-            run = _checked(job, lambda: to_run_config(cfg))
+            cfg = _checked(job, lambda job=job: _compose_job([*hydra_overrides, *job]))
+            run = _checked(job, lambda cfg=cfg: to_run_config(cfg))
             planned.append(PlannedJob(list(job), Path(str(run.run_dir)).name, str(run.run_dir)))
             first = first or run
     assert first is not None
@@ -144,7 +146,8 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
 
 
 def make_executor(launcher: dict[str, Any]) -> submitit.AutoExecutor:
-    """A submitit SLURM executor set up from a `hydra.launcher` node, as hydra-submitit-launcher does."""
+    """A submitit SLURM executor set up from a `hydra.launcher` node, as
+    hydra-submitit-launcher does."""
     params = {k: v for k, v in launcher.items() if k != "_target_"}
     folder = params.pop("submitit_folder")
     executor = submitit.AutoExecutor(
@@ -185,7 +188,8 @@ class DetachedJob(submitit.helpers.Checkpointable):
             return result
 
     def _close_parent(self, uri: str, run: Any) -> None:
-        """Close the parent if this was the sweep's last job; then put the summary and report on it."""
+        """Close the parent if this was the sweep's last job; then put the
+        summary and report on it."""
         try:
             if close_parent_if_done(uri, self.parent_run_id, self.jobs) is None:
                 return
@@ -208,7 +212,8 @@ class DetachedJob(submitit.helpers.Checkpointable):
 
 
 def _log_to(path: Path) -> None:
-    """Hydra's job logging, without Hydra's launcher: INFO to stderr (submitit's log) and the run's log."""
+    """Hydra's job logging, without Hydra's launcher: INFO to stderr
+    (submitit's log) and the run's log."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fmt = logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     root = logging.getLogger()
@@ -231,7 +236,8 @@ def submit(plan: SweepPlan, parent_run_id: str | None) -> list[Any]:
         submitit.core.utils.FailedSubmissionError,
         OSError,
     ) as err:
-        # the pickles and sbatch script of the refused array are of no use: leave the folder as it was
+        # the pickles and sbatch script of the refused array are of no use:
+        # leave the folder as it was
         for path in (set(spool.iterdir()) if spool.is_dir() else set()) - before:
             if path.is_file():
                 path.unlink(missing_ok=True)
@@ -263,7 +269,8 @@ def _open_parent(plan: SweepPlan) -> tuple[str | None, bool]:
 
 
 def _close_parent_failed(plan: SweepPlan, parent: str, *, delete: bool) -> None:
-    """End the parent run FAILED; `delete` it too when this submission created it (no trace is left)."""
+    """End the parent run FAILED; `delete` it too when this submission created
+    it (no trace is left)."""
     try:
         from mlflow.tracking import MlflowClient
 
@@ -296,8 +303,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"quadrants: invalid configuration, nothing was submitted.\n  {err}")
     if plan.launcher.get("_target_") != SLURM_LAUNCHER:
         sys.exit(
-            "quadrants: detached submission needs a SLURM launcher profile, nothing was submitted.\n"
-            "  add launcher=slurm (a cluster) or launcher=slurm_dev (slurm/devcluster.sh)"
+            "quadrants: detached submission needs a SLURM launcher profile, "
+            "nothing was submitted.\n  add launcher=slurm (a cluster) or "
+            "launcher=slurm_dev (slurm/devcluster.sh)"
         )
     problem = slurm_problem()
     if problem is not None:
@@ -322,9 +330,9 @@ def main(argv: list[str] | None = None) -> None:
                     empty.rmdir()
         reason = "\n  ".join(str(err).splitlines())
         sys.exit(
-            f"quadrants: SLURM refused the sweep; nothing was submitted and no manifest was written.\n"
-            f"  {reason}\n  check the hydra.launcher.* settings (partition, account, qos, gpus_per_node, "
-            f"mem_gb, timeout_min; `sinfo` lists partitions and their limits)"
+            "quadrants: SLURM refused the sweep; nothing was submitted and no manifest was "
+            f"written.\n  {reason}\n  check the hydra.launcher.* settings (partition, account, "
+            "qos, gpus_per_node, mem_gb, timeout_min; `sinfo` lists partitions and their limits)"
         )
     previous = read_record(plan.sweep_dir)
     history = list(previous.get("previous_submissions", []))
@@ -362,7 +370,8 @@ def main(argv: list[str] | None = None) -> None:
     for record in manifest.jobs:
         print(f"  {record.job_id:>12}  {record.name}")
     print(
-        f"quadrants: manifest {path}\nquadrants: status with  python -m quadrants.status {plan.sweep_dir}"
+        f"quadrants: manifest {path}\nquadrants: status with  python -m "
+        f"quadrants.status {plan.sweep_dir}"
     )
     from quadrants.tracking.links import experiment_id_of, link_lines
 

@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *argv]
     try:
         _hydra_main()
-    finally:  # a sweep that ended before its end callback (a refused submission, a crash): parent FAILED
+    # a sweep that ended before its end callback (a refused submission, a crash): parent FAILED
+    finally:
         close_open_parent("FAILED")
 
 

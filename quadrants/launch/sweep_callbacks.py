@@ -1,11 +1,12 @@
 """Hydra callbacks around a sweep, run in the submitting process.
 
-Before the jobs: build the embedded base policy once if the sweep uses it (so parallel jobs do not all
-wait on one build), open the sweep's MLflow parent run and record it in `<sweep dir>/sweep.json` (the
-jobs read it there, on this machine or on any node sharing the file system), and print where the runs
-go. After the jobs: print a summary table of the sweep's runs, put it on the parent run (its
-description) with the analysis report (`analysis/report.html`: table and figures in one page that
-MLflow shows inline), close the parent run, and print the links to the runs page and the parent run.
+Before the jobs: build the embedded base policy once if the sweep uses it (so parallel jobs do not
+all wait on one build), open the sweep's MLflow parent run and record it in `<sweep dir>/sweep.json`
+(the jobs read it there, on this machine or on any node sharing the file system), and print where
+the runs go. After the jobs: print a summary table of the sweep's runs, put it on the parent run
+(its description) with the analysis report (`analysis/report.html`: table and figures in one page
+that MLflow shows inline), close the parent run, and print the links to the runs page and the parent
+run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""The sweep manifest: `<outputs>/<study>/<sweep_id>/sweep.json`, what a sweep is and where its parts are.
+"""The sweep manifest: `<outputs>/<study>/<sweep_id>/sweep.json`, what a sweep
+is and where its parts are.
 
-Every sweep writes it (the Hydra callback, before its jobs start: study, sweep id, tracking URI, MLflow
-parent run). A detached SLURM submission (`python -m quadrants.submit`) writes it only after SLURM has
-accepted the job array, in one atomic rename, and adds what `python -m quadrants.status` needs: the
-SLURM job ids, each job's overrides, run directory and log files, and the submission history. A
-rejected submission leaves the previous manifest (or none) untouched.
+Every sweep writes it (the Hydra callback, before its jobs start: study, sweep id, tracking URI,
+MLflow parent run). A detached SLURM submission (`python -m quadrants.submit`) writes it only after
+SLURM has accepted the job array, in one atomic rename, and adds what `python -m quadrants.status`
+needs: the SLURM job ids, each job's overrides, run directory and log files, and the submission
+history. A rejected submission leaves the previous manifest (or none) untouched.
 
 The parent run's bookkeeping does not depend on the submitting process: each detached job, when it
 ends (finished or failed; not when it is requeued), closes the parent run if every child run of the
@@ -73,7 +74,8 @@ def read_record(sweep_dir: Path) -> dict[str, Any]:
 
 
 def write_manifest(manifest: Manifest) -> Path:
-    """Write `manifest` atomically (temporary file, fsync, rename): readers see the old or the new one."""
+    """Write `manifest` atomically (temporary file, fsync, rename): readers see
+    the old or the new one."""
     path = Path(manifest.sweep_dir) / MANIFEST
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
@@ -118,7 +120,8 @@ def child_runs(tracking_uri: str, parent_run_id: str) -> list[Any]:
 
 
 def close_parent_if_done(tracking_uri: str, parent_run_id: str | None, jobs: int) -> str | None:
-    """End the parent run if at least `jobs` child runs exist and all have ended; return the status set.
+    """End the parent run if at least `jobs` child runs exist and all have
+    ended; return the status set.
 
     FINISHED if every child finished, FAILED otherwise. Safe to call from several jobs at once (the
     last ones to end may both close it, with the same result)."""

@@ -3,7 +3,8 @@ run's page) and the analysis report (`analysis/report.html`, table and figures i
 MLflow's artifact viewer shows inline, plus the Markdown, CSV and PNG files) as its artifacts.
 
 Called by the sweep callback when a local or blocking sweep ends, by the last job of a submitted
-sweep when it closes the parent, and by `quadrants.status` when it closes the parent of jobs that died.
+sweep when it closes the parent, and by `quadrants.status` when it closes the
+parent of jobs that died.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ def report_on_parent(
     tracking_uri: str, study: str, sweep_id: str, parent_run_id: str, out_dir: Path | None
 ) -> int:
     """Set the parent's description to the sweep summary; with `out_dir`, build the analysis report
-    there and log it under the parent's `analysis/` artifacts. Returns the number of report files."""
+    there and log it under the parent's `analysis/` artifacts. Returns the
+    number of report files."""
     from mlflow.tracking import MlflowClient
 
     from quadrants.tracking.summary import sweep_summary
@@ -24,7 +26,8 @@ def report_on_parent(
     MlflowClient(tracking_uri).set_tag(
         parent_run_id,
         "mlflow.note.content",
-        f"Sweep `{sweep_id}` of study `{study}`. Figures: artifacts, `analysis/report.html`.\n\n```\n{summary}\n```\n",
+        f"Sweep `{sweep_id}` of study `{study}`. Figures: artifacts, "
+        f"`analysis/report.html`.\n\n```\n{summary}\n```\n",
     )
     if out_dir is None:
         return 0

@@ -25,7 +25,8 @@ def default_cache_root() -> Path:
 
 @contextlib.contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `path` (created if missing); waits, saying so, while another holds it."""
+    """Hold an exclusive flock on `path` (created if missing); waits, saying so,
+    while another holds it."""
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -5,11 +5,11 @@ as they did inside `generate` (a plain forward would count the padding and shift
 Only the last T + 1 positions go through the LM head (`logits_to_keep`).
 
 The LM head itself is fused with the log-prob and entropy reduction (ops/fused_head.py) when the
-model's logits are a plain linear map of its last hidden states (no soft-capping or scaling): for the
-duration of the call the head's `forward` is replaced by one that returns [B, T, 2] (logp, entropy)
-in place of the logits, so the [B, T, V] logits never exist, in the update's forward and backward
-nor in the no-grad passes. The module, its parameters and any FSDP hooks stay as they are. Other
-models take the logits and reduce them in row chunks (ops/entropy.py).
+model's logits are a plain linear map of its last hidden states (no soft-capping or scaling): for
+the duration of the call the head's `forward` is replaced by one that returns [B, T, 2]
+(logp, entropy) in place of the logits, so the [B, T, V] logits never exist, in the update's forward
+and backward nor in the no-grad passes. The module, its parameters and any FSDP hooks stay as they
+are. Other models take the logits and reduce them in row chunks (ops/entropy.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 
-# config attributes that change logits after the head; a model with any of them set takes the logits path
+# config attributes that change logits after the head; a model with any of them
+# set takes the logits path
 _LOGIT_TRANSFORMS = {
     "final_logit_softcapping": None,
     "logit_scale": None,
@@ -51,7 +52,8 @@ def fused_head(model: nn.Module) -> nn.Linear | None:
 def _head_reduces(
     head: nn.Linear, targets: Tensor, temperature: float, chunk_size: int
 ) -> Iterator[None]:
-    """While inside, `head(hidden [B, T + 1, H])` returns [B, T, 2]: (logp of `targets`, entropy)."""
+    """While inside, `head(hidden [B, T + 1, H])` returns [B, T, 2]: (logp of
+    `targets`, entropy)."""
 
     def forward(hidden: Tensor) -> Tensor:
         logp, entropy = head_logprobs_and_entropy(

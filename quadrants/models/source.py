@@ -10,7 +10,8 @@ TINY_RANDOM = "tiny-random"
 
 
 def looks_like_path(name_or_path: str) -> bool:
-    """A name meant as a local path (`./m`, `/m`, `~/m`, `a/b/c`) rather than a hub id (`org/name`)."""
+    """A name meant as a local path (`./m`, `/m`, `~/m`, `a/b/c`) rather than a
+    hub id (`org/name`)."""
     return name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
 
 
@@ -22,7 +23,7 @@ def check_model_source(key: str, name_or_path: str) -> None:
     path = Path(name_or_path).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(
-            f"{key}={name_or_path}: no model directory at {path}. Pass an existing directory written by "
-            f"save_pretrained, a hub id such as 'Qwen/Qwen2.5-Math-1.5B', or '{TINY}' / '{TINY_RANDOM}' "
-            "for the embedded tiny model."
+            f"{key}={name_or_path}: no model directory at {path}. Pass an existing directory "
+            f"written by save_pretrained, a hub id such as 'Qwen/Qwen2.5-Math-1.5B', or '{TINY}' "
+            f"/ '{TINY_RANDOM}' for the embedded tiny model."
         )

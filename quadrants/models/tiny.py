@@ -1,9 +1,10 @@
 """The embedded tiny causal LM: a small Qwen2 over the character-level tokenizer.
 
 At the defaults (hidden 128, 4 layers, 4 heads, MLP 512, 100 tokens, tied embeddings) the model has
-about 1.1 M parameters. Width 128 rather than 256: on the default arithmetic task it learns faster per
-step as well as per second (measured: after 300 warm-up steps of 64 sequences, 53 % vs 25 % held-out
-accuracy, at half the cost per step), which is what lets the warm-up fit in a few CPU minutes.
+about 1.1 M parameters. Width 128 rather than 256: on the default arithmetic task it learns faster
+per step as well as per second (measured: after 300 warm-up steps of 64 sequences, 53 % vs 25 %
+held-out accuracy, at half the cost per step), which is what lets the warm-up fit in a few CPU
+minutes.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ CHARACTERS = "\n" + "".join(chr(code) for code in range(32, 127))
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
-    """The character-level tokenizer: ids 0-3 are <pad>, <bos>, <eos>, <unk>, then one id per character."""
+    """The character-level tokenizer: ids 0-3 are <pad>, <bos>, <eos>, <unk>, then
+    one id per character."""
     vocab = {token: index for index, token in enumerate(SPECIAL_TOKENS + tuple(CHARACTERS))}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK_TOKEN))
     backend.add_special_tokens(list(SPECIAL_TOKENS))

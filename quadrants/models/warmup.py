@@ -1,4 +1,5 @@
-"""The embedded base policy: a tiny model warmed up on noisy-teacher arithmetic traces, cached on disk.
+"""The embedded base policy: a tiny model warmed up on noisy-teacher
+arithmetic traces, cached on disk.
 
 `ensure_base_policy(settings)` returns a directory that `AutoModelForCausalLM.from_pretrained` and
 `AutoTokenizer.from_pretrained` load offline. The first call trains it and measures it; later calls

@@ -8,7 +8,8 @@ sequence sits at position P + t of `sequences`.
 
 Statistics that must see the whole rollout batch (advantages, group entropy mean/std, the quadrant
 split, the sorted batch entropies used by batch quantiles) are computed before the batch is cut into
-mini-batches and travel with it, so a mini-batch never recomputes a group statistic on part of a group.
+mini-batches and travel with it, so a mini-batch never recomputes a group
+statistic on part of a group.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class TokenBatch:
         attention_mask: [B, L] bool.
         response_mask: [B, T] bool, True on generated tokens (EOS included, padding excluded).
         old_logp: [B, T] float, behaviour log-probs recomputed by the trainer before the update.
-        entropy: [B, T] float, behaviour-policy entropy (nats, full vocabulary, rollout temperature).
+        entropy: [B, T] float, behaviour-policy entropy (nats, full vocabulary,
+            rollout temperature).
         rewards: [B] float.
         advantages: [B] float, GRPO group advantages.
         group_ids: [B] long.
@@ -112,8 +114,8 @@ class ObjectiveOutput:
             with the configured loss aggregation (so quadrant isolation and any normaliser compose).
         metrics: name -> detached scalar tensor (fractions, means); reduced and logged by the loop.
         denominator_mask: [B, T] bool or None. Tokens this objective wants counted in the normaliser
-            (None = every response token). DAPO's dynamic sampling drops constant-reward groups here;
-            forking with `denominator="selected_tokens"` renormalises over its selection.
+            (None = every response token). DAPO's dynamic sampling drops constant-reward groups
+            here; forking with `denominator="selected_tokens"` renormalises over its selection.
     """
 
     per_token_loss: Tensor
@@ -155,8 +157,8 @@ def make_token_batch(
         normalize_std, advantage_eps: GRPO advantage options (ops.advantages).
         threshold_rule, threshold_value: the quadrant entropy threshold (ops.quadrants).
         constant_by: [B] float or None, the values whose equality within a group makes it a constant
-            group for dynamic sampling (None: the rewards). DAPO judges by correctness, which differs
-            from the rewards only when they carry a shaping term (the overlong penalty).
+            group for dynamic sampling (None: the rewards). DAPO judges by correctness, which
+            differs from the rewards only when they carry a shaping term (the overlong penalty).
     """
     response_mask = response_mask.bool()
     rewards = rewards.float()

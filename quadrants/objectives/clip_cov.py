@@ -1,11 +1,12 @@
 """Clip-Cov (Cui et al. 2025, arXiv 2505.22617 §4): detach a few high-covariance tokens.
 
-cov_t = (A_t − mean A)(logπ_t − mean logπ) over the mini-batch's response tokens. Among the tokens with
-lb < cov_t < ub that the ordinary ratio clip has not already clipped, k = max(floor(fraction · N), 1)
-tokens (N = response tokens in the mini-batch; fewer if fewer qualify) are drawn uniformly at random
-and get zero gradient. Everything else is the clipped surrogate. `fraction` is a fraction (2e-4),
-not a percent; fraction = 0 turns the detaching off (plain clipped surrogate). Scope: the mini-batch, as in the reference implementation (it runs per micro-batch).
-The draw uses torch's global generator, seeded by the run.
+cov_t = (A_t − mean A)(logπ_t − mean logπ) over the mini-batch's response tokens. Among the tokens
+with lb < cov_t < ub that the ordinary ratio clip has not already clipped, k =
+max(floor(fraction · N), 1) tokens (N = response tokens in the mini-batch; fewer if fewer qualify)
+are drawn uniformly at random and get zero gradient. Everything else is the clipped surrogate.
+`fraction` is a fraction (2e-4), not a percent; fraction = 0 turns the detaching off
+(plain clipped surrogate). Scope: the mini-batch, as in the reference implementation
+(it runs per micro-batch). The draw uses torch's global generator, seeded by the run.
 """
 
 from __future__ import annotations

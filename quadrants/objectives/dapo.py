@@ -1,10 +1,12 @@
-"""DAPO (Yu et al. 2025): GRPO + clip-higher (ε_low 0.2, ε_high 0.28), token-mean loss, dynamic sampling.
+"""DAPO (Yu et al. 2025): GRPO + clip-higher (ε_low 0.2, ε_high 0.28),
+token-mean loss, dynamic sampling.
 
-Dynamic sampling drops groups whose rewards are all equal: they have zero advantage, and keeping them
-only dilutes the token-mean normaliser. Here they are removed from the denominator (equivalent to
-dropping them from the batch); DAPO also over-samples to refill the batch, which the loop does not do
-(the effective batch shrinks instead; `kept_group_frac` reports by how much). Token-mean is the
-`objective.loss_agg` of `sweeps/objective/dapo.yaml`; overlong reward shaping is not implemented.
+Dynamic sampling drops groups whose rewards are all equal: they have zero advantage, and keeping
+them only dilutes the token-mean normaliser. Here they are removed from the denominator (equivalent
+to dropping them from the batch); DAPO also over-samples to refill the batch, which the loop does
+not do (the effective batch shrinks instead; `kept_group_frac` reports by how much). Token-mean is
+the `objective.loss_agg` of `sweeps/objective/dapo.yaml`; overlong reward shaping is not
+implemented.
 """
 
 from __future__ import annotations

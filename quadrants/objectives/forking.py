@@ -3,14 +3,15 @@ of tokens by entropy only.
 
 Implementations disagree on three choices; each is a named parameter here:
 - `scope`: the population the top-ρ is taken over: `rollout_batch` (all response tokens of the step,
-  default) or `mini_batch` (the tokens of the current update mini-batch, as per-micro-batch code does).
+  default) or `mini_batch` (the tokens of the current update mini-batch, as
+  per-micro-batch code does).
 - `entropy_source`: `behaviour` (the rollout policy's entropy, fixed during the update, default) or
   `current` (the updating policy's detached entropy; only with scope=mini_batch).
 - `denominator`: `selected_tokens` (token-mean over the selected tokens, as masking the loss mask
   does) or `all_response_tokens` (unselected tokens stay in the normaliser, as quadrant isolation).
 Dynamic sampling (default on) drops constant-reward groups from the denominator, as in `dapo`.
-A token is selected when H_t >= the (1 − ρ) quantile (linear interpolation); ties can select slightly
-more than ρ, which `selected_frac` reports.
+A token is selected when H_t >= the (1 − ρ) quantile (linear interpolation); ties can select
+slightly more than ρ, which `selected_frac` reports.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def hapo_token_advantages(
         entropy: [B, T] float, behaviour entropy H_t.
         group_entropy_mean: [B] float µ_H of the sequence's group.
         group_entropy_std: [B] float σ_H of the sequence's group.
-        apply_mask: [B, T] bool, tokens the modulation applies to (response tokens of the chosen quadrants).
+        apply_mask: [B, T] bool, tokens the modulation applies to (response tokens of
+            the chosen quadrants).
         alpha, phi: the paper's α and φ.
         conserve: "none" or "sequence" (see module docstring).
         std_eps: σ_H below this counts as zero (Â^H = 0).
@@ -105,8 +106,8 @@ def validate_hapo(
     limit = 0.5 if conserve == "sequence" else 1.0
     if alpha / phi >= limit:
         raise ValueError(
-            f"alpha/phi = {alpha}/{phi} = {alpha / phi:.3g} would let the entropy term flip an advantage's "
-            f"sign; allowed: alpha/phi < {limit}"
+            f"alpha/phi = {alpha}/{phi} = {alpha / phi:.3g} would let the entropy term flip an "
+            f"advantage's sign; allowed: alpha/phi < {limit}"
             + (" (2*alpha/phi < 1 with conserve=sequence)" if limit < 1 else "")
         )
     parse_apply_to(apply_to)

@@ -1,9 +1,9 @@
 """From an objective's per-token loss to the scalar the optimizer sees: quadrant isolation, the
 optional KL to a reference policy, and the named normaliser.
 
-Quadrant isolation (docs/science.md) is a mask on the objective's per-token loss, so it composes with
-every objective (grpo, dapo, hapo, ...): tokens outside the kept quadrants contribute 0. Tokens outside
-the denominator (a group dynamic sampling dropped, a token forking did not select under its
+Quadrant isolation (docs/science.md) is a mask on the objective's per-token loss, so it composes
+with every objective (grpo, dapo, hapo, ...): tokens outside the kept quadrants contribute 0. Tokens
+outside the denominator (a group dynamic sampling dropped, a token forking did not select under its
 `selected_tokens` normaliser) contribute 0 too, for every objective: a token is either in the batch,
 counted and weighted, or out of it entirely. The normaliser is a named choice:
 - `all_response_tokens` (the paper's default): masked tokens stay in the denominator, 1/Σ|o_i|;
@@ -31,7 +31,8 @@ DENOMINATORS: tuple[str, ...] = get_args(Denominator)
 
 
 def parse_keep(keep: str | Sequence[str] | None) -> tuple[Quadrant, ...] | None:
-    """Normalise a `quadrant.keep` value: "all"/None -> None (no isolation), else a tuple of quadrants.
+    """Normalise a `quadrant.keep` value: "all"/None -> None (no isolation),
+    else a tuple of quadrants.
 
     Accepts "PHR", "PHR,NHR", ["PHR", "NHR"], ["all"]; unknown names list the known ones.
     """
@@ -75,15 +76,18 @@ class LossSettings:
     def __post_init__(self) -> None:
         if self.denominator not in DENOMINATORS:
             raise ValueError(
-                f"quadrant.denominator={self.denominator!r} is unknown; choose one of {list(DENOMINATORS)}"
+                f"quadrant.denominator={self.denominator!r} is unknown; choose one "
+                f"of {list(DENOMINATORS)}"
             )
         if self.loss_agg not in LOSS_AGGREGATIONS:
             raise ValueError(
-                f"objective.loss_agg={self.loss_agg!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
+                f"objective.loss_agg={self.loss_agg!r} is unknown; choose one of "
+                f"{list(LOSS_AGGREGATIONS)}"
             )
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(
-                f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one of {list(KL_ESTIMATORS)}"
+                f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one "
+                f"of {list(KL_ESTIMATORS)}"
             )
         if self.kl_coef < 0:
             raise ValueError(f"objective.kl_coef={self.kl_coef} is out of range; allowed: [0, inf)")
@@ -129,9 +133,9 @@ def compute_loss(
     keep_mask = mask if settings.keep is None else batch.quadrants.union(settings.keep) & mask
     if settings.denominator == "kept_tokens":
         denominator = denominator & keep_mask
-    # A token outside the denominator is out of the batch: it carries no loss and no gradient, whatever
-    # the objective put there (EntroReg's entropy bonus on a group dynamic sampling dropped, say).
-    # Multiplying by a bool mask leaves every counted term bit-for-bit unchanged.
+    # A token outside the denominator is out of the batch: it carries no loss and no gradient,
+    # whatever the objective put there (EntroReg's entropy bonus on a group dynamic sampling
+    # dropped, say). Multiplying by a bool mask leaves every counted term bit-for-bit unchanged.
     loss = aggregate_loss(
         per_token * (keep_mask & denominator), denominator, settings.loss_agg, settings.norm_length
     )

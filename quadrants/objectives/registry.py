@@ -1,8 +1,9 @@
 """One registry of token objectives; an objective's keyword-only signature is its schema.
 
-An objective is `fn(batch: TokenBatch, policy: PolicyOutput, *, <hyper-parameters>) -> ObjectiveOutput`.
-`resolve_objective(name, params)` checks the name and the parameters against that signature before any
-training starts, so a misspelled key fails at compose time with the list of accepted keys.
+An objective is `fn(batch: TokenBatch, policy: PolicyOutput, *, <hyper-parameters>) ->
+ObjectiveOutput`. `resolve_objective(name, params)` checks the name and the parameters against that
+signature before any training starts, so a misspelled key fails at compose time with the list of
+accepted keys.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ class ObjectiveSpec:
         validate: optional check of hyper-parameter ranges; raises ValueError naming key and range.
         recomputed_old_logp: True when the gradient at logπ = logπ_old is not continuous (KL-Cov's
             |logπ − logπ_old|): there the old log-probs must come from the trainer's own forward,
-            whose rounding matches the update's, never from the rollout engine (train.behaviour_pass).
+            whose rounding matches the update's, never from the rollout engine
+            (train.behaviour_pass).
     """
 
     name: str

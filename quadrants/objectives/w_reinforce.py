@@ -3,10 +3,10 @@
     L = λ · PSR + NSR,   PSR = −E_{y correct}[log π(y)],   NSR = −E_{y wrong}[−log π(y)]
 
 Per token: loss_t = −w · r_t with w = λ for a correct response and w = −1 for a wrong one, r_t the
-importance ratio (so extra epochs on the same rollouts stay correctly weighted; at r = 1 its gradient
-is exactly −w ∇logπ_t). No advantage normalisation and no clip: groups with all-equal rewards still get
-gradient, as in the paper. A response is correct when its reward > `correct_above` (0.5 for 0/1
-rewards). Quadrant polarity still follows the GRPO advantage sign.
+importance ratio (so extra epochs on the same rollouts stay correctly weighted; at r = 1 its
+gradient is exactly −w ∇logπ_t). No advantage normalisation and no clip: groups with all-equal
+rewards still get gradient, as in the paper. A response is correct when its reward > `correct_above`
+(0.5 for 0/1 rewards). Quadrant polarity still follows the GRPO advantage sign.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def group_advantages(
 
 
 def constant_reward_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
-    """[B] bool: True for sequences whose group has all-equal rewards (DAPO's dynamic-sampling drop)."""
+    """[B] bool: True for sequences whose group has all-equal rewards (DAPO's
+    dynamic-sampling drop)."""
     index, k = compact_group_ids(group_ids)
     rewards = rewards.float()
     big = torch.finfo(rewards.dtype).max

@@ -10,7 +10,7 @@ quarter of them carry gradient.
 | token-mean | Σ_{i,t} l_it / Σ_{i,t} D_it (DAPO; the paper's 1/Σ|o_i|) |
 | seq-mean-token-mean | 1/|S| Σ_{i∈S} (Σ_t l_it / Σ_t D_it) (original GRPO) |
 | seq-mean-token-sum | 1/|S| Σ_{i∈S} Σ_t l_it |
-| seq-mean-token-sum-norm | Σ_{i,t} l_it / (|S| · norm_length) (Dr. GRPO; norm_length defaults to T) |
+| seq-mean-token-sum-norm | Σ_{i,t} l_it / (|S| · norm_length) (Dr. GRPO; norm_length default T) |
 
 All four are linear in the per-token loss for a fixed denominator mask, so losses of disjoint token
 sets sum to the loss of their union.

@@ -43,7 +43,8 @@ def selection_count(fraction: float, num_tokens: int) -> int:
 
 
 def topk_mask(scores: Tensor, candidates: Tensor, k: int) -> Tensor:
-    """[B, T] bool with the k highest-scoring candidate tokens (fewer if there are fewer candidates)."""
+    """[B, T] bool with the k highest-scoring candidate tokens (fewer if there
+    are fewer candidates)."""
     flat = torch.where(candidates, scores, torch.full_like(scores, -torch.inf)).reshape(-1)
     k = min(k, int(candidates.sum()))
     out = torch.zeros(flat.shape, dtype=torch.bool, device=scores.device)

@@ -3,8 +3,8 @@ branching rollouts, and the pointwise (signed) credit of the sampled token.
 
 For a state s_t = (q, o_<t) and outcome r, with branches v of the next token,
 
-    I(o_t; r | s_t) = H(r | s_t) − Σ_v π(v|s_t) H(r | s_t, o_t = v)            (nats)
-                    = h(Σ_v π_v p_v) − Σ_v π_v h(p_v)                            (binary r, h = binary entropy)
+    I(o_t; r | s_t) = H(r | s_t) − Σ_v π(v|s_t) H(r | s_t, o_t = v)     (nats)
+                    = h(Σ_v π_v p_v) − Σ_v π_v h(p_v)     (binary r, h = binary entropy)
 
 The general form is used throughout: p_v is a distribution over C outcome classes (C = 2 for
 correct/incorrect). It is bounded by H(o_t | s_t) <= H_t (entropy is the capacity) and by
@@ -13,7 +13,8 @@ H(r | s_t) <= ln C (ln 2 for a binary reward).
 Branches (`top_branches`): the smallest set of most likely tokens whose mass reaches `coverage`
 (at most `max_branches` of them), plus one "rest" branch that stands for all the other tokens, with
 their total mass. Merging the rest into one branch measures I(b(o_t); r | s_t) for the coarsened
-token b(o_t), which is below I(o_t; r | s_t) by π_rest · I(o_t; r | s_t, o_t ∈ rest) <= π_rest · ln C.
+token b(o_t), which is below I(o_t; r | s_t) by π_rest ·
+I(o_t; r | s_t, o_t ∈ rest) <= π_rest · ln C.
 
 Estimators, from `counts` [..., M, C] (outcome classes of the K_v continuations of each branch):
 - `plugin_cmi`: p̂_v = counts_v / K_v put into the formula. Biased upward for small K (a sampled
@@ -85,7 +86,8 @@ def _frequencies(counts: Tensor) -> Tensor:
 
 
 def plugin_cmi(mass: Tensor, counts: Tensor) -> Tensor:
-    """Plug-in estimate: `cmi` at p̂_v = counts_v / K_v. mass [..., M], counts [..., M, C] -> [...]."""
+    """Plug-in estimate: `cmi` at p̂_v = counts_v / K_v. mass [..., M], counts
+    [..., M, C] -> [...]."""
     return cmi(mass, _frequencies(counts))
 
 
@@ -97,7 +99,8 @@ def plugin_outcome_entropy(mass: Tensor, counts: Tensor) -> Tensor:
 def stratified_jackknife(
     statistic: Callable[[Tensor, Tensor], Tensor], mass: Tensor, counts: Tensor
 ) -> Tensor:
-    """Delete-one jackknife of `statistic(mass, counts)` with one stratum per branch (module docstring).
+    """Delete-one jackknife of `statistic(mass, counts)` with one stratum per
+    branch (module docstring).
 
     Branches with fewer than 2 continuations get no correction (a leave-one-out needs 2).
 
@@ -131,7 +134,8 @@ def stratified_jackknife(
 
 
 def jackknife_cmi(mass: Tensor, counts: Tensor) -> Tensor:
-    """Bias-corrected CMI: the stratified jackknife of `plugin_cmi`. [..., M], [..., M, C] -> [...]."""
+    """Bias-corrected CMI: the stratified jackknife of `plugin_cmi`. [..., M],
+    [..., M, C] -> [...]."""
     return stratified_jackknife(plugin_cmi, mass, counts)
 
 
@@ -161,23 +165,25 @@ def bootstrap_interval(
     statistic: Callable[[Tensor, Tensor], Tensor] = jackknife_cmi,
     functional: Callable[[Tensor, Tensor], Tensor] = cmi,
 ) -> tuple[Tensor, Tensor]:
-    """Bootstrap interval over continuations, resampled within each branch (bias-shifted percentile).
+    """Bootstrap interval over continuations, resampled within each branch
+    (bias-shifted percentile).
 
     Each resample draws K_v continuations of every branch from its outcome frequencies p̃_v and
     recomputes `statistic` (θ̂*). With `pseudocount` 0 that is resampling the continuations with
     replacement (p̃_v = n_v / K_v); with α > 0 the frequencies are add-α smoothed first (a smoothed
-    bootstrap: a branch that saw only successes still varies, where the plain bootstrap would call it
-    certain and the interval too narrow at small K). In the bootstrap world the true value is
+    bootstrap: a branch that saw only successes still varies, where the plain bootstrap would call
+    it certain and the interval too narrow at small K). In the bootstrap world the true value is
     `functional` at p̃ (θ̃), so θ̂* − θ̃ stands for the estimator's error; with q_lo, q_hi the
     (1 ∓ confidence)/2 quantiles of θ̂* the interval is [θ̂ + (q_lo − θ̃), θ̂ + (q_hi − θ̃)], θ̂ the
     statistic on the data: the percentile interval shifted by the bootstrap's bias estimate θ̂ − θ̃.
-    (The reflected "basic" interval [θ̂ − (q_hi − θ̃), θ̂ − (q_lo − θ̃)] covered less at small K in a
-    synthetic check with π = [0.5, 0.3, 0.2], p = [0.9, 0.4, 0.1], 300 repetitions: 0.71 against
+    (The reflected "basic" interval [θ̂ − (q_hi − θ̃), θ̂ − (q_lo − θ̃)] covered less at small K in
+    a synthetic check with π = [0.5, 0.3, 0.2], p = [0.9, 0.4, 0.1], 300 repetitions: 0.71 against
     0.86 at K = 8, nominal 0.9. Below K ~ 16 both under-cover.)
 
     Args:
         mass: [N, M] float.
-        outcomes: [N, M, K] long class indices; a branch's row is all valid or all < 0 (no continuations).
+        outcomes: [N, M, K] long class indices; a branch's row is all valid or all
+            < 0 (no continuations).
         num_classes: C.
         resamples: R.
         confidence: e.g. 0.9.
@@ -232,9 +238,11 @@ def pointwise_credit(
     Args:
         mass: [N, M] float, branch masses.
         counts: [N, M, C] float, outcome counts per branch.
-        branch: [N] long, the branch holding the sampled token o_t (the rest branch if not a top token).
+        branch: [N] long, the branch holding the sampled token o_t (the rest
+            branch if not a top token).
         outcome: [N] long, the class of the response's realised reward r_i.
-        pseudocount: α of the add-α smoothing (> 0 keeps zero counts finite; 0.5 = Krichevsky–Trofimov).
+        pseudocount: α of the add-α smoothing (> 0 keeps zero counts finite; 0.5 =
+            Krichevsky–Trofimov).
 
     Returns:
         [N] float, nats: > 0 when choosing o_t made the realised outcome more likely.
@@ -249,11 +257,13 @@ def hindsight_advantage(
     mass: Tensor, counts: Tensor, branch: Tensor, values: Tensor, *, pseudocount: float
 ) -> Tensor:
     """E[r | s_t, o_t] − E[r | s_t] under the add-α smoothed branch distributions: the token's own
-    advantage Q(s_t, o_t) − V(s_t), the quantity a per-token policy gradient would ideally weight by.
+    advantage Q(s_t, o_t) − V(s_t), the quantity a per-token policy gradient
+    would ideally weight by.
 
     Unlike c_t it does not depend on the realised r_i: a token that lowers the success probability
     gets a negative value in correct and wrong responses alike (c_t is positive whenever the token
-    makes the *realised* outcome likelier, so it is positive for a harmful token of a wrong response).
+    makes the *realised* outcome likelier, so it is positive for a harmful
+    token of a wrong response).
 
     Args:
         mass: [N, M]; counts: [N, M, C]; branch: [N] long (as in `pointwise_credit`).
@@ -287,7 +297,8 @@ class Branches:
 
 
 def top_branches(probs: Tensor, *, coverage: float, max_branches: int) -> Branches:
-    """The fewest most likely tokens whose mass reaches `coverage` (at most `max_branches`), and the rest.
+    """The fewest most likely tokens whose mass reaches `coverage`
+    (at most `max_branches`), and the rest.
 
     Args:
         probs: [N, V] float, π(·|s_t) at the rollout temperature.
@@ -342,7 +353,8 @@ def sample_rest_tokens(
 
 
 def sampled_branch(token: Tensor, branches: Branches) -> Tensor:
-    """[N] long: the branch column holding `token` ([N] long), the rest column if it is not a top token."""
+    """[N] long: the branch column holding `token` ([N] long), the rest column if
+    it is not a top token."""
     hit = branches.token_ids == token[:, None]  # [N, M - 1]
     rest = torch.full_like(token, branches.mass.shape[-1] - 1)
     return torch.where(hit.any(-1), hit.long().argmax(-1), rest)

@@ -2,15 +2,16 @@
 
 Shape legend: **N** rows (flattened B*T positions) · **V** vocabulary.
 
-Both quantities are taken at a sampling temperature: the distribution is softmax(logits / temperature),
-the one the rollout engine sampled from (before top-p truncation, which no trainer can recompute).
+Both quantities are taken at a sampling temperature: the distribution is
+softmax(logits / temperature), the one the rollout engine sampled from (before top-p truncation,
+which no trainer can recompute).
 
 Memory: the chunked functions materialise [chunk, V] float32 buffers at a time, so peak extra memory
-is bounded by a few `chunk_size * V` buffers, not by `N * V` (at V = 151,936 and N = 4,096 the direct
-formula needs several GB of temporaries; a chunk of 256 rows needs about 150 MB). This holds for the
-backward pass too: `_ChunkedLogpEntropy` keeps only the logits and recomputes each chunk's softmax
-when gradients are asked for, writing straight into the [N, V] logits gradient (which any trainer
-needs anyway), using
+is bounded by a few `chunk_size * V` buffers, not by `N * V` (at V = 151,936 and N = 4,096 the
+direct formula needs several GB of temporaries; a chunk of 256 rows needs about 150 MB). This holds
+for the backward pass too: `_ChunkedLogpEntropy` keeps only the logits and recomputes each chunk's
+softmax when gradients are asked for, writing straight into the [N, V] logits gradient (which any
+trainer needs anyway), using
     d logp_y / d z_j = 1[j = y] − p_j,        d H / d z_j = −p_j (log p_j + H),    z = logits / τ.
 """
 
@@ -135,7 +136,8 @@ def entropy_from_logits(
 def logprobs_from_logits(
     logits: Tensor, tokens: Tensor, temperature: float = 1.0, chunk_size: int = DEFAULT_CHUNK_SIZE
 ) -> Tensor:
-    """log softmax(logits / temperature) gathered at `tokens`, chunked. [..., V], [...] -> [...] float32."""
+    """log softmax(logits / temperature) gathered at `tokens`, chunked. [..., V],
+    [...] -> [...] float32."""
     logp, _ = logprobs_and_entropy(logits, tokens, temperature, chunk_size, with_entropy=False)
     return logp
 

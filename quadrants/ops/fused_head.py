@@ -9,8 +9,8 @@ z = h W^T (+ b) for `chunk_size` rows, reduces it to logp and entropy at tempera
 backward recomputes each chunk's logits and turns the row gradient (ops/entropy.py's formulas)
     g_z = (1[j = y] − p_j) g_logp − p_j (log p_j + H) g_H,     scaled by 1/τ,
 into the hidden-state gradient g_z W and the head's gradient Σ_chunks g_z^T h (and Σ g_z for a
-bias). Extra memory: two [chunk, V] float32 buffers at a time plus the weight gradient the trainer keeps
-anyway; nothing of size [N, V] exists in either pass. Cost: the head's matmul runs twice in
+bias). Extra memory: two [chunk, V] float32 buffers at a time plus the weight gradient the trainer
+keeps anyway; nothing of size [N, V] exists in either pass. Cost: the head's matmul runs twice in
 backward's place of once (forward, recompute) plus the two gradient matmuls, as with activation
 checkpointing.
 """
@@ -34,13 +34,14 @@ def _chunk_log_probs(
 
 
 def _entropy(log_probs: Tensor) -> Tensor:
-    """−Σ p log p per row, [n, V] -> [n]; p log p = 0 where p = 0 (log p = −inf gives 0 · −inf = NaN,
-    set to 0). One [n, V] temporary."""
+    """−Σ p log p per row, [n, V] -> [n]; p log p = 0 where p = 0 (log p = −inf gives 0 · −inf =
+    NaN, set to 0). One [n, V] temporary."""
     return -log_probs.exp().mul_(log_probs).nan_to_num_(nan=0.0).sum(-1)
 
 
 class _FusedHeadLogpEntropy(torch.autograd.Function):
-    """(logp [N], entropy [N]) float32 from hidden [N, H], weight [V, H], bias [V] or None, ids [N]."""
+    """(logp [N], entropy [N]) float32 from hidden [N, H], weight [V, H], bias
+    [V] or None, ids [N]."""
 
     @staticmethod
     def forward(
@@ -88,7 +89,8 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
             log_probs = _chunk_log_probs(hidden[sl], weight, bias, tau)  # [n, V] float32
             probs = log_probs.exp()
             # in place on log_probs: g_z = −p (g_logp + g_H (log p + H)); where p = 0 the product is
-            # 0 · ±inf = NaN, set to 0 (such a token gets no gradient); then + g_logp at the sampled token
+            # 0 · ±inf = NaN, set to 0 (such a token gets no gradient); then +
+            # g_logp at the sampled token
             log_probs.add_(entropy[sl, None]).mul_(grad_entropy[sl, None].float()).add_(
                 grad_logp[sl, None].float()
             )

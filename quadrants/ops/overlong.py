@@ -35,5 +35,6 @@ def overlong_penalty(
     if buffer <= 0:
         return torch.zeros(lengths.shape, dtype=torch.float32, device=lengths.device)
     exceed = lengths.float() - (max_length - buffer)  # [B]
-    # as verl's DAPO reward manager: min(-exceed / buffer * penalty, 0); capped at -penalty past L_max
+    # as verl's DAPO reward manager: min(-exceed / buffer * penalty, 0); capped
+    # at -penalty past L_max
     return torch.clamp(-exceed / buffer * penalty, min=-penalty, max=0.0)

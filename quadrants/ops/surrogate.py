@@ -1,12 +1,13 @@
 """The PPO/GRPO clipped surrogate, per token, with asymmetric clipping (DAPO's clip-higher) and the
 optional dual clip.
 
-loss_t = max(-A_t * r_t, -A_t * clip(r_t, 1 - clip_low, 1 + clip_high)),  r_t = exp(logp_t - old_logp_t)
+loss_t = max(-A_t * r_t, -A_t * clip(r_t, 1 - clip_low, 1 + clip_high)), r_t =
+exp(logp_t - old_logp_t)
 
 Dual clip (Ye et al. 2020, arXiv 1912.09729; verl's `clip_ratio_c`, 3 by default there): for a token
-with A_t < 0 the loss is also capped at -A_t * c, loss_t = min(loss_t, -A_t * c), so a ratio that ran
-far above 1 on a bad token cannot make the loss (and its gradient) unbounded. Tokens with A_t >= 0 are
-untouched. `clip_ratio_c=None` turns it off (the plain clipped surrogate, bit for bit).
+with A_t < 0 the loss is also capped at -A_t * c, loss_t = min(loss_t, -A_t * c), so a ratio that
+ran far above 1 on a bad token cannot make the loss (and its gradient) unbounded. Tokens with A_t >=
+0 are untouched. `clip_ratio_c=None` turns it off (the plain clipped surrogate, bit for bit).
 
 Shape legend: **B** sequences · **T** response tokens.
 """
@@ -19,7 +20,8 @@ import torch
 from torch import Tensor
 
 # exp() of a log-ratio beyond this overflows float32 gradients long before it means anything; the
-# clamp only bites on tokens whose ratio is already e^±20 (clipped anyway unless A has the wrong sign).
+# clamp only bites on tokens whose ratio is already e^±20 (clipped anyway
+# unless A has the wrong sign).
 _MAX_LOG_RATIO = 20.0
 
 

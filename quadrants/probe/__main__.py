@@ -1,9 +1,14 @@
-"""Entry point: `python -m quadrants.probe TARGET [overrides...]` — measure hindsight credit by branching.
+"""Entry point: `python -m quadrants.probe TARGET [overrides...]` — measure
+hindsight credit by branching.
 
-    python -m quadrants.probe outputs/quadrants/s1a2b3c4/quadrant=PHR                # newest checkpoint of a run
-    python -m quadrants.probe outputs/.../quadrant=PHR/checkpoints/step_0000040       # one checkpoint
-    python -m quadrants.probe tiny probe.positions=16 probe.continuations=16          # the embedded policy
-    python -m quadrants.probe tiny --cfg                                             # print the config, run nothing
+    # the newest checkpoint of a run
+    python -m quadrants.probe outputs/quadrants/s1a2b3c4/quadrant=PHR
+    # one checkpoint
+    python -m quadrants.probe outputs/.../quadrant=PHR/checkpoints/step_0000040
+    # the embedded policy
+    python -m quadrants.probe tiny probe.positions=16 probe.continuations=16
+    # print the config, run nothing
+    python -m quadrants.probe tiny --cfg
 
 TARGET is resolved as `python -m quadrants.evaluate` resolves it (quadrants.eval.target); overrides
 are those of the training tree (`probe.*`, `rollout.*`, `tracking=server`, `seed=`).
@@ -18,8 +23,9 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m quadrants.probe",
-        description="Measure the hindsight credit I(o_t; r | s_t) of response tokens by branching rollouts; "
-        "logs an MLflow run (quadrants.role=probe), credit.csv and figures. See docs/probe.md.",
+        description="Measure the hindsight credit I(o_t; r | s_t) of response tokens by "
+        "branching rollouts; logs an MLflow run (quadrants.role=probe), credit.csv and "
+        "figures. See docs/probe.md.",
     )
     parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
     parser.add_argument(

@@ -1,4 +1,5 @@
-"""Branching rollouts: sample the policy's responses, branch at chosen tokens, grade the continuations.
+"""Branching rollouts: sample the policy's responses, branch at chosen tokens,
+grade the continuations.
 
 1. `sample_batch`: `probe.prompts` training prompts, `rollout.group_size` responses each at the
    rollout temperature, graded; the trainer's no-grad pass gives H_t and the TokenBatch (advantages,
@@ -6,9 +7,10 @@
 2. `next_token_probs`: π(·|s_t) at the probed positions (one forward pass over their sequences).
 3. `roll_out_branches`: for every position, the top branches (ops.credit.top_branches) and the rest
    branch; K continuations of each from token ids (prompt + response[:t] + forced token), sampled at
-   the rollout temperature by `RolloutEngine.generate_from_ids` in calls of at most `probe.batch_size`
-   sequences; each full response (response[:t] + forced + continuation, cut at the first stop token and at
-   `rollout.max_new_tokens` tokens, as in training) is graded like a training reward.
+   the rollout temperature by `RolloutEngine.generate_from_ids` in calls of at most
+   `probe.batch_size` sequences; each full response (response[:t] + forced + continuation, cut at
+   the first stop token and at `rollout.max_new_tokens` tokens, as in training) is graded like a
+   training reward.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def sample_batch(
     problems: list[Problem],
     cfg: RunConfig,
 ) -> SampledBatch:
-    """G responses per problem at the rollout settings, graded, with the training step's TokenBatch."""
+    """G responses per problem at the rollout settings, graded, with the
+    training step's TokenBatch."""
     rollout = cfg.rollout
     sampling = SamplingSettings(
         n=rollout.group_size,
@@ -94,7 +97,8 @@ def sample_batch(
 def next_token_probs(
     model: nn.Module, rollouts: Rollouts, positions: Positions, *, temperature: float
 ) -> Tensor:
-    """π(·|s_t) = softmax(logits / temperature) before response token t of each position. [N, V] float32 (CPU)."""
+    """π(·|s_t) = softmax(logits / temperature) before response token t of each
+    position. [N, V] float32 (CPU)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

@@ -38,7 +38,8 @@ OBJECTIVES = ("grpo", "hapo", "entroadv", "forking")
 def objective_token_weights(
     batch: TokenBatch, names: tuple[str, ...] = OBJECTIVES
 ) -> dict[str, Tensor]:
-    """w_t = −∂ loss_t / ∂ log π(o_t) at ratio 1 of each objective at its default parameters. name -> [B, T]."""
+    """w_t = −∂ loss_t / ∂ log π(o_t) at ratio 1 of each objective at its default
+    parameters. name -> [B, T]."""
     weights = {}
     for name in names:
         spec, params = resolve_objective(name, {})
@@ -62,7 +63,8 @@ class PositionCredit:
     spread); top_mass: mass of the top branches; rest_mass: mass of the rest branch rolled out (0 if
     not); branches: branches rolled out (long); credit: pointwise c_t; reward: r_i of the response;
     polarity: sign of the response's GRPO advantage (+1, −1, 0 in a constant group); advantage: the
-    hindsight token advantage E[r|s_t,o_t] − E[r|s_t]; weights: objective name -> its token weight w_t.
+    hindsight token advantage E[r|s_t,o_t] − E[r|s_t]; weights: objective name
+    -> its token weight w_t.
     """
 
     cmi: Tensor

@@ -55,15 +55,17 @@ def probe_policy(
     out_dir: Path | None = None,
     announce: bool = True,
 ) -> ProbeResult:
-    """One probe of `model` (sampled by `engine`) on `task`'s training prompts, as `cfg.probe` says."""
+    """One probe of `model` (sampled by `engine`) on `task`'s training prompts,
+    as `cfg.probe` says."""
     probe = cfg.probe
     started = time.perf_counter()
     if announce:
         bound = probe.positions * (probe.branches + 1) * probe.continuations
         print(
-            f"quadrants probe: {probe.prompts} prompts x {cfg.rollout.group_size} responses; at most {bound} "
-            f"branching rollouts ({probe.positions} positions x {probe.branches + 1} branches x "
-            f"{probe.continuations} continuations), at most {bound * cfg.rollout.max_new_tokens} tokens",
+            f"quadrants probe: {probe.prompts} prompts x {cfg.rollout.group_size} responses; at "
+            f"most {bound} branching rollouts ({probe.positions} positions x {probe.branches + 1} "
+            f"branches x {probe.continuations} continuations), at most "
+            f"{bound * cfg.rollout.max_new_tokens} tokens",
             flush=True,
         )
     problems = task.train_batch(probe.prompts, random.Random(probe.seed))
@@ -139,14 +141,15 @@ def probe_in_training(
     step: int,
     tracker: Tracker | None = None,
 ) -> dict[str, float]:
-    """`probe/*` metrics of the live policy (the loop calls this every `probe.every` steps; one process
-    only: under torch.distributed it returns {} and says so once).
+    """`probe/*` metrics of the live policy (the loop calls this every `probe.every` steps; one
+    process only: under torch.distributed it returns {} and says so once).
 
     Files go to ``<run_dir>/probe/step_<N>/`` and, with a tracker, to the run's artifacts."""
     if dist.world_size > 1:  # the policy is sharded: one rank alone cannot run its forward passes
         if dist.is_main and step == cfg.probe.every:
             log.warning(
-                "probe.every is ignored under torch.distributed; probe a checkpoint with python -m quadrants.probe"
+                "probe.every is ignored under torch.distributed; probe a checkpoint with "
+                "python -m quadrants.probe"
             )
         return {}
     out_dir = Path(cfg.run_dir) / "probe" / f"step_{step:07d}" if cfg.run_dir else None

@@ -14,11 +14,13 @@ PHR, PLR, NHR, NLR or `all`; intervals are normal intervals of the weighted mean
   between c_t and the objective's token weight w_t, with its Fisher-z interval. c_t is positive
   whenever o_t made the *realised* outcome likelier, so in a wrong response a harmful token has
   c_t > 0 while every objective pushes it down; hence also `probe/corr_signed/<objective>`, with
-  polarity x c_t (polarity = sign of the response's advantage), and `probe/corr_advantage/<objective>`,
-  with the hindsight token advantage E[r|s_t,o_t] − E[r|s_t] (ops.credit.hindsight_advantage).
+  polarity x c_t (polarity = sign of the response's advantage), and
+  `probe/corr_advantage/<objective>`, with the hindsight token advantage E[r|s_t,o_t] − E[r|s_t]
+  (ops.credit.hindsight_advantage).
 - `probe/high_entropy_cmi_share`: share of the total estimated Î held by PHR + NHR tokens, next to
   `probe/high_entropy_token_share`, their share of the tokens.
-- `probe/bound_violations`: positions whose interval lies entirely above min(H_t, Ĥ(r|s_t)) (0 expected).
+- `probe/bound_violations`: positions whose interval lies entirely above
+  min(H_t, Ĥ(r|s_t)) (0 expected).
 - `probe/rollouts`, `probe/tokens`, `probe/seconds`, `probe/rollouts_per_s`.
 """
 
@@ -120,7 +122,8 @@ def probe_metrics(
 def write_credit_csv(
     path: Path, credit: PositionCredit, positions: Positions, token_ids: Tensor, tokenizer: Any
 ) -> Path:
-    """One row per probed position: where it is, its entropies, Î with its interval, c_t and every w_t."""
+    """One row per probed position: where it is, its entropies, Î with its
+    interval, c_t and every w_t."""
     columns = {
         "sequence": positions.sequence,
         "token": positions.token,
@@ -237,7 +240,8 @@ def write_figures(
 def format_summary(metrics: dict[str, float]) -> str:
     """A small table: one line per quadrant, then the correlations."""
     lines = [
-        f"{'quadrant':<9}{'n':>4}{'mean I':>9}{'interval':>19}{'I/H_t':>8}{'I/cap':>8}{'H>lnC':>7}{'c_t':>8}"
+        f"{'quadrant':<9}{'n':>4}{'mean I':>9}{'interval':>19}{'I/H_t':>8}"
+        f"{'I/cap':>8}{'H>lnC':>7}{'c_t':>8}"
     ]
     for q in (*QUADRANT_ORDER, "all"):
 
@@ -245,8 +249,9 @@ def format_summary(metrics: dict[str, float]) -> str:
             return metrics.get(probe_key(f"{quadrant}/{stat}"), math.nan)
 
         lines.append(
-            f"{q:<9}{int(m('positions')):>4}{m('cmi_mean'):>9.4f}   [{m('cmi_mean_low'):>6.4f}, {m('cmi_mean_high'):>6.4f}]"
-            f"{m('cmi_over_entropy_mean'):>8.3f}{m('cmi_over_cap_mean'):>8.3f}{m('above_ln_outcomes_share'):>7.2f}"
+            f"{q:<9}{int(m('positions')):>4}{m('cmi_mean'):>9.4f}   [{m('cmi_mean_low'):>6.4f}, "
+            f"{m('cmi_mean_high'):>6.4f}]{m('cmi_over_entropy_mean'):>8.3f}"
+            f"{m('cmi_over_cap_mean'):>8.3f}{m('above_ln_outcomes_share'):>7.2f}"
             f"{m('credit_mean'):>8.3f}"
         )
     for prefix, label in (

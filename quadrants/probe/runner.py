@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 
 def probe_dir(cfg: RunConfig, target: EvalTarget) -> Path:
-    """``<outputs>/<study>/probe/<target label>/<UTC time>``: one directory (and MLflow run) per command."""
+    """``<outputs>/<study>/probe/<target label>/<UTC time>``: one directory
+    (and MLflow run) per command."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     label = "".join(ch if ch.isalnum() or ch in "-_.@=" else "_" for ch in target.label)
     return Path(cfg.outputs).expanduser().resolve() / cfg.study / "probe" / label / stamp
@@ -60,7 +61,8 @@ def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
 
 
 def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> ProbeResult:
-    """Probe `target` as `cfg.probe` says, in its own MLflow run; `cfg` validated and `target` resolved first."""
+    """Probe `target` as `cfg.probe` says, in its own MLflow run; `cfg` validated and
+    `target` resolved first."""
     from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
     from quadrants.eval.target import load_target_policy
     from quadrants.rollout.device import resolve_device
@@ -87,7 +89,8 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
     run_id = tracker.start()
     if isinstance(tracker, MlflowTracker):
         print(
-            f"quadrants: probing {target.label} ({target.kind}); MLflow run {run_id} at {tracking_uri(cfg)}",
+            f"quadrants: probing {target.label} ({target.kind}); MLflow run {run_id} "
+            f"at {tracking_uri(cfg)}",
             flush=True,
         )
     tracker.log_params(probe_params(cfg, target))
@@ -120,8 +123,10 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         tracker.finish("FINISHED")
     print(format_summary(result.metrics), flush=True)
     print(
-        f"quadrants: probe took {result.seconds:.1f} s ({result.metrics[probe_key('rollouts')]:.0f} rollouts, "
-        f"{result.metrics[probe_key('rollouts_per_s')]:.1f} rollouts/s); files in {directory / 'results'}",
+        f"quadrants: probe took {result.seconds:.1f} s "
+        f"({result.metrics[probe_key('rollouts')]:.0f} rollouts, "
+        f"{result.metrics[probe_key('rollouts_per_s')]:.1f} rollouts/s); files in "
+        f"{directory / 'results'}",
         flush=True,
     )
     return result

@@ -1,8 +1,8 @@
 """Multiple-choice answers (GPQA, MMLU-Pro): the chosen letter, graded against the gold letter.
 
 `extract_choice` reads the letter in the formats models use, first match wins:
-1. the last ``\\boxed{...}`` holding a letter: ``\\boxed{C}``, ``\\boxed{(C)}``, ``\\boxed{\\text{C}}``,
-   ``\\boxed{C. 42}``;
+1. the last ``\\boxed{...}`` holding a letter: ``\\boxed{C}``, ``\\boxed{(C)}``,
+   ``\\boxed{\\text{C}}``, ``\\boxed{C. 42}``;
 2. else the last "answer is (C)" / "answer: C" / "The correct answer is **C**";
 3. else a last line that is a bare letter: "C", "C.", "(C)", or the letter and its option, "C) 42".
 
@@ -57,8 +57,8 @@ def extract_choice(completion: str) -> str | None:
     if letter:
         return letter
     last = None
-    for last in _ANSWER_LETTER.finditer(tail):
-        pass
+    for match in _ANSWER_LETTER.finditer(tail):
+        last = match
     if last is not None:
         return last.group(1)
     lines = [line.strip().strip("*").strip() for line in tail.rsplit("\n", 3)]

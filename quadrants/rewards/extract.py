@@ -69,15 +69,15 @@ def last_boxed(text: str, max_chars: int = MAX_ANSWER_CHARS) -> str | None:
 def _last_box_open(text: str) -> int | None:
     """Index of the ``{`` that opens the last box command in ``text``, or None."""
     last = None
-    for last in _BOX_OPEN.finditer(text):
-        pass
+    for match in _BOX_OPEN.finditer(text):
+        last = match
     return None if last is None else last.end() - 1
 
 
 EXTRACTIONS = ("boxed", "boxed_or_last_number")
-"""How a completion's final answer is read (`task.answer_extraction`): only its last box, or its last
-box and, when it has none, the last number it writes (GSM8K's "flexible" rule, for small models that
-answer in words)."""
+"""How a completion's final answer is read (`task.answer_extraction`): only its last box, or its
+last box and, when it has none, the last number it writes (GSM8K's "flexible" rule, for small models
+that answer in words)."""
 
 # A number as models write it: optional sign, digits with optional thousands commas, optional
 # decimals. One pass over the text, no nested quantifiers, so any input costs linear time.
@@ -93,8 +93,8 @@ def boxed_or_last_number(text: str) -> str:
     if last_boxed(text) is not None:
         return text
     last = None
-    for last in _NUMBER.finditer(text[-MAX_ANSWER_CHARS * 10 :]):
-        pass
+    for match in _NUMBER.finditer(text[-MAX_ANSWER_CHARS * 10 :]):
+        last = match
     if last is None:
         return text
     number = last.group().replace(",", "").rstrip(".")

@@ -9,19 +9,21 @@ and ``12.`` != ``12``. With ``$...$`` gold ``66`` matches ``\\boxed{66}``, ``\\f
 matches ``0.5``, ``27.0`` (AMC golds are floats) matches ``27`` and ``336^\\circ`` matches ``336``.
 
 Both the gold and the boxed answer go through `normalize.normalize_answer` first (e-notation,
-``-1./3``, a trailing period, ...), so an answer is graded the same whichever side spells it which way.
+``-1./3``, a trailing period, ...), so an answer is graded the same whichever
+side spells it which way.
 
 math-verify bounds its own work with ``signal.alarm``, which works only in a process's main thread,
-in whole seconds of *wall* time, and raises a `TimeoutException` that is a BaseException. A wall-time
-budget makes rewards depend on machine load (a slow comparison passes alone and times out in a busy
-batch), so `Grader` runs `grade_one` in worker processes (their main thread) with ``clock="cpu"``:
-math-verify's alarms are off and one ``ITIMER_PROF`` timer raises `TimeoutException` after
-``timeout_s`` seconds of the worker's own CPU time, whatever else runs on the machine. Two limits
-back it from outside the interpreter:
+in whole seconds of *wall* time, and raises a `TimeoutException` that is a BaseException. A
+wall-time budget makes rewards depend on machine load (a slow comparison passes alone and times out
+in a busy batch), so `Grader` runs `grade_one` in worker processes (their main thread) with
+``clock="cpu"``: math-verify's alarms are off and one ``ITIMER_PROF`` timer raises
+`TimeoutException` after ``timeout_s`` seconds of the worker's own CPU time, whatever else runs on
+the machine. Two limits back it from outside the interpreter:
 - ``RLIMIT_CPU``, re-armed per item, lets the kernel end a worker stuck in C code that never returns
   to the interpreter (SIGXCPU, counted as `Outcome.timeout`);
 - ``RLIMIT_AS`` caps each worker's address space at its size after start-up plus ``memory_mb``, so
-  an answer like ``9!!!!`` fails with MemoryError (`Outcome.error`) instead of eating the node's memory.
+  an answer like ``9!!!!`` fails with MemoryError (`Outcome.error`) instead of
+  eating the node's memory.
 A worker that dies or misses the parent's (generous, wall-time) deadline is replaced, its item gets
 an outcome, and the rest of the batch is graded by the others.
 """
@@ -107,11 +109,11 @@ def grade_one(completion: str, gold: str, timeout_s: float, *, clock: Clock = "w
 
     Must run in the main thread of its process (the timers are signals). The budget ``timeout_s``
     covers parsing and verification together. With ``clock="wall"`` each math-verify step gets the
-    remaining wall time rounded up to whole seconds (the alarm's resolution), so one item stops within
-    about ``timeout_s + 1`` seconds unless C code ignores the alarm (see `Grader`). With
+    remaining wall time rounded up to whole seconds (the alarm's resolution), so one item stops
+    within about ``timeout_s + 1`` seconds unless C code ignores the alarm (see `Grader`). With
     ``clock="cpu"`` one ``ITIMER_PROF`` timer stops the item after ``timeout_s`` seconds of this
-    process's CPU time (all its threads: use it in a single-threaded worker), so the outcome does not
-    depend on how busy the machine is.
+    process's CPU time (all its threads: use it in a single-threaded worker), so the outcome does
+    not depend on how busy the machine is.
 
     Args:
         completion: model output; its last ``\\boxed{}`` is the answer. Non-str gives `error`.
@@ -240,7 +242,8 @@ def _worker_main(conn: Connection, timeout_s: float, clock: Clock, memory_mb: fl
     """
     _shut_down_with_parent()
     if clock == "cpu":
-        # our CPU timer replaces math-verify's alarms; its one-off "timeout is disabled" warning is moot
+        # our CPU timer replaces math-verify's alarms; its one-off "timeout is
+        # disabled" warning is moot
         math_verify.parser.TIMEOUT_WARNING_SHOWN = True
         math_verify.grader.TIMEOUT_WARNING_SHOWN = True
     grade_one(
@@ -269,9 +272,9 @@ def _shut_down_with_parent() -> None:
     parent (the forkserver, which exits with the trainer) dies, even while it is busy in C code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # A forkserver child holds the forkserver's "alive" pipe, which keeps the forkserver running while
-    # any child lives; a worker starts no processes, so it lets go, and the forkserver exits with the
-    # trainer (taking the workers with it, below).
+    # A forkserver child holds the forkserver's "alive" pipe, which keeps the forkserver running
+    # while any child lives; a worker starts no processes, so it lets go, and the forkserver exits
+    # with the trainer (taking the workers with it, below).
     server = getattr(multiprocessing.forkserver, "_forkserver", None)
     alive_fd = getattr(server, "_forkserver_alive_fd", None)
     if alive_fd is not None:
@@ -302,7 +305,8 @@ def cap_address_space(memory_mb: float) -> None:
 
     Relative to the current size because a process with sympy (and whatever its start method
     inherited) already maps hundreds of MiB it never touches; what we bound is the growth.
-    Past the cap an allocation fails: Python raises MemoryError, C code may abort (a crashed worker).
+    Past the cap an allocation fails: Python raises MemoryError, C code may
+    abort (a crashed worker).
     """
     current = address_space_bytes()
     if current is None:
@@ -344,10 +348,10 @@ class _Worker:
 def _ensure_standard_start_method() -> None:
     """Make this process's default start method a standard one.
 
-    A forkserver/spawn child re-applies its parent's *default* start method while bootstrapping. Inside
-    a joblib/loky worker (Hydra's joblib launcher) that default is "loky", which a plain child cannot
-    resolve, so every grading worker would die at start. Resetting the default (not loky's own
-    explicit contexts) fixes the child and leaves loky alone.
+    A forkserver/spawn child re-applies its parent's *default* start method while bootstrapping.
+    Inside a joblib/loky worker (Hydra's joblib launcher) that default is "loky", which a plain
+    child cannot resolve, so every grading worker would die at start. Resetting the default (not
+    loky's own explicit contexts) fixes the child and leaves loky alone.
     """
     method = multiprocessing.get_start_method(allow_none=True)
     if method is not None and method not in ("fork", "spawn", "forkserver"):
@@ -433,7 +437,8 @@ class Grader:
         self.close()
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the current workers (for pinning or inspecting them; empty with 0 workers)."""
+        """Process ids of the current workers (for pinning or inspecting them;
+        empty with 0 workers)."""
         return [w.process.pid for w in self._workers if w.process.pid is not None]
 
     def close(self) -> None:

@@ -13,9 +13,10 @@ A GraphWiz reference answer reads ``### <answer>``; its format decides the rule 
   edge, from the queried source to the queried target with the reference's total weight (shortest
   path), or visiting every node once (Hamilton path).
 
-The final answer is `rules.final_answer_text` (last box, else after ``###``, else after "answer is").
-Graphs are read from the prompt text (`parse_graph`): "The nodes are numbered from 0 to N", edges
-``(i,j)``, ``(i, j)``, ``(i->j)``, weighted ``(i,j,w)`` / ``(i->j,w)``, and "from node s to node t".
+The final answer is `rules.final_answer_text` (last box, else after ``###``, else after "answer
+is"). Graphs are read from the prompt text (`parse_graph`): "The nodes are numbered from 0 to N",
+edges ``(i,j)``, ``(i, j)``, ``(i->j)``, weighted ``(i,j,w)`` / ``(i->j,w)``, and "from node s to
+node t".
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class Graph:
     target: int | None = None
 
     def weights(self) -> dict[tuple[int, int], float]:
-        """(i, j) -> the smallest weight of an edge from i to j (both ways when undirected); 1 unweighted."""
+        """(i, j) -> the smallest weight of an edge from i to j
+        (both ways when undirected); 1 unweighted."""
         table: dict[tuple[int, int], float] = {}
         for i, j, weight in self.edges:
             value = 1.0 if weight is None else weight
@@ -72,7 +74,8 @@ class Graph:
 
 
 def parse_graph(question: str) -> Graph | None:
-    """The graph a GraphWiz prompt describes (see the module docstring); None without a node range."""
+    """The graph a GraphWiz prompt describes (see the module docstring); None
+    without a node range."""
     text = _BLANKS.sub(" ", question)
     node_range = _NODE_RANGE.search(text)
     if node_range is None:
@@ -101,7 +104,8 @@ def is_topological_order(order: list[int], graph: Graph) -> bool:
 
 
 def path_weight(path: list[int], graph: Graph) -> float | None:
-    """Total weight of `path` along the graph's edges (1 per unweighted edge); None if a step is no edge."""
+    """Total weight of `path` along the graph's edges (1 per unweighted edge); None
+    if a step is no edge."""
     weights = graph.weights()
     total = 0.0
     for step in zip(path, path[1:]):
@@ -203,7 +207,8 @@ def graph_rule(task: str, reference: str, question: str) -> GraphRule:
     sequences = _node_sequences(answer)
     if sequences is None:
         raise ValueError(
-            f"graphwiz {task}: reference answer {reference[:80]!r} is not yes/no, a number or node lists"
+            f"graphwiz {task}: reference answer {reference[:80]!r} is not yes/no, "
+            "a number or node lists"
         )
     graph = parse_graph(question)
     if graph is None or not graph.edges:
@@ -213,7 +218,8 @@ def graph_rule(task: str, reference: str, question: str) -> GraphRule:
     if len(sequences) > 1 or answer.startswith("[["):
         if not all(is_topological_order(order, graph) for order in sequences):
             raise ValueError(
-                f"graphwiz {task}: reference order {answer[:80]!r} is not valid on the prompt's graph"
+                f"graphwiz {task}: reference order {answer[:80]!r} is not valid "
+                "on the prompt's graph"
             )
         return GraphRule(task, "orders", json.dumps(sequences), graph)
     rule = GraphRule(task, "path", json.dumps(sequences[0]), graph)
@@ -225,7 +231,8 @@ def graph_rule(task: str, reference: str, question: str) -> GraphRule:
 
 
 def _node_sequences(answer: str) -> list[list[int]] | None:
-    """``[[0,1],[1,0]]`` -> two sequences; ``[0, 3, 5]``, ``0,3,5`` or ``0->3->5`` -> one; else None."""
+    """``[[0,1],[1,0]]`` -> two sequences; ``[0, 3, 5]``, ``0,3,5`` or
+    ``0->3->5`` -> one; else None."""
     try:
         value = json.loads(answer)
     except ValueError:

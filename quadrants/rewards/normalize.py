@@ -1,11 +1,12 @@
-"""Answer normalisation applied alike to gold answers and to boxed predictions: pure string functions.
+"""Answer normalisation applied alike to gold answers and to boxed
+predictions: pure string functions.
 
 math-verify reads a few harmless spellings differently from their meaning. The grader rewrites them
 on *both* sides before parsing, so an answer is graded the same whichever side wrote it which way:
 
 - E-notation (a whole answer only): ``4.5e33`` is read as 4.5 * e * 33 (Euler's number), so it
-  becomes ``4.5 \\times 10^{33}`` (``1.e5`` becomes ``1 \\times 10^{5}``). "e" inside a longer answer is Euler's number or a variable and is
-  left alone.
+  becomes ``4.5 \\times 10^{33}`` (``1.e5`` becomes ``1 \\times 10^{5}``). "e" inside a longer
+  answer is Euler's number or a variable and is left alone.
 - A Python float literal before a division: ``-1./3`` -> ``-1/3``.
 - ``np.arcsin(x)`` -> ``\\arcsin(x)`` (code in Minerva's reference solutions).
 - Unescaped ``$`` inside the box are dropped (the grader wraps the answer in ``$...$`` itself).

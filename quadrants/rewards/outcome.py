@@ -12,6 +12,7 @@ class Outcome(str, Enum):
 
     correct = "correct"
     wrong = "wrong"
-    no_answer = "no_answer"  # no closed \boxed{}, or nothing math-verify (or the rule) could extract from it
+    # no closed \boxed{}, or nothing math-verify (or the rule) could extract from it
+    no_answer = "no_answer"
     timeout = "timeout"  # math-verify's alarm fired, or the worker missed its hard deadline
     error = "error"  # invalid gold or input type, a math-verify exception, a crashed worker

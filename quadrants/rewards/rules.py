@@ -23,7 +23,8 @@ __all__ = ["AnswerRule", "final_answer_text"]
 
 _BLANKS = re.compile(r"[ \t\r\f\v]+")  # whitespace but newlines
 _HASHES = "###"
-# on text whose blanks are squeezed to single spaces: "answer is", "answer:", "Answer is:", "answer ="
+# on text whose blanks are squeezed to single spaces: "answer is", "answer:",
+# "Answer is:", "answer ="
 _ANSWER_IS = re.compile(r"(?i:answer) ?(?:(?i:is) ?)?[:=]? ?")
 _SENTENCE_END = re.compile(r"\.(?= |$)|\n")  # "is 20." ends at the dot, "is 3.5" does not
 
@@ -63,8 +64,8 @@ def final_answer_text(completion: str) -> str | None:
         if line:
             return line[:MAX_ANSWER_CHARS]
     last = None
-    for last in _ANSWER_IS.finditer(tail):
-        pass
+    for match in _ANSWER_IS.finditer(tail):
+        last = match
     if last is None:
         return None
     rest = tail[last.end() : last.end() + MAX_ANSWER_CHARS]

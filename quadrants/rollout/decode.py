@@ -5,17 +5,18 @@ Shape legend: **B** sequences · **P** prompt tokens · **T** new tokens · **V*
 `transformers`' `generate` spends a fixed Python cost on every new token (input preparation and
 cloning, kwargs bookkeeping, the logits-processor and stopping-criteria stacks) that dominates on
 small models (docs/performance.md has the measurement). This loop makes the same model calls
-(a `DynamicCache` whose layers write into one preallocated buffer, the 2-D attention mask grown by one column per token, positions counted from the
-mask) and the same sampling operations in the same order, so for a fixed seed it draws exactly the
-tokens `generate` draws with the HF engine's processors:
+(a `DynamicCache` whose layers write into one preallocated buffer, the 2-D attention mask grown by
+one column per token, positions counted from the mask) and the same sampling operations in the same
+order, so for a fixed seed it draws exactly the tokens `generate` draws with the HF engine's
+processors:
     scores = logits.float() / τ  ->  top-p (transformers' own warper, only when top_p < 1)
     ->  softmax  ->  torch.multinomial(probs, 1);  greedy (τ = 0): argmax of the raw logits.
-After a sequence's stop token (any of the engine's EOS ids) it keeps receiving the pad token, as in `generate`; the loop stops when every
-sequence has finished or after `max_new_tokens`.
+After a sequence's stop token (any of the engine's EOS ids) it keeps receiving the pad token, as in
+`generate`; the loop stops when every sequence has finished or after `max_new_tokens`.
 
-While it samples it records, for each step, the log-prob of the sampled token and the full-vocabulary
-entropy of softmax(logits / τ) (before top-p truncation, the distribution the trainer recomputes),
-holding [B, V] for the current step only.
+While it samples it records, for each step, the log-prob of the sampled token and the
+full-vocabulary entropy of softmax(logits / τ) (before top-p truncation, the distribution the
+trainer recomputes), holding [B, V] for the current step only.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def preallocated_cache(config, capacity: int) -> DynamicCache:
 
 @dataclass(frozen=True)
 class Decoded:
-    """Tokens and what the sampler saw. tokens [B, T] long (pad after EOS); logp, entropy [B, T] float32
-    (0 after a sequence's EOS; None when not recorded)."""
+    """Tokens and what the sampler saw. tokens [B, T] long (pad after EOS); logp, entropy [B, T]
+    float32 (0 after a sequence's EOS; None when not recorded)."""
 
     tokens: Tensor
     logp: Tensor | None
@@ -82,7 +83,8 @@ class Decoded:
 
 
 def step_logp_entropy(logits: Tensor, tokens: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
-    """log softmax(logits / τ) at `tokens` and the entropy of that distribution. [B, V], [B] -> [B], [B].
+    """log softmax(logits / τ) at `tokens` and the entropy of that distribution.
+    [B, V], [B] -> [B], [B].
 
     p log p is taken as 0 where p = 0 (−inf logits), as in quadrants.ops.entropy."""
     log_probs = torch.log_softmax(logits / temperature, dim=-1)  # [B, V]

@@ -45,8 +45,9 @@ def resolve_device(
         return torch.device("cpu")
     if not available:
         raise RuntimeError(
-            "train.device=cuda but torch.cuda.is_available() is False on this machine (no GPU, no CUDA "
-            "driver, or a CPU-only torch build); run on a GPU node or set train.device=auto or cpu"
+            "train.device=cuda but torch.cuda.is_available() is False on this machine (no "
+            "GPU, no CUDA driver, or a CPU-only torch build); run on a GPU node or set "
+            "train.device=auto or cpu"
         )
     return torch.device("cuda", local_rank)
 

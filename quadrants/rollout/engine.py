@@ -43,8 +43,9 @@ class Rollouts:
         group_ids: [B] long, index of the prompt in the request.
         finished: [B] bool, the response ended with EOS (False = cut at max_new_tokens).
         behaviour_entropy: [B, T] float or None, the full-vocabulary entropy of each step's sampling
-            distribution at the sampling temperature (before top-p truncation), 0 on padding; recorded
-            by engines that see every step's distribution (the HF engine), None otherwise (vLLM).
+            distribution at the sampling temperature (before top-p truncation), 0 on padding;
+            recorded by engines that see every step's distribution (the HF engine), None otherwise
+            (vLLM).
     """
 
     prompt_ids: Tensor
@@ -66,8 +67,8 @@ class RolloutEngine(Protocol):
     def generate_from_ids(self, prompts: list[list[int]], sampling: SamplingSettings) -> Rollouts:
         """Sample `sampling.n` continuations of every token-id prefix, as `generate` samples from a
         prompt text. Branching rollouts (quadrants.probe) pass prompt + response so far + a forced
-        token, so a continuation starts right after the forced token; `Rollouts.prompt_ids` holds the
-        prefixes (left-padded) and the responses are the continuations only."""
+        token, so a continuation starts right after the forced token; `Rollouts.prompt_ids` holds
+        the prefixes (left-padded) and the responses are the continuations only."""
         ...
 
     def sync_weights(self, model: nn.Module) -> None:
@@ -82,8 +83,9 @@ class RolloutEngine(Protocol):
 def encode_prompts(
     tokenizer: Any, prompts: Sequence[str] | Sequence[Sequence[int]]
 ) -> dict[str, Tensor]:
-    """Left-padded ``input_ids`` and ``attention_mask`` ([B, P] long each) of prompt texts (tokenized
-    without special tokens, as every engine does) or of token-id prefixes (padded as they are)."""
+    """Left-padded ``input_ids`` and ``attention_mask`` ([B, P] long each) of prompt texts
+    (tokenized without special tokens, as every engine does) or of token-id prefixes
+    (padded as they are)."""
     if not prompts or isinstance(prompts[0], str):
         return tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
     if any(len(ids) == 0 for ids in prompts):

@@ -2,10 +2,11 @@
 
 Because the engine samples from the very module being trained, `sync_weights` has nothing to copy.
 
-Decoding: by default the engine's own loop (quadrants/rollout/decode.py), which draws for a fixed seed
-exactly the tokens `generate` draws with the processors below and also records each step's entropy
-(`Rollouts.behaviour_entropy`), so the step can skip its separate behaviour pass (train.behaviour_pass).
-`lean=False` runs `generate` itself (the reference the loop is tested against).
+Decoding: by default the engine's own loop (quadrants/rollout/decode.py), which draws for a fixed
+seed exactly the tokens `generate` draws with the processors below and also records each step's
+entropy (`Rollouts.behaviour_entropy`), so the step can skip its separate behaviour pass
+(train.behaviour_pass). `lean=False` runs `generate` itself (the reference the loop is tested
+against).
 
 Behaviour log-probs: at each decoding step `SampledLogprobs` (a logits processor that runs before
 the temperature and top-p warpers, which quadrants passes itself) keeps log_softmax(logits / T) of
@@ -38,7 +39,8 @@ from quadrants.rollout.weights import copy_weights
 
 
 class SampledLogprobs(LogitsProcessor):
-    """Records the log-prob, at `temperature`, of each sampled token; leaves the scores unchanged."""
+    """Records the log-prob, at `temperature`, of each sampled token; leaves
+    the scores unchanged."""
 
     def __init__(self, temperature: float) -> None:
         self.temperature = temperature
@@ -67,12 +69,12 @@ class SampledLogprobs(LogitsProcessor):
 
 
 class HFEngine:
-    """RolloutEngine over `model.generate`, on the model's device; the Rollouts it returns are on the
-    CPU (quadrants.rollout.device: the step moves them to the training device once).
+    """RolloutEngine over `model.generate`, on the model's device; the Rollouts it returns are on
+    the CPU (quadrants.rollout.device: the step moves them to the training device once).
 
     Args:
-        logprobs: record behaviour log-probs and entropy (training); False returns zero log-probs and
-            no entropy (evaluation needs texts).
+        logprobs: record behaviour log-probs and entropy (training); False returns zero log-probs
+            and no entropy (evaluation needs texts).
         lean: decode with quadrants' own loop (default); False = `model.generate`, which records
             log-probs but no entropy.
     """
@@ -104,7 +106,8 @@ class HFEngine:
         return None
 
     def generate_from_ids(self, prompts: list[list[int]], sampling: SamplingSettings) -> Rollouts:
-        """`generate` from token-id prefixes (RolloutEngine.generate_from_ids), left-padded as they are."""
+        """`generate` from token-id prefixes (RolloutEngine.generate_from_ids),
+        left-padded as they are."""
         return self.generate(prompts, sampling)  # type: ignore[arg-type]  # encode_prompts takes ids too
 
     @torch.no_grad()
@@ -168,7 +171,8 @@ class HFEngine:
             processors.append(TemperatureLogitsWarper(sampling.temperature))
             if sampling.top_p < 1.0:
                 processors.append(TopPLogitsWarper(sampling.top_p))
-        # temperature and top-p are applied by `processors`; neutral values override the model's defaults
+        # temperature and top-p are applied by `processors`; neutral values
+        # override the model's defaults
         sampling_flags = {} if greedy else dict(temperature=1.0, top_p=1.0, top_k=0)
         sequences = self.model.generate(
             input_ids=prompt_ids,
@@ -197,7 +201,8 @@ class ReplicaHFEngine(HFEngine):
 def stop_token_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Every id that ends a response: the tokenizer's EOS, the model's generation-config EOS ids (a
     chat model often lists its end-of-turn token there), and ``<|im_end|>`` when the vocabulary has
-    it (chat-format prompts such as qwen_math end the assistant turn with it even on base models)."""
+    it (chat-format prompts such as qwen_math end the assistant turn with it
+    even on base models)."""
     ids: list[int] = []
     config = getattr(model, "generation_config", None)
     configured = getattr(config, "eos_token_id", None) if config is not None else None
@@ -218,7 +223,8 @@ def stop_token_ids(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> list
 def _mask_after_eos(
     response_ids: torch.Tensor, eos_ids: int | list[int]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Response mask keeping tokens up to and including the first stop token. Returns ([B, T] bool, [B] bool)."""
+    """Response mask keeping tokens up to and including the first stop token. Returns
+    ([B, T] bool, [B] bool)."""
     stops = torch.tensor(
         [eos_ids] if isinstance(eos_ids, int) else list(eos_ids), dtype=response_ids.dtype
     )

@@ -8,11 +8,11 @@ What we ask vLLM for, and why:
   as token ids, so the engine and the trainer agree on every token; texts are decoded with the same
   Hugging Face tokenizer as the HF engine.
 - `SamplingParams(n, temperature, top_p, top_k=-1, max_tokens, seed, logprobs=0,
-  stop_token_ids=<the HF engine's stop ids>, detokenize=False)`: `logprobs=0` returns the log-prob of the sampled token
-  only. With n > 1 and a seed, vLLM gives the i-th sample of a prompt the seed `seed + i`.
-  `LLM(generation_config="vllm")` keeps the model's generation_config.json out (its extra EOS ids,
-  max_new_tokens cap or penalties), as the HF engine does by passing everything explicitly: both
-  engines stop at the tokenizer's EOS only.
+  stop_token_ids=<the HF engine's stop ids>, detokenize=False)`: `logprobs=0` returns the log-prob
+  of the sampled token only. With n > 1 and a seed, vLLM gives the i-th sample of a prompt the seed
+  `seed + i`. `LLM(generation_config="vllm")` keeps the model's generation_config.json out (its
+  extra EOS ids, max_new_tokens cap or penalties), as the HF engine does by passing everything
+  explicitly: both engines stop at the tokenizer's EOS only.
 - `LLM(logprobs_mode="processed_logprobs")`. vLLM's default, `raw_logprobs`, is the log-softmax of
   the raw logits, i.e. at temperature 1, which is not the distribution we sample from. Its docs:
   "Processed means the values after applying all processors, including temperature and top_k/top_p"
@@ -20,8 +20,9 @@ What we ask vLLM for, and why:
   exactly the trainer's recompute at `top_p = 1` (the training default). With `top_p < 1` they are
   the log-probs of the truncated, renormalised distribution μ that really sampled the token (the HF
   engine reports them before truncation); the difference shows up in the mismatch metrics.
-- Weight sync: the trainer's state dict, one tensor at a time (quadrants.rollout.weights.full_weights),
-  goes through `LLM.collective_rpc("reload_weights", weights_iterator=...)`, vLLM's in-place reload (`vllm.model_executor.model_loader.reload`), which
+- Weight sync: the trainer's state dict, one tensor at a time
+  (quadrants.rollout.weights.full_weights), goes through `LLM.collective_rpc("reload_weights",
+  weights_iterator=...)`, vLLM's in-place reload (`vllm.model_executor.model_loader.reload`), which
   re-runs the post-load kernel processing (a bare `model.load_weights` fails on CPU once the linear
   weights have been repacked). The prefix cache is reset after every sync: cached prompt KV entries
   were computed by the old weights. The embedded tiny model has no directory: its engine starts on
@@ -39,8 +40,8 @@ What we ask vLLM for, and why:
   generates independently (`LLMEngine.external_launcher_dp`: no per-step exchange for dense models).
   A sync streams the sharded policy one tensor at a time: each FSDP2 `DTensor` is gathered with
   `full_tensor()` (a collective: every rank syncs at the same point of the step, in the same
-  parameter order) and handed to `reload_weights`, so the peak extra memory is one full tensor, not a
-  full copy of the model. vLLM's teardown (`EngineCore.shutdown`) ends the whole process group
+  parameter order) and handed to `reload_weights`, so the peak extra memory is one full tensor, not
+  a full copy of the model. vLLM's teardown (`EngineCore.shutdown`) ends the whole process group
   (`destroy_distributed_environment`), so such an engine is closed last.
 - Sleep mode (GPU only): `LLM(enable_sleep_mode=True)`; after each generation the engine sleeps
   (`sleep(level)`: level 1 offloads the weights to CPU memory and drops the KV cache, level 2 drops
@@ -93,8 +94,9 @@ class VLLMSettings:
         in_process: run vLLM's engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
         max_model_len: prompt + response token budget; None = the model's.
         seed: engine seed (per-request seeds come from SamplingSettings.seed).
-        data_parallel_size: engines in the trainer's process group (its world size / tensor_parallel_size);
-            above 1 the engine joins that group through vLLM's external launcher (see the module docstring).
+        data_parallel_size: engines in the trainer's process group (its world size /
+            tensor_parallel_size); above 1 the engine joins that group through vLLM's external
+            launcher (see the module docstring).
     """
 
     dtype: str = "auto"
@@ -134,9 +136,10 @@ class VLLMEngine:
         *,
         model_source: str | None = None,
     ) -> None:
-        """Start vLLM on `model_source` (a directory or hub id with the same weights as `model`), or,
-        when None, on `model`'s config and `tokenizer` saved to a temporary directory and then
-        `model`'s weights (a collective when `model` is sharded: every rank starts its engine together)."""
+        """Start vLLM on `model_source` (a directory or hub id with the same weights as `model`),
+        or, when None, on `model`'s config and `tokenizer` saved to a temporary directory and then
+        `model`'s weights (a collective when `model` is sharded: every rank starts its engine
+        together)."""
         if tokenizer.pad_token_id is None:
             raise ValueError(
                 "the tokenizer has no pad token; set tokenizer.pad_token before rollouts"
@@ -185,7 +188,8 @@ class VLLMEngine:
             dtype=settings.dtype,
             seed=settings.seed,
             logprobs_mode="processed_logprobs",
-            generation_config="vllm",  # not the model's: its extra EOS ids, max_new_tokens, penalties
+            # not the model's: its extra EOS ids, max_new_tokens, penalties
+            generation_config="vllm",
             gpu_memory_utilization=settings.gpu_memory_utilization,
             kv_cache_memory_bytes=kv_bytes,
             tensor_parallel_size=settings.tensor_parallel_size,
@@ -202,9 +206,10 @@ class VLLMEngine:
 
     def generate_from_ids(self, prompts: list[list[int]], sampling: SamplingSettings) -> Rollouts:
         """`generate` from token-id prefixes (RolloutEngine.generate_from_ids): each goes to vLLM as
-        `TokensPrompt(prompt_token_ids=...)`, exactly as the trainer's ids. Branching repeats a prefix
-        once per continuation, and vLLM seeds each request: request i gets the seed `seed + i * n`,
-        so repeated prefixes draw independent continuations (as rows of one HF batch do)."""
+        `TokensPrompt(prompt_token_ids=...)`, exactly as the trainer's ids. Branching repeats a
+        prefix once per continuation, and vLLM seeds each request: request i gets the seed
+        `seed + i * n`, so repeated prefixes draw independent continuations (as rows of one HF batch
+        do)."""
         return self.generate(prompts, sampling, distinct_seeds=True)  # type: ignore[arg-type]  # ids too
 
     def generate(
@@ -234,8 +239,8 @@ class VLLMEngine:
         )
         if self._weights_discarded:
             raise RuntimeError(
-                "vLLM slept at level 2, which discards the weights, and no sync_weights(model) came "
-                "since; sync before generating again, or use rollout.vllm.sleep_level=1"
+                "vLLM slept at level 2, which discards the weights, and no sync_weights(model) "
+                "came since; sync before generating again, or use rollout.vllm.sleep_level=1"
             )
         self._wake(["weights", "kv_cache"])
         if distinct_seeds and sampling.seed is not None:  # see generate_from_ids
@@ -264,8 +269,9 @@ class VLLMEngine:
         )
 
     def sync_weights(self, model: nn.Module) -> None:
-        """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the prefix cache.
-        With a sharded `model` this is a collective: every rank calls it at the same point."""
+        """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the
+        prefix cache. With a sharded `model` this is a collective: every rank calls it at the same
+        point."""
         self._wake(["weights"])
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(model)})
         self.llm.reset_prefix_cache()

@@ -13,10 +13,10 @@ from torch.distributed.tensor import DTensor
 def full_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) for every entry of `model`'s state dict, one at a time.
 
-    An FSDP2-sharded entry (a DTensor) is all-gathered when it is reached, so every rank must consume
-    the iterator to the end, in the same order, at the same point of the step; only one full tensor
-    exists at a time (not a full copy of the model). A plain module's tensors pass through, detached,
-    without a copy."""
+    An FSDP2-sharded entry (a DTensor) is all-gathered when it is reached, so every rank must
+    consume the iterator to the end, in the same order, at the same point of the step; only one full
+    tensor exists at a time (not a full copy of the model). A plain module's tensors pass through,
+    detached, without a copy."""
     for name, tensor in model.state_dict().items():
         if isinstance(tensor, DTensor):
             tensor = tensor.full_tensor()

@@ -49,7 +49,8 @@ DATASET_PRESETS: dict[str, dict[str, Any]] = {
         answer_key="answer",
         gold="gsm8k",
     ),
-    # MATH train (7,500): Hub only (no redistributable offline copy); the gold is the solution's last box.
+    # MATH train (7,500): Hub only (no redistributable offline copy); the gold is
+    # the solution's last box.
     "math": dict(
         source="hub",
         path=None,
@@ -125,7 +126,8 @@ def _check_keys(name: str, cls: type, params: dict[str, Any]) -> None:
 
 
 def is_char_level(model: str) -> bool:
-    """Whether `model` is one of the embedded character-level models (which only know `arithmetic`)."""
+    """Whether `model` is one of the embedded character-level models (which
+    only know `arithmetic`)."""
     if model in ("tiny", "tiny-random"):
         return True
     config = Path(model).expanduser() / "config.json"
@@ -145,10 +147,11 @@ def validate_task(
         raise ValueError(f"task.heldout_size={heldout_size} is out of range; allowed: >= 0")
     if name == "arithmetic" and model is not None and not is_char_level(model):
         raise ValueError(
-            f"task=arithmetic is the embedded character-level world (prompts such as '12+34*5=', no "
-            f"instruction) and cannot train the pretrained model {model!r}; use a real task: task=gsm8k, "
-            "task=deepscaler, task=dataset task.params.path=FILE, or task=reasoning_gym "
-            "task.params.dataset=basic_arithmetic (with model=smollm2_135m, experiment=smollm2_arithmetic)"
+            "task=arithmetic is the embedded character-level world (prompts such as '12+34*5=', "
+            f"no instruction) and cannot train the pretrained model {model!r}; use a real task: "
+            "task=gsm8k, task=deepscaler, task=dataset task.params.path=FILE, or "
+            "task=reasoning_gym task.params.dataset=basic_arithmetic (with model=smollm2_135m, "
+            "experiment=smollm2_arithmetic)"
         )
     if name in _DATASET_TASKS:
         from quadrants.tasks.benchmarks import GOLD_RULES

@@ -39,14 +39,15 @@ class Task(Protocol):
         ...
 
     def heldout(self, n: int | None = None) -> list[Problem]:
-        """The first `n` held-out problems (all of them when `n` is None); the same on every call."""
+        """The first `n` held-out problems (all of them when `n` is None); the
+        same on every call."""
         ...
 
 
 class RenderedTask:
-    """`task` with every problem's prompt put through `render` (the run's prompt format), so training
-    and the held-out check send the model exactly what evaluation sends it. Other attributes of the
-    wrapped task (its counts, its name) read through."""
+    """`task` with every problem's prompt put through `render` (the run's prompt format), so
+    training and the held-out check send the model exactly what evaluation sends it. Other
+    attributes of the wrapped task (its counts, its name) read through."""
 
     def __init__(self, task: Task, render: Callable[[str], str]) -> None:
         self.task = task

@@ -21,8 +21,8 @@ grader (math-verify, gold wrapped in ``$...$``) can parse. The dataset quirks th
 
 Prompts use `INSTRUCTION` after the problem, as plain text, or, when a tokenizer is given, that same
 text as the user turn of the tokenizer's chat template. The number of samples per problem of the
-paper's protocol (docs/science.md, "Evaluation protocol") is `Benchmark.samples`: 32 on AIME and AMC, 4 on the
-others; GSM8K is not in the paper and gets 4.
+paper's protocol (docs/science.md, "Evaluation protocol") is `Benchmark.samples`: 32 on AIME and
+AMC, 4 on the others; GSM8K is not in the paper and gets 4.
 
 Hugging Face hub copies (``source="hub"``; the local files are the reference copies, see the data
 README; the hub schemas come from the dataset cards and were not exercised offline):
@@ -98,7 +98,8 @@ class ChatTokenizer(Protocol):
 
 @dataclass(frozen=True)
 class HubSource:
-    """Where a benchmark lives on the Hugging Face hub: ``load_dataset(path, config, split=split)``."""
+    """Where a benchmark lives on the Hugging Face hub: ``load_dataset(path,
+    config, split=split)``."""
 
     path: str
     config: str | None
@@ -137,7 +138,8 @@ class BenchmarkItem:
     Attributes:
         problem: id, templated prompt and gold answer.
         question: the problem statement, without the template.
-        unit: the unit of the answer (OlympiadBench ``unit``, the unit after Minerva's box), or None.
+        unit: the unit of the answer (OlympiadBench ``unit``, the unit after
+            Minerva's box), or None.
         rule: how answers are graded when it is not math-verify (multiple choice, graph answers;
             `quadrants.tasks.ood`); None = the math-verify grader.
         group: the problem's domain or task within the benchmark (MMLU-Pro domain), or None.
@@ -268,7 +270,8 @@ GOLD_RULES: dict[str, Callable[[Any], str]] = {
 
 
 def normalise_gold(value: Any, rule: str) -> str:
-    """`value` (a dataset's answer field) as a math-verify-parsable gold under `rule`; "" when empty.
+    """`value` (a dataset's answer field) as a math-verify-parsable gold
+    under `rule`; "" when empty.
 
     Raises:
         ValueError: an unknown rule (listing the known ones), or a value the rule cannot read.

@@ -1,11 +1,11 @@
-"""Training on verifiable problems from a dataset: `task=dataset` and its presets (deepscaler, gsm8k,
-math).
+"""Training on verifiable problems from a dataset: `task=dataset` and its presets
+(deepscaler, gsm8k, math).
 
 Rows come from a local JSONL or Parquet file, a directory of them, or (``hub=``) the Hugging Face
 Hub through `datasets` (imported lazily; `pip install datasets`, a machine with network). A row
 gives its problem and gold answer under `problem_key` / `answer_key`; nested keys are dotted paths,
-with list indices as numbers: verl-format files keep the gold under ``reward_model.ground_truth`` and
-the user turn under ``prompt.0.content``. The gold goes through one of the benchmark loaders'
+with list indices as numbers: verl-format files keep the gold under ``reward_model.ground_truth``
+and the user turn under ``prompt.0.content``. The gold goes through one of the benchmark loaders'
 normalisations (`benchmarks.GOLD_RULES`: plain, number, aime, gsm8k, boxed, olympiad). Rows with an
 empty answer are skipped and counted.
 
@@ -54,7 +54,8 @@ def normalise_text(text: str) -> str:
 
 
 def lookup(row: dict[str, Any], key: str) -> Any:
-    """`row[a][b]...` for the dotted key ``a.b...`` (numbers index lists); KeyError names what exists."""
+    """`row[a][b]...` for the dotted key ``a.b...`` (numbers index lists);
+    KeyError names what exists."""
     value: Any = row
     walked: list[str] = []
     for part in key.split("."):
@@ -84,7 +85,8 @@ def _files(path: Path) -> list[Path]:
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """All rows of a JSONL/JSON-lines or Parquet file, or of every such file in a directory (sorted)."""
+    """All rows of a JSONL/JSON-lines or Parquet file, or of every such file in
+    a directory (sorted)."""
     rows: list[dict[str, Any]] = []
     for file in _files(path):
         if file.suffix == ".parquet":
@@ -122,8 +124,8 @@ def resolve_path(path: str, data_dir: str | None = None) -> Path:
         f"task.params.path: no dataset file or directory at {given}"
         + ("" if given.is_absolute() else f" nor at {candidate}")
         + f". Set task.params.path to a JSONL/Parquet file (or a directory of them), or set "
-        f"${DATA_ENV_VAR} (or task.params.data_dir) to the directory it is relative to; on a machine "
-        "with network, task.params.hub=<dataset id> reads it from the Hugging Face Hub."
+        f"${DATA_ENV_VAR} (or task.params.data_dir) to the directory it is relative to; on a "
+        "machine with network, task.params.hub=<dataset id> reads it from the Hugging Face Hub."
     )
 
 
@@ -142,16 +144,19 @@ class DatasetTask:
     """Verifiable problems from a dataset (see the module docstring).
 
     Args:
-        heldout_size: held-out problems carved from the shuffled rows (ignored with heldout_split/_path).
+        heldout_size: held-out problems carved from the shuffled rows (ignored
+            with heldout_split/_path).
         path: local file or directory (absolute, or relative to `data_dir` / $QUADRANTS_DATA).
         hub, hub_config, split: the Hub dataset and its training split (when `path` is None).
         problem_key, answer_key: dotted keys of the problem text and the gold answer.
         id_key: dotted key of a stable row id; None = the row's index in the file.
         gold: the gold normalisation, one of `benchmarks.GOLD_RULES`.
-        strip_suffix: text removed from the end of every problem (e.g. an instruction the file carries).
+        strip_suffix: text removed from the end of every problem (e.g. an
+            instruction the file carries).
         heldout_split: Hub split to hold out. heldout_path: a local file to hold out.
         split_seed: seed of the shuffle that carves the held-out problems.
-        decontaminate: benchmarks whose problems are dropped; None = all with a local file; [] = off.
+        decontaminate: benchmarks whose problems are dropped; None = all with a
+            local file; [] = off.
         data_dir: directory relative paths are read from; None = $QUADRANTS_DATA.
         name: the task's name in metric keys and logs.
     """
@@ -182,7 +187,8 @@ class DatasetTask:
             )
         if (path is None) == (hub is None):
             raise ValueError(
-                "task.params: give exactly one of path (a local file or directory) or hub (a dataset id)"
+                "task.params: give exactly one of path (a local file or directory) "
+                "or hub (a dataset id)"
             )
         if heldout_split is not None and hub is None:
             raise ValueError(
@@ -283,7 +289,8 @@ def _benchmark_texts(names: Sequence[str] | None, data_dir: str | None) -> set[s
     for name in known_benchmarks() if names is None else names:
         if name not in known_benchmarks():
             raise ValueError(
-                f"task.params.decontaminate: unknown benchmark {name!r}; known: {known_benchmarks()}"
+                f"task.params.decontaminate: unknown benchmark {name!r}; known: "
+                f"{known_benchmarks()}"
             )
         try:
             benchmark = load_benchmark(name, data_dir=data_dir)

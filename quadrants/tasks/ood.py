@@ -6,10 +6,12 @@ problem carries its own answer rule (`quadrants.rewards.choice`, `quadrants.rewa
 letter or a graph answer is not a math-verify expression. Problems have a group (the domain, or the
 GraphWiz task) for per-group accuracy.
 
-    name      local file(s) under the data dir     hub copy                                   group
-    gpqa      gpqa/gpqa_diamond.csv                Idavidrein/gpqa, gpqa_diamond, split train High-level domain
-    mmlu_pro  mmlu_pro/test.jsonl                  TIGER-Lab/MMLU-Pro, split test             category
-    graphwiz  graphwiz/<task>.jsonl (nine tasks)   GraphWiz/GraphInstruct-Test, config <task> the task
+    name      local file(s) under the data dir    hub copy                        group
+    gpqa      gpqa/gpqa_diamond.csv               Idavidrein/gpqa, gpqa_diamond,  High-level domain
+                                                  split train
+    mmlu_pro  mmlu_pro/test.jsonl                 TIGER-Lab/MMLU-Pro, split test  category
+    graphwiz  graphwiz/<task>.jsonl (nine tasks)  GraphWiz/GraphInstruct-Test,    the task
+                                                  config <task>
 
 - GPQA (gated; its authors ask that examples not be republished, so quadrants ships none): columns
   ``Question``, ``Correct Answer``, ``Incorrect Answer 1..3``, ``Record ID``, ``High-level domain``.
@@ -82,7 +84,8 @@ GRAPHWIZ_TASKS = (
     "hamilton",
     "substructure",
 )
-"""The nine GraphWiz tasks, in the order of its paper's table; also the local file and hub config names."""
+"""The nine GraphWiz tasks, in the order of its paper's table; also the local
+file and hub config names."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ class OodSpec:
     Attributes:
         name: registry key, prefix of problem ids.
         local_files: paths relative to the data directory, all required.
-        group_kind: what a group is ("domain", "task"); metric keys ``eval/<name>/<group_kind>/<group>/...``.
+        group_kind: what a group is ("domain", "task"); metric keys
+            ``eval/<name>/<group_kind>/<group>/...``.
         samples: samples per problem of the `eval=paper_ood` preset.
         instruction: what follows the problem text in its prompt.
         read: (data_dir, source) -> [(group, row)], in file order.
@@ -122,7 +126,8 @@ def choice_text(question: str, options: list[str]) -> str:
 def _item(
     problem_id: str, text: str, gold: str, instruction: str, rule: AnswerRule, group: str | None
 ) -> BenchmarkItem:
-    """A benchmark item whose prompt is the plain rendering: `text`, then `instruction` on its own line."""
+    """A benchmark item whose prompt is the plain rendering: `text`, then
+    `instruction` on its own line."""
     return BenchmarkItem(
         Problem(problem_id, f"{text}\n{instruction}", gold), text, None, rule, group
     )
@@ -295,8 +300,9 @@ def load_ood_benchmark(
 
 
 GPQA_GATED = (
-    " GPQA is gated on the hub and never shipped: accept its terms on the hub and load it with your "
-    "token (huggingface-cli login; eval.source=hub), or put your own copy of gpqa_diamond.csv there."
+    " GPQA is gated on the hub and never shipped: accept its terms on the hub and load "
+    "it with your token (huggingface-cli login; eval.source=hub), or put your own copy "
+    "of gpqa_diamond.csv there."
 )
 
 
@@ -309,8 +315,9 @@ def _require(data_dir: Path, name: str, relative: str) -> Path:
     path = data_dir / relative
     if not path.is_file():
         raise FileNotFoundError(
-            f"{name}: no data file at {path}. Set {DATA_ENV_VAR} (or pass data_dir=) to the directory that "
-            f"holds {relative}, or load with source='hub' on a machine with network.{missing_note(name)}"
+            f"{name}: no data file at {path}. Set {DATA_ENV_VAR} (or pass data_dir=) to the "
+            f"directory that holds {relative}, or load with source='hub' on a machine with "
+            f"network.{missing_note(name)}"
         )
     return path
 

@@ -158,30 +158,34 @@ MMLU_PRO_ROWS: list[dict[str, Any]] = [
     },
 ]
 
-_UNDIRECTED = "In an undirected graph, (i,j) means that node i and node j are connected with an undirected edge."
+_UNDIRECTED = (
+    "In an undirected graph, (i,j) means that node i and node j are connected "
+    "with an undirected edge."
+)
 _DIRECTED = (
-    "In a directed graph, (i->j) means that node i and node j are connected with a directed edge from "
-    "node i to node j."
+    "In a directed graph, (i->j) means that node i and node j are connected with a directed "
+    "edge from node i to node j."
 )
 
 
 def _graph(task_text: str, rule: str, ask: str, nodes: int, edges: str, question: str) -> str:
     return (
-        f"{task_text} {rule} {ask} Q: The nodes are numbered from 0 to {nodes - 1}, and the edges are: "
-        f"{edges}. {question}"
+        f"{task_text} {rule} {ask} Q: The nodes are numbered from 0 to {nodes - 1}, and the "
+        f"edges are: {edges}. {question}"
     )
 
 
 _CYCLE = (
     "Determine whether or not there is a cycle in an undirected graph.",
     _UNDIRECTED,
-    "Given a graph, you need to output Yes or No, indicating whether there is a cycle in the graph.",
+    "Given a graph, you need to output Yes or No, indicating whether there "
+    "is a cycle in the graph.",
 )
 _CONNECT = (
     "Determine whether two nodes are connected in an undirected graph.",
     _UNDIRECTED,
-    "Given a graph and a pair of nodes, you need to output Yes or No, indicating whether the node i and "
-    "node j are connected.",
+    "Given a graph and a pair of nodes, you need to output Yes or No, indicating whether the "
+    "node i and node j are connected.",
 )
 _BIPARTITE = (
     "Determine whether or not a graph is bipartite.",
@@ -195,32 +199,33 @@ _TOPOLOGY = (
 )
 _SHORTEST = (
     "Find the shortest path between two nodes in an undirected graph.",
-    "In an undirected graph, (i,j,k) means that node i and node j are connected with an undirected edge "
-    "with weight k.",
+    "In an undirected graph, (i,j,k) means that node i and node j are connected with an "
+    "undirected edge with weight k.",
     "Given a graph and a pair of nodes, you need to output the shortest path between "
     "the two nodes.",
 )
 _FLOW = (
     "Find the maximum flow between two nodes in a directed graph.",
-    "In a directed graph, (i->j,k) means that node i and node j are connected with an directed edge from node "
-    "i to node j with weight k.",
+    "In a directed graph, (i->j,k) means that node i and node j are connected with an directed "
+    "edge from node i to node j with weight k.",
     "Given a graph and a pair of nodes, you need to output the maximum flow between the two nodes.",
 )
 _HAMILTON = (
     "Determine whether or not there is a Hamiltonian path in an undirected graph.",
     _UNDIRECTED,
-    "Given a graph, you need to output Yes or No, indicating whether there is a Hamiltonian path in the "
-    "graph.",
+    "Given a graph, you need to output Yes or No, indicating whether there is a "
+    "Hamiltonian path in the graph.",
 )
 
 
 def _triangle(weights: str, edges: str, nodes: int) -> str:
     return (
-        "Find the maximum sum of the weights of three interconnected nodes. In an undirected graph, [i, k] means "
-        "that node i has the weight k. (i,j) means that node i and node j are connected with an undirected "
-        "edge. Given a graph, you need to output the maximum sum of the weights of three interconnected nodes. "
-        f"Q: The nodes are numbered from 0 to {nodes - 1}, weights of nodes are: {weights}, and the edges are: "
-        f"{edges}. What is the maximum sum of the weights of three nodes?"
+        "Find the maximum sum of the weights of three interconnected nodes. In an undirected "
+        "graph, [i, k] means that node i has the weight k. (i,j) means that node i and node j "
+        "are connected with an undirected edge. Given a graph, you need to output the maximum "
+        "sum of the weights of three interconnected nodes. Q: The nodes are numbered from 0 to "
+        f"{nodes - 1}, weights of nodes are: {weights}, and the edges are: {edges}. What is the "
+        "maximum sum of the weights of three nodes?"
     )
 
 
@@ -228,10 +233,11 @@ def _substructure(g_edges: str, sub_edges: str) -> str:
     return (
         "Determine if a smaller graph is present as an exact match within a larger graph. "
         + _DIRECTED
-        + " Given a graph G and a subgraph G', you need to output Yes or No, indicating whether subgraph G' is "
-        "present within the directed graph G. Q: The nodes of graph G are numbered from 0 to 3, and the edges "
-        f"are: {g_edges}. The nodes of subgraph G' are numbered from a to c, and the edges are: {sub_edges}. "
-        "Is subgraph G' present within graph G as a direct substructure?"
+        + " Given a graph G and a subgraph G', you need to output Yes or No, indicating whether "
+        "subgraph G' is present within the directed graph G. Q: The nodes of graph G are "
+        f"numbered from 0 to 3, and the edges are: {g_edges}. The nodes of subgraph G' are "
+        f"numbered from a to c, and the edges are: {sub_edges}. Is subgraph G' present within "
+        "graph G as a direct substructure?"
     )
 
 
@@ -343,7 +349,8 @@ GRAPHWIZ_ROWS: dict[str, list[tuple[str, str]]] = {
 
 
 def write_ood_samples(directory: str | Path) -> list[Path]:
-    """Write gpqa/gpqa_diamond.csv, mmlu_pro/test.jsonl and graphwiz/<task>.jsonl under `directory`."""
+    """Write gpqa/gpqa_diamond.csv, mmlu_pro/test.jsonl and
+    graphwiz/<task>.jsonl under `directory`."""
     root = Path(directory)
     written = []
     (root / "gpqa").mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,13 @@
-"""Prompt formats: how a problem becomes the text the policy continues, one function for training and
-evaluation alike (`render_prompt`), so the two can never disagree.
+"""Prompt formats: how a problem becomes the text the policy continues, one function for training
+and evaluation alike (`render_prompt`), so the two can never disagree.
 
 Formats (`prompt.format`; the exact strings are pinned in tests/unit/tasks/test_prompts.py):
 
 - ``raw``: the problem text as the task gives it (the embedded arithmetic world, whose policy was
   warmed up on exactly these strings).
 - ``plain``: ``{problem}\\n{instruction}`` as plain text, no template (base models without one).
-- ``chat``: the tokenizer's chat template, the user turn being ``{problem}\\n{instruction}``, with the
-  generation prompt appended. Instruction: ``INSTRUCTION`` ("Please reason step by step, and put
+- ``chat``: the tokenizer's chat template, the user turn being ``{problem}\\n{instruction}``, with
+  the generation prompt appended. Instruction: ``INSTRUCTION`` ("Please reason step by step, and put
   your final answer within \\boxed{}.").
 - ``qwen_math``: Qwen2.5-Math's chain-of-thought template as its evaluation code writes it,
   independent of the tokenizer: system prompt = the instruction, the problem as the user turn,
@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-"""The Qwen2.5-Math "boxed" instruction: appended on its own line (plain, chat), or the system prompt."""
+"""The Qwen2.5-Math "boxed" instruction: appended on its own line (plain, chat),
+or the system prompt."""
 
 DEEPSCALER_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
 """What DeepScaleR's training data appends to every problem, after one space."""
@@ -100,7 +101,8 @@ def render_prompt(
         instruction: replaces the format's instruction; None = the format's own.
 
     Raises:
-        ValueError: an unknown format, ``auto``, or a chat format with a tokenizer without a template.
+        ValueError: an unknown format, ``auto``, or a chat format with a
+            tokenizer without a template.
     """
     validate_prompt(format)
     if format == "auto":

@@ -7,11 +7,11 @@ a config, not code. Training items come from a generator seeded with `seed` (ite
 seeded dataset is fixed, so a step's draw is deterministic and resume-safe); the held-out problems
 from a second generator seeded ``seed + 1``, and no training draw ever equals a held-out question.
 
-Reward (`task.params.reward`): ``math_verify`` grades the last ``\\boxed{}`` of a response against the
-item's answer with the same math-verify grader as every other task; it is the right rule for the
+Reward (`task.params.reward`): ``math_verify`` grades the last ``\\boxed{}`` of a response against
+the item's answer with the same math-verify grader as every other task; it is the right rule for the
 datasets whose answers are numbers or expressions (the arithmetic and GSM-style families).
-reasoning-gym's own per-dataset scorers are not wired in yet: datasets whose answers are not
-maths (words, grids, lists) are refused rather than graded wrongly (see `MATH_ANSWER_DATASETS`).
+reasoning-gym's own per-dataset scorers are not wired in yet: datasets whose answers are not maths
+(words, grids, lists) are refused rather than graded wrongly (see `MATH_ANSWER_DATASETS`).
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ class ReasoningGymTask:
             )
         if dataset not in MATH_ANSWER_DATASETS:
             raise ValueError(
-                f"task.params.dataset={dataset!r}: its answers are not maths, so reward=math_verify "
-                f"cannot grade them; choose one of {list(MATH_ANSWER_DATASETS)}"
+                f"task.params.dataset={dataset!r}: its answers are not maths, so "
+                f"reward=math_verify cannot grade them; choose one of {list(MATH_ANSWER_DATASETS)}"
             )
         self.name = f"rg_{dataset}"
         self.prompt_format = None
@@ -96,7 +96,8 @@ class ReasoningGymTask:
         )
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
-        """`n` training items at indices drawn with `rng`; a draw equal to a held-out question is redrawn."""
+        """`n` training items at indices drawn with `rng`; a draw equal to a
+        held-out question is redrawn."""
         problems: list[Problem] = []
         for _ in range(100 * n):
             if len(problems) == n:

@@ -20,8 +20,8 @@ The train and held-out splits are disjoint by construction: a stable hash of the
 realistic mistake in one step (a dropped carry or borrow, so the tens digit is off by one; in a step
 without a carry, a units digit off by one), propagated to the boxed answer. A model
 fitted to such traces is unsure exactly at the digits that decide correctness and sure of the
-formatting. One mistake per trace means mistakes never cancel: a trace's answer is wrong exactly when
-the teacher erred.
+formatting. One mistake per trace means mistakes never cancel: a trace's answer is wrong exactly
+when the teacher erred.
 """
 
 from __future__ import annotations
@@ -81,8 +81,9 @@ def _units_carry(left: int, op: str, right: int) -> bool:
 def _mistaken_result(left: int, op: str, right: int, rng: random.Random) -> int:
     """A realistic wrong result for one step.
 
-    Where the units column carries (+, *) or borrows (-), the carry is dropped: the tens digit is off
-    by one (`7+8=5`, `15-7=18`). Elsewhere the units digit slips by one (`2+3=6`), never below 0.
+    Where the units column carries (+, *) or borrows (-), the carry is dropped: the tens digit is
+    off by one (`7+8=5`, `15-7=18`). Elsewhere the units digit slips by one (`2+3=6`), never below
+    0.
     """
     correct = _apply(left, op, right)
     if _units_carry(left, op, right):
@@ -166,12 +167,14 @@ class ArithmeticTask:
     # --- splits ---------------------------------------------------------------------------------
 
     def is_heldout(self, expression: str) -> bool:
-        """Whether an expression lies in the held-out bucket (a stable hash, not Python's hash())."""
+        """Whether an expression lies in the held-out bucket (a stable hash,
+        not Python's hash())."""
         digest = hashlib.blake2b(expression.encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big") % _HASH_BUCKETS < self.heldout_fraction * _HASH_BUCKETS
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
-        """`n` training problems drawn with `rng` (repeats possible), never from the held-out bucket."""
+        """`n` training problems drawn with `rng` (repeats possible), never from
+        the held-out bucket."""
         return [self._draw(rng, heldout=False) for _ in range(n)]
 
     def heldout(self, n: int | None = None) -> list[Problem]:
@@ -225,7 +228,8 @@ class ArithmeticTask:
         return _render(terms, ops, mistake_step=None, rng=random.Random(0))
 
     def teacher_solution(self, problem: Problem, error_rate: float, rng: random.Random) -> str:
-        """A noisy-teacher trace: with probability `error_rate`, one step (chosen uniformly) is wrong.
+        """A noisy-teacher trace: with probability `error_rate`, one step
+        (chosen uniformly) is wrong.
 
         The wrong intermediate result is carried into the following steps, so the boxed answer is
         wrong exactly when the teacher made its mistake.

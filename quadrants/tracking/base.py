@@ -31,7 +31,8 @@ class Tracker(Protocol):
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
 
     def flush(self, timeout_s: float | None = 60.0) -> bool:
-        """Wait until everything logged so far is delivered (or the timeout passes); True if it was."""
+        """Wait until everything logged so far is delivered
+        (or the timeout passes); True if it was."""
         ...
 
     def finish(self, status: str = "FINISHED") -> None: ...

@@ -12,9 +12,9 @@ Exactly once per (key, step) rests on three things:
 - when a run is re-opened, the thread reads the sentinel's history once; a record whose step is in
   it is checked key by key against `get_metric_history` (fetched once per key, only for such steps),
   and metrics MLflow already holds are dropped;
-- a re-sent record is byte-for-byte the spooled one (same value, step and millisecond timestamp), and
-  SQL-backed stores key metrics on (key, timestamp, step, value), so re-sending a batch whose first
-  attempt did land (lost reply, timeout, kill before the cursor commit) adds nothing.
+- a re-sent record is byte-for-byte the spooled one (same value, step and millisecond timestamp),
+  and SQL-backed stores key metrics on (key, timestamp, step, value), so re-sending a batch whose
+  first attempt did land (lost reply, timeout, kill before the cursor commit) adds nothing.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ logging.getLogger("mlflow.store.db.utils").addFilter(_ReportedByDelivery())
 
 @dataclass(frozen=True)
 class RunRequest:
-    """Which run to deliver to: `run_id` to re-open one; otherwise the one this spool created, or a new one."""
+    """Which run to deliver to: `run_id` to re-open one; otherwise the one this spool
+    created, or a new one."""
 
     tracking_uri: str
     experiment: str
@@ -117,8 +118,9 @@ class Delivery:
         self._stop = threading.Event()
         self._progress = threading.Condition()
         self._thread = threading.Thread(target=self._main, name=_THREAD_NAME, daemon=True)
-        # what MLflow holds: steps with a sentinel at open time, per-key step sets fetched on demand,
-        # and (step -> keys) delivered since; key sets are interned, so a step costs one dict entry
+        # what MLflow holds: steps with a sentinel at open time, per-key step sets
+        # fetched on demand, and (step -> keys) delivered since; key sets are interned,
+        # so a step costs one dict entry
         self._remote_steps: set[int] = set()
         self._history: dict[str, set[int]] = {}
         self._delivered: dict[int, frozenset[str]] = {}
@@ -149,7 +151,8 @@ class Delivery:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    # ---- the thread ---------------------------------------------------------------------------------
+    # ---- the thread
+    # ---------------------------------------------------------------------------------
 
     def _main(self) -> None:
         try:
@@ -189,7 +192,8 @@ class Delivery:
                 client, self.request.experiment, self.request.artifact_location
             )
             spool_id = self.spool.state["spool_id"]
-            # an earlier attempt may have created the run and lost the reply (or died before saving it)
+            # an earlier attempt may have created the run and lost the reply
+            # (or died before saving it)
             found = client.search_runs(
                 [experiment_id], f"tags.`{SPOOL_ID_TAG}` = '{spool_id}'", max_results=1
             )
@@ -241,11 +245,12 @@ class Delivery:
                 if self._stop.is_set():
                     return
 
-    # ---- metrics ------------------------------------------------------------------------------------
+    # ---- metrics
+    # ------------------------------------------------------------------------------------
 
     def _deliver_metrics(self, records: list[SpoolRecord]) -> None:
-        """Pack consecutive metric records into calls of <= 1000 metrics; a step never spans two calls
-        unless it alone has more than 999 metrics."""
+        """Pack consecutive metric records into calls of <= 1000 metrics; a step never spans two
+        calls unless it alone has more than 999 metrics."""
         call: list[_Unit] = []
         size = nbytes = 0
         in_call: dict[int, set[str]] = {}  # keys already put into `call`, per step
@@ -285,8 +290,8 @@ class Delivery:
         room = MAX_METRICS_PER_CALL - 1
         if len(metrics) > room:
             log.warning(
-                "step %d has %d metrics: more than one MLflow call (%d) can carry, so it is sent in "
-                "parts and is not all-or-nothing",
+                "step %d has %d metrics: more than one MLflow call (%d) can carry, so it is sent "
+                "in parts and is not all-or-nothing",
                 step,
                 len(metrics),
                 room,
@@ -298,7 +303,8 @@ class Delivery:
             yield _Unit(step, chunk, frozenset(m.key for m in chunk))
 
     def _holds(self, key: str, step: int) -> bool:
-        """Whether MLflow already holds (key, step): delivered by this thread, or found at re-open."""
+        """Whether MLflow already holds (key, step): delivered by this thread,
+        or found at re-open."""
         if key in self._delivered.get(step, ()):
             return True
         if step not in self._remote_steps:
@@ -327,7 +333,8 @@ class Delivery:
             if self._failing_since is not None:
                 self._late_steps.add(unit.step)
 
-    # ---- params, artifacts, run status ----------------------------------------------------------------
+    # ---- params, artifacts, run status
+    # ----------------------------------------------------------------
 
     def _deliver_other(self, kind: str, record: SpoolRecord) -> None:
         assert self._client is not None and self.run_id is not None
@@ -375,7 +382,8 @@ class Delivery:
         if payload.get("copied"):
             shutil.rmtree(path.parent, ignore_errors=True)
 
-    # ---- bookkeeping --------------------------------------------------------------------------------
+    # ---- bookkeeping
+    # --------------------------------------------------------------------------------
 
     def _commit(self, position: Position) -> None:
         self.spool.commit(position)
@@ -400,8 +408,9 @@ class Delivery:
             self._failing_since = time.monotonic()
             self._late_steps = set()
             log.warning(
-                "MLflow at %s is not accepting records (%s). Training goes on: records are kept in %s and "
-                "will be delivered when it is back. Check that the tracking server is up and the URI is right.",
+                "MLflow at %s is not accepting records (%s). Training goes on: records are kept "
+                "in %s and will be delivered when it is back. Check that the tracking server is "
+                "up and the URI is right.",
                 self.request.tracking_uri,
                 self.last_error,
                 self.spool.directory,
@@ -423,8 +432,9 @@ class Delivery:
 
 
 def experiment_id_for(client: MlflowClient, name: str, artifact_location: str | None) -> str:
-    """The id of experiment `name`, created if missing (a concurrent creator wins harmlessly), tagged
-    as a training experiment (`quadrants.tracking.links`) if it is not tagged with a kind yet."""
+    """The id of experiment `name`, created if missing (a concurrent creator wins harmlessly),
+    tagged as a training experiment (`quadrants.tracking.links`) if it is not tagged with a kind
+    yet."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
@@ -443,7 +453,8 @@ def experiment_id_for(client: MlflowClient, name: str, artifact_location: str | 
 
 
 def is_permanent(error: BaseException) -> bool:
-    """A refusal that retrying cannot fix (bad request, missing run); transport errors and 5xx are not."""
+    """A refusal that retrying cannot fix (bad request, missing run); transport
+    errors and 5xx are not."""
     if not isinstance(error, MlflowException):
         return False
     status = error.get_http_status_code()

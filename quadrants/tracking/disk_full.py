@@ -1,7 +1,7 @@
 """A full disk, said once and plainly: `DiskFullError` ("no space left on device: <path>") and
 `is_disk_full`, which recognises ENOSPC/EDQUOT however deep a library buried it (torch.save's
-"unexpected pos" RuntimeError carries it as its context; torch.distributed.checkpoint wraps that in a
-CheckpointException per rank).
+"unexpected pos" RuntimeError carries it as its context; torch.distributed.checkpoint wraps that in
+a CheckpointException per rank).
 
 Policy (docs/reliability.md): a record that cannot be written whole is not written at all, and the
 run stops after trying to checkpoint the step, naming the path; a re-run with space resumes and

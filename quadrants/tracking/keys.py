@@ -7,7 +7,8 @@ are `eval/<benchmark>/avg_at_<k>` and `pass_at_<k>` (MLflow does not accept '@' 
 
 from __future__ import annotations
 
-# Logged with every delivered step (value 1.0); how a resumed run knows which steps MLflow already has.
+# Logged with every delivered step (value 1.0); how a resumed run knows which
+# steps MLflow already has.
 SENTINEL = "tracking/step_logged"
 
 QUADRANT_STATS = ("token_frac", "entropy_mean", "adv_mass", "dlogp_abs", "dlogp_abs_se")
@@ -35,7 +36,8 @@ def evaluation(benchmark: str, metric: str) -> str:
 
 
 def avg_at(k: int) -> str:
-    """Avg@k as a metric name. MLflow rejects '@' in metric names, so Avg@k is logged as avg_at_k."""
+    """Avg@k as a metric name. MLflow rejects '@' in metric names, so Avg@k
+    is logged as avg_at_k."""
     return f"avg_at_{k}"
 
 
@@ -45,7 +47,8 @@ def pass_at(k: int) -> str:
 
 
 def stderr(metric: str) -> str:
-    """The standard error (over problems) of an eval metric: ``avg_at_32`` -> ``avg_at_32_stderr``."""
+    """The standard error (over problems) of an eval metric: ``avg_at_32`` ->
+    ``avg_at_32_stderr``."""
     return f"{metric}_stderr"
 
 

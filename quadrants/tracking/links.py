@@ -1,4 +1,5 @@
-"""Where a researcher opens what a command tracked: MLflow UI links to an experiment's runs and a run.
+"""Where a researcher opens what a command tracked: MLflow UI links to an
+experiment's runs and a run.
 
 MLflow 3.17's UI has two modes, "GenAI" and "Model training", chosen by a `workflowType` query
 parameter or, without one, by the mode last used in that browser (GenAI in a fresh one). Every
@@ -7,11 +8,12 @@ experiment quadrants creates carries the kind tag `mlflow.experimentKind = custo
 `workflowType=machine_learning`, so a link opens the training view in any browser.
 
 The runs-page link filters on the sweep and sorts runs by name: MLflow nests child runs under their
-(collapsed) parent only in its default order (by start time), so sorted by name the four quadrant runs
-are rows of their own, and their curves are in the chart view without a click.
+(collapsed) parent only in its default order (by start time), so sorted by name the four quadrant
+runs are rows of their own, and their curves are in the chart view without a click.
 
 With a tracking server the links start with its URL; with the local SQLite store they point at
-`mlflow ui --backend-store-uri <store>` on its default address, and `ui_command` says how to start it.
+`mlflow ui --backend-store-uri <store>` on its default address, and
+`ui_command` says how to start it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def ui_base(tracking_uri: str) -> str:
 
 
 def ui_command(tracking_uri: str) -> str | None:
-    """The command that serves a local store's UI (None for a tracking server, which is its own UI)."""
+    """The command that serves a local store's UI (None for a tracking server,
+    which is its own UI)."""
     if tracking_uri.startswith(("http://", "https://")):
         return None
     return f"mlflow ui --backend-store-uri {tracking_uri}"
@@ -62,7 +65,8 @@ def link_lines(
     runs: dict[str, str] | None = None,
 ) -> list[str]:
     """The lines a command prints: how to open the UI, the experiment's runs page, then one line per
-    `{label: run id}` (e.g. {"parent run": ...}). No experiment id (store unreachable): only the command."""
+    `{label: run id}` (e.g. {"parent run": ...}). No experiment id
+    (store unreachable): only the command."""
     lines = []
     command = ui_command(tracking_uri)
     if command:
@@ -77,7 +81,8 @@ def link_lines(
 
 
 def experiment_id_of(tracking_uri: str, experiment: str) -> str | None:
-    """The id of experiment `experiment` in the store, or None (missing, or the store unreachable)."""
+    """The id of experiment `experiment` in the store, or None (missing, or
+    the store unreachable)."""
     try:
         from mlflow.tracking import MlflowClient
 

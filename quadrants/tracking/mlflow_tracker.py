@@ -1,4 +1,5 @@
-"""`MlflowTracker`: the `Tracker` the training loop uses in real runs, plus the parent run of a sweep.
+"""`MlflowTracker`: the `Tracker` the training loop uses in real runs, plus
+the parent run of a sweep.
 
 The training thread never talks to MLflow. `log_metrics`, `log_params` and `log_artifact` append a
 record to an on-disk spool (`spool_dir`; one JSON line, fdatasync'd before the call returns) and
@@ -26,8 +27,8 @@ Behaviour when things go wrong:
   error log; everything else goes on.
 
 Guarantee for metrics: for each run and each (metric key, step), MLflow keeps exactly one value, the
-first one delivered, which is the first one logged as long as the spool of the process that logged it
-survives. A resumed loop may therefore re-log the steps after its last checkpoint: what MLflow
+first one delivered, which is the first one logged as long as the spool of the process that logged
+it survives. A resumed loop may therefore re-log the steps after its last checkpoint: what MLflow
 already holds is dropped. Each `log_metrics` call (one step) is delivered in one `log_batch` call,
 together with the sentinel `tracking/step_logged`, so it arrives whole or not at all. This rests on:
 - the sentinel: at (re-)open the thread reads its history (which steps MLflow holds) and checks
@@ -86,7 +87,8 @@ __all__ = ["SENTINEL_KEY", "MlflowTracker", "end_parent_run", "start_parent_run"
 
 
 class MlflowTracker:
-    """Logs a run to MLflow through a durable spool and a delivery thread (see the module docstring).
+    """Logs a run to MLflow through a durable spool and a delivery thread
+    (see the module docstring).
 
     Args:
         tracking_uri: e.g. `http://host:5000` or `sqlite:////abs/path/mlflow.db`.
@@ -100,7 +102,8 @@ class MlflowTracker:
         start_timeout_s: how long `start()` waits for its first attempt to open the run.
         http_timeout_s: upper bound on one HTTP request to the server.
         max_backoff_s: longest wait between retries while the store is failing.
-        fsync: fsync each record (protects against power loss; a process kill loses nothing either way).
+        fsync: fsync each record (protects against power loss; a process kill
+            loses nothing either way).
         copy_artifacts_up_to: files up to this size are copied into the spool by `log_artifact`,
             so they can change or vanish before delivery; larger ones are read when delivered.
     """
@@ -157,7 +160,8 @@ class MlflowTracker:
 
     @property
     def run_id(self) -> str | None:
-        """The MLflow run id once known (None before `start`, or while the run cannot be created)."""
+        """The MLflow run id once known (None before `start`, or while the run
+        cannot be created)."""
         return self._delivery.run_id if self._delivery is not None else None
 
     @property
@@ -173,10 +177,11 @@ class MlflowTracker:
 
     def start(self, run_id: str | None = None) -> str | None:
         """Open the run: re-open `run_id` (status back to RUNNING), else the run `spool_dir` belongs
-        to, else create one. Waits for the first attempt (at most `start_timeout_s`); returns the run
-        id, or None if the store could not be reached and no run id is known yet (the thread keeps
-        trying; `run_id` tells when it exists). Records already in the spool go to that run first.
-        Raises ValueError if `run_id` differs from the run `spool_dir` still has records for."""
+        to, else create one. Waits for the first attempt (at most `start_timeout_s`); returns the
+        run id, or None if the store could not be reached and no run id is known yet (the thread
+        keeps trying; `run_id` tells when it exists). Records already in the spool go to that run
+        first. Raises ValueError if `run_id` differs from the run `spool_dir` still has records
+        for."""
         if self._delivery is not None:
             return self.run_id
         recorded = self._spool.state.get("run_id")
@@ -201,9 +206,9 @@ class MlflowTracker:
         return self.run_id
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Spool one step's metrics (never blocks on the network). Raises `DiskFullError` only when the
-        record cannot be written to disk: the step is then not recorded, and the caller must not count
-        it as done (the training loop stops; quadrants.train.loop)."""
+        """Spool one step's metrics (never blocks on the network). Raises `DiskFullError` only when
+        the record cannot be written to disk: the step is then not recorded, and the caller must not
+        count it as done (the training loop stops; quadrants.train.loop)."""
         try:
             if self._finished:
                 self._warn_once("finished", "logging after finish() is ignored")
@@ -232,8 +237,9 @@ class MlflowTracker:
             )
 
     def log_params(self, params: Mapping[str, Any]) -> None:
-        """Spool params; nested mappings are flattened with '.', values become strings (<= 6000 chars).
-        MLflow keeps the first value of a param: a different value logged later is reported and ignored."""
+        """Spool params; nested mappings are flattened with '.', values become strings
+        (<= 6000 chars). MLflow keeps the first value of a param: a different value logged later is
+        reported and ignored."""
         try:
             flat: dict[str, str] = {}
             for key, value in _flatten(params).items():
@@ -293,7 +299,8 @@ class MlflowTracker:
 
     def flush(self, timeout_s: float | None = 60.0) -> bool:
         """Wait until everything spooled so far is delivered (True) or `timeout_s` passes (False).
-        Records MLflow refused for good (bad names, a deleted run) count as done; they are logged."""
+        Records MLflow refused for good (bad names, a deleted run) count as
+        done; they are logged."""
         try:
             if self._delivery is None or not self._delivery.alive:
                 return not self._spool.pending()
@@ -303,10 +310,10 @@ class MlflowTracker:
             return False
 
     def finish(self, status: str = "FINISHED", timeout_s: float = 60.0) -> None:
-        """Deliver what is spooled, then end the run with `status` (FINISHED, FAILED or KILLED). Never
-        raises. If the store stays unreachable for `timeout_s`, the run stays RUNNING in MLflow and the
-        records stay in `spool_dir`: the next tracker started on it delivers them (and, having
-        re-opened the run, ends it with its own `finish`)."""
+        """Deliver what is spooled, then end the run with `status` (FINISHED, FAILED or KILLED).
+        Never raises. If the store stays unreachable for `timeout_s`, the run stays RUNNING in
+        MLflow and the records stay in `spool_dir`: the next tracker started on it delivers them
+        (and, having re-opened the run, ends it with its own `finish`)."""
         if self._finished:
             return
         try:
@@ -326,8 +333,9 @@ class MlflowTracker:
             except DiskFullError as error:  # the end cannot be recorded: the run stays RUNNING
                 self._finished = True
                 log.error(
-                    "could not record the end of run %s as %s (the disk of %s is full): it stays RUNNING "
-                    "in MLflow; run the same command again once there is space, and it resumes and ends the run",
+                    "could not record the end of run %s as %s (the disk of %s is full): it stays "
+                    "RUNNING in MLflow; run the same command again once there is space, and it "
+                    "resumes and ends the run",
                     self.run_id,
                     status,
                     error.path.parent,
@@ -344,8 +352,9 @@ class MlflowTracker:
                 )
             elif not self.flush(timeout_s):
                 log.warning(
-                    "MLflow at %s: records still undelivered after %.0f s (last error: %s); run %s stays "
-                    "RUNNING. They are kept in %s, and a tracker started on that directory delivers them.",
+                    "MLflow at %s: records still undelivered after %.0f s (last error: %s); run "
+                    "%s stays RUNNING. They are kept in %s, and a tracker started on that "
+                    "directory delivers them.",
                     self._request.tracking_uri,
                     timeout_s,
                     self._delivery.last_error,
@@ -492,7 +501,8 @@ def _now_ms() -> int:
 
 
 def _flush_at_exit(ref: weakref.ref[MlflowTracker]) -> None:
-    """At interpreter exit, give an unfinished tracker a few seconds to deliver (the thread is a daemon)."""
+    """At interpreter exit, give an unfinished tracker a few seconds to deliver
+    (the thread is a daemon)."""
     tracker = ref()
     if tracker is not None and not tracker._finished and tracker._delivery is not None:
         tracker.flush(timeout_s=10.0)

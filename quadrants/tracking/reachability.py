@@ -11,8 +11,8 @@ URI_VARIABLE = "MLFLOW_TRACKING_URI"
 
 
 def server_problem(uri: str, timeout_s: float = 5.0) -> str | None:
-    """Why the http(s) tracking server at `uri` cannot be reached (None: it answered; any HTTP status
-    counts as an answer). Other URIs (sqlite, file) are not asked."""
+    """Why the http(s) tracking server at `uri` cannot be reached (None: it answered; any HTTP
+    status counts as an answer). Other URIs (sqlite, file) are not asked."""
     if not uri.startswith(("http://", "https://")):
         return None
     try:

@@ -1,4 +1,5 @@
-"""What a run says about itself in the tracker: tags for filtering and a curated set of flat params."""
+"""What a run says about itself in the tracker: tags for filtering and a
+curated set of flat params."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ def tracking_uri(cfg: RunConfig) -> str:
 
 
 def artifact_location(cfg: RunConfig) -> str | None:
-    """Artifacts of the default local store go next to it (not into ./mlruns of whatever the cwd is);
-    a tracking server decides for itself."""
+    """Artifacts of the default local store go next to it (not into ./mlruns of whatever the cwd
+    is); a tracking server decides for itself."""
     if cfg.tracking.uri:
         return None
     return (Path(cfg.outputs).expanduser().resolve() / "mlartifacts").as_uri()
@@ -59,9 +59,9 @@ def slurm_tags() -> dict[str, str]:
 
 @contextmanager
 def tracked(tracker: Tracker) -> Iterator[None]:
-    """End the run FINISHED when the block completes and FAILED when it raises an error. On SystemExit
-    (submitit's preemption/timeout handler, which requeues the job) or Ctrl-C, deliver what was logged
-    and leave the run open: the requeued or re-run job resumes into it."""
+    """End the run FINISHED when the block completes and FAILED when it raises an error. On
+    SystemExit (submitit's preemption/timeout handler, which requeues the job) or Ctrl-C, deliver
+    what was logged and leave the run open: the requeued or re-run job resumes into it."""
     try:
         yield
     except Exception:
@@ -74,7 +74,8 @@ def tracked(tracker: Tracker) -> Iterator[None]:
 
 
 def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:
-    """The run's MLflow tracker; its parent is `parent_run_id`, else the one in the sweep's sweep.json."""
+    """The run's MLflow tracker; its parent is `parent_run_id`, else the one in
+    the sweep's sweep.json."""
     from quadrants.tracking.mlflow_tracker import MlflowTracker
 
     parent = parent_run_id or read_sweep_file(cfg).get("parent_run_id")

@@ -56,7 +56,8 @@ class SpoolRecord:
 
 
 class Spool:
-    """Append records durably; read them back from a cursor; persist the cursor and a small state."""
+    """Append records durably; read them back from a cursor; persist the
+    cursor and a small state."""
 
     def __init__(
         self, directory: Path, *, segment_bytes: int = 32 << 20, fsync: bool = True
@@ -68,11 +69,11 @@ class Spool:
         self._lock_fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except BlockingIOError as err:
             os.close(self._lock_fd)
             raise SpoolBusyError(
                 f"spool directory {self.directory} is held by another live process"
-            )
+            ) from err
         self._write_lock = threading.Lock()
         self._broken: OSError | None = None
         self._state_lock = threading.Lock()

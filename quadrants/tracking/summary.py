@@ -27,7 +27,9 @@ def sweep_runs(tracking_uri: str, study: str, sweep_id: str) -> pd.DataFrame:
             return pd.DataFrame()
         runs = mlflow.search_runs(
             experiment_ids=[experiment.experiment_id],
-            filter_string=f"tags.`quadrants.sweep_id` = '{sweep_id}' and tags.`mlflow.parentRunId` != ''",
+            filter_string=(
+                f"tags.`quadrants.sweep_id` = '{sweep_id}' and tags.`mlflow.parentRunId` != ''"
+            ),
         )
         if runs.empty:
             runs = mlflow.search_runs(
@@ -63,7 +65,8 @@ def _eval_columns(names: pd.Index) -> dict[str, str]:
 
 
 def sweep_summary(tracking_uri: str, study: str, sweep_id: str) -> str:
-    """A plain-text table of the sweep's runs: last step, final held-out accuracy, solve rate, entropy."""
+    """A plain-text table of the sweep's runs: last step, final held-out
+    accuracy, solve rate, entropy."""
     runs = sweep_runs(tracking_uri, study, sweep_id)
     if runs.empty:
         return f"quadrants: no runs found for sweep {sweep_id} in {tracking_uri}"

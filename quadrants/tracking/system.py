@@ -1,15 +1,17 @@
-"""Optional system metrics (`tracking.system_metrics=true`): CPU, memory, disk, network, GPU per step.
+"""Optional system metrics (`tracking.system_metrics=true`): CPU, memory,
+disk, network, GPU per step.
 
 MLflow's own `SystemMetricsMonitor` logs on its own thread, straight to the store, on its own step
-counter: it stops for good at the first failed request, its `finish()` joins a thread that may sit in
-HTTP retries, and its steps do not line up with training steps. So quadrants reuses MLflow's
+counter: it stops for good at the first failed request, its `finish()` joins a thread that may sit
+in HTTP retries, and its steps do not line up with training steps. So quadrants reuses MLflow's
 *collectors* (`mlflow.system_metrics.metrics.*`, which read psutil and, when present, NVML/ROCm) and
-delivers their readings like every other metric: `SystemSampler` samples them on a daemon thread every
-`interval_s` seconds, and `SystemMetricsTracker` adds the mean of the samples taken since the previous
-step to that step's `log_metrics` call. The readings then share the step axis of the training curves,
-go through the tracker's spool (nothing is lost while the server is down) and are logged exactly once
-per step on resume. Keys are MLflow's names under `system/`, e.g. `system/cpu_utilization_percentage`,
-plus `system/process_rss_megabytes` (this process's resident memory).
+delivers their readings like every other metric: `SystemSampler` samples them on a daemon thread
+every `interval_s` seconds, and `SystemMetricsTracker` adds the mean of the samples taken since the
+previous step to that step's `log_metrics` call. The readings then share the step axis of the
+training curves, go through the tracker's spool (nothing is lost while the server is down) and are
+logged exactly once per step on resume. Keys are MLflow's names under `system/`, e.g.
+`system/cpu_utilization_percentage`, plus `system/process_rss_megabytes` (this process's resident
+memory).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ PREFIX = "system/"
 
 
 def _collectors() -> list[Any]:
-    """MLflow's CPU, disk and network collectors, plus the GPU one(s) that can start on this machine."""
+    """MLflow's CPU, disk and network collectors, plus the GPU one(s) that can
+    start on this machine."""
     from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
     from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
     from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
@@ -47,15 +50,17 @@ def _collectors() -> list[Any]:
 class SystemSampler:
     """Samples system metrics every `interval_s` seconds on a daemon thread.
 
-    `snapshot()` returns the mean of the samples taken since the previous snapshot (network counters:
-    megabytes since the sampler started), keyed `system/<name>`; it takes one sample itself if the
-    thread has taken none yet, so a step shorter than the interval still gets a reading.
+    `snapshot()` returns the mean of the samples taken since the previous snapshot (network
+    counters: megabytes since the sampler started), keyed `system/<name>`; it takes one sample
+    itself if the thread has taken none yet, so a step shorter than the interval still gets a
+    reading.
     """
 
     def __init__(self, interval_s: float = 5.0) -> None:
         if interval_s <= 0:
             raise ValueError(
-                f"tracking.system_metrics_interval_s={interval_s} is out of range; allowed: (0, inf)"
+                f"tracking.system_metrics_interval_s={interval_s} is out of "
+                "range; allowed: (0, inf)"
             )
         import psutil
 
@@ -101,7 +106,8 @@ class SystemSampler:
             self._samples += 1
 
     def snapshot(self) -> dict[str, float]:
-        """Means since the previous snapshot, as `system/<name>` metrics (empty if nothing could be read)."""
+        """Means since the previous snapshot, as `system/<name>` metrics (empty if
+        nothing could be read)."""
         if self._samples == 0:
             self.sample()
         with self._lock:
@@ -120,7 +126,8 @@ class SystemSampler:
 
 
 class SystemMetricsTracker:
-    """A `Tracker` that adds `sampler.snapshot()` to every `log_metrics` call of the tracker it wraps."""
+    """A `Tracker` that adds `sampler.snapshot()` to every `log_metrics` call of
+    the tracker it wraps."""
 
     def __init__(self, tracker: Tracker, sampler: SystemSampler) -> None:
         self._tracker = tracker

@@ -1,16 +1,18 @@
-"""One mini-batch's gradient, in one piece or accumulated over micro-batches (`train.micro_batch_size`).
+"""One mini-batch's gradient, in one piece or accumulated over micro-batches
+(`train.micro_batch_size`).
 
 The loss is the mini-batch's: its normaliser (token-mean over the whole mini-batch, the constant
 groups DAPO drops, a forking or KL-Cov selection, batch statistics) is computed over every row of
 the mini-batch, never over a micro-batch. Accumulation keeps that exactly:
 1. one no-grad pass gives the current policy's log-probs (and entropy) for the whole mini-batch,
    a micro-batch at a time;
-2. for each micro-batch, its rows run again with grad and are spliced into those detached values, and
-   the whole mini-batch's loss is back-propagated: its gradient is the micro-batch's share, so the
-   micro-batches' gradients add up to the unsplit one (float rounding aside; tests/unit/train/test_accumulate.py).
+2. for each micro-batch, its rows run again with grad and are spliced into those detached values,
+   and the whole mini-batch's loss is back-propagated: its gradient is the micro-batch's share, so
+   the micro-batches' gradients add up to the unsplit one (float rounding aside;
+   tests/unit/train/test_accumulate.py).
 Peak activation memory follows the micro-batch (the first pass keeps none); the price is the extra
-no-grad forward, paid only when micro-batches are on. The step's logged loss and metrics are those of
-the last micro-batch's loss, whose value is the mini-batch's.
+no-grad forward, paid only when micro-batches are on. The step's logged loss and metrics are those
+of the last micro-batch's loss, whose value is the mini-batch's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ if TYPE_CHECKING:
 
 
 def _splice(full: Tensor, part: Tensor, start: int) -> Tensor:
-    """`full` [B, T] with rows start .. start + len(part) replaced by `part` (differentiable in `part`)."""
+    """`full` [B, T] with rows start .. start + len(part) replaced by `part`
+    (differentiable in `part`)."""
     return torch.cat([full[:start], part, full[start + part.shape[0] :]])
 
 

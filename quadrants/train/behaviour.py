@@ -1,4 +1,5 @@
-"""When the step may take old log-probs and entropy from the rollout engine (`train.behaviour_pass`).
+"""When the step may take old log-probs and entropy from the rollout engine
+(`train.behaviour_pass`).
 
 The behaviour pass recomputes, with the trainer's module, the log-prob of every sampled token and
 the entropy of every step's distribution at the sampling temperature. The HF engine records both
@@ -11,8 +12,8 @@ token by token through a KV cache, the pass runs the whole sequence): observed d
   and is the case the mismatch metrics are for);
 - no mismatch correction (`rollout.mismatch_correction=none`: with engine numbers as π_old the
   importance weights would be 1 by construction);
-- the objective's gradient is continuous at logπ = logπ_old (not KL-Cov: `ObjectiveSpec.recomputed_old_logp`,
-  its |logπ − logπ_old| turns rounding into a gradient sign);
+- the objective's gradient is continuous at logπ = logπ_old (not KL-Cov:
+  `ObjectiveSpec.recomputed_old_logp`, its |logπ − logπ_old| turns rounding into a gradient sign);
 - the trainer computes in the module's own dtype (`distributed.mixed_precision=none`: an FSDP bf16
   trainer differs from the float32 replica by far more than rounding).
 The frozen reference policy's pass (a KL term) is never skipped: the engine does not sample from it.
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 
 
 def engine_behaviour_is_exact(cfg: RunConfig, spec: ObjectiveSpec, rollouts: Rollouts) -> bool:
-    """True when `train.behaviour_pass=auto` and the engine's log-probs and entropy stand in for the pass."""
+    """True when `train.behaviour_pass=auto` and the engine's log-probs and entropy
+    stand in for the pass."""
     return (
         cfg.train.behaviour_pass == "auto"
         and not spec.recomputed_old_logp

@@ -1,15 +1,15 @@
 """Atomic training checkpoints: everything needed to continue a run as if it had never stopped.
 
-A checkpoint holds the model, optimizer and scheduler states, the RNG states, the number of completed
-steps (which is also the data position: each step draws its prompts from a seed derived from the step)
-and the tracker's run id. It is written to `<run_dir>/checkpoints/step_<n>.tmp` and renamed to
-`step_<n>` only when complete, so a job killed mid-write leaves the previous checkpoint intact and a
-resume never reads a half-written one. The last `keep` checkpoints are kept.
+A checkpoint holds the model, optimizer and scheduler states, the RNG states, the number of
+completed steps (which is also the data position: each step draws its prompts from a seed derived
+from the step) and the tracker's run id. It is written to `<run_dir>/checkpoints/step_<n>.tmp` and
+renamed to `step_<n>` only when complete, so a job killed mid-write leaves the previous checkpoint
+intact and a resume never reads a half-written one. The last `keep` checkpoints are kept.
 
 Model and optimizer states are written with torch.distributed.checkpoint (`model_optim/`, one shard
 file per rank, see distributed_checkpoint.py), so a checkpoint resumes with any number of ranks; the
-rest (step, run id, scheduler, RNG) is `state.pt`, written by rank 0 last. Older checkpoints that hold
-the model in `state.pt` still load.
+rest (step, run id, scheduler, RNG) is `state.pt`, written by rank 0 last. Older checkpoints that
+hold the model in `state.pt` still load.
 """
 
 from __future__ import annotations
@@ -74,13 +74,14 @@ def save_checkpoint(
     rng: dict[str, Any] | None = None,
     unlogged_metrics: dict[int, dict[str, float]] | None = None,
 ) -> Path:
-    """Write the checkpoint after `step` completed steps atomically; prune older ones. Returns its path.
+    """Write the checkpoint after `step` completed steps atomically; prune older
+    ones. Returns its path.
 
     `rng`: the RNG states to store (default: the current ones), e.g. those at the end of `step` when
     the process has already gone on into the next step (a checkpoint written on a signal).
-    `unlogged_metrics`: step -> metrics the tracker could not record (a full disk); a resumed run logs
-    them first. Raises `DiskFullError` naming the checkpoint directory when the disk is full (the
-    partial checkpoint is removed)."""
+    `unlogged_metrics`: step -> metrics the tracker could not record (a full disk); a resumed run
+    logs them first. Raises `DiskFullError` naming the checkpoint directory when the disk is full
+    (the partial checkpoint is removed)."""
     root = Path(run_dir) / "checkpoints"
     try:
         return _save(

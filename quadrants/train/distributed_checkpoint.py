@@ -24,7 +24,8 @@ _SINGLE_PROCESS_WARNING = ".*torch.distributed is (disabled|not initialized|unav
 
 
 def save_sharded(directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Write the model and optimizer states (this rank's shards) under `directory` (a collective)."""
+    """Write the model and optimizer states (this rank's shards) under
+    `directory` (a collective)."""
     model_state, optim_state = get_state_dict(model, optimizer)
     with (
         warnings.catch_warnings()

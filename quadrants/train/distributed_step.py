@@ -1,8 +1,8 @@
 """The step's phases when rows are spread over ranks (the rule: distributed/collectives.py).
 
-- `collect_blocks`: prompts in blocks, block b generated and graded by rank b % W, all blocks gathered
-  in block order on every rank (world-size invariant: the same blocks, seeds and global order for any
-  W, which is what lets a 2-process run reproduce a 1-process run).
+- `collect_blocks`: prompts in blocks, block b generated and graded by rank b % W, all blocks
+  gathered in block order on every rank (world-size invariant: the same blocks, seeds and global
+  order for any W, which is what lets a 2-process run reproduce a 1-process run).
 - `sharded_behaviour_pass`: each rank's 1/W of the rows through the no-grad pass, gathered.
 - `sharded_policy_output`: each rank's share of a mini-batch through the policy with grad, the other
   shares' detached values spliced around it.
@@ -58,7 +58,8 @@ def _pad(tensor: Tensor, width: int, value: float | int | bool, *, left: bool) -
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     """One Rollouts from blocks in order: prompts re-left-padded to the largest P, responses
-    re-right-padded to the largest T, group ids offset so they stay unique. [sum B, max P / max T]."""
+    re-right-padded to the largest T, group ids offset so they stay unique.
+    [sum B, max P / max T]."""
     if len(parts) == 1:
         return parts[0]
     width_p = max(p.prompt_ids.shape[1] for p in parts)
@@ -83,7 +84,8 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 
 
 def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSettings) -> Collected:
-    """Generate and grade this rank's blocks of `problems`, then gather every block on every rank."""
+    """Generate and grade this rank's blocks of `problems`, then gather every
+    block on every rank."""
     from quadrants.train.context import Collected
 
     env: DistEnv = ctx.dist
@@ -124,7 +126,8 @@ def sharded_behaviour_pass(
     response_length: int,
     **passes: Any,
 ) -> tuple[Tensor, Tensor]:
-    """`behaviour_pass` over this rank's share of the rows, gathered: (logp [B, T], entropy [B, T])."""
+    """`behaviour_pass` over this rank's share of the rows, gathered: (logp [B,
+    T], entropy [B, T])."""
     if not env.sharded:
         return behaviour_pass(model, sequences, attention_mask, response_length, **passes)
     share = row_share(sequences.shape[0], env)

@@ -1,12 +1,13 @@
-"""`run_training(cfg)`: the whole training run as an ordinary function (Hydra calls it, tests call it).
+"""`run_training(cfg)`: the whole training run as an ordinary function (Hydra
+calls it, tests call it).
 
 Reads top to bottom: set up (threads, seeds, model, task, grader, engine, optimizer) -> resume from
 the newest checkpoint in `cfg.run_dir` if there is one -> evaluate the starting policy -> steps (log
 every step, checkpoint every N) -> evaluate at the end -> return a summary.
 
 Steps are numbered by completed updates: step 0 is the starting policy (its held-out evaluation),
-step s the state after s updates. Each step's metrics go to the tracker in one call, so a resumed run
-(which re-runs the steps after its last checkpoint) can drop the ones the tracker already has.
+step s the state after s updates. Each step's metrics go to the tracker in one call, so a resumed
+run (which re-runs the steps after its last checkpoint) can drop the ones the tracker already has.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ log = logging.getLogger("quadrants.train")
 
 @dataclass
 class TrainingResult:
-    """Summary of a finished run: the first and last held-out metrics and the last step's metrics."""
+    """Summary of a finished run: the first and last held-out metrics and the
+    last step's metrics."""
 
     initial_eval: dict[str, float] = field(default_factory=dict)
     final_eval: dict[str, float] = field(default_factory=dict)
@@ -63,7 +65,8 @@ class TrainingResult:
 
 def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     """Load everything a step needs (model, reference, engine, task, optimizer, objective), the
-    modules on `train.device` (resolved first: train.device=cuda without CUDA fails before any load)."""
+    modules on `train.device` (resolved first: train.device=cuda without CUDA
+    fails before any load)."""
     dist_env = (
         current_dist()
     )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
@@ -121,8 +124,9 @@ def make_run_task(cfg: RunConfig, tokenizer: Any) -> RenderedTask:
 
 
 def task_tags(task: Any) -> dict[str, str]:
-    """What a dataset task did to its rows, as run tags: `quadrants.decontaminated` (training problems
-    dropped as benchmark problems) and `quadrants.skipped_empty` (rows without an answer)."""
+    """What a dataset task did to its rows, as run tags: `quadrants.decontaminated` (training
+    problems dropped as benchmark problems) and `quadrants.skipped_empty`
+    (rows without an answer)."""
     return {
         f"quadrants.{name}": str(getattr(task, name))
         for name in ("decontaminated", "skipped_empty")
@@ -199,13 +203,14 @@ def _write_run_id(run_dir: Path, run_id: str | None) -> None:
 def _step_line(step: int, total: int, metrics: dict[str, float]) -> str:
     return (
         f"step {step}/{total} reward {metrics[keys.train('reward_mean')]:.3f} "
-        f"solve {metrics[keys.train('solve_rate')]:.3f} entropy {metrics[keys.train('entropy')]:.3f} "
-        f"len {metrics[keys.train('response_length')]:.1f}"
+        f"solve {metrics[keys.train('solve_rate')]:.3f} entropy "
+        f"{metrics[keys.train('entropy')]:.3f} len {metrics[keys.train('response_length')]:.1f}"
     )
 
 
 def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResult:
-    """Train one policy as `cfg` says, logging every step to `tracker`; resume if `cfg.run_dir` has a checkpoint."""
+    """Train one policy as `cfg` says, logging every step to `tracker`; resume if
+    `cfg.run_dir` has a checkpoint."""
     validate_config(cfg)
     tracker = tracker or NullTracker()
     if cfg.train.threads:
@@ -316,7 +321,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
             if total and result.final_eval:
                 log.info("step %d held-out: %s", total, _fmt(result.final_eval))
-        finally:  # also on a preemption exit; a vLLM engine under torchrun ends the process group with it
+        # also on a preemption exit; a vLLM engine under torchrun ends the process group with it
+        finally:
             ctx.engine.close()
     tracker.flush()
     result.run_id = tracker.run_id
@@ -328,9 +334,10 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
 def stop_if_disk_full(
     ctx: StepContext, run_dir: Path | None, tracker: Tracker, step: int, metrics: dict[str, float]
 ) -> Iterator[None]:
-    """Recording step `step` (its metrics, samples, checkpoint) ran out of disk: try to checkpoint the
-    step with its metrics inside (a resumed run logs them), then stop with one DiskFullError naming
-    the path. A re-run with space resumes from the newest checkpoint; MLflow drops what it holds."""
+    """Recording step `step` (its metrics, samples, checkpoint) ran out of disk: try to checkpoint
+    the step with its metrics inside (a resumed run logs them), then stop with one DiskFullError
+    naming the path. A re-run with space resumes from the newest checkpoint; MLflow drops what it
+    holds."""
     try:
         yield
     except Exception as error:
@@ -360,7 +367,8 @@ def stop_if_disk_full(
 
 
 def _signal_save(ctx: StepContext, run_dir: Path | None, tracker: Tracker):
-    """How a SLURM signal / SIGTERM checkpoints the last completed step (None: checkpoints are off)."""
+    """How a SLURM signal / SIGTERM checkpoints the last completed step (None:
+    checkpoints are off)."""
     cfg = ctx.cfg
     if run_dir is None or not cfg.checkpoint.every:
         return None

@@ -1,14 +1,15 @@
 """Checkpoint on the way out: SLURM's time-limit/preemption signal and SIGTERM.
 
 On SLURM a job learns that it is about to stop from a signal:
-- submitit's signal (USR2; `SUBMITIT_PREEMPT_SIGNAL` names another), sent `signal_delay_s` before the
-  time limit (`--signal=USR2@...`) or by hand (`scancel --signal=USR2 <job>`). submitit's handler
-  then runs `scontrol requeue` and raises SystemExit in the main thread;
+- submitit's signal (USR2; `SUBMITIT_PREEMPT_SIGNAL` names another), sent `signal_delay_s` before
+  the time limit (`--signal=USR2@...`) or by hand (`scancel --signal=USR2 <job>`). submitit's
+  handler then runs `scontrol requeue` and raises SystemExit in the main thread;
 - SIGTERM (`scancel`, `scontrol requeue`, preemption with PreemptMode=REQUEUE, the time limit
   itself), followed by SIGKILL `KillWait` seconds later. submitit ignores it.
 
-`checkpointed_steps` wraps the loop's step iterator and, on either signal, writes a checkpoint of the
-last completed step before letting the job go, so a requeued job loses at most the step in flight:
+`checkpointed_steps` wraps the loop's step iterator and, on either signal, writes a checkpoint of
+the last completed step before letting the job go, so a requeued job loses at most the step in
+flight:
 - until a step's first optimizer update (rollout, grading and the old-logp pass: most of a step)
   the live model and optimizer still equal the last completed step: the signal saves at once;
 - during the update phase it waits for the step to complete (at most `defer_s`), then saves that
@@ -49,7 +50,8 @@ SaveFn = Callable[[int, dict[str, Any]], None]  # (completed steps, RNG state at
 
 
 def preempt_signal() -> signal.Signals:
-    """The signal submitit treats as "time-out / preemption" (USR2 unless SUBMITIT_PREEMPT_SIGNAL)."""
+    """The signal submitit treats as "time-out / preemption" (USR2 unless
+    SUBMITIT_PREEMPT_SIGNAL)."""
     name = os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")
     return signal.Signals["SIG" + name.removeprefix("SIG")]
 
@@ -166,7 +168,8 @@ class _ExitCheckpoint:
 
 
 class _CollectiveExitCheckpoint:
-    """The multi-rank guard: handlers note the signal; ranks agree at step boundaries and save together."""
+    """The multi-rank guard: handlers note the signal; ranks agree at step
+    boundaries and save together."""
 
     def __init__(self, save: SaveFn, exchange: Callable[[int], list[int]]) -> None:
         self._save = save
@@ -242,7 +245,8 @@ def checkpointed_steps(
     is_saved: Callable[[int], bool],
     defer_s: float = 30.0,
 ) -> Iterator[int]:
-    """Yield `steps` (step indices: index i produces step i + 1) with checkpoint-on-signal around them.
+    """Yield `steps` (step indices: index i produces step i + 1) with
+    checkpoint-on-signal around them.
 
     Args:
         steps: the loop's step indices, e.g. `range(first_step, total)` (or a progress bar over it).

@@ -1,4 +1,5 @@
-"""DAPO's dynamic sampling with refill: generate more prompts until the batch holds enough mixed groups.
+"""DAPO's dynamic sampling with refill: generate more prompts until the batch
+holds enough mixed groups.
 
 DAPO (Yu et al. 2025, §3.2) over-samples: groups whose G responses are all right or all wrong carry
 no advantage, so it keeps generating batches of fresh prompts until `prompts_per_step` groups with
@@ -54,7 +55,8 @@ def refill_seed(step_seed: int, round_index: int) -> int:
 
 
 def mixed_groups(group_ids: Tensor, correct: Tensor) -> list[bool]:
-    """Per group (0..max id): True when its `correct` values ([B] float, 1 = correct) are not all equal."""
+    """Per group (0..max id): True when its `correct` values
+    ([B] float, 1 = correct) are not all equal."""
     groups = group_ids.cpu()
     constant = constant_reward_groups(correct.cpu().float(), groups)  # [B], per sequence
     count = int(groups.max()) + 1 if groups.numel() else 0
@@ -72,7 +74,8 @@ def correctness(outcomes: list[Outcome], device: torch.device | None = None) -> 
 
 
 def _trim(rollouts: Rollouts) -> Rollouts:
-    """Drop prompt columns that are padding on every row (left) and response columns likewise (right)."""
+    """Drop prompt columns that are padding on every row (left) and response
+    columns likewise (right)."""
     prompt_used = rollouts.prompt_mask.any(0).nonzero()
     start = int(prompt_used.min()) if prompt_used.numel() else rollouts.prompt_mask.shape[1]
     response_used = rollouts.response_mask.any(0).nonzero()
@@ -91,7 +94,8 @@ def _trim(rollouts: Rollouts) -> Rollouts:
 
 
 def select_groups(collected: Collected, groups: list[int]) -> Collected:
-    """The sequences of `groups` (ascending), in their original order, renumbered 0..len(groups)-1."""
+    """The sequences of `groups` (ascending), in their original order,
+    renumbered 0..len(groups)-1."""
     rollouts = collected.rollouts
     new_id = {g: i for i, g in enumerate(sorted(groups))}
     rows = [i for i, g in enumerate(rollouts.group_ids.tolist()) if g in new_id]
@@ -125,11 +129,12 @@ def collect_with_refill(
     collect_round: Callable[[int], Collected], *, prompts: int, max_rounds: int, pad_id: int
 ) -> Collected:
     """Rounds 0, 1, ... of `collect_round` until `prompts` mixed groups are in hand or `max_rounds`
-    extra rounds have run; the assembled batch of exactly `prompts` groups (see the module docstring).
+    extra rounds have run; the assembled batch of exactly `prompts` groups
+    (see the module docstring).
 
     Returns:
-        A Collected whose `metrics` carry train/refill/{rounds, groups_kept, groups_generated}, and whose
-        timings are summed over the rounds.
+        A Collected whose `metrics` carry train/refill/{rounds, groups_kept, groups_generated}, and
+        whose timings are summed over the rounds.
     """
     rounds = [collect_round(0)]
     mixed = [mixed_groups(rounds[0].rollouts.group_ids, correctness(rounds[0].outcomes))]
@@ -143,7 +148,8 @@ def collect_with_refill(
         chosen.append(picked)
         room -= len(picked)
     kept = prompts - room
-    # top up with round 0's constant groups (the objective's dynamic sampling drops them from the loss)
+    # top up with round 0's constant groups (the objective's dynamic sampling
+    # drops them from the loss)
     chosen[0] += [g for g, is_mixed in enumerate(mixed[0]) if not is_mixed][:room]
     parts = [select_groups(part, groups) for part, groups in zip(rounds, chosen) if groups]
     batch = concat_rollouts([p.rollouts for p in parts], pad_id)

@@ -1,5 +1,6 @@
-"""Sample completions of a step as a JSON artifact: prompt, response, reward, and per token its text,
-behaviour entropy and quadrant, so a reader can see where the forks were and which tokens got credit."""
+"""Sample completions of a step as a JSON artifact: prompt, response, reward, and per token its
+text, behaviour entropy and quadrant, so a reader can see where the forks were and which tokens got
+credit."""
 
 from __future__ import annotations
 

@@ -32,13 +32,15 @@ from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
 
 def step_seed(seed: int, step: int) -> int:
-    """A per-step seed, so a resumed run draws the same prompts and samples as an uninterrupted one."""
+    """A per-step seed, so a resumed run draws the same prompts and samples as
+    an uninterrupted one."""
     return (seed * 1_000_003 + step) % (2**31 - 1)
 
 
 def collect_rollouts(ctx: StepContext, step: int) -> Collected:
-    """Sample the step's prompts, generate G responses each, and grade them; with `rollout.refill_rounds`,
-    refill the batch with mixed groups from extra rounds (train/refill.py)."""
+    """Sample the step's prompts, generate G responses each, and grade them; with
+    `rollout.refill_rounds`, refill the batch with mixed groups from extra rounds
+    (train/refill.py)."""
     cfg = ctx.cfg
     if not cfg.rollout.refill_rounds:
         return collect_round(ctx, step, 0)
@@ -51,8 +53,9 @@ def collect_rollouts(ctx: StepContext, step: int) -> Collected:
 
 
 def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
-    """One generation round: `prompts_per_step` prompts drawn and sampled with the round's seed (round 0:
-    the step's seed), G responses each, graded; rewards include the overlong penalty when it is on."""
+    """One generation round: `prompts_per_step` prompts drawn and sampled with the round's seed
+    (round 0: the step's seed), G responses each, graded; rewards include the overlong penalty when
+    it is on."""
     cfg = ctx.cfg
     seed = refill_seed(step_seed(cfg.seed, step), round_index)
     problems = ctx.task.train_batch(cfg.train.prompts_per_step, random.Random(seed))
@@ -94,10 +97,11 @@ def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
 def build_batch(
     ctx: StepContext, rollouts: Rollouts, rewards: Tensor, correct: Tensor | None = None
 ) -> TokenBatch:
-    """Old log-probs and entropy (the engine's where exact, else a trainer-side no-grad pass), then the TokenBatch.
+    """Old log-probs and entropy (the engine's where exact, else a trainer-side no-grad
+    pass), then the TokenBatch.
 
-    `correct` [B] float (1 = graded correct): with the overlong penalty on, dynamic sampling judges a
-    group constant by correctness, as DAPO does, not by the shaped rewards."""
+    `correct` [B] float (1 = graded correct): with the overlong penalty on, dynamic sampling judges
+    a group constant by correctness, as DAPO does, not by the shaped rewards."""
     cfg = ctx.cfg
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)  # [B, P + T]
     attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
@@ -143,7 +147,8 @@ def update_policy(
 ) -> tuple[dict[str, float], float]:
     """`epochs` passes of shuffled mini-batch updates. Returns (mean metrics, mean grad norm).
 
-    `is_weights` [B, T]: the mismatch correction's per-token weights (None = off), sliced with each mini-batch.
+    `is_weights` [B, T]: the mismatch correction's per-token weights (None = off),
+    sliced with each mini-batch.
     """
     cfg = ctx.cfg
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step))

@@ -145,10 +145,12 @@ def _records(records: Path, x: int) -> list[dict]:
 def _finish(proc: subprocess.Popen, timeout: float = 120) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as err:
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"the Hydra multirun did not finish in {timeout:.0f}s:\n{out}")
+        raise AssertionError(
+            f"the Hydra multirun did not finish in {timeout:.0f}s:\n{out}"
+        ) from err
     return out
 
 

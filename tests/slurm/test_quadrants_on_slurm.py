@@ -232,9 +232,10 @@ def test_job_killed_without_a_signal_resumes_when_the_sweep_is_submitted_again(
     slurm_cluster.run(
         "scancel", "--signal=KILL", "--full", job["job_id"]
     )  # no handler runs: a node failure
-    job_state = lambda: (
-        slurm_cluster.sacct_states(job["job_id"]).get(job["job_id"], "").split(" ")[0]
-    )  # noqa: E731
+
+    def job_state() -> str:
+        return slurm_cluster.sacct_states(job["job_id"]).get(job["job_id"], "").split(" ")[0]
+
     slurm_cluster.wait_for(
         "the job to end", lambda: job_state() in ("CANCELLED", "FAILED"), 60
     )  # "CANCELLED by 0"

@@ -70,7 +70,7 @@ def test_spool_of_a_killed_process_is_delivered_exactly_once(
     hist = history(MlflowClient(store_uri), run_id)
     assert duplicates(hist) == {}
     # first value wins: 1..150 as the killed job logged them, 151..170 from the requeued job
-    for i, key in enumerate(KEYS):
+    for key in KEYS:
         assert hist[key] == [
             (s, step_metrics(s, 0.5 if s > 150 else 0.0)[key]) for s in range(1, 171)
         ], key

@@ -109,8 +109,8 @@ def test_disk_full_is_found_inside_torch_style_errors() -> None:
     try:
         try:
             raise OSError(errno.ENOSPC, "No space left on device")
-        except OSError:
-            raise RuntimeError(
+        except OSError:  # torch chains implicitly (__context__), never with `from`
+            raise RuntimeError(  # noqa: B904
                 "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
             )
     except RuntimeError as error:
