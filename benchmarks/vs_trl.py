@@ -129,11 +129,13 @@ def quadrants_child(
         for part in path:
             node = getattr(node, part)
         current = getattr(node, leaf)
-        setattr(
-            node,
-            leaf,
-            type(current)(value) if not isinstance(current, bool) else value.lower() == "true",
-        )
+        if isinstance(current, bool):
+            parsed = value.lower() == "true"
+        elif current is None:  # an optional int key (e.g. train.dlogp_rows): null or a number
+            parsed = None if value in ("null", "None") else int(value)
+        else:
+            parsed = type(current)(value)
+        setattr(node, leaf, parsed)
     start = time.perf_counter()
     run_training(cfg, Timing())
     step_s = [b - a for a, b in zip([start, *ends[:-1]], ends)]

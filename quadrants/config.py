@@ -120,9 +120,9 @@ class TrainConfig:
     entropy_chunk_size: int = 256
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
     measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
-    dlogp_rows: int = (
-        8  # sequences in that pass (a seeded subsample, standard error logged); 0 = all
-    )
+    # sequences in that pass (a seeded subsample, standard error logged); null = auto (1/8 of the
+    # step's sequences, at least 2 and at least one per rank: <= ~4 % of a step); 0 = all
+    dlogp_rows: int | None = None
     # auto: take old log-probs and entropy from the HF engine when they are exact (its own weights,
     # no mismatch correction, no bf16 trainer), skipping the no-grad pass; always: recompute them
     behaviour_pass: str = "auto"  # auto | always

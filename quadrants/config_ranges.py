@@ -84,7 +84,7 @@ RANGES: dict[str, Range] = {
     "train.entropy_chunk_size": _AT_LEAST_ONE,
     "train.threads": Range(0, why="0 = torch's default"),
     "train.micro_batch_size": Range(0, why="0 = the whole mini-batch in one forward/backward"),
-    "train.dlogp_rows": Range(0, why="0 = every row"),
+    "train.dlogp_rows": Range(0, null=True, why="null = auto (1/8 of the rows), 0 = every row"),
     "eval.every": Range(0, why="0 = only before and after training"),
     "eval.problems": Range(0, why="0 = no held-out evaluation"),
     "eval.samples": _AT_LEAST_ONE,

@@ -18,7 +18,7 @@ from quadrants.distributed.collectives import reduce_metrics
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
-from quadrants.ops.subsample import sample_rows
+from quadrants.ops.subsample import auto_rows, sample_rows
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.device import rollouts_to
 from quadrants.rollout.engine import Rollouts, SamplingSettings
@@ -180,10 +180,14 @@ def update_policy(
 
 def measure_dlogp(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[Tensor, Tensor]:
     """|log π_after − log π_old| per token after the update, on `train.dlogp_rows` sequences drawn
-    with the step's seed (0 = all): one extra no-grad pass over them. ([n, T], rows [n] long)."""
+    with the step's seed (None = ops.subsample.auto_rows, 0 = all): one extra no-grad pass over
+    them. ([n, T], rows [n] long)."""
     cfg = ctx.cfg
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step) + 1)
-    rows = sample_rows(batch.batch_size, cfg.train.dlogp_rows, generator).to(batch.sequences.device)
+    wanted = cfg.train.dlogp_rows
+    if wanted is None:  # auto: 1/8 of the rows, at least 2 and at least one per rank
+        wanted = auto_rows(batch.batch_size, minimum=max(2, ctx.dist.world_size))
+    rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
     after, _ = sharded_behaviour_pass(
         ctx.dist,
         ctx.model,

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from quadrants.ops.subsample import ratio_mean_se, sample_rows
+from quadrants.ops.subsample import auto_rows, ratio_mean_se, sample_rows
 
 
 def test_ratio_mean_and_standard_error_by_hand():
@@ -52,3 +52,12 @@ def test_standard_error_covers_the_full_mean_at_its_rate():
         mean, se = ratio_mean_se(values[rows], mask[rows], population=64)
         hits += bool((mean - full).abs() <= 2 * se)
     assert 0.88 <= hits / 400 <= 0.99, hits
+
+
+def test_auto_rows_is_an_eighth_of_the_batch_at_least_two_at_most_all():
+    # ceil(64 / 8) = 8; ceil(16 / 8) = 2; ceil(12 / 8) = 2; ceil(4096 / 8) = 512; ceil(65 / 8) = 9
+    assert [auto_rows(n) for n in (64, 16, 12, 4096, 65)] == [8, 2, 2, 512, 9]
+    # the floor of 2 (a standard error needs two rows), capped by the batch itself
+    assert [auto_rows(n) for n in (8, 2, 1)] == [2, 2, 1]
+    # at least one row per rank: 4 ranks, 16 rows -> 4
+    assert auto_rows(16, minimum=4) == 4
