@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmarks (Avg@n, Pass@k with standard errors, logged to MLflow).",
         epilog="presets: eval=quick (seconds, toy + two real benchmarks), eval=paper (the paper's "
         "protocol), eval=paper_ood (GPQA, MMLU-Pro, GraphWiz), eval=toy (the task's held-out "
-        "split). See README 'Evaluation'.",
+        "split). See docs/evaluation.md.",
     )
     parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
     parser.add_argument(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
 AUTO_FRACTION = 8  # auto subsample: one row in 8
 
 
@@ -23,9 +22,9 @@ def auto_rows(population: int, minimum: int = 2) -> int:
     """The default subsample size: ceil(N / 8), at least `minimum` (2, so that a standard error
     exists), never more than N. N = 64 -> 8, N = 16 -> 2, N = 4096 -> 512.
 
-    Why 1/8: the pass is a no-grad forward over the rows, about 1/3 of the update's forward and
-    backward over all N rows, so 1/8 of the rows costs about 1/24 (~4 %) of the update alone, less of
-    a step that also samples."""
+    Why 1/8: the pass is a no-grad forward over the rows, about 1/3 of the update's forward
+    and backward over all N rows, so 1/8 of the rows costs about 1/24 (~4 %) of the update
+    alone, less of a step that also samples."""
     return min(population, max(minimum, -(-population // AUTO_FRACTION)))
 
 

