@@ -36,6 +36,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
     from quadrants.models.tiny import random_tiny_policy
     from quadrants.objectives.batch import make_token_batch
     from quadrants.objectives.registry import resolve_objective
+    from quadrants.ops.quadrants import QuadrantSettings
     from quadrants.train.accumulate import backward_minibatch
     from quadrants.train.step import StepContext
     from quadrants.validation import loss_settings
@@ -76,7 +77,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
         scheduler=None,
         spec=spec,
         params=params,
-        loss_settings=loss_settings(cfg),
+        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
     )
     model.train()
     baseline = peak_rss_bytes()

@@ -144,13 +144,13 @@ NO_RANGE: dict[str, str] = {
         "the objective's keyword arguments, each checked by its objective (resolve_objective)"
     ),
     "objective.kl_estimator": "a name, checked against ops.kl (loss_settings)",
-    "quadrant.keep": "quadrant names, checked by objectives.loss.parse_keep",
+    "quadrant.keep": "quadrant names, checked by ops.quadrants.parse_keep",
     "quadrant.threshold": "a name, checked by ops.quadrants.validate_threshold",
     "quadrant.threshold_value": (
         "its range depends on quadrant.threshold (validate_threshold checks it)"
     ),
     "quadrant.denominator": (
-        "a name, checked against objectives.loss.DENOMINATORS (validate_config)"
+        "a name, checked against ops.quadrants.DENOMINATORS (validate_config)"
     ),
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",

@@ -10,16 +10,16 @@ leaf schema. Each failure names the key and the allowed values.
 
 from __future__ import annotations
 
-from quadrants.config import RolloutConfig, RunConfig
+from quadrants.config import ObjectiveConfig, RolloutConfig, RunConfig
 from quadrants.config_ranges import check_ranges
 from quadrants.distributed.collectives import validate_distributed_config
 from quadrants.eval.plan import validate_eval
 from quadrants.models.source import check_model_source
-from quadrants.objectives.loss import DENOMINATORS, LossSettings, parse_keep
+from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
-from quadrants.ops.quadrants import validate_threshold
+from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.device import validate_device
@@ -28,18 +28,14 @@ from quadrants.tasks import validate_task
 from quadrants.tasks.prompts import validate_prompt
 
 
-def loss_settings(cfg: RunConfig) -> LossSettings:
-    """The LossSettings of a run (validates keep/denominator/loss_agg/KL)."""
-    try:
-        keep = parse_keep(cfg.quadrant.keep)
-    except ValueError as err:
-        raise ValueError(f"quadrant.keep: {err}") from None
+def loss_settings(objective: ObjectiveConfig, quadrant: QuadrantSettings) -> LossSettings:
+    """The LossSettings of a run: the objective section's aggregation and KL (validated here) and
+    the run's one QuadrantSettings (`QuadrantSettings.from_config(cfg.quadrant)`)."""
     return LossSettings(
-        keep=keep,
-        denominator=cfg.quadrant.denominator,  # type: ignore[arg-type]
-        loss_agg=cfg.objective.loss_agg,
-        kl_coef=cfg.objective.kl_coef,
-        kl_estimator=cfg.objective.kl_estimator,
+        quadrant=quadrant,
+        loss_agg=objective.loss_agg,
+        kl_coef=objective.kl_coef,
+        kl_estimator=objective.kl_estimator,
     )
 
 
@@ -76,16 +72,8 @@ def validate_config(cfg: RunConfig) -> None:
             f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of "
             f"{list(LOSS_AGGREGATIONS)}"
         )
-    if cfg.quadrant.denominator not in DENOMINATORS:
-        raise ValueError(
-            f"quadrant.denominator={cfg.quadrant.denominator!r} is unknown; choose one "
-            f"of {list(DENOMINATORS)}"
-        )
-    try:
-        validate_threshold(cfg.quadrant.threshold, cfg.quadrant.threshold_value)
-    except ValueError as err:
-        raise ValueError(f"quadrant.threshold: {err}") from None
-    loss_settings(cfg)
+    # quadrant.denominator, quadrant.threshold(_value), quadrant.keep, in that order
+    loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant))
     validate_task(
         cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params), model=cfg.model.name_or_path
     )

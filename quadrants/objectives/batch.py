@@ -21,7 +21,7 @@ from torch import Tensor
 
 from quadrants.ops.advantages import constant_reward_groups, group_advantages
 from quadrants.ops.groups import group_token_mean_std
-from quadrants.ops.quadrants import QuadrantMasks, split_quadrants
+from quadrants.ops.quadrants import QuadrantMasks, QuadrantSettings, split_quadrants
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,9 @@ def fraction(mask: Tensor, of: Tensor) -> Tensor:
     return ((mask & of).sum() / of.sum().clamp_min(1)).detach().float()
 
 
+PAPER_DEFAULT = QuadrantSettings()  # group_mean threshold, every token kept
+
+
 def make_token_batch(
     *,
     sequences: Tensor,
@@ -144,8 +147,7 @@ def make_token_batch(
     group_ids: Tensor,
     normalize_std: bool = True,
     advantage_eps: float = 1e-6,
-    threshold_rule: str = "group_mean",
-    threshold_value: float | None = None,
+    quadrant: QuadrantSettings = PAPER_DEFAULT,
     ref_logp: Tensor | None = None,
     constant_by: Tensor | None = None,
 ) -> TokenBatch:
@@ -155,7 +157,7 @@ def make_token_batch(
         sequences, attention_mask: [B, L]; response_mask, old_logp, entropy: [B, T];
         rewards: [B] float; group_ids: [B] long; ref_logp: [B, T] or None.
         normalize_std, advantage_eps: GRPO advantage options (ops.advantages).
-        threshold_rule, threshold_value: the quadrant entropy threshold (ops.quadrants).
+        quadrant: the run's QuadrantSettings; its threshold rule and value split the tokens.
         constant_by: [B] float or None, the values whose equality within a group makes it a constant
             group for dynamic sampling (None: the rewards). DAPO judges by correctness, which
             differs from the rewards only when they carry a shaping term (the overlong penalty).
@@ -170,8 +172,8 @@ def make_token_batch(
         advantages,
         response_mask,
         group_ids,
-        rule=threshold_rule,
-        value=threshold_value,  # type: ignore[arg-type]
+        rule=quadrant.threshold,
+        value=quadrant.threshold_value,
     )
     mean, std, _ = group_token_mean_std(entropy.float(), response_mask, group_ids)
     ordered, _ = torch.sort(entropy[response_mask].float())

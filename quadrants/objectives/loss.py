@@ -13,9 +13,9 @@ counted and weighted, or out of it entirely. The normaliser is a named choice:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
@@ -24,33 +24,7 @@ from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS, aggregate_loss, masked_mean
 from quadrants.ops.kl import KL_ESTIMATORS, kl_penalty
-from quadrants.ops.quadrants import Quadrant
-
-Denominator = Literal["all_response_tokens", "kept_tokens"]
-DENOMINATORS: tuple[str, ...] = get_args(Denominator)
-
-
-def parse_keep(keep: str | Sequence[str] | None) -> tuple[Quadrant, ...] | None:
-    """Normalise a `quadrant.keep` value: "all"/None -> None (no isolation),
-    else a tuple of quadrants.
-
-    Accepts "PHR", "PHR,NHR", ["PHR", "NHR"], ["all"]; unknown names list the known ones.
-    """
-    if keep is None:
-        return None
-    names = (
-        [k.strip() for k in keep.split(",")] if isinstance(keep, str) else [str(k) for k in keep]
-    )
-    if not names:
-        raise ValueError("quadrant.keep is empty; give 'all' or one or more of PHR, PLR, NHR, NLR")
-    if any(n.lower() == "all" for n in names):
-        if len(names) > 1:
-            raise ValueError(
-                f"quadrant.keep={names}: 'all' cannot be combined with named quadrants"
-            )
-        return None
-    parsed = tuple(dict.fromkeys(Quadrant.parse(n) for n in names))
-    return None if len(parsed) == 4 else parsed
+from quadrants.ops.quadrants import QuadrantSettings
 
 
 @dataclass(frozen=True)
@@ -58,27 +32,21 @@ class LossSettings:
     """How per-token losses become one scalar.
 
     Attributes:
-        keep: quadrants that get gradient, or None for all tokens (plain objective).
-        denominator: `all_response_tokens` or `kept_tokens` (only matters with `keep`).
+        quadrant: the run's QuadrantSettings; the loss reads its keep set (None = all tokens) and
+            its denominator (`all_response_tokens` or `kept_tokens`, only matters with `keep`).
         loss_agg: one of ops.aggregation.LOSS_AGGREGATIONS.
         norm_length: constant length for seq-mean-token-sum-norm (None = T of the batch).
         kl_coef: weight of the per-token KL to the reference policy (0 = off, no reference model).
         kl_estimator: k1, k2 or k3.
     """
 
-    keep: tuple[Quadrant, ...] | None = None
-    denominator: Denominator = "all_response_tokens"
+    quadrant: QuadrantSettings = field(default_factory=QuadrantSettings)
     loss_agg: str = "token-mean"
     norm_length: int | None = None
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
 
     def __post_init__(self) -> None:
-        if self.denominator not in DENOMINATORS:
-            raise ValueError(
-                f"quadrant.denominator={self.denominator!r} is unknown; choose one "
-                f"of {list(DENOMINATORS)}"
-            )
         if self.loss_agg not in LOSS_AGGREGATIONS:
             raise ValueError(
                 f"objective.loss_agg={self.loss_agg!r} is unknown; choose one of "
@@ -130,8 +98,9 @@ def compute_loss(
         kl = kl_penalty(policy.logp, batch.ref_logp, settings.kl_estimator) * denominator  # [B, T]
         per_token = per_token + settings.kl_coef * kl
         metrics["kl_ref"] = masked_mean(kl.detach(), denominator)
-    keep_mask = mask if settings.keep is None else batch.quadrants.union(settings.keep) & mask
-    if settings.denominator == "kept_tokens":
+    keep = settings.quadrant.keep
+    keep_mask = mask if keep is None else batch.quadrants.union(keep) & mask
+    if settings.quadrant.denominator == "kept_tokens":
         denominator = denominator & keep_mask
     # A token outside the denominator is out of the batch: it carries no loss and no gradient,
     # whatever the objective put there (EntroReg's entropy bonus on a group dynamic sampling

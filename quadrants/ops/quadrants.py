@@ -22,10 +22,10 @@ Shape legend: **B** sequences · **T** response tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -53,6 +53,10 @@ class Quadrant(str, Enum):
 
 ThresholdRule = Literal["group_mean", "batch_quantile", "fixed"]
 THRESHOLD_RULES: tuple[str, ...] = get_args(ThresholdRule)
+
+# the loss's normaliser under quadrant isolation (objectives/loss.py)
+Denominator = Literal["all_response_tokens", "kept_tokens"]
+DENOMINATORS: tuple[str, ...] = get_args(Denominator)
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,83 @@ def validate_threshold(rule: str, value: float | None) -> None:
     if rule == "fixed" and (value is None or not 0.0 <= value < float("inf")):
         raise ValueError(
             f"threshold rule fixed needs threshold_value tau in [0, inf) nats, got {value}"
+        )
+
+
+def parse_keep(keep: str | Sequence[str] | None) -> tuple[Quadrant, ...] | None:
+    """Normalise a `quadrant.keep` value: "all"/None -> None (no isolation),
+    else a tuple of quadrants.
+
+    Accepts "PHR", "PHR,NHR", ["PHR", "NHR"], ["all"]; unknown names list the known ones.
+    """
+    if keep is None:
+        return None
+    names = (
+        [k.strip() for k in keep.split(",")] if isinstance(keep, str) else [str(k) for k in keep]
+    )
+    if not names:
+        raise ValueError("quadrant.keep is empty; give 'all' or one or more of PHR, PLR, NHR, NLR")
+    if any(n.lower() == "all" for n in names):
+        if len(names) > 1:
+            raise ValueError(
+                f"quadrant.keep={names}: 'all' cannot be combined with named quadrants"
+            )
+        return None
+    parsed = tuple(dict.fromkeys(Quadrant.parse(n) for n in names))
+    return None if len(parsed) == 4 else parsed
+
+
+def check_denominator(denominator: str) -> None:
+    """Raise ValueError naming `quadrant.denominator` and the allowed names."""
+    if denominator not in DENOMINATORS:
+        raise ValueError(
+            f"quadrant.denominator={denominator!r} is unknown; choose one of {list(DENOMINATORS)}"
+        )
+
+
+@dataclass(frozen=True)
+class QuadrantSettings:
+    """Everything `quadrant=...` decides, in one object: which tokens get gradient and how they are
+    split and counted. The token-batch builder reads the threshold, the loss the keep set and the
+    denominator.
+
+    Attributes:
+        keep: quadrants that get gradient, or None for all tokens (plain objective).
+        threshold: the entropy threshold rule, one of THRESHOLD_RULES.
+        threshold_value: q for batch_quantile, tau (nats) for fixed, None for group_mean.
+        denominator: `all_response_tokens` or `kept_tokens` (only matters with `keep`).
+    """
+
+    keep: tuple[Quadrant, ...] | None = None
+    threshold: ThresholdRule = "group_mean"
+    threshold_value: float | None = None
+    denominator: Denominator = "all_response_tokens"
+
+    def __post_init__(self) -> None:
+        check_denominator(self.denominator)
+        try:
+            validate_threshold(self.threshold, self.threshold_value)
+        except ValueError as err:
+            raise ValueError(f"quadrant.threshold: {err}") from None
+
+    @classmethod
+    def from_config(cls, section: Any) -> QuadrantSettings:
+        """The settings of a run's `quadrant` config section (keep, threshold, threshold_value,
+        denominator); each failure names its key and the allowed values."""
+        check_denominator(section.denominator)
+        try:
+            validate_threshold(section.threshold, section.threshold_value)
+        except ValueError as err:
+            raise ValueError(f"quadrant.threshold: {err}") from None
+        try:
+            keep = parse_keep(section.keep)
+        except ValueError as err:
+            raise ValueError(f"quadrant.keep: {err}") from None
+        return cls(
+            keep=keep,
+            threshold=section.threshold,
+            threshold_value=section.threshold_value,
+            denominator=section.denominator,
         )
 
 

@@ -27,6 +27,7 @@ from quadrants.config import RunConfig
 from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.credit import Branches, sample_rest_tokens, top_branches
+from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import Positions, branching_cost
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
@@ -87,8 +88,7 @@ def sample_batch(
         group_ids=rollouts.group_ids,
         normalize_std=cfg.advantage.normalize_std,
         advantage_eps=cfg.advantage.eps,
-        threshold_rule=cfg.quadrant.threshold,
-        threshold_value=cfg.quadrant.threshold_value,
+        quadrant=QuadrantSettings.from_config(cfg.quadrant),
     )
     return SampledBatch(rollouts=rollouts, rewards=rewards, golds=golds, batch=batch)
 

@@ -14,6 +14,7 @@ from quadrants.config import RunConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import ObjectiveSpec
+from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts
 from quadrants.tasks.base import Task
@@ -32,11 +33,17 @@ class StepContext:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     spec: ObjectiveSpec
     params: dict[str, Any]
-    loss_settings: LossSettings
+    loss_settings: LossSettings  # its `quadrant`: the run's one QuadrantSettings
     dist: DistEnv = field(default_factory=DistEnv)  # rank layout (world 1 = one plain process)
     device: torch.device = field(
         default_factory=lambda: torch.device("cpu")
     )  # train.device, resolved
+
+    @property
+    def quadrant(self) -> QuadrantSettings:
+        """The run's quadrant settings, built once (with the loss settings): the token-batch
+        builder reads the threshold from it, the loss the keep set and the denominator."""
+        return self.loss_settings.quadrant
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
 from quadrants.objectives.registry import resolve_objective
+from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.device import resolve_device
 from quadrants.tasks import RenderedTask, make_task
@@ -100,7 +101,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         scheduler=scheduler,
         spec=spec,
         params=params,
-        loss_settings=loss_settings(cfg),
+        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
         dist=dist_env,
         device=device,
     )

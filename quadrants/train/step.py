@@ -135,8 +135,7 @@ def build_batch(
         group_ids=rollouts.group_ids,
         normalize_std=cfg.advantage.normalize_std,
         advantage_eps=cfg.advantage.eps,
-        threshold_rule=cfg.quadrant.threshold,
-        threshold_value=cfg.quadrant.threshold_value,
+        quadrant=ctx.quadrant,
         ref_logp=None if ref_logp is None else ref_logp * mask,
         constant_by=correct if cfg.rollout.overlong_buffer else None,
     )

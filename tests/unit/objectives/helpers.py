@@ -15,6 +15,7 @@ from torch import Tensor
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
 from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import resolve_objective
+from quadrants.ops.quadrants import QuadrantSettings
 
 PAD = 0.0  # value put on padding positions of old_logp / ratios (never read)
 
@@ -79,12 +80,12 @@ def run(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """resolve_objective + compute_loss, the way the train step calls them.
 
-    `keep` / `quadrant_denominator` / `loss_agg` / `kl_*` go to LossSettings; the rest are objective params.
+    `keep` / `quadrant_denominator` go to QuadrantSettings, `loss_agg` / `kl_*` to LossSettings;
+    the rest are objective params.
     """
     spec, full = resolve_objective(name, params)
     settings = LossSettings(
-        keep=keep,
-        denominator=quadrant_denominator,
+        quadrant=QuadrantSettings(keep=keep, denominator=quadrant_denominator),  # type: ignore[arg-type]
         loss_agg=loss_agg,
         norm_length=norm_length,  # type: ignore[arg-type]
         kl_coef=kl_coef,

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from quadrants.objectives.batch import PolicyOutput
-from quadrants.objectives.loss import LossSettings, compute_loss, parse_keep
+from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS, aggregate_loss
-from quadrants.ops.quadrants import Quadrant
+from quadrants.ops.quadrants import Quadrant, QuadrantSettings, parse_keep
 
 from .helpers import (
     GRPO_RATIOS,
@@ -140,7 +140,6 @@ def test_parse_keep():
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        ({"denominator": "selected_tokens"}, r"quadrant.denominator='selected_tokens' is unknown"),
         ({"loss_agg": "sum"}, r"objective.loss_agg='sum' is unknown"),
         ({"kl_estimator": "k4"}, r"objective.kl_estimator='k4' is unknown"),
         ({"kl_coef": -0.1}, r"objective.kl_coef=-0.1 is out of range"),
@@ -149,6 +148,20 @@ def test_parse_keep():
 def test_loss_settings_validation(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
         LossSettings(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"denominator": "selected_tokens"}, r"quadrant.denominator='selected_tokens' is unknown"),
+        ({"threshold": "median"}, r"quadrant.threshold: entropy threshold rule 'median'"),
+        ({"threshold": "fixed"}, r"quadrant.threshold: .*fixed needs threshold_value tau"),
+        ({"threshold_value": 0.5}, r"quadrant.threshold: .*group_mean takes no threshold_value"),
+    ],
+)
+def test_quadrant_settings_validation(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        QuadrantSettings(**kwargs)
 
 
 # ---- invariants on seeded random batches, for every registered objective -------------------------
@@ -173,7 +186,7 @@ def _loss(name, params, tb, logp, entropy, keep, loss_agg, kl_coef):
     spec, full = resolve_objective(name, params)
     policy = PolicyOutput(logp=logp, entropy=entropy if spec.wants_entropy(full) else None)
     settings = LossSettings(
-        keep=keep, denominator="all_response_tokens", loss_agg=loss_agg, kl_coef=kl_coef
+        quadrant=QuadrantSettings(keep=keep), loss_agg=loss_agg, kl_coef=kl_coef
     )
     torch.manual_seed(1234)  # clip_cov draws from the global RNG: the same draw for every call
     return compute_loss(spec, full, tb, policy, settings)

@@ -18,11 +18,12 @@ def _weighted(name, params, tb, logp, entropy, keep, weights, kl_coef=0.0, loss_
     from quadrants.objectives.batch import PolicyOutput
     from quadrants.objectives.loss import LossSettings, compute_loss
     from quadrants.objectives.registry import resolve_objective
+    from quadrants.ops.quadrants import QuadrantSettings
 
     spec, full = resolve_objective(name, params)
     policy = PolicyOutput(logp=logp, entropy=entropy if spec.wants_entropy(full) else None)
     settings = LossSettings(
-        keep=keep, denominator="all_response_tokens", loss_agg=loss_agg, kl_coef=kl_coef
+        quadrant=QuadrantSettings(keep=keep), loss_agg=loss_agg, kl_coef=kl_coef
     )
     torch.manual_seed(1234)  # clip_cov draws from the global RNG, as in test_loss._loss
     return compute_loss(spec, full, tb, policy, settings, is_weights=weights)

@@ -14,6 +14,7 @@ from quadrants.models.loading import load_policy
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.registry import known_objectives, resolve_objective
+from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.step import StepContext
 from quadrants.validation import loss_settings
@@ -64,7 +65,7 @@ def gradients(objective: str, micro: int, model, batch):
         scheduler=None,
         spec=spec,
         params=params,
-        loss_settings=loss_settings(cfg),
+        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
     )
     loss, metrics = backward_minibatch(ctx, batch, None)
     return (

@@ -33,7 +33,7 @@ from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
-from quadrants.ops.quadrants import Quadrant, QuadrantMasks
+from quadrants.ops.quadrants import Quadrant, QuadrantMasks, QuadrantSettings
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.device import model_device, resolve_device, rollouts_to
 from quadrants.rollout.engine import Rollouts
@@ -63,8 +63,7 @@ def batch_inputs(rule: str = "group_mean", value: float | None = None) -> dict:
         entropy=entropy * MASK,
         rewards=torch.tensor([1.0, 0.0, 1.0, 1.0]),
         group_ids=torch.tensor([0, 0, 1, 1]),
-        threshold_rule=rule,
-        threshold_value=value,
+        quadrant=QuadrantSettings(threshold=rule, threshold_value=value),  # type: ignore[arg-type]
         ref_logp=torch.full((B, T), -1.1) * MASK,
     )
 
@@ -94,8 +93,7 @@ def policy_on(device: torch.device, with_entropy: bool) -> PolicyOutput:
 SETTINGS = [
     LossSettings(),
     LossSettings(
-        keep=(Quadrant.PHR, Quadrant.NLR),
-        denominator="kept_tokens",
+        quadrant=QuadrantSettings(keep=(Quadrant.PHR, Quadrant.NLR), denominator="kept_tokens"),
         loss_agg="seq-mean-token-sum-norm",
         kl_coef=0.1,
         kl_estimator="k3",
