@@ -2,7 +2,9 @@
 
 - `collect_blocks`: prompts in blocks, block b generated and graded by rank b % W, all blocks
   gathered in block order on every rank (world-size invariant: the same blocks, seeds and global
-  order for any W, which is what lets a 2-process run reproduce a 1-process run).
+  order for any W, which is what lets a 2-process run reproduce a 1-process run). It is the one
+  collect path: a single process without `distributed.prompts_per_generate` is one block, generated
+  with the round's own seed.
 - `sharded_behaviour_pass`: each rank's 1/W of the rows through the no-grad pass, gathered.
 - `sharded_policy_output`: each rank's share of a mini-batch through the policy with grad, the other
   shares' detached values spliced around it.
@@ -84,8 +86,10 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 
 
 def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSettings) -> Collected:
-    """Generate and grade this rank's blocks of `problems`, then gather every
-    block on every rank."""
+    """Generate and grade this rank's blocks of `problems`, then gather every block on every rank.
+
+    With one process and no `distributed.prompts_per_generate` there is one block (every problem),
+    seeded with `sampling.seed` itself, and the gather returns it unchanged."""
     from quadrants.train.context import Collected
 
     env: DistEnv = ctx.dist

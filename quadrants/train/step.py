@@ -66,19 +66,9 @@ def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
         max_new_tokens=cfg.rollout.max_new_tokens,
         seed=seed,
     )
-    if ctx.dist.sharded or cfg.distributed.prompts_per_generate:
-        collected = collect_blocks(
-            ctx, problems, sampling
-        )  # blocks of prompts dealt to ranks, gathered
-    else:
-        t0 = time.perf_counter()
-        rollouts = ctx.engine.generate([p.prompt for p in problems], sampling)
-        t1 = time.perf_counter()
-        golds = [problems[int(g)].answer for g in rollouts.group_ids]
-        graded = ctx.grader.grade(rollouts.texts, golds)
-        t2 = time.perf_counter()
-        rewards = torch.tensor(graded.rewards, dtype=torch.float32)
-        collected = Collected(rollouts, rewards, list(graded.outcomes), t1 - t0, t2 - t1)
+    # blocks of prompts dealt to ranks, gathered; one plain process without
+    # distributed.prompts_per_generate is one block with the round's seed (block_seed(s, 0) = s)
+    collected = collect_blocks(ctx, problems, sampling)
     if not cfg.rollout.overlong_buffer:
         return collected
     penalty = overlong_penalty(
