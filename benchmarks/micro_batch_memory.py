@@ -38,6 +38,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
     from quadrants.objectives.registry import resolve_objective
     from quadrants.ops.quadrants import QuadrantSettings
     from quadrants.train.accumulate import backward_minibatch
+    from quadrants.train.context import PassSettings
     from quadrants.train.step import StepContext
     from quadrants.validation import loss_settings
 
@@ -78,6 +79,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
         spec=spec,
         params=params,
         loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        passes=PassSettings.from_config(cfg.rollout, cfg.train),
     )
     model.train()
     baseline = peak_rss_bytes()

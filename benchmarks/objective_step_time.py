@@ -25,6 +25,7 @@ from quadrants.models.tiny import random_tiny_policy
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import known_objectives, resolve_objective
+from quadrants.train.context import PassSettings
 from quadrants.train.step import StepContext, update_policy
 
 
@@ -81,6 +82,7 @@ def main() -> None:
             spec=spec,
             params=params,
             loss_settings=LossSettings(),
+            passes=PassSettings.from_config(cfg.rollout, cfg.train),
         )
         start = time.perf_counter()
         update_policy(ctx, batch, step=0)

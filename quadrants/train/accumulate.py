@@ -44,13 +44,12 @@ def backward_minibatch(
     Returns:
         (loss [] detached, objective metrics).
     """
-    cfg = ctx.cfg
     passes = dict(
-        temperature=cfg.rollout.temperature,
-        chunk_size=cfg.train.entropy_chunk_size,
+        temperature=ctx.passes.temperature,
+        chunk_size=ctx.passes.chunk_size,
         with_entropy=ctx.spec.wants_entropy(ctx.params),
     )
-    micro = cfg.train.micro_batch_size
+    micro = ctx.cfg.train.micro_batch_size
     if not micro or micro >= mini.batch_size:
         policy = sharded_policy_output(ctx.dist, ctx.model, mini, **passes)
         loss, metrics = compute_loss(

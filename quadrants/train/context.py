@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from quadrants.config import RunConfig
+from quadrants.config import RolloutConfig, RunConfig, TrainConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import ObjectiveSpec
@@ -18,6 +18,30 @@ from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts
 from quadrants.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class PassSettings:
+    """What every forward of the step over a policy needs, read from the config once.
+
+    Attributes:
+        temperature: log-probs and entropy are those of softmax(logits / temperature), the sampling
+            temperature (rollout.temperature).
+        chunk_size: vocabulary chunk of the log-softmax and entropy (train.entropy_chunk_size).
+        batch_size: sequences per call of a no-grad pass (train.mini_batch_size).
+    """
+
+    temperature: float
+    chunk_size: int
+    batch_size: int
+
+    @classmethod
+    def from_config(cls, rollout: RolloutConfig, train: TrainConfig) -> PassSettings:
+        return cls(
+            temperature=rollout.temperature,
+            chunk_size=train.entropy_chunk_size,
+            batch_size=train.mini_batch_size,
+        )
 
 
 @dataclass
@@ -34,6 +58,7 @@ class StepContext:
     spec: ObjectiveSpec
     params: dict[str, Any]
     loss_settings: LossSettings  # its `quadrant`: the run's one QuadrantSettings
+    passes: PassSettings  # temperature, chunk and rows of every policy forward
     dist: DistEnv = field(default_factory=DistEnv)  # rank layout (world 1 = one plain process)
     device: torch.device = field(
         default_factory=lambda: torch.device("cpu")

@@ -42,6 +42,7 @@ from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
+from quadrants.train.context import PassSettings
 from quadrants.train.distributed_step import prepare_policy
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
@@ -102,6 +103,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         spec=spec,
         params=params,
         loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        passes=PassSettings.from_config(cfg.rollout, cfg.train),
         dist=dist_env,
         device=device,
     )

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, replace
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import reduce_metrics
@@ -84,6 +84,24 @@ def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
     )
 
 
+def no_grad_pass(
+    ctx: StepContext, model: nn.Module, sequences: Tensor, attention_mask: Tensor, length: int
+) -> tuple[Tensor, Tensor]:
+    """`model`'s log-probs and entropy ([B, T] each) over the last `length` tokens, no grad, with
+    the step's PassSettings, the rows spread over the ranks."""
+    passes = ctx.passes
+    return sharded_behaviour_pass(
+        ctx.dist,
+        model,
+        sequences,
+        attention_mask,
+        length,
+        temperature=passes.temperature,
+        chunk_size=passes.chunk_size,
+        batch_size=passes.batch_size,
+    )
+
+
 def build_batch(
     ctx: StepContext, rollouts: Rollouts, rewards: Tensor, correct: Tensor | None = None
 ) -> TokenBatch:
@@ -96,24 +114,15 @@ def build_batch(
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)  # [B, P + T]
     attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
     length = rollouts.response_ids.shape[1]
-    passes = dict(
-        temperature=cfg.rollout.temperature,
-        chunk_size=cfg.train.entropy_chunk_size,
-        batch_size=cfg.train.mini_batch_size,
-    )
     if engine_behaviour_is_exact(
         cfg, ctx.spec, rollouts
     ):  # train.behaviour_pass=auto (quadrants/train/behaviour.py)
         old_logp, entropy = rollouts.behaviour_logp, rollouts.behaviour_entropy
     else:
-        old_logp, entropy = sharded_behaviour_pass(
-            ctx.dist, ctx.model, sequences, attention_mask, length, **passes
-        )
+        old_logp, entropy = no_grad_pass(ctx, ctx.model, sequences, attention_mask, length)
     ref_logp = None
     if ctx.ref_model is not None:
-        ref_logp, _ = sharded_behaviour_pass(
-            ctx.dist, ctx.ref_model, sequences, attention_mask, length, **passes
-        )
+        ref_logp, _ = no_grad_pass(ctx, ctx.ref_model, sequences, attention_mask, length)
     mask = rollouts.response_mask
     return make_token_batch(
         sequences=sequences,
@@ -177,15 +186,8 @@ def measure_dlogp(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[Tenso
     if wanted is None:  # auto: 1/8 of the rows, at least 2 and at least one per rank
         wanted = auto_rows(batch.batch_size, minimum=max(2, ctx.dist.world_size))
     rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
-    after, _ = sharded_behaviour_pass(
-        ctx.dist,
-        ctx.model,
-        batch.sequences[rows],
-        batch.attention_mask[rows],
-        batch.response_length,
-        temperature=cfg.rollout.temperature,
-        chunk_size=cfg.train.entropy_chunk_size,
-        batch_size=cfg.train.mini_batch_size,
+    after, _ = no_grad_pass(
+        ctx, ctx.model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
     )
     return (after - batch.old_logp[rows]).abs() * batch.response_mask[rows], rows
 

@@ -16,6 +16,7 @@ from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.train.accumulate import backward_minibatch
+from quadrants.train.context import PassSettings
 from quadrants.train.step import StepContext
 from quadrants.validation import loss_settings
 
@@ -66,6 +67,7 @@ def gradients(objective: str, micro: int, model, batch):
         spec=spec,
         params=params,
         loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        passes=PassSettings.from_config(cfg.rollout, cfg.train),
     )
     loss, metrics = backward_minibatch(ctx, batch, None)
     return (
