@@ -65,6 +65,9 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 48
+    # the HF engine's decode: fast (fused step, finished rows dropped; Llama-family models, others
+    # take loop) | loop (draws exactly generate's tokens) | generate (rollout/hf.py)
+    hf_decode: str = "fast"
     # train–inference mismatch: truncated importance weights min(π_old/μ_engine, cap) on the
     # per-token loss, per token or per sequence (ops/mismatch.py); none = only logged
     mismatch_correction: str = "none"  # none | token | sequence

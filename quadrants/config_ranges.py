@@ -135,6 +135,7 @@ NO_RANGE: dict[str, str] = {
     "prompt.instruction": "free text (null = the format's own instruction)",
     "rollout.engine": "a name, checked against the registered engines (rollout/registry.py)",
     "rollout.mismatch_correction": "a name, checked against ops.mismatch (validate_rollout_engine)",
+    "rollout.hf_decode": "a choice of fast, loop, generate, checked by validate_rollout_engine",
     "rollout.vllm.enforce_eager": "a flag",
     "rollout.vllm.sleep_level": "a choice of 0, 1, 2, checked by validate_rollout_engine",
     "rollout.vllm.in_process": "a flag",

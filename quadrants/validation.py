@@ -22,6 +22,7 @@ from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
 from quadrants.rewards.extract import EXTRACTIONS
+from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.device import validate_device
 from quadrants.rollout.registry import get_engine
 from quadrants.tasks import validate_task
@@ -40,12 +41,16 @@ def loss_settings(objective: ObjectiveConfig, quadrant: QuadrantSettings) -> Los
 
 
 def validate_rollout_engine(rollout: RolloutConfig) -> None:
-    """The mismatch correction and the vLLM engine's settings (checked whatever the engine; their
-    numeric ranges are in config_ranges.RANGES)."""
+    """The mismatch correction, the HF engine's decode and the vLLM engine's settings (checked
+    whatever the engine; their numeric ranges are in config_ranges.RANGES)."""
     if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
         raise ValueError(
             f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
             f"choose one of {list(MISMATCH_CORRECTIONS)}"
+        )
+    if rollout.hf_decode not in HF_DECODES:
+        raise ValueError(
+            f"rollout.hf_decode={rollout.hf_decode!r} is unknown; choose one of {list(HF_DECODES)}"
         )
     if rollout.overlong_buffer > rollout.max_new_tokens:
         raise ValueError(

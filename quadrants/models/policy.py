@@ -4,6 +4,11 @@ Position ids are rebuilt from the attention mask so that left-padded prompts see
 as they did inside `generate` (a plain forward would count the padding and shift every position).
 Only the last T + 1 positions go through the LM head (`logits_to_keep`).
 
+Rows that share a prompt (a GRPO group's G responses) share its forward: each distinct prompt runs
+once with a KV cache, the cache is copied to its rows, and the responses continue from it
+(`shared_prompts`). The update then computes P + G·T positions per group where the plain forward
+computes G·(P + T), with gradients flowing back through the copied cache into the one prompt pass.
+
 The LM head itself is fused with the log-prob and entropy reduction (ops/fused_head.py) when the
 model's logits are a plain linear map of its last hidden states (no soft-capping or scaling): for
 the duration of the call the head's `forward` is replaced by one that returns [B, T, 2]
@@ -19,6 +24,8 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
@@ -50,14 +57,20 @@ def fused_head(model: nn.Module) -> nn.Linear | None:
 
 @contextmanager
 def _head_reduces(
-    head: nn.Linear, targets: Tensor, temperature: float, chunk_size: int
+    head: nn.Linear,
+    targets: Tensor,
+    temperature: float,
+    chunk_size: int,
+    prefix: Tensor | None = None,
 ) -> Iterator[None]:
     """While inside, `head(hidden [B, T + 1, H])` returns [B, T, 2]: (logp of
-    `targets`, entropy)."""
+    `targets`, entropy). With `prefix` [B, 1, H] (the last prompt position's hidden state, from
+    an earlier call), `hidden` is [B, T, H]: the response positions only."""
 
     def forward(hidden: Tensor) -> Tensor:
+        states = hidden[:, :-1] if prefix is None else torch.cat([prefix, hidden[:, :-1]], dim=1)
         logp, entropy = head_logprobs_and_entropy(
-            hidden[:, :-1],
+            states,
             head.weight,
             targets,
             head.bias,
@@ -67,6 +80,20 @@ def _head_reduces(
         return torch.stack([logp, entropy], dim=-1)
 
     head.forward = forward  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+@contextmanager
+def _head_passes_hidden(head: nn.Linear | None) -> Iterator[None]:
+    """While inside, `head` (when not None) returns its input: the model's "logits" are its last
+    hidden states."""
+    if head is None:
+        yield
+        return
+    head.forward = lambda hidden: hidden  # type: ignore[method-assign]
     try:
         yield
     finally:
@@ -87,6 +114,7 @@ def response_logprobs(
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
+    share_prompts: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropy) of the response tokens under `model` at `temperature`.
 
@@ -94,10 +122,26 @@ def response_logprobs(
         sequences: [B, L] long, prompt + response (response = the last T positions).
         attention_mask: [B, L] bool.
         response_length: T.
+        share_prompts: one forward per distinct prompt where rows share one (`shared_prompts`);
+            False = every row's prompt is computed (the reference the shared path is tested on).
 
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
     """
+    shared = (
+        shared_prompts(model, sequences, attention_mask, response_length) if share_prompts else None
+    )
+    if shared is not None:
+        return _shared_prompt_logprobs(
+            model,
+            sequences,
+            attention_mask,
+            response_length,
+            *shared,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+        )
     inputs = dict(
         input_ids=sequences,
         attention_mask=attention_mask.long(),
@@ -112,6 +156,94 @@ def response_logprobs(
             reduced = model(**inputs).logits  # [B, T, 2]
         return reduced[..., 0], reduced[..., 1] if with_entropy else None
     logits = model(**inputs).logits[:, :-1]  # [B, T, V]: position P-1+t predicts response token t
+    return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
+
+
+def _checkpoints_activations(model: nn.Module) -> bool:
+    """transformers' activation checkpointing flag (`is_gradient_checkpointing` before v5)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if name in dir(type(model)):
+            return bool(getattr(model, name))
+    return False
+
+
+def shared_prompts(
+    model: nn.Module, sequences: Tensor, attention_mask: Tensor, response_length: int
+) -> tuple[Tensor, Tensor] | None:
+    """(first [U], copies [B]) when rows share a prompt (a GRPO group's G rows do) and the model
+    can continue a batch of prompts from a cache: `first[u]` is a row holding distinct prompt u,
+    `copies[b]` the distinct prompt of row b. None: every prompt is distinct, there is no prompt,
+    the model checkpoints activations (transformers then drops the cache), or a layer's cache is
+    not plain full attention."""
+    prompt_length = sequences.shape[1] - response_length
+    if prompt_length < 1 or response_length < 1:
+        return None
+    if not hasattr(model, "config") or _checkpoints_activations(model):
+        return None
+    prompts = torch.cat([sequences[:, :prompt_length], attention_mask[:, :prompt_length].long()], 1)
+    distinct, copies = torch.unique(prompts, dim=0, return_inverse=True)  # [U, 2P], [B]
+    if distinct.shape[0] == sequences.shape[0]:
+        return None
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except Exception:  # a config transformers' cache does not understand: the plain path
+        return None
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    rows = torch.arange(sequences.shape[0], device=sequences.device)
+    first = torch.full((distinct.shape[0],), sequences.shape[0], device=sequences.device)
+    first = first.scatter_reduce(0, copies, rows, reduce="amin")
+    return first, copies
+
+
+def _shared_prompt_logprobs(
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    first: Tensor,
+    copies: Tensor,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """`response_logprobs` computing each distinct prompt once: the U prompts go through the model
+    with a cache, the cache is copied to the B rows (`index_select`, so the gradients of the G rows
+    that share a prompt add up in it), and the responses continue from it. The same function of
+    the weights as the plain path (attention over prompt keys, then response keys); float32
+    rounding differs (tests/unit/models/test_shared_prompts.py)."""
+    prompt_length = sequences.shape[1] - response_length
+    prompt_mask = attention_mask[first, :prompt_length].long()  # [U, P]
+    cache = DynamicCache(config=model.config)
+    head = fused_head(model)
+    with _head_passes_hidden(head):
+        last = model(
+            input_ids=sequences[first, :prompt_length],
+            attention_mask=prompt_mask,
+            position_ids=position_ids_from_mask(prompt_mask),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits  # [U, 1, H] hidden states (fused head) or [U, 1, V] logits
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, copies)  # [U, ...] -> [B, ...]
+        layer.values = layer.values.index_select(0, copies)
+    last = last.index_select(0, copies)
+    targets = sequences[:, prompt_length:]  # [B, T]
+    inputs = dict(
+        input_ids=targets,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask)[:, prompt_length:],
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=0,  # every response position
+    )
+    if head is not None:
+        with _head_reduces(head, targets, temperature, chunk_size, prefix=last):
+            reduced = model(**inputs).logits  # [B, T, 2]
+        return reduced[..., 0], reduced[..., 1] if with_entropy else None
+    logits = torch.cat([last, model(**inputs).logits[:, :-1]], dim=1)  # [B, T, V]
     return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
 
 

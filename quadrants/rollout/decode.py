@@ -28,6 +28,9 @@ from torch import Tensor, nn
 from transformers import DynamicCache, TopPLogitsWarper
 from transformers.cache_utils import DynamicLayer
 
+# the HF engine's decode paths (rollout.hf_decode; quadrants/rollout/hf.py says what each does)
+HF_DECODES = ("fast", "loop", "generate")
+
 
 class PreallocatedLayer(DynamicLayer):
     """A `DynamicLayer` whose keys and values live in one buffer sized for the whole decode
@@ -93,6 +96,20 @@ def step_logp_entropy(logits: Tensor, tokens: Tensor, temperature: float) -> tup
     return log_probs.gather(-1, tokens[:, None]).squeeze(-1), entropy
 
 
+def draw(
+    logits: Tensor, temperature: float, top_p_warper: TopPLogitsWarper | None, prompt_ids: Tensor
+) -> Tensor:
+    """One token per row from float32 `logits` [B, V] -> [B] long, as `generate` samples with the
+    HF engine's processors: τ = 0 is the argmax; else softmax(logits / τ), top-p when
+    `top_p_warper` is set (it ignores `prompt_ids`), one `torch.multinomial` draw per row."""
+    if temperature == 0:
+        return torch.argmax(logits, dim=-1)
+    scores = logits / temperature
+    if top_p_warper is not None:
+        scores = top_p_warper(prompt_ids, scores)
+    return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+
+
 @torch.no_grad()
 def sample(
     model: nn.Module,
@@ -136,13 +153,7 @@ def sample(
     tokens, logps, entropies = [], [], []
     for step in range(max_new_tokens):
         logits = out.logits[:, -1].float()  # [B, V]
-        if greedy:
-            next_tokens = torch.argmax(logits, dim=-1)
-        else:
-            scores = logits / temperature
-            if top_p_warper is not None:
-                scores = top_p_warper(prompt_ids, scores)
-            next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        next_tokens = draw(logits, temperature, top_p_warper, prompt_ids)
         next_tokens = next_tokens * unfinished + pad_id * (1 - unfinished)  # [B]
         if record:
             logp, entropy = step_logp_entropy(logits, next_tokens, record_at)

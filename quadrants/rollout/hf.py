@@ -2,11 +2,15 @@
 
 Because the engine samples from the very module being trained, `sync_weights` has nothing to copy.
 
-Decoding: by default the engine's own loop (quadrants/rollout/decode.py), which draws for a fixed
-seed exactly the tokens `generate` draws with the processors below and also records each step's
-entropy (`Rollouts.behaviour_entropy`), so the step can skip its separate behaviour pass
-(train.behaviour_pass). `lean=False` runs `generate` itself (the reference the loop is tested
-against).
+Decoding (`decode`, the config key `rollout.hf_decode`):
+- `fast` (default): for Llama-family models (Llama, Qwen2) the fused step with finished rows dropped
+  (quadrants/rollout/fast_decode.py), the same per-token distributions as `loop` to float tolerance;
+  any other model takes `loop`, said once in the log.
+- `loop`: the engine's own loop (quadrants/rollout/decode.py), which draws for a fixed seed exactly
+  the tokens `generate` draws with the processors below.
+- `generate`: `model.generate` itself (the reference the loop is tested against).
+`fast` and `loop` also record each step's entropy (`Rollouts.behaviour_entropy`), so the step can
+skip its separate behaviour pass (train.behaviour_pass).
 
 Behaviour log-probs: at each decoding step `SampledLogprobs` (a logits processor that runs before
 the temperature and top-p warpers, which quadrants passes itself) keeps log_softmax(logits / T) of
@@ -21,6 +25,8 @@ a repetition penalty) cannot change the distribution behind the trainer's back.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor, nn
 from transformers import (
@@ -32,10 +38,13 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from quadrants.rollout.decode import sample
+from quadrants.rollout.decode import HF_DECODES, sample
 from quadrants.rollout.device import model_device
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
+from quadrants.rollout.fast_decode import fast_decode_unsupported, sample_fast
 from quadrants.rollout.weights import copy_weights
+
+log = logging.getLogger(__name__)
 
 
 class SampledLogprobs(LogitsProcessor):
@@ -75,7 +84,7 @@ class HFEngine:
     Args:
         logprobs: record behaviour log-probs and entropy (training); False returns zero log-probs
             and no entropy (evaluation needs texts).
-        lean: decode with quadrants' own loop (default); False = `model.generate`, which records
+        decode: `fast` (default), `loop` or `generate` (module docstring); `generate` records
             log-probs but no entropy.
     """
 
@@ -85,8 +94,10 @@ class HFEngine:
         tokenizer: PreTrainedTokenizerBase,
         *,
         logprobs: bool = True,
-        lean: bool = True,
+        decode: str = "fast",
     ) -> None:
+        if decode not in HF_DECODES:
+            raise ValueError(f"rollout.hf_decode={decode!r} is unknown; choose one of {HF_DECODES}")
         if tokenizer.pad_token_id is None:
             raise ValueError(
                 "the tokenizer has no pad token; set tokenizer.pad_token before rollouts"
@@ -96,7 +107,8 @@ class HFEngine:
         self.tokenizer.padding_side = "left"
         self.logprobs = logprobs
         self.stop_ids = stop_token_ids(model, tokenizer)
-        self.lean = lean
+        self.decode = decode
+        self._said_why_not_fast = False
 
     def sync_weights(self, model: nn.Module) -> None:
         if model is not self.model:
@@ -120,8 +132,8 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         device = model_device(self.model)
-        if self.lean:
-            decoded = sample(
+        if self.decode != "generate":
+            decoded = self._sampler()(
                 self.model,
                 prompt_ids.to(device),
                 prompt_mask.to(device),
@@ -157,6 +169,18 @@ class HFEngine:
             finished=finished,
             behaviour_entropy=None if entropy is None else entropy * response_mask,
         )
+
+    def _sampler(self):
+        """`sample_fast` when `decode` is fast and the model takes it, else `decode.sample`."""
+        if self.decode != "fast":
+            return sample
+        why_not = fast_decode_unsupported(self.model)
+        if why_not is None:
+            return sample_fast
+        if not self._said_why_not_fast:
+            log.info("rollout.hf_decode=fast falls back to the loop: %s", why_not)
+            self._said_why_not_fast = True
+        return sample
 
     def _generate(
         self, prompt_ids: Tensor, prompt_mask: Tensor, sampling: SamplingSettings

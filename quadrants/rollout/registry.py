@@ -107,13 +107,14 @@ class HFKind(EngineKind):
         from quadrants.rollout.hf import HFEngine, ReplicaHFEngine
 
         if replica is model:
-            return HFEngine(model, tokenizer)
-        return ReplicaHFEngine(replica, tokenizer)
+            return HFEngine(model, tokenizer, decode=cfg.rollout.hf_decode)
+        return ReplicaHFEngine(replica, tokenizer, decode=cfg.rollout.hf_decode)
 
     def sampler(self, cfg, model, tokenizer):
         from quadrants.rollout.hf import HFEngine
 
-        return HFEngine(model, tokenizer, logprobs=False)  # answers only, as evaluation samples
+        # answers only, as evaluation samples
+        return HFEngine(model, tokenizer, logprobs=False, decode=cfg.rollout.hf_decode)
 
 
 class VLLMKind(EngineKind):

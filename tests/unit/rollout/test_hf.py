@@ -108,8 +108,10 @@ def test_lean_decode_draws_the_same_tokens_and_logprobs_as_generate() -> None:
         dict(temperature=0.0),
     ):
         sampling = SamplingSettings(n=3, max_new_tokens=12, seed=4, **settings)
-        lean = HFEngine(model, tokenizer).generate(["1+2=", "7+8-5+9="], sampling)
-        reference = HFEngine(model, tokenizer, lean=False).generate(["1+2=", "7+8-5+9="], sampling)
+        lean = HFEngine(model, tokenizer, decode="loop").generate(["1+2=", "7+8-5+9="], sampling)
+        reference = HFEngine(model, tokenizer, decode="generate").generate(
+            ["1+2=", "7+8-5+9="], sampling
+        )
         assert torch.equal(lean.response_ids, reference.response_ids), settings
         assert (
             torch.equal(lean.response_mask, reference.response_mask)

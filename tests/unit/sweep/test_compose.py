@@ -147,6 +147,10 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
             r"train.behaviour_pass='never' is unknown; choose one of \['auto', 'always'\]",
         ),
         (
+            ["rollout.hf_decode=beam"],
+            r"rollout.hf_decode='beam' is unknown; choose one of \['fast', 'loop', 'generate'\]",
+        ),
+        (
             ["train.micro_batch_size=-2"],
             r"train.micro_batch_size=-2 is out of range; allowed: \[0, inf\)",
         ),

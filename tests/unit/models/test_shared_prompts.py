@@ -1,0 +1,112 @@
+"""Rows that share a prompt share its forward (quadrants/models/policy.py: shared_prompts).
+
+The shared path is the same function of the weights as the plain one, so log-probs, entropies and
+the gradient of a loss over them must agree to float tolerance, on the fused-head path and on the
+logits path, with left-padded prompts of different lengths and right-padded responses.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from quadrants.models.policy import fused_head, response_logprobs, shared_prompts
+from quadrants.models.tiny import random_tiny_policy
+
+
+def _qwen2() -> nn.Module:
+    model, _ = random_tiny_policy(
+        5, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96
+    )
+    return model
+
+
+def _llama_logits_path() -> nn.Module:
+    torch.manual_seed(11)
+    config = LlamaConfig(
+        vocab_size=50,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config)
+    model.lm_head = nn.Sequential(model.lm_head)  # not an nn.Linear: the logits path
+    return model
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """6 rows, 2 prompts (A: 5 tokens, B: 3 tokens left-padded to 5) x 3 responses of up to 4
+    tokens, right-padded, interleaved A B A B A B as a shuffled mini-batch would hold them."""
+    generator = torch.Generator().manual_seed(0)
+    prompt_a = torch.randint(5, 40, (5,), generator=generator)
+    prompt_b = torch.cat(
+        [torch.zeros(2, dtype=torch.long), torch.randint(5, 40, (3,), generator=generator)]
+    )
+    prompts = torch.stack([prompt_a, prompt_b] * 3)  # [6, 5]
+    prompt_mask = torch.ones(6, 5, dtype=torch.bool)
+    prompt_mask[1::2, :2] = False
+    responses = torch.randint(5, 40, (6, 4), generator=generator)
+    response_mask = torch.ones(6, 4, dtype=torch.bool)
+    response_mask[0, 2:] = False
+    response_mask[3, 1:] = False
+    responses = responses.masked_fill(~response_mask, 0)
+    return torch.cat([prompts, responses], 1), torch.cat([prompt_mask, response_mask], 1)
+
+
+def test_rows_sharing_a_prompt_are_found_by_hand() -> None:
+    sequences, mask = _batch()
+    model = _qwen2()
+    first, copies = shared_prompts(model, sequences, mask, 4)
+    # rows 0, 2, 4 hold prompt A and rows 1, 3, 5 prompt B: two distinct prompts, each row pointing
+    # at its own, and each representative row holding it
+    assert first.shape == (2,)
+    assert torch.equal(copies[0::2], copies[0].expand(3)) and torch.equal(
+        copies[1::2], copies[1].expand(3)
+    )
+    assert copies[0] != copies[1]
+    assert torch.equal(sequences[first[copies], :5], sequences[:, :5])
+    # every prompt distinct, no prompt, or checkpointed activations: the plain path
+    assert shared_prompts(model, sequences[:2], mask[:2], 4) is None
+    assert shared_prompts(model, sequences, mask, 9) is None
+    model.activation_checkpointing_enable()
+    assert shared_prompts(model, sequences, mask, 4) is None
+
+
+@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+def test_the_shared_forward_equals_the_plain_one_with_gradients(build) -> None:
+    torch.set_num_threads(1)
+    sequences, mask = _batch()
+    weights = torch.linspace(-1.0, 1.0, 24).view(6, 4)
+    results = []
+    for share in (True, False):
+        model = build()
+        assert (fused_head(model) is not None) == (build is _qwen2)
+        logp, entropy = response_logprobs(
+            model,
+            sequences,
+            mask,
+            4,
+            temperature=0.7,
+            chunk_size=5,
+            with_entropy=True,
+            share_prompts=share,
+        )
+        response = mask[:, 5:]
+        loss = (logp * weights * response).sum() + 0.3 * (entropy * response).sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((logp * response, entropy * response, grads))
+    (logp, entropy, grads), (logp0, entropy0, grads0) = results
+    torch.testing.assert_close(logp, logp0, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy, entropy0, rtol=0, atol=1e-5)
+    assert grads.keys() == grads0.keys() and len(grads) > 10
+    for name, grad in grads.items():
+        scale = grads0[name].abs().max().item()
+        assert scale > 0, name
+        torch.testing.assert_close(grad, grads0[name], rtol=0, atol=1e-5 * max(scale, 1.0))
