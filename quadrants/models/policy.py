@@ -114,7 +114,7 @@ def response_logprobs(
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
-    share_prompts: bool = True,
+    share_prompts: str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropy) of the response tokens under `model` at `temperature`.
 
@@ -122,14 +122,24 @@ def response_logprobs(
         sequences: [B, L] long, prompt + response (response = the last T positions).
         attention_mask: [B, L] bool.
         response_length: T.
-        share_prompts: one forward per distinct prompt where rows share one (`shared_prompts`);
-            False = every row's prompt is computed (the reference the shared path is tested on).
+        share_prompts: `auto`: one forward per distinct prompt where rows share one
+            (`shared_prompts`); `always`: that path even when no prompt repeats (under FSDP every
+            rank must make the same number of forward calls, whatever its rows); `never`: every
+            row's prompt computed (the reference the shared path is tested on).
 
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
     """
     shared = (
-        shared_prompts(model, sequences, attention_mask, response_length) if share_prompts else None
+        None
+        if share_prompts == "never"
+        else shared_prompts(
+            model,
+            sequences,
+            attention_mask,
+            response_length,
+            even_if_distinct=share_prompts == "always",
+        )
     )
     if shared is not None:
         return _shared_prompt_logprobs(
@@ -168,11 +178,17 @@ def _checkpoints_activations(model: nn.Module) -> bool:
 
 
 def shared_prompts(
-    model: nn.Module, sequences: Tensor, attention_mask: Tensor, response_length: int
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    *,
+    even_if_distinct: bool = False,
 ) -> tuple[Tensor, Tensor] | None:
     """(first [U], copies [B]) when rows share a prompt (a GRPO group's G rows do) and the model
     can continue a batch of prompts from a cache: `first[u]` is a row holding distinct prompt u,
-    `copies[b]` the distinct prompt of row b. None: every prompt is distinct, there is no prompt,
+    `copies[b]` the distinct prompt of row b. None: every prompt is distinct (unless
+    `even_if_distinct`), there is no prompt,
     the model checkpoints activations (transformers then drops the cache), or a layer's cache is
     not plain full attention."""
     prompt_length = sequences.shape[1] - response_length
@@ -182,7 +198,7 @@ def shared_prompts(
         return None
     prompts = torch.cat([sequences[:, :prompt_length], attention_mask[:, :prompt_length].long()], 1)
     distinct, copies = torch.unique(prompts, dim=0, return_inverse=True)  # [U, 2P], [B]
-    if distinct.shape[0] == sequences.shape[0]:
+    if distinct.shape[0] == sequences.shape[0] and not even_if_distinct:
         return None
     try:
         layers = DynamicCache(config=model.config).layers
@@ -257,8 +273,10 @@ def behaviour_pass(
     temperature: float,
     chunk_size: int,
     batch_size: int,
+    share_prompts: str = "auto",
 ) -> tuple[Tensor, Tensor]:
-    """One no-grad pass giving old log-probs and entropy, `batch_size` sequences at a time.
+    """One no-grad pass giving old log-probs and entropy, `batch_size` sequences at a time
+    (`share_prompts` as in `response_logprobs`).
 
     Returns:
         (old_logp [B, T], entropy [B, T]) float32.
@@ -275,6 +293,7 @@ def behaviour_pass(
             temperature=temperature,
             chunk_size=chunk_size,
             with_entropy=True,
+            share_prompts=share_prompts,
         )
         logps.append(logp)
         ents.append(ent)

@@ -135,8 +135,14 @@ def sharded_behaviour_pass(
     if not env.sharded:
         return behaviour_pass(model, sequences, attention_mask, response_length, **passes)
     share = row_share(sequences.shape[0], env)
+    # "always": every rank makes the same FSDP forward calls, whether or not its rows share prompts
     logp, entropy = behaviour_pass(
-        model, sequences[share], attention_mask[share], response_length, **passes
+        model,
+        sequences[share],
+        attention_mask[share],
+        response_length,
+        share_prompts="always",
+        **passes,
     )
     return torch.cat(all_gather_rows(logp, env)), torch.cat(all_gather_rows(entropy, env))
 
@@ -169,6 +175,7 @@ def sharded_policy_output(
         mini.sequences[share],
         mini.attention_mask[share],
         mini.response_length,
+        share_prompts="always",  # the same FSDP forward calls on every rank, whatever its rows
         temperature=temperature,
         chunk_size=chunk_size,
         with_entropy=with_entropy,

@@ -73,18 +73,26 @@ def test_rows_sharing_a_prompt_are_found_by_hand() -> None:
     assert torch.equal(sequences[first[copies], :5], sequences[:, :5])
     # every prompt distinct, no prompt, or checkpointed activations: the plain path
     assert shared_prompts(model, sequences[:2], mask[:2], 4) is None
+    first, copies = shared_prompts(model, sequences[:2], mask[:2], 4, even_if_distinct=True)
+    assert sorted(first.tolist()) == [0, 1] and torch.equal(first[copies], torch.tensor([0, 1]))
     assert shared_prompts(model, sequences, mask, 9) is None
     model.activation_checkpointing_enable()
     assert shared_prompts(model, sequences, mask, 4) is None
 
 
+@pytest.mark.parametrize(
+    "rows, mode",
+    [(6, "auto"), (2, "always")],
+    ids=["3-rows-per-prompt", "distinct-prompts-always"],  # "always": what FSDP ranks run
+)
 @pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
-def test_the_shared_forward_equals_the_plain_one_with_gradients(build) -> None:
+def test_the_shared_forward_equals_the_plain_one_with_gradients(build, rows, mode) -> None:
     torch.set_num_threads(1)
     sequences, mask = _batch()
-    weights = torch.linspace(-1.0, 1.0, 24).view(6, 4)
+    sequences, mask = sequences[:rows], mask[:rows]
+    weights = torch.linspace(-1.0, 1.0, 24).view(6, 4)[:rows]
     results = []
-    for share in (True, False):
+    for share in (mode, "never"):
         model = build()
         assert (fused_head(model) is not None) == (build is _qwen2)
         logp, entropy = response_logprobs(
