@@ -67,9 +67,13 @@ class Worker:
     def parameter_atol(name: str) -> float:
         """Tolerance on a parameter after a few AdamW steps of lr 3e-4, 1 vs 2 ranks.
 
-        1e-6 (observed <= 7.4e-7) for every parameter except the attention key biases: their exact
+        3e-6 for every parameter except the attention key biases (observed <= 7.4e-7 while every
+        row's prompt was computed; <= 1.9e-6, one entry of a v_proj, since a prompt's forward is
+        shared by its rows: one process and each rank then group different rows into a prompt pass,
+        so the rounding differs, and AdamW's normalisation enlarges it on entries whose gradient is
+        near zero; 1.9e-6 is 0.6 % of one lr-sized step). The attention key biases: their exact
         gradient is zero (a bias added to every key shifts all of a query's scores by the same
         q.b, which softmax ignores), so what they receive is rounding noise (~1e-9) that differs
         with summation order, and AdamW's m / (sqrt(v) + eps) turns it into steps of a sizeable
         fraction of lr in both runs. 2e-5 for those (observed <= 5.1e-6)."""
-        return 2e-5 if name.endswith("k_proj.bias") else 1e-6
+        return 2e-5 if name.endswith("k_proj.bias") else 3e-6
