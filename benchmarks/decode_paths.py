@@ -18,18 +18,11 @@ import statistics
 import time
 
 import torch
+from vs_trl import TINY_SHAPE  # benchmarks/ is the script's directory
 
 from quadrants.rollout.decode import sample
 from quadrants.rollout.fast_decode import sample_fast
 from quadrants.rollout.hf import stop_token_ids
-
-TINY_SHAPE = dict(
-    hidden_size=256,
-    intermediate_size=688,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-)
 
 
 def load(name: str):

@@ -18,18 +18,12 @@ import statistics
 import time
 
 import torch
+from vs_trl import TINY_SHAPE as VS_TRL_TINY_SHAPE  # benchmarks/ is the script's directory
 
 from quadrants.models.policy import response_logprobs
 from quadrants.models.tiny import random_tiny_policy
 
-TINY_SHAPE = dict(
-    hidden_size=256,
-    intermediate_size=688,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=512,
-)
+TINY_SHAPE = dict(VS_TRL_TINY_SHAPE, max_position_embeddings=512)  # prompts up to 256 tokens
 
 
 def main() -> None:

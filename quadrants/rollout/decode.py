@@ -110,6 +110,31 @@ def draw(
     return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
 
 
+def sampling_setup(temperature: float, top_p: float) -> tuple[float, TopPLogitsWarper | None]:
+    """(the temperature log-probs are recorded at, the top-p warper or None): τ = 0 (greedy)
+    records at τ = 1 and never truncates."""
+    greedy = temperature == 0
+    warper = TopPLogitsWarper(top_p) if top_p < 1.0 and not greedy else None
+    return (1.0 if greedy else temperature), warper
+
+
+def prefill(model: nn.Module, prompt_ids: Tensor, mask: Tensor, capacity: int):
+    """The prompts through the HF module into a `preallocated_cache(capacity)`, positions counted
+    from `mask` [B, P] long as `generate` builds them. Returns (model output with the last
+    position's logits, positions [B, P], cache)."""
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    cache = preallocated_cache(model.config, capacity)
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out, positions, cache
+
+
 @torch.no_grad()
 def sample(
     model: nn.Module,
@@ -133,20 +158,9 @@ def sample(
         stop_ids: the ids that end a response (EOS and end-of-turn ids).
         record: keep the sampled tokens' log-probs and the entropies.
     """
-    greedy = temperature == 0
-    record_at = 1.0 if greedy else temperature
-    top_p_warper = TopPLogitsWarper(top_p) if top_p < 1.0 and not greedy else None
+    record_at, top_p_warper = sampling_setup(temperature, top_p)
     mask = prompt_mask.long()
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)  # [B, P], as generate builds them
-    cache = preallocated_cache(model.config, prompt_ids.shape[1] + max_new_tokens)
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=mask,
-        position_ids=positions,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    out, positions, cache = prefill(model, prompt_ids, mask, prompt_ids.shape[1] + max_new_tokens)
     position = positions[:, -1:]
     unfinished = torch.ones(prompt_ids.shape[0], dtype=torch.long, device=prompt_ids.device)
     stops = torch.tensor(stop_ids, dtype=prompt_ids.dtype, device=prompt_ids.device)

@@ -37,13 +37,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import TopPLogitsWarper
 
 from quadrants.rollout.decode import (
     Decoded,
     PreallocatedLayer,
     draw,
-    preallocated_cache,
+    prefill,
+    sampling_setup,
     step_logp_entropy,
 )
 
@@ -235,9 +235,7 @@ def sample_fast(
 ) -> Decoded:
     """`decode.sample`'s contract (same arguments, same Decoded) with the fused step and finished
     rows removed; `fast_decode_unsupported(model)` must be None."""
-    greedy = temperature == 0
-    record_at = 1.0 if greedy else temperature
-    top_p_warper = TopPLogitsWarper(top_p) if top_p < 1.0 and not greedy else None
+    record_at, top_p_warper = sampling_setup(temperature, top_p)
     batch = prompt_ids.shape[0]
     # each distinct prompt is prefilled once (a group's G rows share one) and its cache copied
     distinct, copies = torch.unique(
@@ -245,15 +243,8 @@ def sample_fast(
     )  # [U, 2P], [B]
     unique_ids = distinct[:, : prompt_ids.shape[1]]
     unique_mask = distinct[:, prompt_ids.shape[1] :]  # [U, P] long
-    positions = (unique_mask.cumsum(-1) - 1).masked_fill(unique_mask == 0, 0)  # as generate's
-    cache = preallocated_cache(model.config, prompt_ids.shape[1] + max_new_tokens)
-    out = model(
-        input_ids=unique_ids,
-        attention_mask=unique_mask,
-        position_ids=positions,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
+    out, positions, cache = prefill(
+        model, unique_ids, unique_mask, prompt_ids.shape[1] + max_new_tokens
     )
     if not all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
         raise ValueError("the fast decode needs full-attention layers (fast_decode_unsupported)")
