@@ -129,6 +129,9 @@ class TrainConfig:
     # auto: take old log-probs and entropy from the HF engine when they are exact (its own weights,
     # no mismatch correction, no bf16 trainer), skipping the no-grad pass; always: recompute them
     behaviour_pass: str = "auto"  # auto | always
+    # policy forwards run the responses in at most this many length buckets, each cut after its
+    # longest row's last token (quadrants/ops/length_buckets.py); 1 = one call per forward
+    length_buckets: int = 4
     device: str = "auto"  # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
 
 

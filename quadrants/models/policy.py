@@ -19,16 +19,21 @@ are. Other models take the logits and reduce them in row chunks (ops/entropy.py)
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
+from quadrants.ops.length_buckets import length_buckets, response_spans
+
+MAX_LENGTH_BUCKETS = 4  # response-length buckets per forward (1 under FSDP: ranks make equal calls)
 
 # config attributes that change logits after the head; a model with any of them
 # set takes the logits path
@@ -115,6 +120,7 @@ def response_logprobs(
     chunk_size: int,
     with_entropy: bool,
     share_prompts: str = "auto",
+    max_buckets: int = MAX_LENGTH_BUCKETS,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropy) of the response tokens under `model` at `temperature`.
 
@@ -126,10 +132,21 @@ def response_logprobs(
             (`shared_prompts`); `always`: that path even when no prompt repeats (under FSDP every
             rank must make the same number of forward calls, whatever its rows); `never`: every
             row's prompt computed (the reference the shared path is tested on).
+        max_buckets: the responses run in at most this many length buckets, each cut after its
+            longest row's last real token (ops/length_buckets.py); 1: one call, still cut after
+            the batch's last real token. Under FSDP every rank must pass the same value, and 1
+            (the number of calls must not depend on a rank's rows).
 
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
+        Positions a bucket cuts (after its longest row's last token) hold 0.
     """
+    if response_length < 1:
+        buckets = [(torch.arange(sequences.shape[0], device=sequences.device), response_length)]
+    else:
+        spans = response_spans(attention_mask[:, -response_length:])
+        buckets = length_buckets(spans, max_buckets=max_buckets)
+    passes = dict(temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy)
     shared = (
         None
         if share_prompts == "never"
@@ -142,16 +159,57 @@ def response_logprobs(
         )
     )
     if shared is not None:
-        return _shared_prompt_logprobs(
-            model,
-            sequences,
-            attention_mask,
-            response_length,
-            *shared,
-            temperature=temperature,
-            chunk_size=chunk_size,
-            with_entropy=with_entropy,
+        parts = _shared_prompt_logprobs(
+            model, sequences, attention_mask, response_length, *shared, buckets, **passes
         )
+    else:
+        prompt_length = sequences.shape[1] - response_length
+        parts = [
+            _plain_logprobs(
+                model,
+                sequences[rows, : prompt_length + length],
+                attention_mask[rows, : prompt_length + length],
+                length,
+                **passes,
+            )
+            for rows, length in buckets
+        ]
+    return _assemble(parts, buckets, response_length)
+
+
+def _assemble(
+    parts: list[tuple[Tensor, Tensor | None]],
+    buckets: list[tuple[Tensor, int]],
+    response_length: int,
+) -> tuple[Tensor, Tensor | None]:
+    """The buckets' (logp [n, t], entropy) padded with zeros to T and put back in row order."""
+
+    def whole(pieces: list[Tensor]) -> Tensor:
+        padded = [F.pad(piece, (0, response_length - piece.shape[1])) for piece in pieces]
+        if len(padded) == 1:  # one bucket holds every row, in order
+            return padded[0]
+        order = torch.cat([rows for rows, _ in buckets])
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.shape[0], device=order.device)
+        return torch.cat(padded).index_select(0, inverse)
+
+    logp = whole([logp for logp, _ in parts])
+    if parts[0][1] is None:
+        return logp, None
+    return logp, whole([entropy for _, entropy in parts])  # type: ignore[misc]
+
+
+def _plain_logprobs(
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """`response_logprobs` of rows that each carry their prompt: one forward over [B, P + T]."""
     inputs = dict(
         input_ids=sequences,
         attention_mask=attention_mask.long(),
@@ -219,16 +277,18 @@ def _shared_prompt_logprobs(
     response_length: int,
     first: Tensor,
     copies: Tensor,
+    buckets: list[tuple[Tensor, int]],
     *,
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
-) -> tuple[Tensor, Tensor | None]:
+) -> list[tuple[Tensor, Tensor | None]]:
     """`response_logprobs` computing each distinct prompt once: the U prompts go through the model
-    with a cache, the cache is copied to the B rows (`index_select`, so the gradients of the G rows
-    that share a prompt add up in it), and the responses continue from it. The same function of
-    the weights as the plain path (attention over prompt keys, then response keys); float32
-    rounding differs (tests/unit/models/test_shared_prompts.py)."""
+    with a cache, the cache is copied to each bucket's rows (`index_select`, so the gradients of
+    the G rows that share a prompt add up in it), and each bucket's responses continue from it,
+    cut to the bucket's length. The same function of the weights as the plain path (attention over
+    prompt keys, then response keys); float32 rounding differs
+    (tests/unit/models/test_shared_prompts.py). One (logp, entropy) per bucket."""
     prompt_length = sequences.shape[1] - response_length
     prompt_mask = attention_mask[first, :prompt_length].long()  # [U, P]
     cache = DynamicCache(config=model.config)
@@ -242,25 +302,38 @@ def _shared_prompt_logprobs(
             use_cache=True,
             logits_to_keep=1,
         ).logits  # [U, 1, H] hidden states (fused head) or [U, 1, V] logits
-    for layer in cache.layers:
-        layer.keys = layer.keys.index_select(0, copies)  # [U, ...] -> [B, ...]
-        layer.values = layer.values.index_select(0, copies)
-    last = last.index_select(0, copies)
-    targets = sequences[:, prompt_length:]  # [B, T]
-    inputs = dict(
-        input_ids=targets,
-        attention_mask=attention_mask.long(),
-        position_ids=position_ids_from_mask(attention_mask)[:, prompt_length:],
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=0,  # every response position
-    )
-    if head is not None:
-        with _head_reduces(head, targets, temperature, chunk_size, prefix=last):
-            reduced = model(**inputs).logits  # [B, T, 2]
-        return reduced[..., 0], reduced[..., 1] if with_entropy else None
-    logits = torch.cat([last, model(**inputs).logits[:, :-1]], dim=1)  # [B, T, V]
-    return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
+    positions = position_ids_from_mask(attention_mask)
+    parts = []
+    for rows, length in buckets:
+        prompts = copies[rows]  # [n]: each row's distinct prompt
+        rows_cache = DynamicCache(config=model.config)
+        rows_cache.layers = [copy.copy(layer) for layer in cache.layers]
+        for layer in rows_cache.layers:
+            layer.keys = layer.keys.index_select(0, prompts)  # [U, ...] -> [n, ...]
+            layer.values = layer.values.index_select(0, prompts)
+        end = prompt_length + length
+        targets = sequences[rows, prompt_length:end]  # [n, t]
+        inputs = dict(
+            input_ids=targets,
+            attention_mask=attention_mask[rows, :end].long(),
+            position_ids=positions[rows, prompt_length:end],
+            past_key_values=rows_cache,
+            use_cache=True,
+            logits_to_keep=0,  # every response position
+        )
+        prefix = last.index_select(0, prompts)
+        if head is not None:
+            with _head_reduces(head, targets, temperature, chunk_size, prefix=prefix):
+                reduced = model(**inputs).logits  # [n, t, 2]
+            parts.append((reduced[..., 0], reduced[..., 1] if with_entropy else None))
+            continue
+        logits = torch.cat([prefix, model(**inputs).logits[:, :-1]], dim=1)  # [n, t, V]
+        parts.append(
+            logprobs_and_entropy(
+                logits, targets, temperature, chunk_size, with_entropy=with_entropy
+            )
+        )
+    return parts
 
 
 @torch.no_grad()
@@ -274,9 +347,10 @@ def behaviour_pass(
     chunk_size: int,
     batch_size: int,
     share_prompts: str = "auto",
+    max_buckets: int = MAX_LENGTH_BUCKETS,
 ) -> tuple[Tensor, Tensor]:
     """One no-grad pass giving old log-probs and entropy, `batch_size` sequences at a time
-    (`share_prompts` as in `response_logprobs`).
+    (`share_prompts`, `max_buckets` as in `response_logprobs`).
 
     Returns:
         (old_logp [B, T], entropy [B, T]) float32.
@@ -294,6 +368,7 @@ def behaviour_pass(
             chunk_size=chunk_size,
             with_entropy=True,
             share_prompts=share_prompts,
+            max_buckets=max_buckets,
         )
         logps.append(logp)
         ents.append(ent)

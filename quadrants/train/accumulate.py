@@ -48,6 +48,7 @@ def backward_minibatch(
         temperature=ctx.passes.temperature,
         chunk_size=ctx.passes.chunk_size,
         with_entropy=ctx.spec.wants_entropy(ctx.params),
+        max_buckets=ctx.passes.length_buckets,
     )
     micro = ctx.cfg.train.micro_batch_size
     if not micro or micro >= mini.batch_size:

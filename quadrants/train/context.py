@@ -29,11 +29,14 @@ class PassSettings:
             temperature (rollout.temperature).
         chunk_size: vocabulary chunk of the log-softmax and entropy (train.entropy_chunk_size).
         batch_size: sequences per call of a no-grad pass (train.mini_batch_size).
+        length_buckets: at most this many response-length buckets per forward
+            (train.length_buckets; models/policy.py).
     """
 
     temperature: float
     chunk_size: int
     batch_size: int
+    length_buckets: int = 1
 
     @classmethod
     def from_config(cls, rollout: RolloutConfig, train: TrainConfig) -> PassSettings:
@@ -41,6 +44,7 @@ class PassSettings:
             temperature=rollout.temperature,
             chunk_size=train.entropy_chunk_size,
             batch_size=train.mini_batch_size,
+            length_buckets=train.length_buckets,
         )
 
 

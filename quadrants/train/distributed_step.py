@@ -135,14 +135,13 @@ def sharded_behaviour_pass(
     if not env.sharded:
         return behaviour_pass(model, sequences, attention_mask, response_length, **passes)
     share = row_share(sequences.shape[0], env)
-    # "always": every rank makes the same FSDP forward calls, whether or not its rows share prompts
+    # "always" and one bucket: every rank makes the same FSDP forward calls, whatever its rows
     logp, entropy = behaviour_pass(
         model,
         sequences[share],
         attention_mask[share],
         response_length,
-        share_prompts="always",
-        **passes,
+        **{**passes, "share_prompts": "always", "max_buckets": 1},
     )
     return torch.cat(all_gather_rows(logp, env)), torch.cat(all_gather_rows(entropy, env))
 
@@ -155,6 +154,7 @@ def sharded_policy_output(
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
+    max_buckets: int = 1,
 ) -> PolicyOutput:
     """The policy's log-probs (and entropy) over the whole mini-batch, differentiable on this rank's
     rows only; the loss computed from it is the global loss and its gradient is this rank's part."""
@@ -167,6 +167,7 @@ def sharded_policy_output(
             temperature=temperature,
             chunk_size=chunk_size,
             with_entropy=with_entropy,
+            max_buckets=max_buckets,
         )
         return PolicyOutput(logp, entropy)
     share = row_share(mini.batch_size, env)
@@ -176,6 +177,7 @@ def sharded_policy_output(
         mini.attention_mask[share],
         mini.response_length,
         share_prompts="always",  # the same FSDP forward calls on every rank, whatever its rows
+        max_buckets=1,  # (and one bucket, for the same reason)
         temperature=temperature,
         chunk_size=chunk_size,
         with_entropy=with_entropy,

@@ -99,6 +99,7 @@ def no_grad_pass(
         temperature=passes.temperature,
         chunk_size=passes.chunk_size,
         batch_size=passes.batch_size,
+        max_buckets=passes.length_buckets,
     )
 
 

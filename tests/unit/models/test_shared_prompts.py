@@ -1,8 +1,10 @@
-"""Rows that share a prompt share its forward (quadrants/models/policy.py: shared_prompts).
+"""Rows that share a prompt share its forward (quadrants/models/policy.py: shared_prompts), and
+responses run in length buckets cut after their last token (ops/length_buckets.py).
 
-The shared path is the same function of the weights as the plain one, so log-probs, entropies and
-the gradient of a loss over them must agree to float tolerance, on the fused-head path and on the
-logits path, with left-padded prompts of different lengths and right-padded responses.
+Both are the same function of the weights as one plain forward over [B, P + T], so log-probs,
+entropies and the gradient of a loss over them must agree to float tolerance, on the fused-head
+path and on the logits path, with left-padded prompts of different lengths and right-padded
+responses.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from quadrants.models.policy import fused_head, response_logprobs, shared_prompts
 from quadrants.models.tiny import random_tiny_policy
+from quadrants.ops.length_buckets import length_buckets, response_spans
 
 
 def _qwen2() -> nn.Module:
@@ -104,6 +107,7 @@ def test_the_shared_forward_equals_the_plain_one_with_gradients(build, rows, mod
             chunk_size=5,
             with_entropy=True,
             share_prompts=share,
+            max_buckets=1,
         )
         response = mask[:, 5:]
         loss = (logp * weights * response).sum() + 0.3 * (entropy * response).sum()
@@ -118,3 +122,60 @@ def test_the_shared_forward_equals_the_plain_one_with_gradients(build, rows, mod
         scale = grads0[name].abs().max().item()
         assert scale > 0, name
         torch.testing.assert_close(grad, grads0[name], rtol=0, atol=1e-5 * max(scale, 1.0))
+
+
+def _logp_entropy_grads(model, sequences, mask, length, **options):
+    """Masked (logp, entropy), the raw logp, and every parameter's gradient of a loss over them."""
+    logp, entropy = response_logprobs(
+        model, sequences, mask, length, temperature=0.7, chunk_size=5, with_entropy=True, **options
+    )
+    response = mask[:, -length:]
+    weights = torch.linspace(-1.0, 1.0, response.numel()).view(response.shape)
+    ((logp * weights * response).sum() + 0.3 * (entropy * response).sum()).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return logp * response, entropy * response, logp, grads
+
+
+@pytest.mark.parametrize("share", ["auto", "never"])
+@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+def test_length_buckets_equal_one_forward_with_gradients(build, share) -> None:
+    torch.set_num_threads(1)
+    sequences, mask = _batch()
+    # spans 2, 4, 4, 1, 4, 4; sorted 1 2 4 4 4 4: one bucket is 6 x 4 = 24 positions, the split
+    # [1 2] [4 4 4 4] is 2 x 2 + 4 x 4 = 20 (saves 4 >= 24 / 16), a third bucket [1] [2] [4 ...]
+    # 1 + 2 + 16 = 19 saves 1 < 1.5: two buckets, rows {3, 0} cut to 2 and the rest to 4
+    buckets = length_buckets(response_spans(mask[:, 5:]), max_buckets=4)
+    assert [(sorted(rows.tolist()), length) for rows, length in buckets] == [
+        ([0, 3], 2),
+        ([1, 2, 4, 5], 4),
+    ]
+    logp, entropy, raw, grads = _logp_entropy_grads(
+        build(), sequences, mask, 4, share_prompts=share
+    )
+    logp0, entropy0, _, grads0 = _logp_entropy_grads(
+        build(), sequences, mask, 4, share_prompts="never", max_buckets=1
+    )
+    torch.testing.assert_close(logp, logp0, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy, entropy0, rtol=0, atol=1e-5)
+    # the positions cut hold exactly 0: rows 0 and 3 after their bucket's length 2
+    assert raw[[0, 3], 2:].abs().sum() == 0 and (raw[[1, 2, 4, 5]] != 0).all()
+    assert grads.keys() == grads0.keys() and len(grads) > 10
+    for name, grad in grads.items():
+        scale = grads0[name].abs().max().item()
+        torch.testing.assert_close(grad, grads0[name], rtol=0, atol=1e-5 * max(scale, 1.0))
+
+
+def test_responses_are_cut_after_the_batch_last_token() -> None:
+    """One bucket still stops at the last real token: with every response done by position 2 of
+    T = 4, the result is the forward over [B, P + 2], padded with zeros to 4 columns."""
+    torch.set_num_threads(1)
+    sequences, mask = _batch()
+    mask[:, 7:] = False
+    sequences = sequences.masked_fill(~mask, 0)
+    logp, entropy, raw, _ = _logp_entropy_grads(_qwen2(), sequences, mask, 4, max_buckets=1)
+    short, short_entropy, _, _ = _logp_entropy_grads(
+        _qwen2(), sequences[:, :7], mask[:, :7], 2, share_prompts="never", max_buckets=1
+    )
+    assert raw.shape == (6, 4) and raw[:, 2:].abs().sum() == 0
+    torch.testing.assert_close(logp[:, :2], short, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy[:, :2], short_entropy, rtol=0, atol=1e-5)

@@ -1,0 +1,116 @@
+"""The update's forward + backward with responses in length buckets, against one call over the
+padded batch, interleaved.
+
+`response_logprobs(..., max_buckets=4)` (the default `train.length_buckets`: rows sorted by
+response length and split where that saves at least 1/16 of the padded positions, each bucket cut
+after its longest row's last token) against `max_buckets=1` (one call, cut after the batch's last
+token). The responses are sampled by the HF engine's decode from the model itself, so their
+lengths are those of a real rollout of it: `--model tiny` is the tiny workload's random Qwen2 of
+benchmarks/vs_trl.py, `--model smollm2` SmolLM2-135M. Prints the buckets, the share of positions
+computed, each median and the ratio (buckets / one call).
+
+    python benchmarks/length_buckets.py [--model tiny] [--rounds 10] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+from decode_paths import load  # benchmarks/ is the script's directory
+
+from quadrants.models.policy import response_logprobs
+from quadrants.ops.length_buckets import length_buckets, response_spans
+from quadrants.rollout.fast_decode import sample_fast
+from quadrants.rollout.hf import stop_token_ids
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load(args.model)
+    tokenizer.padding_side = "left"
+    texts = [f"{3 * i + 1}+{7 * i + 2}-{i}=" for i in range(args.prompts)]
+    encoded = tokenizer(texts, return_tensors="pt", padding=True)
+    prompt_ids = encoded["input_ids"].repeat_interleave(args.group, dim=0)
+    prompt_mask = encoded["attention_mask"].repeat_interleave(args.group, dim=0).bool()
+    stops = torch.tensor(stop_token_ids(model, tokenizer))
+    load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"{args.model}: {args.prompts} prompts x G = {args.group}, up to {args.new_tokens} tokens; "
+        f"{args.threads} threads, {args.rounds} rounds per rollout; load average {load_now}"
+    )
+    for seed in args.seeds:  # one rollout per seed: the length spread is the rollout's own
+        torch.manual_seed(seed)
+        model.eval()
+        tokens = sample_fast(
+            model,
+            prompt_ids,
+            prompt_mask,
+            max_new_tokens=args.new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            stop_ids=stops.tolist(),
+            pad_id=tokenizer.pad_token_id,
+            record=False,
+        ).tokens  # [B, T]
+        model.train()
+        stop = torch.isin(tokens, stops).long()
+        response_mask = (stop.cumsum(1) - stop) == 0  # up to and including the first stop token
+        compare(model, prompt_ids, prompt_mask, tokens, response_mask, seed, args.rounds)
+    print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def compare(model, prompt_ids, prompt_mask, tokens, response_mask, seed: int, rounds: int) -> None:
+    """Time forward + backward over one rollout, buckets (4) against one call, interleaved."""
+    sequences = torch.cat([prompt_ids, tokens], dim=1)
+    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    length = tokens.shape[1]
+    buckets = length_buckets(response_spans(response_mask), max_buckets=4)
+    computed = sum(len(rows) * cut for rows, cut in buckets) / (sequences.shape[0] * length)
+
+    def update(max_buckets: int) -> None:
+        logp, entropy = response_logprobs(
+            model,
+            sequences,
+            mask,
+            length,
+            temperature=1.0,
+            chunk_size=4096,
+            with_entropy=True,
+            max_buckets=max_buckets,
+        )
+        response = mask[:, -length:]
+        ((logp * response).sum() + 0.1 * (entropy * response).sum()).backward()
+        model.zero_grad(set_to_none=True)
+
+    times: dict[int, list[float]] = {4: [], 1: []}
+    for option in times:  # warm-up
+        update(option)
+    for r in range(rounds):
+        for option in (4, 1) if r % 2 == 0 else (1, 4):
+            start = time.perf_counter()
+            update(option)
+            times[option].append(time.perf_counter() - start)
+    bucketed, single = statistics.median(times[4]), statistics.median(times[1])
+    print(
+        f"  rollout {seed}: real tokens {response_mask.float().mean():.2f} of B x T; buckets "
+        f"(rows, length) {[(len(rows), cut) for rows, cut in buckets]}: {computed:.2f} of the "
+        f"positions; buckets {bucketed * 1000:.1f} ms, one call {single * 1000:.1f} ms, "
+        f"buckets/one {bucketed / single:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
