@@ -84,6 +84,10 @@ def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
     cfg.train.mini_batch_size = 8  # 16 sequences -> 2 updates per step, 4 rows per rank each
     cfg.train.threads = 1
     cfg.train.lr = 3e-4
+    # sharded ranks run every forward as one bucket (the same calls on every rank); the one-process
+    # reference does too, so that both group the same rows per call (buckets' own equivalence:
+    # tests/unit/models/test_shared_prompts.py)
+    cfg.train.length_buckets = 1
     cfg.distributed.prompts_per_generate = 2  # the same 2 blocks of prompts for 1 or 2 ranks
     cfg.eval.problems = 0
     cfg.checkpoint.every = 1
