@@ -7,9 +7,11 @@ after its longest row's last token) against `max_buckets=1` (one call, cut after
 token). The responses are sampled by the HF engine's decode from the model itself, so their
 lengths are those of a real rollout of it: `--model tiny` is the tiny workload's random Qwen2 of
 benchmarks/vs_trl.py, `--model smollm2` SmolLM2-135M. Prints the buckets, the share of positions
-computed, each median and the ratio (buckets / one call).
+computed, each median and the ratio (buckets / one call). With `--micro M`, also the update as
+micro-batches of M rows (`train.micro_batch_size`, each micro-batch's forward with buckets), the
+rows dealt by response length (what quadrants/train/accumulate.py does) against dealt in row order.
 
-    python benchmarks/length_buckets.py [--model tiny] [--rounds 10] [--threads 2]
+    python benchmarks/length_buckets.py [--model tiny] [--rounds 6] [--threads 2] [--micro 8]
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--micro", type=int, default=0, help="micro-batch rows (0: skip)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = load(args.model)
@@ -69,6 +72,8 @@ def main() -> None:
         stop = torch.isin(tokens, stops).long()
         response_mask = (stop.cumsum(1) - stop) == 0  # up to and including the first stop token
         compare(model, prompt_ids, prompt_mask, tokens, response_mask, seed, args.rounds)
+        if args.micro:
+            compare_micro(model, prompt_ids, prompt_mask, tokens, response_mask, args)
     print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
@@ -109,6 +114,47 @@ def compare(model, prompt_ids, prompt_mask, tokens, response_mask, seed: int, ro
         f"(rows, length) {[(len(rows), cut) for rows, cut in buckets]}: {computed:.2f} of the "
         f"positions; buckets {bucketed * 1000:.1f} ms, one call {single * 1000:.1f} ms, "
         f"buckets/one {bucketed / single:.2f}"
+    )
+
+
+def compare_micro(model, prompt_ids, prompt_mask, tokens, response_mask, args) -> None:
+    """Forward + backward of every micro-batch of `args.micro` rows, dealt by length against in
+    row order (the rollout's order: a group's G rows side by side), interleaved."""
+    sequences = torch.cat([prompt_ids, tokens], dim=1)
+    mask = torch.cat([prompt_mask, response_mask], dim=1)
+    length, rows = tokens.shape[1], sequences.shape[0]
+    orders = {
+        "by length": torch.argsort(response_spans(response_mask), stable=True),
+        "row order": torch.arange(rows),
+    }
+
+    def update(order: torch.Tensor) -> None:
+        for start in range(0, rows, args.micro):
+            index = order[start : start + args.micro]
+            logp, _ = response_logprobs(
+                model,
+                sequences[index],
+                mask[index],
+                length,
+                temperature=1.0,
+                chunk_size=4096,
+                with_entropy=False,
+            )
+            (logp * mask[index, -length:]).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    times: dict[str, list[float]] = {name: [] for name in orders}
+    for name in orders:  # warm-up
+        update(orders[name])
+    for r in range(args.rounds):
+        for name in orders if r % 2 == 0 else reversed(list(orders)):
+            start = time.perf_counter()
+            update(orders[name])
+            times[name].append(time.perf_counter() - start)
+    by_length, in_order = (statistics.median(times[name]) for name in orders)
+    print(
+        f"    micro-batches of {args.micro}: by length {by_length * 1000:.1f} ms, row order "
+        f"{in_order * 1000:.1f} ms, by length/row order {by_length / in_order:.2f}"
     )
 
 

@@ -11,7 +11,10 @@ the mini-batch, never over a micro-batch. Accumulation keeps that exactly:
    the micro-batches' gradients add up to the unsplit one (float rounding aside;
    tests/unit/train/test_accumulate.py).
 Peak activation memory follows the micro-batch (the first pass keeps none); the price is the extra
-no-grad forward, paid only when micro-batches are on. The step's logged loss and metrics are those
+no-grad forward, paid only when micro-batches are on. The rows are dealt to micro-batches in order
+of response length, so that each micro-batch holds similar lengths and its forward is cut after its
+own longest row (models/policy.py); the order is a function of the mini-batch alone, the same on
+every rank. The step's logged loss and metrics are those
 of the last micro-batch's loss, whose value is the mini-batch's.
 """
 
@@ -24,16 +27,16 @@ from torch import Tensor
 
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.loss import compute_loss
+from quadrants.ops.length_buckets import response_spans
 from quadrants.train.distributed_step import sharded_policy_output
 
 if TYPE_CHECKING:
     from quadrants.train.context import StepContext
 
 
-def _splice(full: Tensor, part: Tensor, start: int) -> Tensor:
-    """`full` [B, T] with rows start .. start + len(part) replaced by `part`
-    (differentiable in `part`)."""
-    return torch.cat([full[:start], part, full[start + part.shape[0] :]])
+def _splice(full: Tensor, part: Tensor, rows: Tensor) -> Tensor:
+    """`full` [B, T] with rows `rows` [n] replaced by `part` [n, T] (differentiable in `part`)."""
+    return full.index_copy(0, rows, part)
 
 
 def backward_minibatch(
@@ -58,18 +61,25 @@ def backward_minibatch(
         )
         loss.backward()
         return loss.detach(), metrics
-    starts = range(0, mini.batch_size, micro)
-    device = mini.sequences.device
-    rows = [torch.arange(s, min(s + micro, mini.batch_size), device=device) for s in starts]
+    by_length = torch.argsort(response_spans(mini.response_mask), stable=True)  # [B]
+    rows = [by_length[s : s + micro] for s in range(0, mini.batch_size, micro)]
     with torch.no_grad():
         parts = [sharded_policy_output(ctx.dist, ctx.model, mini.select(r), **passes) for r in rows]
-    logp = torch.cat([p.logp for p in parts])  # [B, T]
-    entropy = None if parts[0].entropy is None else torch.cat([p.entropy for p in parts])  # type: ignore[misc]
-    for start, index in zip(starts, rows):
+    logp = _splice(torch.empty_like(mini.old_logp), torch.cat([p.logp for p in parts]), by_length)
+    entropy = (
+        None
+        if parts[0].entropy is None
+        else _splice(
+            torch.empty_like(mini.old_logp),
+            torch.cat([p.entropy for p in parts]),  # type: ignore[misc]
+            by_length,
+        )
+    )  # [B, T] each, in the mini-batch's row order
+    for index in rows:
         part = sharded_policy_output(ctx.dist, ctx.model, mini.select(index), **passes)
         policy = PolicyOutput(
-            _splice(logp, part.logp, start),
-            None if entropy is None else _splice(entropy, part.entropy, start),
+            _splice(logp, part.logp, index),
+            None if entropy is None else _splice(entropy, part.entropy, index),
         )  # type: ignore[arg-type]
         loss, metrics = compute_loss(
             ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights

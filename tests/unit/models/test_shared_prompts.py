@@ -12,33 +12,18 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from quadrants.models.policy import fused_head, response_logprobs, shared_prompts
-from quadrants.models.tiny import random_tiny_policy
 from quadrants.ops.length_buckets import length_buckets, response_spans
+from tests.unit.small_models import small_llama, small_qwen2
 
 
 def _qwen2() -> nn.Module:
-    model, _ = random_tiny_policy(
-        5, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96
-    )
-    return model
+    return small_qwen2(5)
 
 
 def _llama_logits_path() -> nn.Module:
-    torch.manual_seed(11)
-    config = LlamaConfig(
-        vocab_size=50,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    model = LlamaForCausalLM(config)
+    model = small_llama(11)
     model.lm_head = nn.Sequential(model.lm_head)  # not an nn.Linear: the logits path
     return model
 

@@ -15,11 +15,10 @@ import logging
 import pytest
 import torch
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from quadrants.models.loading import load_policy
 from quadrants.models.policy import response_logprobs
-from quadrants.models.tiny import random_tiny_policy
 from quadrants.rollout.decode import preallocated_cache, sample
 from quadrants.rollout.engine import SamplingSettings
 from quadrants.rollout.fast_decode import (
@@ -31,29 +30,15 @@ from quadrants.rollout.fast_decode import (
     sample_fast,
 )
 from quadrants.rollout.hf import HFEngine
+from tests.unit.small_models import small_llama, small_qwen2
 
 
 def _qwen2() -> nn.Module:
-    model, _ = random_tiny_policy(
-        3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96
-    )
-    return model.eval()
+    return small_qwen2(3).eval()
 
 
 def _llama() -> nn.Module:
-    torch.manual_seed(7)
-    config = LlamaConfig(
-        vocab_size=50,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        rope_theta=100_000.0,
-    )
-    return LlamaForCausalLM(config).eval()
+    return small_llama(7, rope_theta=100_000.0).eval()
 
 
 def test_rms_norm_and_rotation_by_hand() -> None:

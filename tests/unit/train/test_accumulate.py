@@ -84,7 +84,7 @@ def test_micro_batches_accumulate_the_unsplit_gradient(objective):
     batch = seeded_batch(model)
     loss, metrics, whole = gradients(objective, 0, model, batch)
     assert sum(g.abs().sum() for g in whole.values()) > 0
-    for micro in (1, 4):  # 6 micro-batches of 1; micro-batches of 4 and 2
+    for micro in (1, 2, 4):  # 6 of 1; 3 of 2; one of 4 and one of 2 (rows dealt by length)
         split_loss, split_metrics, split = gradients(objective, micro, model, batch)
         torch.testing.assert_close(split_loss, loss, rtol=0, atol=1e-6)
         for name, value in metrics.items():
@@ -96,3 +96,23 @@ def test_micro_batches_accumulate_the_unsplit_gradient(objective):
             torch.testing.assert_close(
                 split[name], grad, rtol=1e-4, atol=1e-6, msg=f"{micro}: {name}"
             )
+
+
+def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
+    """Rows are dealt by response length (stable): lengths 5 3 5 2 4 5 -> rows 3 1 | 4 0 | 2 5,
+    so each micro-batch's forward is cut after its own longest row (2+3, 4+5, 5+5 positions)."""
+    import quadrants.train.accumulate as accumulate
+
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    seen = []
+    real = accumulate.sharded_policy_output
+
+    def spy(env, model, mini, **passes):
+        if torch.is_grad_enabled():
+            seen.append(mini.response_mask.sum(1).tolist())
+        return real(env, model, mini, **passes)
+
+    monkeypatch.setattr(accumulate, "sharded_policy_output", spy)
+    gradients("grpo", 2, model, batch)
+    assert seen == [[2, 3], [4, 5], [5, 5]]
