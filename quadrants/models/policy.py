@@ -9,6 +9,10 @@ once with a KV cache, the cache is copied to its rows, and the responses continu
 (`shared_prompts`). The update then computes P + G·T positions per group where the plain forward
 computes G·(P + T), with gradients flowing back through the copied cache into the one prompt pass.
 
+The responses run in length buckets (ops/length_buckets.py): rows sorted by the position of their
+last real token and split where that saves enough padding, each bucket one call cut after its
+longest row. Cut positions come back as 0; every consumer masks them.
+
 The LM head itself is fused with the log-prob and entropy reduction (ops/fused_head.py) when the
 model's logits are a plain linear map of its last hidden states (no soft-capping or scaling): for
 the duration of the call the head's `forward` is replaced by one that returns [B, T, 2]
