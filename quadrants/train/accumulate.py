@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
-from quadrants.objectives.loss import compute_loss
+from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.ops.length_buckets import response_spans
 from quadrants.train.distributed_step import sharded_policy_output
 
@@ -39,10 +39,27 @@ def _splice(full: Tensor, part: Tensor, rows: Tensor) -> Tensor:
     return full.index_copy(0, rows, part)
 
 
+def rows_with_gradient(mini: TokenBatch, settings: LossSettings) -> Tensor | None:
+    """[B] bool: the rows holding a response token of a kept quadrant; None: every row may carry
+    gradient (no quadrant isolation).
+
+    compute_loss multiplies every per-token term (the objective's, the KL's) by the kept-quadrant
+    mask, so a row without a kept token adds exactly nothing to the loss or its gradient, whatever
+    the objective: under `quadrant=PHR` every row with a negative advantage, under `NHR` every row
+    with a non-negative one."""
+    if settings.quadrant.keep is None:
+        return None
+    return (mini.quadrants.union(settings.quadrant.keep) & mini.response_mask).any(dim=1)
+
+
 def backward_minibatch(
     ctx: StepContext, mini: TokenBatch, is_weights: Tensor | None
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Back-propagate the mini-batch's loss (gradients accumulate into the parameters' .grad).
+
+    Rows that carry no gradient (`rows_with_gradient`) run only without grad: their values enter
+    the loss and the metrics, and their forward keeps no activations and gets no backward. In one
+    process only (sharded ranks run every row with grad, as one call).
 
     Returns:
         (loss [] detached, objective metrics).
@@ -54,7 +71,11 @@ def backward_minibatch(
         max_buckets=ctx.passes.length_buckets,
     )
     micro = ctx.cfg.train.micro_batch_size
-    if not micro or micro >= mini.batch_size:
+    micro = micro if micro and micro < mini.batch_size else 0
+    carried = None if ctx.dist.sharded else rows_with_gradient(mini, ctx.loss_settings)
+    if carried is not None and bool(carried.all()):
+        carried = None
+    if not micro and carried is None:
         policy = sharded_policy_output(ctx.dist, ctx.model, mini, **passes)
         loss, metrics = compute_loss(
             ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
@@ -62,20 +83,16 @@ def backward_minibatch(
         loss.backward()
         return loss.detach(), metrics
     by_length = torch.argsort(response_spans(mini.response_mask), stable=True)  # [B]
-    rows = [by_length[s : s + micro] for s in range(0, mini.batch_size, micro)]
-    with torch.no_grad():
-        parts = [sharded_policy_output(ctx.dist, ctx.model, mini.select(r), **passes) for r in rows]
-    logp = _splice(torch.empty_like(mini.old_logp), torch.cat([p.logp for p in parts]), by_length)
-    entropy = (
-        None
-        if parts[0].entropy is None
-        else _splice(
-            torch.empty_like(mini.old_logp),
-            torch.cat([p.entropy for p in parts]),  # type: ignore[misc]
-            by_length,
-        )
-    )  # [B, T] each, in the mini-batch's row order
-    for index in rows:
+    if micro:  # every row's values without grad, a micro-batch at a time
+        valued = [by_length[s : s + micro] for s in range(0, mini.batch_size, micro)]
+    else:  # the idle rows' values only: the rows with gradient get theirs from the grad pass
+        valued = [torch.nonzero(~carried).squeeze(1)]  # type: ignore[operator]
+    graded = by_length if carried is None else by_length[carried[by_length]]
+    step = micro or mini.batch_size
+    with_grad = [graded[s : s + step] for s in range(0, graded.shape[0], step)]
+    logp, entropy = _detached_values(ctx, mini, valued, passes)
+    loss, metrics = None, {}
+    for index in with_grad:
         part = sharded_policy_output(ctx.dist, ctx.model, mini.select(index), **passes)
         policy = PolicyOutput(
             _splice(logp, part.logp, index),
@@ -85,4 +102,35 @@ def backward_minibatch(
             ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
         )
         loss.backward()
+    if loss is None:  # no row carries gradient: the loss is a constant and every gradient zero
+        loss, metrics = compute_loss(
+            ctx.spec,
+            ctx.params,
+            mini,
+            PolicyOutput(logp, entropy),
+            ctx.loss_settings,
+            is_weights=is_weights,
+        )
+        for parameter in ctx.model.parameters():
+            if parameter.requires_grad and parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
     return loss.detach(), metrics
+
+
+def _detached_values(
+    ctx: StepContext, mini: TokenBatch, groups: list[Tensor], passes: dict
+) -> tuple[Tensor, Tensor | None]:
+    """The current policy's log-probs (and entropy) of the rows in `groups`, one no-grad pass per
+    group, in the mini-batch's row order ([B, T] each; rows in no group are left unset)."""
+    logp, entropy = torch.empty_like(mini.old_logp), None
+    if passes["with_entropy"]:
+        entropy = torch.empty_like(mini.old_logp)
+    with torch.no_grad():
+        for rows in groups:
+            if rows.numel() == 0:
+                continue
+            part = sharded_policy_output(ctx.dist, ctx.model, mini.select(rows), **passes)
+            logp = _splice(logp, part.logp, rows)
+            if entropy is not None:
+                entropy = _splice(entropy, part.entropy, rows)  # type: ignore[arg-type]
+    return logp, entropy

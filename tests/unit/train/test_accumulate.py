@@ -1,6 +1,7 @@
 """train.micro_batch_size: a mini-batch's gradient accumulated over micro-batches equals the unsplit
 one, for every registered objective (the mini-batch's normaliser, constant groups dropped globally,
-batch-level selections over the whole mini-batch)."""
+batch-level selections over the whole mini-batch). Under quadrant isolation the rows without a kept
+token run without grad only, and the gradient, loss and metrics are still the one-call ones."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.models.loading import load_policy
-from quadrants.models.policy import behaviour_pass
-from quadrants.objectives.batch import make_token_batch
+from quadrants.models.policy import behaviour_pass, response_logprobs
+from quadrants.objectives.batch import PolicyOutput, make_token_batch
+from quadrants.objectives.loss import compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.train.accumulate import backward_minibatch
+from quadrants.train.accumulate import backward_minibatch, rows_with_gradient
 from quadrants.train.context import PassSettings
 from quadrants.train.step import StepContext
 from quadrants.validation import loss_settings
@@ -23,10 +25,11 @@ from quadrants.validation import loss_settings
 PARAMS = {"clip_cov": {"fraction": 0.05}, "kl_cov": {"fraction": 0.05}}
 
 
-def seeded_batch(model, *, rows=6, prompt=4, length=5):
+def seeded_batch(model, *, rows=6, prompt=4, length=5, rewards=(1.0, 0.0, 1.0, 1.0, 0.0, 1.0)):
     # 3 groups of 2 sequences, rewards [1, 0 | 1, 1 | 0, 1]: the middle group is constant (DAPO drops it);
     # responses of lengths 5, 3, 5, 2, 4, 5 (right padding); old log-probs from the model, perturbed
-    # so that the ratios are not all 1
+    # so that the ratios are not all 1. Advantages: rows 0 and 5 positive, 1 and 4 negative, 2 and 3
+    # zero (which the quadrant split counts as positive)
     gen = torch.Generator().manual_seed(0)
     sequences = torch.randint(3, 60, (rows, prompt + length), generator=gen)
     response_mask = torch.arange(length)[None] < torch.tensor([5, 3, 5, 2, 4, 5])[:, None]
@@ -41,20 +44,20 @@ def seeded_batch(model, *, rows=6, prompt=4, length=5):
         response_mask=response_mask,
         old_logp=logp * response_mask,
         entropy=entropy * response_mask,
-        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]),
+        rewards=torch.tensor(rewards),
         group_ids=torch.tensor([0, 0, 1, 1, 2, 2]),
     )
 
 
-def gradients(objective: str, micro: int, model, batch):
+def context(objective: str, micro: int, model, keep="all") -> StepContext:
     cfg = RunConfig()
+    cfg.quadrant.keep = keep
     cfg.objective.name = objective
     cfg.objective.params = PARAMS.get(objective, {})
     cfg.train.micro_batch_size = micro
     cfg.train.entropy_chunk_size = 7
     spec, params = resolve_objective(objective, cfg.objective.params)
-    model = copy.deepcopy(model)
-    ctx = StepContext(
+    return StepContext(
         cfg=cfg,
         model=model,
         tokenizer=None,
@@ -69,7 +72,11 @@ def gradients(objective: str, micro: int, model, batch):
         loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
         passes=PassSettings.from_config(cfg.rollout, cfg.train),
     )
-    loss, metrics = backward_minibatch(ctx, batch, None)
+
+
+def gradients(objective: str, micro: int, model, batch, keep="all"):
+    model = copy.deepcopy(model)
+    loss, metrics = backward_minibatch(context(objective, micro, model, keep), batch, None)
     return (
         loss,
         metrics,
@@ -116,3 +123,101 @@ def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
     monkeypatch.setattr(accumulate, "sharded_policy_output", spy)
     gradients("grpo", 2, model, batch)
     assert seen == [[2, 3], [4, 5], [5, 5]]
+
+
+def one_call_gradients(objective: str, model, batch, keep):
+    """The reference: every row in one forward with grad, the loss, its backward."""
+    model = copy.deepcopy(model)
+    ctx = context(objective, 0, model, keep)
+    logp, entropy = response_logprobs(
+        model,
+        batch.sequences,
+        batch.attention_mask,
+        batch.response_length,
+        temperature=1.0,
+        chunk_size=7,
+        with_entropy=ctx.spec.wants_entropy(ctx.params),
+    )
+    loss, metrics = compute_loss(
+        ctx.spec, ctx.params, batch, PolicyOutput(logp, entropy), ctx.loss_settings
+    )
+    loss.backward()
+    return loss.detach(), metrics, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def test_rows_with_gradient_by_hand():
+    """Advantages +, -, 0, 0, -, + (zero counts as positive): the negative quadrants keep rows 1
+    and 4; the positive ones rows 0, 2, 3, 5; no isolation: every row (None)."""
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    negative = rows_with_gradient(batch, context("grpo", 0, model, ["NHR", "NLR"]).loss_settings)
+    positive = rows_with_gradient(batch, context("grpo", 0, model, ["PHR", "PLR"]).loss_settings)
+    assert negative.tolist() == [False, True, False, False, True, False]
+    assert positive.tolist() == [True, False, True, True, False, True]
+    assert rows_with_gradient(batch, context("grpo", 0, model).loss_settings) is None
+    high = rows_with_gradient(batch, context("grpo", 0, model, "PHR").loss_settings)
+    has_high = (batch.quadrants.PHR & batch.response_mask).any(1)
+    assert high.tolist() == has_high.tolist() and not high[[1, 4]].any()
+
+
+@pytest.mark.parametrize("objective", known_objectives())
+def test_rows_without_gradient_change_nothing(objective):
+    """Under each isolation, with and without micro-batches: the loss, every metric and every
+    gradient equal one forward with grad over every row."""
+    torch.manual_seed(0)
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    for keep in (["NHR", "NLR"], "PHR", "NLR", ["PHR", "PLR"]):
+        loss, metrics, whole = one_call_gradients(objective, model, batch, keep)
+        for micro in (0, 2):
+            got_loss, got_metrics, got = gradients(objective, micro, model, batch, keep)
+            where = f"keep={keep} micro={micro}"
+            torch.testing.assert_close(got_loss, loss, rtol=0, atol=1e-6, msg=where)
+            assert set(got_metrics) == set(metrics)
+            for name, value in metrics.items():
+                torch.testing.assert_close(
+                    got_metrics[name], value, rtol=0, atol=1e-6, msg=f"{where}: {name}"
+                )
+            assert set(got) == set(whole)
+            for name, grad in whole.items():
+                torch.testing.assert_close(
+                    got[name], grad, rtol=1e-4, atol=1e-6, msg=f"{where}: {name}"
+                )
+
+
+def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
+    """keep=NHR,NLR: rows 1 and 4 (response lengths 3 and 4) are the only rows a forward with grad
+    sees; the other four (lengths 5, 5, 2, 5) run once without grad. With micro-batches of 1 every
+    row runs without grad first and rows 1 and 4 then one at a time, shortest first."""
+    import quadrants.train.accumulate as accumulate
+
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    seen = {True: [], False: []}
+    real = accumulate.sharded_policy_output
+
+    def spy(env, model, mini, **passes):
+        seen[torch.is_grad_enabled()].append(mini.response_mask.sum(1).tolist())
+        return real(env, model, mini, **passes)
+
+    monkeypatch.setattr(accumulate, "sharded_policy_output", spy)
+    gradients("grpo", 0, model, batch, ["NHR", "NLR"])
+    assert seen == {True: [[3, 4]], False: [[5, 5, 2, 5]]}
+    seen = {True: [], False: []}
+    gradients("grpo", 1, model, batch, ["NHR", "NLR"])
+    assert seen == {True: [[3], [4]], False: [[2], [3], [4], [5], [5], [5]]}
+
+
+def test_no_row_with_gradient_gives_zero_gradients():
+    """Every group constant (all rewards 1): every advantage is 0, counted positive, so NHR keeps
+    no row. No forward runs with grad; the loss is 0 as in one call, and every parameter's gradient
+    is exactly zero (not None: the optimizer steps as it would after a zero loss's backward)."""
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model, rewards=(1.0,) * 6)
+    loss, metrics, whole = one_call_gradients("grpo", model, batch, "NHR")
+    got_loss, got_metrics, got = gradients("grpo", 0, model, batch, "NHR")
+    assert float(got_loss) == float(loss) == 0.0
+    for name, value in metrics.items():
+        torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
+    assert set(got) == set(whole) == {n for n, _ in model.named_parameters()}
+    assert all(bool((g == 0).all()) for g in got.values())

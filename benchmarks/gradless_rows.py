@@ -1,0 +1,162 @@
+"""A mini-batch's update under quadrant isolation: rows without a kept token run without grad only,
+against every row in one forward with grad, interleaved.
+
+Under `quadrant=PHR` (or PLR) no row with a negative advantage holds a kept token, and under NHR
+(or NLR) no row with a non-negative one: those rows add nothing to the loss or its gradient, so
+quadrants/train/accumulate.py computes their values (for the loss and the metrics) in a no-grad
+forward and runs the forward with grad and the backward over the other rows only. This script times
+that (`backward_minibatch`) against the one-call update (every row's forward with grad, the loss,
+its backward), on a rollout the model samples itself with the HF engine's fast decode, rewarded so
+that each group of G has G/2 positive and G/2 negative advantages (as in benchmarks/vs_trl.py).
+`--model tiny` is the tiny workload's random Qwen2, `--model smollm2` SmolLM2-135M. Prints, per
+kept set, the rows with gradient, each median and the ratio (rows with grad only / one call).
+
+    python benchmarks/gradless_rows.py [--model tiny] [--rounds 6] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+from decode_paths import load  # benchmarks/ is the script's directory
+
+from quadrants.config import RunConfig
+from quadrants.models.policy import response_logprobs
+from quadrants.objectives.batch import PolicyOutput, make_token_batch
+from quadrants.objectives.loss import compute_loss
+from quadrants.objectives.registry import resolve_objective
+from quadrants.ops.quadrants import QuadrantSettings
+from quadrants.rollout.fast_decode import sample_fast
+from quadrants.rollout.hf import stop_token_ids
+from quadrants.train.accumulate import backward_minibatch, rows_with_gradient
+from quadrants.train.context import PassSettings
+from quadrants.train.step import StepContext
+from quadrants.validation import loss_settings
+
+
+def context(model, keep) -> StepContext:
+    cfg = RunConfig()
+    cfg.objective.name = "dapo"
+    cfg.quadrant.keep = keep
+    spec, params = resolve_objective("dapo", cfg.objective.params)
+    return StepContext(
+        cfg=cfg,
+        model=model,
+        tokenizer=None,
+        ref_model=None,
+        engine=None,
+        grader=None,
+        task=None,
+        optimizer=None,
+        scheduler=None,
+        spec=spec,
+        params=params,
+        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        passes=PassSettings.from_config(cfg.rollout, cfg.train),
+    )
+
+
+def one_call(ctx: StepContext, batch) -> None:
+    """The update before rows without gradient were split off: every row with grad."""
+    logp, entropy = response_logprobs(
+        ctx.model,
+        batch.sequences,
+        batch.attention_mask,
+        batch.response_length,
+        temperature=ctx.passes.temperature,
+        chunk_size=ctx.passes.chunk_size,
+        with_entropy=ctx.spec.wants_entropy(ctx.params),
+        max_buckets=ctx.passes.length_buckets,
+    )
+    loss, _ = compute_loss(
+        ctx.spec, ctx.params, batch, PolicyOutput(logp, entropy), ctx.loss_settings
+    )
+    loss.backward()
+
+
+def compare(ctx: StepContext, batch, keep: str, rounds: int) -> None:
+    """Time `backward_minibatch` against `one_call` under `keep`, interleaved."""
+    carried = rows_with_gradient(batch, ctx.loss_settings)
+    updates = {
+        "rows with grad only": lambda: backward_minibatch(ctx, batch, None),
+        "one call": lambda: one_call(ctx, batch),
+    }
+    times: dict[str, list[float]] = {name: [] for name in updates}
+    for update in updates.values():  # warm-up
+        update()
+        ctx.model.zero_grad(set_to_none=True)
+    for r in range(rounds):
+        for name in list(updates) if r % 2 == 0 else list(reversed(list(updates))):
+            start = time.perf_counter()
+            updates[name]()
+            times[name].append(time.perf_counter() - start)
+            ctx.model.zero_grad(set_to_none=True)
+    split, whole = (statistics.median(times[name]) for name in updates)
+    print(
+        f"  keep={keep}: {int(carried.sum())} of {batch.batch_size} rows with gradient; "
+        f"rows with grad only {split * 1000:.1f} ms, one call {whole * 1000:.1f} ms, "
+        f"ratio {split / whole:.2f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load(args.model)
+    tokenizer.padding_side = "left"
+    texts = [f"{3 * i + 1}+{7 * i + 2}-{i}=" for i in range(args.prompts)]
+    encoded = tokenizer(texts, return_tensors="pt", padding=True)
+    prompt_ids = encoded["input_ids"].repeat_interleave(args.group, dim=0)
+    prompt_mask = encoded["attention_mask"].repeat_interleave(args.group, dim=0).bool()
+    stops = torch.tensor(stop_token_ids(model, tokenizer))
+    torch.manual_seed(args.seed)
+    model.eval()
+    sampled = sample_fast(
+        model,
+        prompt_ids,
+        prompt_mask,
+        max_new_tokens=args.new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        stop_ids=stops.tolist(),
+        pad_id=tokenizer.pad_token_id,
+        record=True,
+    )
+    model.train()
+    stop = torch.isin(sampled.tokens, stops).long()
+    response_mask = (stop.cumsum(1) - stop) == 0  # up to and including the first stop token
+    rows, length = prompt_ids.shape[0], sampled.tokens.shape[1]
+    batch = make_token_batch(
+        sequences=torch.cat([prompt_ids, sampled.tokens], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
+        response_mask=response_mask,
+        old_logp=sampled.logp * response_mask,
+        entropy=sampled.entropy * response_mask,
+        rewards=(torch.arange(rows) % args.group < args.group // 2).float(),
+        group_ids=torch.arange(rows) // args.group,
+    )
+    load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"{args.model}: {args.prompts} prompts x G = {args.group}, up to {length} tokens "
+        f"(real tokens {response_mask.float().mean():.2f} of B x T); DAPO; {args.threads} threads, "
+        f"{args.rounds} rounds; load average {load_now}"
+    )
+    for keep in ("PHR", "PLR", "NHR", "NLR"):
+        compare(context(model, keep), batch, keep, args.rounds)
+    print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
