@@ -23,7 +23,7 @@ from quadrants.objectives.registry import register_objective
 from quadrants.ops.surrogate import clipped_surrogate
 
 
-@register_objective("dapo", validate=validate_clip)
+@register_objective("dapo", validate=validate_clip, batch_denominator=True)
 def dapo(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -34,7 +34,7 @@ def validate_entroadv(
     check_range("kappa", kappa, low=0.0, low_open=True)
 
 
-@register_objective("entroadv", validate=validate_entroadv)
+@register_objective("entroadv", validate=validate_entroadv, batch_denominator=True)
 def entroadv(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -28,7 +28,9 @@ def validate_entroreg(
     check_range("beta", beta, low=0.0)
 
 
-@register_objective("entroreg", needs_entropy=True, validate=validate_entroreg)
+@register_objective(
+    "entroreg", needs_entropy=True, validate=validate_entroreg, batch_denominator=True
+)
 def entroreg(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -68,7 +68,12 @@ def _needs_current_entropy(params: Mapping[str, Any]) -> bool:
     return params.get("entropy_source") == "current"
 
 
-@register_objective("forking", needs_entropy=_needs_current_entropy, validate=validate_forking)
+@register_objective(
+    "forking",
+    needs_entropy=_needs_current_entropy,
+    validate=validate_forking,
+    batch_denominator=lambda params: not _needs_current_entropy(params),
+)
 def forking(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -113,7 +113,7 @@ def validate_hapo(
     parse_apply_to(apply_to)
 
 
-@register_objective("hapo", validate=validate_hapo)
+@register_objective("hapo", validate=validate_hapo, batch_denominator=True)
 def hapo(
     batch: TokenBatch,
     policy: PolicyOutput,

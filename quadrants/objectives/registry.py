@@ -36,6 +36,10 @@ class ObjectiveSpec:
             |logπ − logπ_old|): there the old log-probs must come from the trainer's own forward,
             whose rounding matches the update's, never from the rollout engine
             (train.behaviour_pass).
+        batch_denominator: True, or a predicate of the full params, when the objective's
+            `denominator_mask` is a function of the batch and the params alone, never of the
+            policy output (DAPO's constant groups): its rows outside the denominator carry no
+            gradient, so the update runs them without grad (train/accumulate.py).
     """
 
     name: str
@@ -43,11 +47,16 @@ class ObjectiveSpec:
     needs_entropy: bool | Callable[[Mapping[str, Any]], bool] = False
     validate: Callable[..., None] | None = None
     recomputed_old_logp: bool = False
+    batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False
 
     def wants_entropy(self, params: Mapping[str, Any]) -> bool:
         return (
             self.needs_entropy(params) if callable(self.needs_entropy) else bool(self.needs_entropy)
         )
+
+    def denominator_from_batch(self, params: Mapping[str, Any]) -> bool:
+        flag = self.batch_denominator
+        return flag(params) if callable(flag) else bool(flag)
 
     def parameters(self) -> dict[str, inspect.Parameter]:
         sig = inspect.signature(self.fn)
@@ -70,13 +79,16 @@ def register_objective(
     needs_entropy: bool | Callable[[Mapping[str, Any]], bool] = False,
     validate: Callable[..., None] | None = None,
     recomputed_old_logp: bool = False,
+    batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False,
 ) -> Callable[[TokenObjective], TokenObjective]:
     """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
 
     def add(fn: TokenObjective) -> TokenObjective:
         if name in _OBJECTIVES:
             raise ValueError(f"objective {name!r} is already registered")
-        _OBJECTIVES[name] = ObjectiveSpec(name, fn, needs_entropy, validate, recomputed_old_logp)
+        _OBJECTIVES[name] = ObjectiveSpec(
+            name, fn, needs_entropy, validate, recomputed_old_logp, batch_denominator
+        )
         return fn
 
     return add

@@ -20,13 +20,15 @@ of the last micro-batch's loss, whose value is the mini-batch's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.loss import LossSettings, compute_loss
+from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.ops.length_buckets import response_spans
 from quadrants.train.distributed_step import sharded_policy_output
 
@@ -39,17 +41,34 @@ def _splice(full: Tensor, part: Tensor, rows: Tensor) -> Tensor:
     return full.index_copy(0, rows, part)
 
 
-def rows_with_gradient(mini: TokenBatch, settings: LossSettings) -> Tensor | None:
-    """[B] bool: the rows holding a response token of a kept quadrant; None: every row may carry
-    gradient (no quadrant isolation).
+def rows_with_gradient(
+    mini: TokenBatch,
+    settings: LossSettings,
+    spec: ObjectiveSpec | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Tensor | None:
+    """[B] bool: the rows holding a response token that the loss both keeps (a kept quadrant's) and
+    counts (in the objective's denominator); None: every row may carry gradient.
 
     compute_loss multiplies every per-token term (the objective's, the KL's) by the kept-quadrant
-    mask, so a row without a kept token adds exactly nothing to the loss or its gradient, whatever
-    the objective: under `quadrant=PHR` every row with a negative advantage, under `NHR` every row
-    with a non-negative one."""
-    if settings.quadrant.keep is None:
-        return None
-    return (mini.quadrants.union(settings.quadrant.keep) & mini.response_mask).any(dim=1)
+    mask and by the denominator mask, so a row without such a token adds exactly nothing to the
+    loss or its gradient, whatever the objective: under `quadrant=PHR` every row with a negative
+    advantage, under `NHR` every row with a non-negative one, and under DAPO's dynamic sampling
+    every row of a constant group. The denominator is read only from an objective whose spec says
+    it depends on the batch alone (`batch_denominator`): it is computed here from the objective
+    run on the old log-probs, before any forward."""
+    tokens, known = mini.response_mask, False
+    if settings.quadrant.keep is not None:
+        tokens, known = tokens & mini.quadrants.union(settings.quadrant.keep), True
+    if spec is not None and spec.denominator_from_batch(params or {}):
+        standin = PolicyOutput(
+            mini.old_logp, mini.entropy if spec.wants_entropy(params or {}) else None
+        )
+        with torch.no_grad():
+            denominator = spec.fn(mini, standin, **(params or {})).denominator_mask
+        if denominator is not None:
+            tokens, known = tokens & denominator, True
+    return tokens.any(dim=1) if known else None
 
 
 def backward_minibatch(
@@ -72,7 +91,11 @@ def backward_minibatch(
     )
     micro = ctx.cfg.train.micro_batch_size
     micro = micro if micro and micro < mini.batch_size else 0
-    carried = None if ctx.dist.sharded else rows_with_gradient(mini, ctx.loss_settings)
+    carried = (
+        None
+        if ctx.dist.sharded
+        else rows_with_gradient(mini, ctx.loss_settings, ctx.spec, ctx.params)
+    )
     if carried is not None and bool(carried.all()):
         carried = None
     if not micro and carried is None:

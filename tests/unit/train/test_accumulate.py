@@ -160,14 +160,40 @@ def test_rows_with_gradient_by_hand():
     assert high.tolist() == has_high.tolist() and not high[[1, 4]].any()
 
 
+def carried_rows(objective, keep="all", params=None):
+    model, _ = load_policy("tiny-random", seed=0)
+    ctx = context(objective, 0, model, keep)
+    spec, resolved = resolve_objective(objective, params or PARAMS.get(objective, {}))
+    rows = rows_with_gradient(seeded_batch(model), ctx.loss_settings, spec, resolved)
+    return None if rows is None else rows.tolist()
+
+
+def test_rows_outside_the_denominator_by_hand():
+    """DAPO's dynamic sampling drops the constant group (rows 2, 3): they carry no gradient, with or
+    without isolation; GRPO counts them (None: every row). Forking's denominator is read only when
+    it selects on the behaviour entropy, not on the current one (known only after the forward)."""
+    assert carried_rows("dapo") == [True, True, False, False, True, True]
+    assert carried_rows("dapo", ["PHR", "PLR"]) == [True, False, False, False, False, True]
+    assert carried_rows("dapo", params={"dynamic_sampling": False}) is None
+    for objective in ("hapo", "entroadv", "entroreg"):
+        assert carried_rows(objective) == [True, True, False, False, True, True], objective
+    assert carried_rows("grpo") is None
+    assert carried_rows("w_reinforce") is None
+    forking = carried_rows("forking")
+    assert forking is not None and not forking[2] and not forking[3]
+    current = {"entropy_source": "current", "scope": "mini_batch"}
+    assert carried_rows("forking", params=current) is None
+
+
 @pytest.mark.parametrize("objective", known_objectives())
 def test_rows_without_gradient_change_nothing(objective):
-    """Under each isolation, with and without micro-batches: the loss, every metric and every
-    gradient equal one forward with grad over every row."""
+    """Without isolation (the DAPO family still drops the constant group's rows) and under each
+    isolation, with and without micro-batches: the loss, every metric and every gradient equal one
+    forward with grad over every row."""
     torch.manual_seed(0)
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
-    for keep in (["NHR", "NLR"], "PHR", "NLR", ["PHR", "PLR"]):
+    for keep in ("all", ["NHR", "NLR"], "PHR", "NLR", ["PHR", "PLR"]):
         loss, metrics, whole = one_call_gradients(objective, model, batch, keep)
         for micro in (0, 2):
             got_loss, got_metrics, got = gradients(objective, micro, model, batch, keep)
@@ -206,6 +232,9 @@ def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
     seen = {True: [], False: []}
     gradients("grpo", 1, model, batch, ["NHR", "NLR"])
     assert seen == {True: [[3], [4]], False: [[2], [3], [4], [5], [5], [5]]}
+    seen = {True: [], False: []}  # DAPO without isolation: the constant group (rows 2, 3) idle
+    gradients("dapo", 0, model, batch)
+    assert seen == {True: [[3, 4, 5, 5]], False: [[5, 2]]}
 
 
 def test_no_row_with_gradient_gives_zero_gradients():
