@@ -7,11 +7,13 @@ quadrants/train/accumulate.py computes their values (for the loss and the metric
 forward and runs the forward with grad and the backward over the other rows only. This script times
 that (`backward_minibatch`) against the one-call update (every row's forward with grad, the loss,
 its backward), on a rollout the model samples itself with the HF engine's fast decode, rewarded so
-that each group of G has G/2 positive and G/2 negative advantages (as in benchmarks/vs_trl.py).
+that each group of G has G/2 positive and G/2 negative advantages (as in benchmarks/vs_trl.py);
+with `--constant N` the first N groups are rewarded all 0 instead, so DAPO's dynamic sampling drops
+them (their advantage 0 counts as positive in the quadrant split), and `keep=all` is timed too.
 `--model tiny` is the tiny workload's random Qwen2, `--model smollm2` SmolLM2-135M. Prints, per
 kept set, the rows with gradient, each median and the ratio (rows with grad only / one call).
 
-    python benchmarks/gradless_rows.py [--model tiny] [--rounds 6] [--threads 2]
+    python benchmarks/gradless_rows.py [--model tiny] [--rounds 6] [--threads 2] [--constant 4]
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def one_call(ctx: StepContext, batch) -> None:
 
 def compare(ctx: StepContext, batch, keep: str, rounds: int) -> None:
     """Time `backward_minibatch` against `one_call` under `keep`, interleaved."""
-    carried = rows_with_gradient(batch, ctx.loss_settings)
+    carried = rows_with_gradient(batch, ctx.loss_settings, ctx.spec, ctx.params)
     updates = {
         "rows with grad only": lambda: backward_minibatch(ctx, batch, None),
         "one call": lambda: one_call(ctx, batch),
@@ -112,6 +114,9 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--constant", type=int, default=0, help="groups rewarded all 0 (DAPO drops them)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = load(args.model)
@@ -138,22 +143,27 @@ def main() -> None:
     stop = torch.isin(sampled.tokens, stops).long()
     response_mask = (stop.cumsum(1) - stop) == 0  # up to and including the first stop token
     rows, length = prompt_ids.shape[0], sampled.tokens.shape[1]
+    rewards = (torch.arange(rows) % args.group < args.group // 2).float()
+    rewards[: args.constant * args.group] = 0.0
     batch = make_token_batch(
         sequences=torch.cat([prompt_ids, sampled.tokens], dim=1),
         attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
         response_mask=response_mask,
         old_logp=sampled.logp * response_mask,
         entropy=sampled.entropy * response_mask,
-        rewards=(torch.arange(rows) % args.group < args.group // 2).float(),
+        rewards=rewards,
         group_ids=torch.arange(rows) // args.group,
     )
     load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"{args.model}: {args.prompts} prompts x G = {args.group}, up to {length} tokens "
-        f"(real tokens {response_mask.float().mean():.2f} of B x T); DAPO; {args.threads} threads, "
+        f"(real tokens {response_mask.float().mean():.2f} of B x T); DAPO, "
+        f"{args.constant} constant groups; {args.threads} threads, "
         f"{args.rounds} rounds; load average {load_now}"
     )
-    for keep in ("PHR", "PLR", "NHR", "NLR"):
+    for keep in (
+        ("all", "PHR", "PLR", "NHR", "NLR") if args.constant else ("PHR", "PLR", "NHR", "NLR")
+    ):
         compare(context(model, keep), batch, keep, args.rounds)
     print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
