@@ -77,8 +77,9 @@ def backward_minibatch(
     """Back-propagate the mini-batch's loss (gradients accumulate into the parameters' .grad).
 
     Rows that carry no gradient (`rows_with_gradient`) run only without grad: their values enter
-    the loss and the metrics, and their forward keeps no activations and gets no backward. In one
-    process only (sharded ranks run every row with grad, as one call).
+    the loss and the metrics, and their forward keeps no activations and gets no backward. Sharded
+    ranks add idle rows to the grad pass until both passes split evenly (`_equal_shares`); with
+    micro-batches on sharded ranks, every row runs with grad.
 
     Returns:
         (loss [] detached, objective metrics).
@@ -93,9 +94,11 @@ def backward_minibatch(
     micro = micro if micro and micro < mini.batch_size else 0
     carried = (
         None
-        if ctx.dist.sharded
+        if ctx.dist.sharded and micro
         else rows_with_gradient(mini, ctx.loss_settings, ctx.spec, ctx.params)
     )
+    if carried is not None and ctx.dist.sharded:
+        carried = _equal_shares(carried, ctx.dist.world_size)
     if carried is not None and bool(carried.all()):
         carried = None
     if not micro and carried is None:
@@ -138,6 +141,17 @@ def backward_minibatch(
             if parameter.requires_grad and parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
     return loss.detach(), metrics
+
+
+def _equal_shares(carried: Tensor, world_size: int) -> Tensor:
+    """`carried` [B] with the first idle rows added until both the rows with grad and the rest
+    split into equal shares over `world_size` ranks (B is a multiple of it), and at least one share
+    runs with grad: an idle row in the grad pass adds nothing to the gradient, and every rank makes
+    the same sharded forward calls. The rows are a function of the mini-batch alone, the same on
+    every rank."""
+    missing = (-int(carried.sum())) % world_size or (world_size if not carried.any() else 0)
+    idle = torch.nonzero(~carried).squeeze(1)[:missing]
+    return carried.index_fill(0, idle, True)
 
 
 def _detached_values(

@@ -17,7 +17,7 @@ from quadrants.objectives.batch import PolicyOutput, make_token_batch
 from quadrants.objectives.loss import compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.train.accumulate import backward_minibatch, rows_with_gradient
+from quadrants.train.accumulate import _equal_shares, backward_minibatch, rows_with_gradient
 from quadrants.train.context import PassSettings
 from quadrants.train.step import StepContext
 from quadrants.validation import loss_settings
@@ -250,3 +250,23 @@ def test_no_row_with_gradient_gives_zero_gradients():
         torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
     assert set(got) == set(whole) == {n for n, _ in model.named_parameters()}
     assert all(bool((g == 0).all()) for g in got.values())
+
+
+def test_equal_shares_by_hand():
+    """Sharded ranks: idle rows join the grad pass, first ones first, until both passes split
+    evenly; with no row carrying gradient, one row per rank still runs with grad (its gradient is
+    zero) so that every rank makes the same calls."""
+    rows = torch.tensor([False, True, False, False, True, True])
+    assert _equal_shares(rows, 2).tolist() == [True, True, False, False, True, True]
+    assert _equal_shares(rows, 3).tolist() == rows.tolist()  # 3 with grad, 3 without
+    assert _equal_shares(rows, 6).tolist() == [True] * 6
+    none = torch.zeros(6, dtype=torch.bool)
+    assert _equal_shares(none, 2).tolist() == [True, True, False, False, False, False]
+    for world in (1, 2, 3, 6):
+        for bits in range(64):
+            carried = torch.tensor([bool(bits >> i & 1) for i in range(6)])
+            shares = _equal_shares(carried, world)
+            assert bool((shares | ~carried).all())  # every row with gradient stays
+            assert int(shares.sum()) % world == 0 and int((~shares).sum()) % world == 0
+            assert shares.any()
+            assert int(shares.sum()) - int(carried.sum()) < max(world, 1) + (not carried.any())
