@@ -24,42 +24,14 @@ import statistics
 import time
 
 import torch
-from decode_paths import load  # benchmarks/ is the script's directory
+from common import sampled_rollout, update_context  # benchmarks/ is the script's directory
+from decode_paths import load
 
-from quadrants.config import RunConfig
 from quadrants.models.policy import response_logprobs
 from quadrants.objectives.batch import PolicyOutput, make_token_batch
 from quadrants.objectives.loss import compute_loss
-from quadrants.objectives.registry import resolve_objective
-from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.rollout.fast_decode import sample_fast
-from quadrants.rollout.hf import stop_token_ids
 from quadrants.train.accumulate import backward_minibatch, rows_with_gradient
-from quadrants.train.context import PassSettings
 from quadrants.train.step import StepContext
-from quadrants.validation import loss_settings
-
-
-def context(model, keep) -> StepContext:
-    cfg = RunConfig()
-    cfg.objective.name = "dapo"
-    cfg.quadrant.keep = keep
-    spec, params = resolve_objective("dapo", cfg.objective.params)
-    return StepContext(
-        cfg=cfg,
-        model=model,
-        tokenizer=None,
-        ref_model=None,
-        engine=None,
-        grader=None,
-        task=None,
-        optimizer=None,
-        scheduler=None,
-        spec=spec,
-        params=params,
-        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
-        passes=PassSettings.from_config(cfg.rollout, cfg.train),
-    )
 
 
 def one_call(ctx: StepContext, batch) -> None:
@@ -120,37 +92,26 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = load(args.model)
-    tokenizer.padding_side = "left"
-    texts = [f"{3 * i + 1}+{7 * i + 2}-{i}=" for i in range(args.prompts)]
-    encoded = tokenizer(texts, return_tensors="pt", padding=True)
-    prompt_ids = encoded["input_ids"].repeat_interleave(args.group, dim=0)
-    prompt_mask = encoded["attention_mask"].repeat_interleave(args.group, dim=0).bool()
-    stops = torch.tensor(stop_token_ids(model, tokenizer))
-    torch.manual_seed(args.seed)
-    model.eval()
-    sampled = sample_fast(
+    rollout = sampled_rollout(
         model,
-        prompt_ids,
-        prompt_mask,
-        max_new_tokens=args.new_tokens,
-        temperature=1.0,
-        top_p=1.0,
-        stop_ids=stops.tolist(),
-        pad_id=tokenizer.pad_token_id,
+        tokenizer,
+        prompts=args.prompts,
+        group=args.group,
+        new_tokens=args.new_tokens,
+        seed=args.seed,
         record=True,
     )
-    model.train()
-    stop = torch.isin(sampled.tokens, stops).long()
-    response_mask = (stop.cumsum(1) - stop) == 0  # up to and including the first stop token
-    rows, length = prompt_ids.shape[0], sampled.tokens.shape[1]
+    prompt_ids, prompt_mask = rollout.prompt_ids, rollout.prompt_mask
+    response_mask = rollout.response_mask
+    rows, length = prompt_ids.shape[0], rollout.tokens.shape[1]
     rewards = (torch.arange(rows) % args.group < args.group // 2).float()
     rewards[: args.constant * args.group] = 0.0
     batch = make_token_batch(
-        sequences=torch.cat([prompt_ids, sampled.tokens], dim=1),
+        sequences=torch.cat([prompt_ids, rollout.tokens], dim=1),
         attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
         response_mask=response_mask,
-        old_logp=sampled.logp * response_mask,
-        entropy=sampled.entropy * response_mask,
+        old_logp=rollout.logp * response_mask,
+        entropy=rollout.entropy * response_mask,
         rewards=rewards,
         group_ids=torch.arange(rows) // args.group,
     )
@@ -164,7 +125,7 @@ def main() -> None:
     for keep in (
         ("all", "PHR", "PLR", "NHR", "NLR") if args.constant else ("PHR", "PLR", "NHR", "NLR")
     ):
-        compare(context(model, keep), batch, keep, args.rounds)
+        compare(update_context(model, keep=keep), batch, keep, args.rounds)
     print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

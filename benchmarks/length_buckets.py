@@ -22,12 +22,11 @@ import statistics
 import time
 
 import torch
-from decode_paths import load  # benchmarks/ is the script's directory
+from common import sampled_rollout  # benchmarks/ is the script's directory
+from decode_paths import load
 
 from quadrants.models.policy import response_logprobs
 from quadrants.ops.length_buckets import length_buckets, response_spans
-from quadrants.rollout.fast_decode import sample_fast
-from quadrants.rollout.hf import stop_token_ids
 
 
 def main() -> None:
@@ -43,34 +42,22 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = load(args.model)
-    tokenizer.padding_side = "left"
-    texts = [f"{3 * i + 1}+{7 * i + 2}-{i}=" for i in range(args.prompts)]
-    encoded = tokenizer(texts, return_tensors="pt", padding=True)
-    prompt_ids = encoded["input_ids"].repeat_interleave(args.group, dim=0)
-    prompt_mask = encoded["attention_mask"].repeat_interleave(args.group, dim=0).bool()
-    stops = torch.tensor(stop_token_ids(model, tokenizer))
     load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"{args.model}: {args.prompts} prompts x G = {args.group}, up to {args.new_tokens} tokens; "
         f"{args.threads} threads, {args.rounds} rounds per rollout; load average {load_now}"
     )
     for seed in args.seeds:  # one rollout per seed: the length spread is the rollout's own
-        torch.manual_seed(seed)
-        model.eval()
-        tokens = sample_fast(
+        rollout = sampled_rollout(
             model,
-            prompt_ids,
-            prompt_mask,
-            max_new_tokens=args.new_tokens,
-            temperature=1.0,
-            top_p=1.0,
-            stop_ids=stops.tolist(),
-            pad_id=tokenizer.pad_token_id,
-            record=False,
-        ).tokens  # [B, T]
-        model.train()
-        stop = torch.isin(tokens, stops).long()
-        response_mask = (stop.cumsum(1) - stop) == 0  # up to and including the first stop token
+            tokenizer,
+            prompts=args.prompts,
+            group=args.group,
+            new_tokens=args.new_tokens,
+            seed=seed,
+        )
+        prompt_ids, prompt_mask = rollout.prompt_ids, rollout.prompt_mask
+        tokens, response_mask = rollout.tokens, rollout.response_mask
         compare(model, prompt_ids, prompt_mask, tokens, response_mask, seed, args.rounds)
         if args.micro:
             compare_micro(model, prompt_ids, prompt_mask, tokens, response_mask, args)

@@ -30,17 +30,12 @@ def peak_rss_bytes() -> int:
 
 def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path: str) -> None:
     import torch
+    from common import update_context  # benchmarks/ is the script's directory
 
-    from quadrants.config import RunConfig
     from quadrants.models.policy import behaviour_pass
     from quadrants.models.tiny import random_tiny_policy
     from quadrants.objectives.batch import make_token_batch
-    from quadrants.objectives.registry import resolve_objective
-    from quadrants.ops.quadrants import QuadrantSettings
     from quadrants.train.accumulate import backward_minibatch
-    from quadrants.train.context import PassSettings
-    from quadrants.train.step import StepContext
-    from quadrants.validation import loss_settings
 
     torch.set_num_threads(2)
     model, _ = random_tiny_policy(
@@ -62,25 +57,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
         rewards=(torch.arange(rows) % 2).float(),
         group_ids=torch.arange(rows) // 8,
     )
-    cfg = RunConfig()
-    cfg.objective.name = "dapo"
-    cfg.train.micro_batch_size = micro
-    spec, params = resolve_objective("dapo", {})
-    ctx = StepContext(
-        cfg=cfg,
-        model=model,
-        tokenizer=None,
-        ref_model=None,
-        engine=None,
-        grader=None,
-        task=None,
-        optimizer=None,
-        scheduler=None,
-        spec=spec,
-        params=params,
-        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
-        passes=PassSettings.from_config(cfg.rollout, cfg.train),
-    )
+    ctx = update_context(model, "dapo", micro=micro)
     model.train()
     baseline = peak_rss_bytes()
     start = time.perf_counter()

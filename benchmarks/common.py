@@ -1,0 +1,95 @@
+"""Pieces several benchmark scripts share: a rollout the model samples itself, and the context of an
+update without a rollout engine. (Scripts import it as `common`: benchmarks/ is their directory.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class SampledRollout:
+    """G samples of each arithmetic prompt, left-padded prompts and right-padded responses.
+
+    Attributes:
+        prompt_ids, prompt_mask: [B, P] long / bool.
+        tokens: [B, T] long, the sampled responses.
+        response_mask: [B, T] bool, up to and including each row's first stop token.
+        logp, entropy: [B, T] float, the sampler's (with `record`), else None.
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    tokens: Tensor
+    response_mask: Tensor
+    logp: Tensor | None
+    entropy: Tensor | None
+
+
+def sampled_rollout(
+    model, tokenizer, *, prompts: int, group: int, new_tokens: int, seed: int, record: bool = False
+) -> SampledRollout:
+    """One rollout of `prompts` arithmetic prompts x `group` samples with the HF engine's fast
+    decode at temperature 1 (seeded), so its response lengths are the model's own."""
+    from quadrants.rollout.fast_decode import sample_fast
+    from quadrants.rollout.hf import stop_token_ids
+
+    tokenizer.padding_side = "left"
+    texts = [f"{3 * i + 1}+{7 * i + 2}-{i}=" for i in range(prompts)]
+    encoded = tokenizer(texts, return_tensors="pt", padding=True)
+    prompt_ids = encoded["input_ids"].repeat_interleave(group, dim=0)
+    prompt_mask = encoded["attention_mask"].repeat_interleave(group, dim=0).bool()
+    stops = torch.tensor(stop_token_ids(model, tokenizer))
+    torch.manual_seed(seed)
+    model.eval()
+    decoded = sample_fast(
+        model,
+        prompt_ids,
+        prompt_mask,
+        max_new_tokens=new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        stop_ids=stops.tolist(),
+        pad_id=tokenizer.pad_token_id,
+        record=record,
+    )
+    model.train()
+    stop = torch.isin(decoded.tokens, stops).long()
+    response_mask = (stop.cumsum(1) - stop) == 0
+    return SampledRollout(
+        prompt_ids, prompt_mask, decoded.tokens, response_mask, decoded.logp, decoded.entropy
+    )
+
+
+def update_context(model, objective: str = "dapo", *, keep="all", micro: int = 0):
+    """A StepContext with what an update needs (objective, loss settings, passes) and no rollout
+    engine, grader, task or optimizer; every other setting is the default."""
+    from quadrants.config import RunConfig
+    from quadrants.objectives.registry import resolve_objective
+    from quadrants.ops.quadrants import QuadrantSettings
+    from quadrants.train.context import PassSettings
+    from quadrants.train.step import StepContext
+    from quadrants.validation import loss_settings
+
+    cfg = RunConfig()
+    cfg.objective.name = objective
+    cfg.quadrant.keep = keep
+    cfg.train.micro_batch_size = micro
+    spec, params = resolve_objective(objective, cfg.objective.params)
+    return StepContext(
+        cfg=cfg,
+        model=model,
+        tokenizer=None,
+        ref_model=None,
+        engine=None,
+        grader=None,
+        task=None,
+        optimizer=None,
+        scheduler=None,
+        spec=spec,
+        params=params,
+        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        passes=PassSettings.from_config(cfg.rollout, cfg.train),
+    )
