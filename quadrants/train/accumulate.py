@@ -14,8 +14,13 @@ Peak activation memory follows the micro-batch (the first pass keeps none); the 
 no-grad forward, paid only when micro-batches are on. The rows are dealt to micro-batches in order
 of response length, so that each micro-batch holds similar lengths and its forward is cut after its
 own longest row (models/policy.py); the order is a function of the mini-batch alone, the same on
-every rank. The step's logged loss and metrics are those
-of the last micro-batch's loss, whose value is the mini-batch's.
+every rank. The step's logged loss and metrics are those of the last micro-batch's loss, whose value
+is the mini-batch's.
+
+The same splice serves rows that carry no gradient (`rows_with_gradient`: no token that is both in
+a kept quadrant and in the objective's denominator). They run once without grad, for their values,
+and only the other rows run with grad and get the backward; with micro-batches, only the other rows
+are dealt to the grad passes.
 """
 
 from __future__ import annotations
