@@ -62,15 +62,14 @@ def rows_with_gradient(
     every row of a constant group. The denominator is read only from an objective whose spec says
     it depends on the batch alone (`batch_denominator`): it is computed here from the objective
     run on the old log-probs, before any forward."""
+    params = params or {}
     tokens, known = mini.response_mask, False
     if settings.quadrant.keep is not None:
         tokens, known = tokens & mini.quadrants.union(settings.quadrant.keep), True
-    if spec is not None and spec.denominator_from_batch(params or {}):
-        standin = PolicyOutput(
-            mini.old_logp, mini.entropy if spec.wants_entropy(params or {}) else None
-        )
+    if spec is not None and spec.denominator_from_batch(params):
+        standin = PolicyOutput(mini.old_logp, mini.entropy if spec.wants_entropy(params) else None)
         with torch.no_grad():
-            denominator = spec.fn(mini, standin, **(params or {})).denominator_mask
+            denominator = spec.fn(mini, standin, **params).denominator_mask
         if denominator is not None:
             tokens, known = tokens & denominator, True
     return tokens.any(dim=1) if known else None
