@@ -2,7 +2,8 @@
 
 Position ids are rebuilt from the attention mask so that left-padded prompts see the same positions
 as they did inside `generate` (a plain forward would count the padding and shift every position).
-Only the last T + 1 positions go through the LM head (`logits_to_keep`).
+The last response token is only a target (no later position reads it), so no call feeds it;
+only the T positions that predict the response go through the LM head (`logits_to_keep`).
 
 Rows that share a prompt (a GRPO group's G responses) share its forward: each distinct prompt runs
 once with a KV cache, the cache is copied to its rows, and the responses continue from it
@@ -72,12 +73,16 @@ def _head_reduces(
     chunk_size: int,
     prefix: Tensor | None = None,
 ) -> Iterator[None]:
-    """While inside, `head(hidden [B, T + 1, H])` returns [B, T, 2]: (logp of
-    `targets`, entropy). With `prefix` [B, 1, H] (the last prompt position's hidden state, from
-    an earlier call), `hidden` is [B, T, H]: the response positions only."""
+    """While inside, `head(hidden)` returns [B, T, 2]: (logp of `targets` [B, T], entropy).
+    `hidden` is [B, T, H], the states that predict the T targets; with `prefix` [B, 1, H] (the
+    last prompt position's state, from an earlier call), `hidden` is [B, T - 1, H], the response
+    positions before the last (the last predicts nothing)."""
 
     def forward(hidden: Tensor) -> Tensor:
-        states = hidden[:, :-1] if prefix is None else torch.cat([prefix, hidden[:, :-1]], dim=1)
+        if prefix is None:  # the last T states (a call for T = 0 keeps one)
+            states = hidden[:, hidden.shape[1] - targets.shape[1] :]
+        else:
+            states = torch.cat([prefix, hidden], dim=1)[:, : targets.shape[1]]
         logp, entropy = head_logprobs_and_entropy(
             states,
             head.weight,
@@ -213,21 +218,24 @@ def _plain_logprobs(
     chunk_size: int,
     with_entropy: bool,
 ) -> tuple[Tensor, Tensor | None]:
-    """`response_logprobs` of rows that each carry their prompt: one forward over [B, P + T]."""
+    """`response_logprobs` of rows that each carry their prompt: one forward over [B, P + T - 1]
+    (the last token is a target only: no position after it reads it)."""
+    end = sequences.shape[1] - 1 if response_length > 0 else sequences.shape[1]
     inputs = dict(
-        input_ids=sequences,
-        attention_mask=attention_mask.long(),
-        position_ids=position_ids_from_mask(attention_mask),
-        logits_to_keep=response_length + 1,
+        input_ids=sequences[:, :end],
+        attention_mask=attention_mask[:, :end].long(),
+        position_ids=position_ids_from_mask(attention_mask)[:, :end],
+        logits_to_keep=max(response_length, 1),  # 0 would keep every position
         use_cache=False,
     )
-    targets = sequences[:, -response_length:]  # [B, T]
+    targets = sequences[:, sequences.shape[1] - response_length :]  # [B, T] (T = 0: none)
     head = fused_head(model)
     if head is not None:
         with _head_reduces(head, targets, temperature, chunk_size):
             reduced = model(**inputs).logits  # [B, T, 2]
         return reduced[..., 0], reduced[..., 1] if with_entropy else None
-    logits = model(**inputs).logits[:, :-1]  # [B, T, V]: position P-1+t predicts response token t
+    logits = model(**inputs).logits  # position P-1+t predicts response token t
+    logits = logits[:, logits.shape[1] - response_length :]  # [B, T, V]
     return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
 
 
@@ -317,13 +325,16 @@ def _shared_prompt_logprobs(
             layer.values = layer.values.index_select(0, prompts)
         end = prompt_length + length
         targets = sequences[rows, prompt_length:end]  # [n, t]
+        # the last target is read by no later position: the call stops before it (a one-token
+        # bucket still makes its call, so that every FSDP rank makes the same ones)
+        fed = end - 1 if length > 1 else end
         inputs = dict(
-            input_ids=targets,
-            attention_mask=attention_mask[rows, :end].long(),
-            position_ids=positions[rows, prompt_length:end],
+            input_ids=sequences[rows, prompt_length:fed],
+            attention_mask=attention_mask[rows, :fed].long(),
+            position_ids=positions[rows, prompt_length:fed],
             past_key_values=rows_cache,
             use_cache=True,
-            logits_to_keep=0,  # every response position
+            logits_to_keep=0,  # every position fed
         )
         prefix = last.index_select(0, prompts)
         if head is not None:
@@ -331,7 +342,7 @@ def _shared_prompt_logprobs(
                 reduced = model(**inputs).logits  # [n, t, 2]
             parts.append((reduced[..., 0], reduced[..., 1] if with_entropy else None))
             continue
-        logits = torch.cat([prefix, model(**inputs).logits[:, :-1]], dim=1)  # [n, t, V]
+        logits = torch.cat([prefix, model(**inputs).logits], dim=1)[:, : targets.shape[1]]
         parts.append(
             logprobs_and_entropy(
                 logits, targets, temperature, chunk_size, with_entropy=with_entropy

@@ -164,3 +164,98 @@ def test_responses_are_cut_after_the_batch_last_token() -> None:
     assert raw.shape == (6, 4) and raw[:, 2:].abs().sum() == 0
     torch.testing.assert_close(logp[:, :2], short, rtol=0, atol=1e-5)
     torch.testing.assert_close(entropy[:, :2], short_entropy, rtol=0, atol=1e-5)
+
+
+def _reference(model, sequences, mask, length, temperature):
+    """logp and entropy of the last `length` tokens from HF's own full forward over every position
+    (the logits of position P-1+t, at `temperature`), masked to the real response tokens."""
+    positions = (mask.long().cumsum(-1) - 1).clamp_min(0)
+    logits = model(input_ids=sequences, attention_mask=mask.long(), position_ids=positions).logits
+    logits = logits[:, -length - 1 : -1].float() / temperature
+    logprobs = torch.log_softmax(logits, -1)
+    logp = logprobs.gather(-1, sequences[:, -length:, None]).squeeze(-1)
+    entropy = -(logprobs.exp() * logprobs).sum(-1)
+    response = mask[:, -length:]
+    return logp * response, entropy * response
+
+
+def _fed_lengths(model) -> list[tuple[int, int]]:
+    """A list that collects the [rows, positions] of every input_ids the model's body is fed."""
+    fed: list[tuple[int, int]] = []
+    model.model.register_forward_pre_hook(
+        lambda _, args, kwargs: fed.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    return fed
+
+
+@pytest.mark.parametrize("share", ["auto", "never"])
+@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+def test_no_call_feeds_the_last_response_token(build, share) -> None:
+    """The batch is 6 rows x (P = 5 + T = 4); every row's last response token is a target only.
+    Plain path, one bucket: one call over [6, 5 + 4 - 1 = 8]. Shared path: the 2 distinct prompts
+    [2, 5], then the responses [6, 4 - 1 = 3]. With buckets {0, 3} cut to 2 and the rest to 4, the
+    plain calls are [2, 5 + 1] and [4, 5 + 3], the shared ones [2, 1] and [4, 3]. The values equal
+    HF's full forward over all 9 positions on every real response token."""
+    torch.set_num_threads(1)
+    sequences, mask = _batch()
+    expected_one = [(6, 8)] if share == "never" else [(2, 5), (6, 3)]
+    expected_split = [(2, 6), (4, 8)] if share == "never" else [(2, 5), (2, 1), (4, 3)]
+    for max_buckets, expected in ((1, expected_one), (4, expected_split)):
+        model = build()
+        fed = _fed_lengths(model)
+        logp, entropy = response_logprobs(
+            model,
+            sequences,
+            mask,
+            4,
+            temperature=0.7,
+            chunk_size=5,
+            with_entropy=True,
+            share_prompts=share,
+            max_buckets=max_buckets,
+        )
+        assert fed == expected
+        with torch.no_grad():
+            logp0, entropy0 = _reference(model, sequences, mask, 4, 0.7)
+        response = mask[:, 5:]
+        torch.testing.assert_close(logp * response, logp0, rtol=0, atol=1e-5)
+        torch.testing.assert_close(entropy * response, entropy0, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("share", ["always", "never"])
+@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+def test_one_token_responses_and_none(build, share) -> None:
+    """T = 1: the shared path still makes its response call (one position, whose state predicts
+    nothing: FSDP ranks must make the same calls), the plain path feeds the prompt only; both equal
+    HF's full forward. T = 0: [B, 0] from either path."""
+    torch.set_num_threads(1)
+    sequences, mask = _batch()
+    sequences, mask = sequences[:, :6], mask[:, :6]  # P = 5, T = 1
+    model = build()
+    fed = _fed_lengths(model)
+    logp, entropy = response_logprobs(
+        model,
+        sequences,
+        mask,
+        1,
+        temperature=0.7,
+        chunk_size=5,
+        with_entropy=True,
+        share_prompts=share,
+    )
+    assert fed == ([(6, 5)] if share == "never" else [(2, 5), (6, 1)])
+    with torch.no_grad():
+        logp0, entropy0 = _reference(model, sequences, mask, 1, 0.7)
+    torch.testing.assert_close(logp, logp0, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy, entropy0, rtol=0, atol=1e-5)
+    logp, entropy = response_logprobs(
+        model,
+        sequences,
+        mask,
+        0,
+        temperature=0.7,
+        chunk_size=5,
+        with_entropy=True,
+        share_prompts=share,
+    )
+    assert logp.shape == (6, 0) and entropy.shape == (6, 0)
