@@ -171,21 +171,35 @@ def _reference(model, sequences, mask, length, temperature):
     (the logits of position P-1+t, at `temperature`), masked to the real response tokens."""
     positions = (mask.long().cumsum(-1) - 1).clamp_min(0)
     logits = model(input_ids=sequences, attention_mask=mask.long(), position_ids=positions).logits
-    logits = logits[:, -length - 1 : -1].float() / temperature
+    start = sequences.shape[1] - length  # the first response position (T = 0: none)
+    logits = logits[:, start - 1 : -1].float() / temperature
     logprobs = torch.log_softmax(logits, -1)
-    logp = logprobs.gather(-1, sequences[:, -length:, None]).squeeze(-1)
+    logp = logprobs.gather(-1, sequences[:, start:, None]).squeeze(-1)
     entropy = -(logprobs.exp() * logprobs).sum(-1)
-    response = mask[:, -length:]
+    response = mask[:, start:]
     return logp * response, entropy * response
 
 
-def _fed_lengths(model) -> list[tuple[int, int]]:
-    """A list that collects the [rows, positions] of every input_ids the model's body is fed."""
+def _fed_and_checked(build, sequences, mask, length, **options) -> list[tuple[int, int]]:
+    """The [rows, positions] of every input_ids the model's body is fed by one `response_logprobs`
+    call, after checking its logp and entropy against HF's full forward (`_reference`) on every real
+    response token."""
+    model = build()
     fed: list[tuple[int, int]] = []
     model.model.register_forward_pre_hook(
         lambda _, args, kwargs: fed.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
     )
-    return fed
+    logp, entropy = response_logprobs(
+        model, sequences, mask, length, temperature=0.7, chunk_size=5, with_entropy=True, **options
+    )
+    assert logp.shape == entropy.shape == (sequences.shape[0], length)
+    seen = list(fed)  # the reference's own call below is not one of them
+    with torch.no_grad():
+        logp0, entropy0 = _reference(model, sequences, mask, length, 0.7)
+    response = mask[:, sequences.shape[1] - length :]
+    torch.testing.assert_close(logp * response, logp0, rtol=0, atol=1e-5)
+    torch.testing.assert_close(entropy * response, entropy0, rtol=0, atol=1e-5)
+    return seen
 
 
 @pytest.mark.parametrize("share", ["auto", "never"])
@@ -198,28 +212,12 @@ def test_no_call_feeds_the_last_response_token(build, share) -> None:
     HF's full forward over all 9 positions on every real response token."""
     torch.set_num_threads(1)
     sequences, mask = _batch()
-    expected_one = [(6, 8)] if share == "never" else [(2, 5), (6, 3)]
-    expected_split = [(2, 6), (4, 8)] if share == "never" else [(2, 5), (2, 1), (4, 3)]
-    for max_buckets, expected in ((1, expected_one), (4, expected_split)):
-        model = build()
-        fed = _fed_lengths(model)
-        logp, entropy = response_logprobs(
-            model,
-            sequences,
-            mask,
-            4,
-            temperature=0.7,
-            chunk_size=5,
-            with_entropy=True,
-            share_prompts=share,
-            max_buckets=max_buckets,
-        )
-        assert fed == expected
-        with torch.no_grad():
-            logp0, entropy0 = _reference(model, sequences, mask, 4, 0.7)
-        response = mask[:, 5:]
-        torch.testing.assert_close(logp * response, logp0, rtol=0, atol=1e-5)
-        torch.testing.assert_close(entropy * response, entropy0, rtol=0, atol=1e-5)
+    one = _fed_and_checked(build, sequences, mask, 4, share_prompts=share, max_buckets=1)
+    split = _fed_and_checked(build, sequences, mask, 4, share_prompts=share, max_buckets=4)
+    if share == "never":
+        assert one == [(6, 8)] and split == [(2, 6), (4, 8)]
+    else:
+        assert one == [(2, 5), (6, 3)] and split == [(2, 5), (2, 1), (4, 3)]
 
 
 @pytest.mark.parametrize("share", ["always", "never"])
@@ -231,31 +229,6 @@ def test_one_token_responses_and_none(build, share) -> None:
     torch.set_num_threads(1)
     sequences, mask = _batch()
     sequences, mask = sequences[:, :6], mask[:, :6]  # P = 5, T = 1
-    model = build()
-    fed = _fed_lengths(model)
-    logp, entropy = response_logprobs(
-        model,
-        sequences,
-        mask,
-        1,
-        temperature=0.7,
-        chunk_size=5,
-        with_entropy=True,
-        share_prompts=share,
-    )
+    fed = _fed_and_checked(build, sequences, mask, 1, share_prompts=share)
     assert fed == ([(6, 5)] if share == "never" else [(2, 5), (6, 1)])
-    with torch.no_grad():
-        logp0, entropy0 = _reference(model, sequences, mask, 1, 0.7)
-    torch.testing.assert_close(logp, logp0, rtol=0, atol=1e-5)
-    torch.testing.assert_close(entropy, entropy0, rtol=0, atol=1e-5)
-    logp, entropy = response_logprobs(
-        model,
-        sequences,
-        mask,
-        0,
-        temperature=0.7,
-        chunk_size=5,
-        with_entropy=True,
-        share_prompts=share,
-    )
-    assert logp.shape == (6, 0) and entropy.shape == (6, 0)
+    _fed_and_checked(build, sequences, mask, 0, share_prompts=share)
