@@ -76,7 +76,8 @@ def _head_reduces(
     """While inside, `head(hidden)` returns [B, T, 2]: (logp of `targets` [B, T], entropy).
     `hidden` is [B, T, H], the states that predict the T targets; with `prefix` [B, 1, H] (the
     last prompt position's state, from an earlier call), `hidden` is [B, T - 1, H], the response
-    positions before the last (the last predicts nothing)."""
+    positions before the last (the last predicts nothing; a one-token call passes [B, 1, H], whose
+    state is dropped)."""
 
     def forward(hidden: Tensor) -> Tensor:
         if prefix is None:  # the last T states (a call for T = 0 keeps one)
