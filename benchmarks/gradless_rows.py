@@ -10,10 +10,13 @@ its backward), on a rollout the model samples itself with the HF engine's fast d
 that each group of G has G/2 positive and G/2 negative advantages (as in benchmarks/vs_trl.py);
 with `--constant N` the first N groups are rewarded all 0 instead, so DAPO's dynamic sampling drops
 them (their advantage 0 counts as positive in the quadrant split), and `keep=all` is timed too.
+`--objective grpo` keeps those groups in the loss's denominator; their advantage is exactly 0, so
+they carry no gradient there either (`zero_advantage_inert`) and run without grad the same way.
 `--model tiny` is the tiny workload's random Qwen2, `--model smollm2` SmolLM2-135M. Prints, per
 kept set, the rows with gradient, each median and the ratio (rows with grad only / one call).
 
     python benchmarks/gradless_rows.py [--model tiny] [--rounds 6] [--threads 2] [--constant 4]
+        [--objective dapo|grpo]
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def main() -> None:
     parser.add_argument(
         "--constant", type=int, default=0, help="groups rewarded all 0 (DAPO drops them)"
     )
+    parser.add_argument("--objective", choices=("dapo", "grpo"), default="dapo")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer = load(args.model)
@@ -118,14 +122,14 @@ def main() -> None:
     load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"{args.model}: {args.prompts} prompts x G = {args.group}, up to {length} tokens "
-        f"(real tokens {response_mask.float().mean():.2f} of B x T); DAPO, "
+        f"(real tokens {response_mask.float().mean():.2f} of B x T); {args.objective}, "
         f"{args.constant} constant groups; {args.threads} threads, "
         f"{args.rounds} rounds; load average {load_now}"
     )
     for keep in (
         ("all", "PHR", "PLR", "NHR", "NLR") if args.constant else ("PHR", "PLR", "NHR", "NLR")
     ):
-        compare(update_context(model, keep=keep), batch, keep, args.rounds)
+        compare(update_context(model, args.objective, keep=keep), batch, keep, args.rounds)
     print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

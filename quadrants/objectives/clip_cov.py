@@ -36,7 +36,7 @@ def validate_clip_cov(
         raise ValueError(f"cov_lb={cov_lb} must be < cov_ub={cov_ub}")
 
 
-@register_objective("clip_cov", validate=validate_clip_cov)
+@register_objective("clip_cov", validate=validate_clip_cov, zero_advantage_inert=True)
 def clip_cov(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -23,7 +23,9 @@ from quadrants.objectives.registry import register_objective
 from quadrants.ops.surrogate import clipped_surrogate
 
 
-@register_objective("dapo", validate=validate_clip, batch_denominator=True)
+@register_objective(
+    "dapo", validate=validate_clip, batch_denominator=True, zero_advantage_inert=True
+)
 def dapo(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -73,6 +73,7 @@ def _needs_current_entropy(params: Mapping[str, Any]) -> bool:
     needs_entropy=_needs_current_entropy,
     validate=validate_forking,
     batch_denominator=lambda params: not _needs_current_entropy(params),
+    zero_advantage_inert=True,
 )
 def forking(
     batch: TokenBatch,

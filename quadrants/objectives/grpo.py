@@ -19,7 +19,7 @@ from quadrants.objectives.registry import register_objective
 from quadrants.ops.surrogate import clipped_surrogate
 
 
-@register_objective("grpo", validate=validate_clip)
+@register_objective("grpo", validate=validate_clip, zero_advantage_inert=True)
 def grpo(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -113,7 +113,9 @@ def validate_hapo(
     parse_apply_to(apply_to)
 
 
-@register_objective("hapo", validate=validate_hapo, batch_denominator=True)
+@register_objective(
+    "hapo", validate=validate_hapo, batch_denominator=True, zero_advantage_inert=True
+)
 def hapo(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -40,6 +40,11 @@ class ObjectiveSpec:
             `denominator_mask` is a function of the batch and the params alone, never of the
             policy output (DAPO's constant groups): its rows outside the denominator carry no
             gradient, so the update runs them without grad (train/accumulate.py).
+        zero_advantage_inert: True, or a predicate of the full params, when a token whose
+            sequence advantage is exactly 0 adds exactly 0 to the objective's loss for every
+            policy output, so no gradient either (a clipped surrogate of a token advantage that is
+            0 wherever Â is: −0·r = 0 for every ratio r). Rows with Â = 0 (GRPO's constant groups)
+            then run without grad when the step adds no KL (train/accumulate.py).
     """
 
     name: str
@@ -48,6 +53,7 @@ class ObjectiveSpec:
     validate: Callable[..., None] | None = None
     recomputed_old_logp: bool = False
     batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False
+    zero_advantage_inert: bool | Callable[[Mapping[str, Any]], bool] = False
 
     def wants_entropy(self, params: Mapping[str, Any]) -> bool:
         return (
@@ -56,6 +62,10 @@ class ObjectiveSpec:
 
     def denominator_from_batch(self, params: Mapping[str, Any]) -> bool:
         flag = self.batch_denominator
+        return flag(params) if callable(flag) else bool(flag)
+
+    def inert_at_zero_advantage(self, params: Mapping[str, Any]) -> bool:
+        flag = self.zero_advantage_inert
         return flag(params) if callable(flag) else bool(flag)
 
     def parameters(self) -> dict[str, inspect.Parameter]:
@@ -80,6 +90,7 @@ def register_objective(
     validate: Callable[..., None] | None = None,
     recomputed_old_logp: bool = False,
     batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False,
+    zero_advantage_inert: bool | Callable[[Mapping[str, Any]], bool] = False,
 ) -> Callable[[TokenObjective], TokenObjective]:
     """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
 
@@ -87,7 +98,13 @@ def register_objective(
         if name in _OBJECTIVES:
             raise ValueError(f"objective {name!r} is already registered")
         _OBJECTIVES[name] = ObjectiveSpec(
-            name, fn, needs_entropy, validate, recomputed_old_logp, batch_denominator
+            name,
+            fn,
+            needs_entropy,
+            validate,
+            recomputed_old_logp,
+            batch_denominator,
+            zero_advantage_inert,
         )
         return fn
 

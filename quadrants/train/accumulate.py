@@ -18,7 +18,8 @@ every rank. The step's logged loss and metrics are those of the last micro-batch
 is the mini-batch's.
 
 The same splice serves rows that carry no gradient (`rows_with_gradient`: no token that is both in
-a kept quadrant and in the objective's denominator). They run once without grad, for their values,
+a kept quadrant and in the objective's denominator, or, for objectives that are inert there and
+without KL, an advantage of exactly 0). They run once without grad, for their values,
 and only the other rows run with grad and get the backward; with micro-batches, only the other rows
 are dealt to the grad passes.
 """
@@ -61,7 +62,9 @@ def rows_with_gradient(
     advantage, under `NHR` every row with a non-negative one, and under DAPO's dynamic sampling
     every row of a constant group. The denominator is read only from an objective whose spec says
     it depends on the batch alone (`batch_denominator`): it is computed here from the objective
-    run on the old log-probs, before any forward."""
+    run on the old log-probs, before any forward. A row whose advantage is exactly 0 (a constant or
+    singleton group) also carries nothing when the objective says so (`zero_advantage_inert`: its
+    per-token loss is −0·r = 0 whatever the ratio, e.g. GRPO's) and the step adds no KL term."""
     params = params or {}
     tokens, known = mini.response_mask, False
     if settings.quadrant.keep is not None:
@@ -72,6 +75,8 @@ def rows_with_gradient(
             denominator = spec.fn(mini, standin, **params).denominator_mask
         if denominator is not None:
             tokens, known = tokens & denominator, True
+    if spec is not None and settings.kl_coef == 0 and spec.inert_at_zero_advantage(params):
+        tokens, known = tokens & (mini.advantages != 0)[:, None], True
     return tokens.any(dim=1) if known else None
 
 

@@ -6,6 +6,7 @@ token run without grad only, and the gradient, loss and metrics are still the on
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -49,8 +50,9 @@ def seeded_batch(model, *, rows=6, prompt=4, length=5, rewards=(1.0, 0.0, 1.0, 1
     )
 
 
-def context(objective: str, micro: int, model, keep="all") -> StepContext:
+def context(objective: str, micro: int, model, keep="all", kl_coef=0.0) -> StepContext:
     cfg = RunConfig()
+    cfg.objective.kl_coef = kl_coef
     cfg.quadrant.keep = keep
     cfg.objective.name = objective
     cfg.objective.params = PARAMS.get(objective, {})
@@ -74,9 +76,9 @@ def context(objective: str, micro: int, model, keep="all") -> StepContext:
     )
 
 
-def gradients(objective: str, micro: int, model, batch, keep="all"):
+def gradients(objective: str, micro: int, model, batch, keep="all", kl_coef=0.0):
     model = copy.deepcopy(model)
-    loss, metrics = backward_minibatch(context(objective, micro, model, keep), batch, None)
+    loss, metrics = backward_minibatch(context(objective, micro, model, keep, kl_coef), batch, None)
     return (
         loss,
         metrics,
@@ -121,14 +123,14 @@ def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
         return real(env, model, mini, **passes)
 
     monkeypatch.setattr(accumulate, "sharded_policy_output", spy)
-    gradients("grpo", 2, model, batch)
+    gradients("w_reinforce", 2, model, batch)  # every row carries gradient under W-REINFORCE
     assert seen == [[2, 3], [4, 5], [5, 5]]
 
 
-def one_call_gradients(objective: str, model, batch, keep):
+def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
     """The reference: every row in one forward with grad, the loss, its backward."""
     model = copy.deepcopy(model)
-    ctx = context(objective, 0, model, keep)
+    ctx = context(objective, 0, model, keep, kl_coef)
     logp, entropy = response_logprobs(
         model,
         batch.sequences,
@@ -170,19 +172,83 @@ def carried_rows(objective, keep="all", params=None):
 
 def test_rows_outside_the_denominator_by_hand():
     """DAPO's dynamic sampling drops the constant group (rows 2, 3): they carry no gradient, with or
-    without isolation; GRPO counts them (None: every row). Forking's denominator is read only when
-    it selects on the behaviour entropy, not on the current one (known only after the forward)."""
+    without isolation. Forking's denominator is read only when it selects on the behaviour entropy,
+    not on the current one (known only after the forward); its rows 2 and 3 have advantage 0,
+    though, which it is inert to (next test)."""
     assert carried_rows("dapo") == [True, True, False, False, True, True]
     assert carried_rows("dapo", ["PHR", "PLR"]) == [True, False, False, False, False, True]
-    assert carried_rows("dapo", params={"dynamic_sampling": False}) is None
     for objective in ("hapo", "entroadv", "entroreg"):
         assert carried_rows(objective) == [True, True, False, False, True, True], objective
-    assert carried_rows("grpo") is None
     assert carried_rows("w_reinforce") is None
     forking = carried_rows("forking")
     assert forking is not None and not forking[2] and not forking[3]
     current = {"entropy_source": "current", "scope": "mini_batch"}
-    assert carried_rows("forking", params=current) is None
+    assert carried_rows("forking", params=current) == [True, True, False, False, True, True]
+
+
+def test_rows_with_zero_advantage_by_hand():
+    """Rows 2 and 3 (the constant group) have advantage exactly 0. GRPO keeps them in its
+    denominator, but its per-token loss there is max(−0·r, −0·clip(r)) = 0 for every ratio, so they
+    carry no gradient; the same holds for DAPO without dynamic sampling, Clip-Cov and forking. With
+    a KL term (kl_coef > 0) they do carry gradient (the KL pulls every counted token), and so they
+    do under W-REINFORCE (−w·r with w = λ or −1 by reward, never 0), EntroReg without dynamic
+    sampling (its entropy bonus) and KL-Cov (its penalty on selected tokens): every row (None)."""
+    carried = [True, True, False, False, True, True]
+    assert carried_rows("grpo") == carried
+    assert carried_rows("grpo", ["PHR", "PLR"]) == [True, False, False, False, False, True]
+    assert carried_rows("grpo", ["NHR", "NLR"]) == [False, True, False, False, True, False]
+    assert carried_rows("dapo", params={"dynamic_sampling": False}) == carried
+    assert carried_rows("clip_cov") == carried
+    assert carried_rows("forking", params={"dynamic_sampling": False}) is not None
+    model, _ = load_policy("tiny-random", seed=0)
+    cfg = RunConfig()
+    cfg.objective.kl_coef = 0.1
+    with_kl = loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant))
+    spec, params = resolve_objective("grpo", {})
+    assert rows_with_gradient(seeded_batch(model), with_kl, spec, params) is None
+    assert carried_rows("w_reinforce") is None
+    assert carried_rows("entroreg", params={"dynamic_sampling": False}) is None
+    assert carried_rows("kl_cov") is None
+
+
+@pytest.mark.parametrize("objective", known_objectives())
+def test_zero_advantage_inert_is_true_of_the_objective(objective):
+    """The registry's claim, checked on the objective itself: where an objective says a token with
+    advantage 0 is inert, its per-token loss on rows 2 and 3 (advantage 0) is exactly 0 and so is
+    the gradient there, for log-probs far from the old ones (ratios e^±1.5, clipped and not). An
+    objective that makes no such claim must not be inert there (W-REINFORCE, EntroReg without
+    dynamic sampling): the flag is not decorative."""
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    params = {
+        **PARAMS.get(objective, {}),
+        **(
+            {"dynamic_sampling": False}
+            if objective in ("dapo", "hapo", "entroadv", "entroreg", "forking")
+            else {}
+        ),
+    }
+    spec, params = resolve_objective(objective, params)
+    zero = batch.advantages == 0
+    assert zero.tolist() == [False, False, True, True, False, False]
+    for shift in (-1.5, 0.0, 1.5):
+        logp = (batch.old_logp + shift).clone().requires_grad_(True)
+        entropy = batch.entropy.clone().requires_grad_(True) if spec.wants_entropy(params) else None
+        out = spec.fn(batch, PolicyOutput(logp, entropy), **params)
+        (grad,) = torch.autograd.grad(out.per_token_loss.sum(), logp, allow_unused=True)
+        grad = torch.zeros_like(logp) if grad is None else grad
+        if entropy is not None:
+            (grad_h,) = torch.autograd.grad(
+                spec.fn(batch, PolicyOutput(logp, entropy), **params).per_token_loss.sum(),
+                entropy,
+                allow_unused=True,
+            )
+            grad = grad + (0 if grad_h is None else grad_h.abs())
+        inert = bool((out.per_token_loss[zero] == 0).all()) and bool((grad[zero] == 0).all())
+        if spec.inert_at_zero_advantage(params):
+            assert inert, f"{objective} shift={shift}"
+        elif objective in ("w_reinforce", "entroreg"):
+            assert not inert, f"{objective} shift={shift}"
 
 
 @pytest.mark.parametrize("objective", known_objectives())
@@ -211,6 +277,23 @@ def test_rows_without_gradient_change_nothing(objective):
                 )
 
 
+def test_zero_advantage_rows_with_kl_change_nothing():
+    """GRPO with a KL term to a reference (k3, kl_coef 0.1; reference log-probs 0.1 below the old
+    ones on every token): the zero-advantage rows now carry the KL's gradient, so every row runs
+    with grad, and the loss, metrics and gradients equal one call over every row."""
+    model, _ = load_policy("tiny-random", seed=0)
+    plain = seeded_batch(model)
+    batch = dataclasses.replace(plain, ref_logp=plain.old_logp - 0.1)
+    loss, metrics, whole = one_call_gradients("grpo", model, batch, "all", kl_coef=0.1)
+    got_loss, got_metrics, got = gradients("grpo", 0, model, batch, "all", kl_coef=0.1)
+    assert "kl_ref" in metrics
+    torch.testing.assert_close(got_loss, loss, rtol=0, atol=1e-6)
+    for name, value in metrics.items():
+        torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
+    for name, grad in whole.items():
+        torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
     """keep=NHR,NLR: rows 1 and 4 (response lengths 3 and 4) are the only rows a forward with grad
     sees; the other four (lengths 5, 5, 2, 5) run once without grad. With micro-batches of 1 every
@@ -235,21 +318,26 @@ def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
     seen = {True: [], False: []}  # DAPO without isolation: the constant group (rows 2, 3) idle
     gradients("dapo", 0, model, batch)
     assert seen == {True: [[3, 4, 5, 5]], False: [[5, 2]]}
+    seen = {True: [], False: []}  # GRPO: the same rows, idle for their advantage of 0
+    gradients("grpo", 0, model, batch)
+    assert seen == {True: [[3, 4, 5, 5]], False: [[5, 2]]}
 
 
 def test_no_row_with_gradient_gives_zero_gradients():
     """Every group constant (all rewards 1): every advantage is 0, counted positive, so NHR keeps
-    no row. No forward runs with grad; the loss is 0 as in one call, and every parameter's gradient
+    no row, and without isolation GRPO is inert on every row. No forward runs with grad; the loss is 0 as in one call, and every parameter's gradient
     is exactly zero (not None: the optimizer steps as it would after a zero loss's backward)."""
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model, rewards=(1.0,) * 6)
-    loss, metrics, whole = one_call_gradients("grpo", model, batch, "NHR")
-    got_loss, got_metrics, got = gradients("grpo", 0, model, batch, "NHR")
-    assert float(got_loss) == float(loss) == 0.0
-    for name, value in metrics.items():
-        torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
-    assert set(got) == set(whole) == {n for n, _ in model.named_parameters()}
-    assert all(bool((g == 0).all()) for g in got.values())
+    for keep in ("NHR", "all"):  # keep=all: GRPO is inert on every row (advantage 0)
+        loss, metrics, whole = one_call_gradients("grpo", model, batch, keep)
+        got_loss, got_metrics, got = gradients("grpo", 0, model, batch, keep)
+        assert float(got_loss) == float(loss) == 0.0
+        for name, value in metrics.items():
+            torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
+        assert set(got) == set(whole) == {n for n, _ in model.named_parameters()}
+        assert all(bool((g == 0).all()) for g in got.values())
+        assert all(bool((g == 0).all()) for g in whole.values())
 
 
 def test_equal_shares_by_hand():
