@@ -256,8 +256,8 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
     the rollout engine cannot run one per rank.
 
     Every rank must run the same number of forward passes (FSDP gathers parameters in each one), so
-    prompts, sequences and every mini-batch must split into equal shares. Also run at compose time
-    for a multi-rank launcher (hydra_setup.preflight, launcher=slurm_ddp)."""
+    prompts, sequences, every mini-batch and every micro-batch must split into equal shares. Also
+    run at compose time for a multi-rank launcher (hydra_setup.preflight, launcher=slurm_ddp)."""
     prompts = cfg.train.prompts_per_step
     block = cfg.distributed.prompts_per_generate
     if block is not None and (block <= 0 or prompts % block):
@@ -295,6 +295,16 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
             f"train.mini_batch_size={cfg.train.mini_batch_size} with {rows} sequences per step "
             f"leaves a mini-batch that does not split into {world_size} equal shares; use a "
             f"mini-batch size that is a multiple of {world_size} and divides {rows}"
+        )
+    micro = cfg.train.micro_batch_size
+    if 0 < micro < mini and micro % world_size:
+        fits = [m for m in range(world_size, mini, world_size)][:3]
+        raise ValueError(
+            f"train.micro_batch_size={micro} does not split into {world_size} equal shares: a "
+            f"micro-batch counts the sequences of all ranks, each rank taking 1/{world_size}; use "
+            f"a multiple of {world_size} below the mini-batch of {mini}"
+            + (f" (e.g. {', '.join(map(str, fits))})" if fits else "")
+            + " or 0 for none"
         )
 
 

@@ -88,7 +88,8 @@ def backward_minibatch(
     Rows that carry no gradient (`rows_with_gradient`) run only without grad: their values enter
     the loss and the metrics, and their forward keeps no activations and gets no backward. Sharded
     ranks add idle rows to the grad pass until both passes split evenly (`_equal_shares`); with
-    micro-batches on sharded ranks, every row runs with grad.
+    micro-batches, whose size is a multiple of the ranks (collectives.check_layout), each grad pass
+    then splits evenly too.
 
     Returns:
         (loss [] detached, objective metrics).
@@ -101,11 +102,7 @@ def backward_minibatch(
     )
     micro = ctx.cfg.train.micro_batch_size
     micro = micro if micro and micro < mini.batch_size else 0
-    carried = (
-        None
-        if ctx.dist.sharded and micro
-        else rows_with_gradient(mini, ctx.loss_settings, ctx.spec, ctx.params)
-    )
+    carried = rows_with_gradient(mini, ctx.loss_settings, ctx.spec, ctx.params)
     if carried is not None and ctx.dist.sharded:
         carried = _equal_shares(carried, ctx.dist.world_size)
     if carried is not None and bool(carried.all()):

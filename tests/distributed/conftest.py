@@ -29,6 +29,7 @@ CASES = [
     "forking",
     "kl_cov",
     "PHR",
+    "PHR_micro",
 ]  # 2 steps each, checkpoints after steps 1 and 2
 
 

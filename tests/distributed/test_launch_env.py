@@ -114,5 +114,17 @@ def test_layout_checks_name_the_key_and_what_to_use():
         )  # 16 = 12 + 4: uneven mini-batches are refused, any world size
     with pytest.raises(ValueError, match="distributed.prompts_per_generate=3"):
         check_layout(layout(4, 4, 8, block=3), 1)
+    micro = layout(4, 4, 8)
+    micro.train.micro_batch_size = (
+        3  # 3 sequences do not split over 2 ranks: refused, naming 2, 4, 6
+    )
+    with pytest.raises(
+        ValueError, match=r"train.micro_batch_size=3 .* 2 equal shares.*\(e.g. 2, 4, 6\)"
+    ):
+        check_layout(micro, 2)
+    check_layout(micro, 1)  # one process: any micro-batch
+    for fine in (2, 4, 6, 8, 0):  # multiples of 2, the whole mini-batch (8), none
+        micro.train.micro_batch_size = fine
+        check_layout(micro, 2)
     with pytest.raises(ValueError, match="does not deal evenly"):
         check_layout(layout(4, 4, 8, block=4), 2)  # one block of 4 prompts for 2 ranks

@@ -33,6 +33,9 @@ CASES: dict[str, dict[str, Any]] = {
     # 2 % of ~500 tokens -> ~10 selected tokens per mini-batch (the default 0.2 % would pick one)
     "kl_cov": dict(objective="kl_cov", params={"fraction": 0.02, "coef": 1.0}),
     "PHR": dict(objective="dapo", params={}, keep="PHR"),
+    # the same with micro-batches of 4 sequences (2 per rank): the rows without a kept token still
+    # run without grad, the others in grad passes that split evenly over the ranks
+    "PHR_micro": dict(objective="dapo", params={}, keep="PHR", train=dict(micro_batch_size=4)),
     # DAPO dynamic sampling with refill (up to 3 extra rounds, each dealt to the ranks in blocks) and
     # the overlong penalty over the last 10 of 40 tokens (tests/distributed/test_refill.py)
     "dapo_refill": dict(
@@ -94,6 +97,8 @@ def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
     cfg.tracking.log_samples_every = 0
     for key, value in spec.get("rollout", {}).items():
         setattr(cfg.rollout, key, value)
+    for key, value in spec.get("train", {}).items():
+        setattr(cfg.train, key, value)
     for key, value in spec.get("eval", {}).items():
         setattr(cfg.eval, key, value)
     if "eval" in spec:
