@@ -18,12 +18,23 @@ from quadrants.objectives.batch import PolicyOutput, make_token_batch
 from quadrants.objectives.loss import compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.train.accumulate import _equal_shares, backward_minibatch, rows_with_gradient
+from quadrants.train.accumulate import (
+    _equal_shares,
+    _generator_state,
+    _replaying,
+    backward_minibatch,
+    rows_with_gradient,
+)
 from quadrants.train.context import PassSettings
 from quadrants.train.step import StepContext
 from quadrants.validation import loss_settings
 
-PARAMS = {"clip_cov": {"fraction": 0.05}, "kl_cov": {"fraction": 0.05}}
+# Clip-Cov with a covariance window that holds candidates here (~46 % of the tokens, 29 % drawn): its
+# random draw must be the same in every grad pass of a mini-batch (the defaults select none here)
+PARAMS = {
+    "clip_cov": {"fraction": 0.3, "cov_lb": 0.0, "cov_ub": 100.0},
+    "kl_cov": {"fraction": 0.05},
+}
 
 
 def seeded_batch(model, *, rows=6, prompt=4, length=5, rewards=(1.0, 0.0, 1.0, 1.0, 0.0, 1.0)):
@@ -78,6 +89,7 @@ def context(objective: str, micro: int, model, keep="all", kl_coef=0.0) -> StepC
 
 def gradients(objective: str, micro: int, model, batch, keep="all", kl_coef=0.0):
     model = copy.deepcopy(model)
+    torch.manual_seed(0)  # the same draws as the reference's (Clip-Cov)
     loss, metrics = backward_minibatch(context(objective, micro, model, keep, kl_coef), batch, None)
     return (
         loss,
@@ -130,6 +142,7 @@ def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
 def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
     """The reference: every row in one forward with grad, the loss, its backward."""
     model = copy.deepcopy(model)
+    torch.manual_seed(0)
     ctx = context(objective, 0, model, keep, kl_coef)
     logp, entropy = response_logprobs(
         model,
@@ -358,3 +371,18 @@ def test_equal_shares_by_hand():
             assert int(shares.sum()) % world == 0 and int((~shares).sum()) % world == 0
             assert shares.any()
             assert int(shares.sum()) - int(carried.sum()) < max(world, 1) + (not carried.any())
+
+
+def test_later_grad_passes_replay_the_first_pass_draws():
+    """Inside `_replaying(state)` the generator draws what it drew from `state` (the first grad
+    pass's loss); after it, it continues exactly where it was, so a forward between passes draws
+    fresh numbers."""
+    torch.manual_seed(5)
+    state = _generator_state(torch.device("cpu"))
+    first = torch.randperm(10)  # the first pass's draw
+    fresh = torch.rand(3)  # what the generator gives next without any replay
+    torch.manual_seed(5)
+    torch.randperm(10)
+    with _replaying(state, torch.device("cpu")):
+        assert torch.equal(torch.randperm(10), first)
+    assert torch.equal(torch.rand(3), fresh)
