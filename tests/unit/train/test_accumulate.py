@@ -307,6 +307,26 @@ def test_zero_advantage_rows_with_kl_change_nothing():
         torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_forking_on_the_current_entropy_skips_zero_advantage_rows(monkeypatch):
+    """Forking selecting on the current policy's entropy (known only after the forward) still
+    skips the zero-advantage rows 2 and 3, whose entropy then comes from the no-grad pass: the
+    selection, loss, metrics and gradients equal one call over every row."""
+    current = {"entropy_source": "current", "scope": "mini_batch"}
+    monkeypatch.setitem(PARAMS, "forking", current)
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    assert carried_rows("forking", params=current) == [True, True, False, False, True, True]
+    loss, metrics, whole = one_call_gradients("forking", model, batch, "all")
+    for micro in (0, 2):
+        got_loss, got_metrics, got = gradients("forking", micro, model, batch, "all")
+        torch.testing.assert_close(got_loss, loss, rtol=0, atol=1e-6)
+        assert 0 < float(metrics["selected_frac"]) < 1
+        for name, value in metrics.items():
+            torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
+        for name, grad in whole.items():
+            torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
     """keep=NHR,NLR: rows 1 and 4 (response lengths 3 and 4) are the only rows a forward with grad
     sees; the other four (lengths 5, 5, 2, 5) run once without grad. With micro-batches of 1 every
