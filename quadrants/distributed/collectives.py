@@ -298,7 +298,7 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
         )
     micro = cfg.train.micro_batch_size
     if 0 < micro < mini and micro % world_size:
-        fits = [m for m in range(world_size, mini, world_size)][:3]
+        fits = list(range(world_size, mini, world_size))[:3]
         raise ValueError(
             f"train.micro_batch_size={micro} does not split into {world_size} equal shares: a "
             f"micro-batch counts the sequences of all ranks, each rank taking 1/{world_size}; use "

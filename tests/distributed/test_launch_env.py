@@ -115,9 +115,8 @@ def test_layout_checks_name_the_key_and_what_to_use():
     with pytest.raises(ValueError, match="distributed.prompts_per_generate=3"):
         check_layout(layout(4, 4, 8, block=3), 1)
     micro = layout(4, 4, 8)
-    micro.train.micro_batch_size = (
-        3  # 3 sequences do not split over 2 ranks: refused, naming 2, 4, 6
-    )
+    # 3 sequences do not split over 2 ranks: refused, naming 2, 4, 6
+    micro.train.micro_batch_size = 3
     with pytest.raises(
         ValueError, match=r"train.micro_batch_size=3 .* 2 equal shares.*\(e.g. 2, 4, 6\)"
     ):
