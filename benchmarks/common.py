@@ -90,6 +90,31 @@ def update_context(model, objective: str = "dapo", *, keep="all", micro: int = 0
         scheduler=None,
         spec=spec,
         params=params,
-        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        loss_settings=loss_settings(
+            cfg.objective,
+            QuadrantSettings.from_config(cfg.quadrant),
+            max_new_tokens=cfg.rollout.max_new_tokens,
+        ),
         passes=PassSettings.from_config(cfg.rollout, cfg.train),
+    )
+
+
+def half_rewarded_batch(rollout: SampledRollout, group: int, constant: int = 0):
+    """The rollout as a TokenBatch whose every group of `group` rows has its first half rewarded 1
+    and the rest 0 (as in benchmarks/vs_trl.py: G/2 positive and G/2 negative advantages), except
+    the first `constant` groups, rewarded all 0."""
+    from quadrants.objectives.batch import make_token_batch
+
+    rows = rollout.prompt_ids.shape[0]
+    rewards = (torch.arange(rows) % group < group // 2).float()
+    rewards[: constant * group] = 0.0
+    mask = rollout.response_mask
+    return make_token_batch(
+        sequences=torch.cat([rollout.prompt_ids, rollout.tokens], dim=1),
+        attention_mask=torch.cat([rollout.prompt_mask, mask], dim=1),
+        response_mask=mask,
+        old_logp=rollout.logp * mask,
+        entropy=rollout.entropy * mask,
+        rewards=rewards,
+        group_ids=torch.arange(rows) // group,
     )

@@ -27,11 +27,15 @@ import statistics
 import time
 
 import torch
-from common import sampled_rollout, update_context  # benchmarks/ is the script's directory
+from common import (  # benchmarks/ is the script's directory
+    half_rewarded_batch,
+    sampled_rollout,
+    update_context,
+)
 from decode_paths import load
 
 from quadrants.models.policy import response_logprobs
-from quadrants.objectives.batch import PolicyOutput, make_token_batch
+from quadrants.objectives.batch import PolicyOutput
 from quadrants.objectives.loss import compute_loss
 from quadrants.train.accumulate import backward_minibatch, rows_with_gradient
 from quadrants.train.step import StepContext
@@ -105,20 +109,9 @@ def main() -> None:
         seed=args.seed,
         record=True,
     )
-    prompt_ids, prompt_mask = rollout.prompt_ids, rollout.prompt_mask
     response_mask = rollout.response_mask
-    rows, length = prompt_ids.shape[0], rollout.tokens.shape[1]
-    rewards = (torch.arange(rows) % args.group < args.group // 2).float()
-    rewards[: args.constant * args.group] = 0.0
-    batch = make_token_batch(
-        sequences=torch.cat([prompt_ids, rollout.tokens], dim=1),
-        attention_mask=torch.cat([prompt_mask, response_mask], dim=1),
-        response_mask=response_mask,
-        old_logp=rollout.logp * response_mask,
-        entropy=rollout.entropy * response_mask,
-        rewards=rewards,
-        group_ids=torch.arange(rows) // args.group,
-    )
+    length = rollout.tokens.shape[1]
+    batch = half_rewarded_batch(rollout, args.group, args.constant)
     load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"{args.model}: {args.prompts} prompts x G = {args.group}, up to {length} tokens "

@@ -53,7 +53,9 @@ _PROBABILITY_MASS = Range(0, 1, low_open=True)  # top_p
 
 RANGES: dict[str, Range] = {
     "seed": _NON_NEGATIVE,
-    "task.heldout_size": _NON_NEGATIVE,
+    "task.heldout_size": Range(
+        0, why="0 = no held-out split, refused where the evaluation needs one (validate_config)"
+    ),
     "rollout.group_size": Range(2, why="GRPO needs a group"),
     "rollout.temperature": _POSITIVE,
     "rollout.top_p": _PROBABILITY_MASS,

@@ -10,10 +10,10 @@ leaf schema. Each failure names the key and the allowed values.
 
 from __future__ import annotations
 
-from quadrants.config import ObjectiveConfig, RolloutConfig, RunConfig
+from quadrants.config import EvalConfig, ObjectiveConfig, RolloutConfig, RunConfig, TaskConfig
 from quadrants.config_ranges import check_ranges
 from quadrants.distributed.collectives import validate_distributed_config
-from quadrants.eval.plan import validate_eval
+from quadrants.eval.plan import suite, validate_eval
 from quadrants.models.source import check_model_source
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import resolve_objective
@@ -25,18 +25,26 @@ from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.device import validate_device
 from quadrants.rollout.registry import get_engine
-from quadrants.tasks import validate_task
+from quadrants.tasks import known_tasks, validate_task
+from quadrants.tasks.benchmarks import known_benchmarks
+from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
 
 
-def loss_settings(objective: ObjectiveConfig, quadrant: QuadrantSettings) -> LossSettings:
-    """The LossSettings of a run: the objective section's aggregation and KL (validated here) and
-    the run's one QuadrantSettings (`QuadrantSettings.from_config(cfg.quadrant)`)."""
+def loss_settings(
+    objective: ObjectiveConfig, quadrant: QuadrantSettings, *, max_new_tokens: int
+) -> LossSettings:
+    """The LossSettings of a run: the objective section's aggregation and KL (validated here), the
+    run's one QuadrantSettings (`QuadrantSettings.from_config(cfg.quadrant)`), and
+    `rollout.max_new_tokens` as seq-mean-token-sum-norm's constant length: Dr. GRPO divides by a
+    length that does not change from step to step (TRL: max_completion_length; verl: the padded
+    response_length), not by the longest response of the batch."""
     return LossSettings(
         quadrant=quadrant,
         loss_agg=objective.loss_agg,
         kl_coef=objective.kl_coef,
         kl_estimator=objective.kl_estimator,
+        norm_length=max_new_tokens,
     )
 
 
@@ -64,6 +72,39 @@ def validate_rollout_engine(rollout: RolloutConfig) -> None:
         )
 
 
+def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
+    """Refuse an evaluation that needs a held-out split which ``task.heldout_size=0`` leaves empty.
+
+    A task named in ``eval.benchmarks`` (not a benchmark of the same name: ``gsm8k`` is its test
+    set) is evaluated on its first ``task.heldout_size`` held-out problems (eval/plan.py
+    `build_plans`); with no benchmarks, the run's task on ``eval.problems`` of its held-out split,
+    which ``task.heldout_size`` carves unless ``task.params`` names a held-out file or split. Zero
+    problems would be logged as a score of 0 (eval/heldout.py) or fail in `suite_metrics`, after
+    the other benchmarks were generated.
+    """
+    if task_cfg.heldout_size != 0:
+        return
+    if eval_cfg.benchmarks:
+        benchmarks = {*known_benchmarks(), *known_ood_benchmarks()}
+        tasks = [n for n in suite(eval_cfg, task_cfg) if n in known_tasks() and n not in benchmarks]
+        if tasks:
+            raise ValueError(
+                "task.heldout_size=0 is out of range for this evaluation; allowed: >= 1, since "
+                f"eval.benchmarks names the task {', '.join(tasks)}, evaluated on its held-out "
+                "split (0 problems); set task.heldout_size to a positive size, or remove "
+                f"{', '.join(tasks)} from eval.benchmarks"
+            )
+        return
+    own_split = any(task_cfg.params.get(key) for key in ("heldout_path", "heldout_split"))
+    if eval_cfg.problems > 0 and not own_split:
+        raise ValueError(
+            "task.heldout_size=0 is out of range for this evaluation; allowed: >= 1, since "
+            f"eval.problems={eval_cfg.problems} evaluates the held-out split of {task_cfg.name} "
+            "(0 problems); set task.heldout_size to a positive size, eval.problems=0 (no held-out "
+            "evaluation), or another eval preset (eval=paper, eval=aime24)"
+        )
+
+
 def validate_config(cfg: RunConfig) -> None:
     """Fail fast, naming the key and the allowed values, before any model or job is started."""
     check_ranges(cfg)
@@ -78,7 +119,11 @@ def validate_config(cfg: RunConfig) -> None:
             f"{list(LOSS_AGGREGATIONS)}"
         )
     # quadrant.denominator, quadrant.threshold(_value), quadrant.keep, in that order
-    loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant))
+    loss_settings(
+        cfg.objective,
+        QuadrantSettings.from_config(cfg.quadrant),
+        max_new_tokens=cfg.rollout.max_new_tokens,
+    )
     validate_task(
         cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params), model=cfg.model.name_or_path
     )
@@ -97,5 +142,6 @@ def validate_config(cfg: RunConfig) -> None:
         )
     validate_device(cfg.train.device)
     validate_eval(cfg.eval, cfg.task)
+    validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
     validate_distributed_config(cfg)

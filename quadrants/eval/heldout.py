@@ -54,24 +54,30 @@ def grade_chunk(
 
 def summarize(chunks: list[ChunkCounts], k: int, name: str) -> dict[str, float]:
     """Avg@k, the Pass@k curve and the no-answer share over the chunks'
-    problems (in chunk order)."""
+    problems (in chunk order).
+
+    Raises ValueError when the chunks hold no problem: a mean over none is no score, and logging it
+    as 0 would read as a policy that solves nothing (`validate_config` refuses the config that
+    leads here, ``task.heldout_size=0``, before anything runs)."""
     correct_per_problem = [f for chunk in chunks for f in chunk.correct_fraction]
     correct_counts = [c for chunk in chunks for c in chunk.correct_count]
-    n = max(len(correct_per_problem), 1)
+    if not correct_per_problem:
+        raise ValueError(
+            f"{name}: no held-out problems to evaluate (a score over 0 problems is not 0); "
+            "set task.heldout_size and eval.problems to positive sizes, or eval.problems=0 to "
+            "skip the held-out evaluation"
+        )
+    n = len(correct_per_problem)
     metrics = {keys.evaluation(name, keys.avg_at(k)): sum(correct_per_problem) / n}
     if (
         len(correct_counts) >= 2
     ):  # the standard error over problems, as the benchmark runner logs it
         estimate = avg_at_k_estimate([k] * len(correct_counts), correct_counts)
         metrics[keys.evaluation(name, keys.stderr(keys.avg_at(k)))] = estimate.stderr
-    if correct_counts:
-        curve = pass_at_k_curve([k] * len(correct_counts), correct_counts)
-        metrics.update(
-            {keys.evaluation(name, keys.pass_at(j)): value for j, value in curve.items()}
-        )
-    metrics[keys.evaluation(name, "no_answer_frac")] = sum(
-        chunk.no_answer for chunk in chunks
-    ) / max(n * k, 1)
+    curve = pass_at_k_curve([k] * len(correct_counts), correct_counts)
+    metrics.update({keys.evaluation(name, keys.pass_at(j)): value for j, value in curve.items()})
+    no_answer = sum(chunk.no_answer for chunk in chunks)
+    metrics[keys.evaluation(name, "no_answer_frac")] = no_answer / (n * k)
     return metrics
 
 

@@ -102,7 +102,11 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         scheduler=scheduler,
         spec=spec,
         params=params,
-        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        loss_settings=loss_settings(
+            cfg.objective,
+            QuadrantSettings.from_config(cfg.quadrant),
+            max_new_tokens=cfg.rollout.max_new_tokens,
+        ),
         passes=PassSettings.from_config(cfg.rollout, cfg.train),
         dist=dist_env,
         device=device,

@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from quadrants.config import RunConfig
+from quadrants.config import EvalConfig, RunConfig, TaskConfig
 from quadrants.config_ranges import NO_RANGE, RANGES, Range, lookup
-from quadrants.validation import validate_config
+from quadrants.validation import validate_config, validate_heldout_split
 
 
 def leaf_keys(node: object = RunConfig(), prefix: str = "") -> list[str]:
@@ -128,6 +128,11 @@ def test_each_range_is_enforced_at_both_ends(key, bad):
             r"train.betas=\[0.9, 1.0\] is out of range",
         ),  # the second beta too
         ("rollout.top_p", 1.5, r"rollout.top_p=1.5 is out of range; allowed: \(0, 1\]"),
+        (
+            "task.heldout_size",
+            -1,
+            r"task.heldout_size=-1 is out of range; allowed: \[0, inf\) \(0 = no held-out split",
+        ),
         ("eval.ks", [1, 0], r"eval.ks=\[1, 0\] is out of range; allowed: \[1, inf\)"),
         ("train.lr", math.nan, r"train.lr=nan is out of range"),
         (
@@ -151,3 +156,42 @@ def test_null_is_allowed_only_where_the_range_says():
     cfg.train.lr = None
     with pytest.raises(ValueError, match=r"train.lr=None is out of range"):
         validate_config(cfg)
+
+
+def test_an_empty_heldout_split_is_refused_when_the_evaluation_needs_it():
+    # task.heldout_size=0 is in range (>= 0) on its own, but the default evaluation (no
+    # eval.benchmarks, eval.problems=100) draws from the task's held-out split: 0 problems
+    cfg = RunConfig()
+    cfg.task.heldout_size = 0
+    with pytest.raises(
+        ValueError,
+        match=r"^task.heldout_size=0 is out of range for this evaluation; allowed: >= 1, since "
+        r"eval.problems=100 evaluates the held-out split of arithmetic \(0 problems\); set "
+        r"task.heldout_size to a positive size, eval.problems=0",
+    ):
+        validate_config(cfg)
+    cfg.eval.problems = 0  # no held-out evaluation: nothing needs the split
+    validate_config(cfg)
+    # a task among the benchmarks gets task.heldout_size problems (eval/plan.py build_plans): 0
+    # here, found after aime24 was generated (suite_metrics: min() of an empty sequence)
+    benchmarks = EvalConfig(benchmarks={"deepscaler": 4, "aime24": 4})
+    with pytest.raises(
+        ValueError,
+        match=r"^task.heldout_size=0 is out of range for this evaluation; allowed: >= 1, since "
+        r"eval.benchmarks names the task deepscaler, .* or remove deepscaler from eval.benchmarks$",
+    ):
+        validate_heldout_split(benchmarks, TaskConfig(name="deepscaler", heldout_size=0))
+    validate_heldout_split(benchmarks, TaskConfig(name="deepscaler", heldout_size=1))
+
+
+@pytest.mark.parametrize(
+    ("eval_cfg", "task_cfg"),
+    [
+        # gsm8k among the benchmarks is the GSM8K test set, not the task's held-out split
+        (EvalConfig(benchmarks={"gsm8k": 4}), TaskConfig(name="gsm8k", heldout_size=0)),
+        # a held-out file replaces the carved split: task.heldout_size is not read
+        (EvalConfig(), TaskConfig(name="dataset", heldout_size=0, params={"heldout_path": "h"})),
+    ],
+)
+def test_heldout_size_zero_is_allowed_where_no_split_is_carved(eval_cfg, task_cfg):
+    validate_heldout_split(eval_cfg, task_cfg)

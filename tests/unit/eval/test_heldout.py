@@ -3,9 +3,10 @@ the real math-verify grader."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from quadrants.eval.heldout import heldout_metrics
+from quadrants.eval.heldout import ChunkCounts, heldout_metrics, summarize
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import Rollouts, SamplingSettings
 from quadrants.tasks.base import Problem
@@ -74,3 +75,27 @@ def test_avg_pass_curve_and_no_answer_by_hand() -> None:
     assert metrics.keys() == expected.keys()
     for key, value in expected.items():
         assert abs(metrics[key] - value) < 1e-12, key
+
+
+def test_no_problems_is_refused_not_scored_zero() -> None:
+    # a held-out split of 0 problems (task.heldout_size=0): Avg@4 over no problem is 0 / 0, which
+    # used to be logged as 0.0; summarize and heldout_metrics refuse it instead
+    with pytest.raises(ValueError, match=r"^toy: no held-out problems to evaluate"):
+        summarize([], 4, "toy")
+    with pytest.raises(ValueError, match=r"^toy: no held-out problems to evaluate"):
+        summarize([ChunkCounts(correct_fraction=[], correct_count=[], no_answer=0)], 4, "toy")
+    with Grader(num_workers=0) as grader:
+        with pytest.raises(ValueError, match=r"set task.heldout_size and eval.problems"):
+            heldout_metrics(ScriptedEngine([]), grader, [], SamplingSettings(n=4), "toy")
+
+
+def test_one_problem_is_still_scored() -> None:
+    # the smallest split: 1 problem, c = 1 of n = 2 -> Avg@2 = Pass@1 = 0.5, Pass@2 = 1, no
+    # standard error (it needs 2 problems), no missing answers
+    metrics = summarize([ChunkCounts([0.5], [1], 0)], 2, "toy")
+    assert metrics == {
+        "eval/toy/avg_at_2": 0.5,
+        "eval/toy/pass_at_1": 0.5,
+        "eval/toy/pass_at_2": 1.0,
+        "eval/toy/no_answer_frac": 0.0,
+    }

@@ -132,3 +132,27 @@ def test_quadrant_losses_sum_to_the_full_loss(mode, rule, value):
         ]
         # float32 sums of ~70 terms in a different order: a few ulps of values ~1
         torch.testing.assert_close(sum(parts), full, rtol=0, atol=1e-6)
+
+
+def test_dr_grpo_normaliser_does_not_depend_on_the_batch_width():
+    # the same two rows padded from T = 4 to T = 8: with a constant norm_length of 16 (a run's
+    # rollout.max_new_tokens) both give 13 / (2 * 16) = 0.40625; with the default (T) they would
+    # give 13 / 8 and 13 / 16
+    wide_loss = torch.nn.functional.pad(LOSS, (0, 4))
+    wide_denominator = torch.nn.functional.pad(DENOMINATOR, (0, 4))
+    for loss, denominator in ((LOSS, DENOMINATOR), (wide_loss, wide_denominator)):
+        out = aggregate_loss(loss, denominator, "seq-mean-token-sum-norm", norm_length=16)
+        torch.testing.assert_close(out, torch.tensor(13 / 32), rtol=0, atol=1e-7)
+
+
+def test_a_run_divides_by_its_max_new_tokens():
+    from quadrants.config import RunConfig
+    from quadrants.ops.quadrants import QuadrantSettings
+    from quadrants.validation import loss_settings
+
+    cfg = RunConfig()
+    cfg.rollout.max_new_tokens = 96
+    settings = loss_settings(
+        cfg.objective, QuadrantSettings(), max_new_tokens=cfg.rollout.max_new_tokens
+    )
+    assert settings.norm_length == 96

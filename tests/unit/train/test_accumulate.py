@@ -82,7 +82,11 @@ def context(objective: str, micro: int, model, keep="all", kl_coef=0.0) -> StepC
         scheduler=None,
         spec=spec,
         params=params,
-        loss_settings=loss_settings(cfg.objective, QuadrantSettings.from_config(cfg.quadrant)),
+        loss_settings=loss_settings(
+            cfg.objective,
+            QuadrantSettings.from_config(cfg.quadrant),
+            max_new_tokens=cfg.rollout.max_new_tokens,
+        ),
         passes=PassSettings.from_config(cfg.rollout, cfg.train),
     )
 
