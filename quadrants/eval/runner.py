@@ -10,8 +10,9 @@ The same `run_suite` serves both callers:
   step, files under ``<outputs>/<study>/eval/<target>/<time>/``.
 
 Sampling is the config's (``eval.temperature``, ``eval.top_p``, ``eval.max_new_tokens``); each
-generate call holds about ``eval.batch_size`` sequences (prompts x n) and is seeded, so a run is
-reproducible. Metrics and files are described in `quadrants.eval.results`.
+generate call holds about ``eval.batch_size`` sequences (prompts x n) and is seeded (`call_seeds`:
+no two samples of a problem share a seed), so a run is reproducible. Metrics and files are described
+in `quadrants.eval.results`.
 """
 
 from __future__ import annotations
@@ -107,6 +108,21 @@ def generate_calls(problems: int, samples: int, batch_size: int) -> list[Generat
     ]
 
 
+def call_seeds(calls: list[GenerateCall], seed: int) -> list[int]:
+    """The sampling seed of each of `calls`: ``seed + i * d`` for call i, d the most samples a call
+    draws per prompt.
+
+    vLLM seeds the j-th sample of a prompt ``seed + j`` (quadrants/rollout/vllm.py), so call i's
+    samples get seeds ``seed + i * d + j``, j < d, and no two (call, sample) pairs of a benchmark
+    share one: a problem whose n samples are split over several calls (n > ``eval.batch_size``)
+    gets n distinct seeds. Seeding call i with ``seed + i`` would not: sample j + 1 of call i and
+    sample j of call i + 1 would share ``seed + i + j + 1`` (n = 256 in calls of 64: 67 distinct
+    seeds). The HF engine seeds torch once per call; these seeds are distinct per call too.
+    """
+    stride = max((call.samples for call in calls), default=1)
+    return [seed + i * stride for i in range(len(calls))]
+
+
 def generate_and_grade(
     engine: RolloutEngine,
     grader: Grader,
@@ -144,12 +160,14 @@ def grade_benchmark(
 ) -> BenchmarkResult:
     """Generate ``plan.samples`` answers for every problem of `plan` and grade them.
 
-    A generate call holds at most ``eval.batch_size`` sequences (`generate_calls`); call i is seeded
-    with ``seed + i``. With `dist` sharded, call i is made by rank i % W and every rank gets every
-    call's samples (a collective: every rank calls this), so the result is the one-process result.
+    A generate call holds at most ``eval.batch_size`` sequences (`generate_calls`), seeded by
+    `call_seeds` (distinct seeds for all samples of a problem, also with vLLM). With `dist` sharded,
+    call i is made by rank i % W and every rank gets every call's samples (a collective: every rank
+    calls this), so the result is the one-process result.
     """
     dist = dist or DistEnv()
     calls = generate_calls(len(plan.problems), plan.samples, eval_cfg.batch_size)
+    seeds = call_seeds(calls, seed)
     bar = tqdm(
         total=len(dealt(len(calls), dist)),
         desc=f"eval {plan.name}",
@@ -164,7 +182,7 @@ def grade_benchmark(
             engine,
             grader,
             plan.problems[call.start : call.stop],
-            sampling_for(eval_cfg, call.samples, seed + i),
+            sampling_for(eval_cfg, call.samples, seeds[i]),
             plan.rules[call.start : call.stop],
         )
         bar.update()

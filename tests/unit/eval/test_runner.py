@@ -8,7 +8,7 @@ import torch
 from quadrants.config import EvalConfig
 from quadrants.eval.generation import TextEngine
 from quadrants.eval.plan import BenchmarkPlan
-from quadrants.eval.runner import GenerateCall, generate_calls, grade_benchmark
+from quadrants.eval.runner import GenerateCall, call_seeds, generate_calls, grade_benchmark
 from quadrants.models.loading import load_policy
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.tasks.synthetic import ArithmeticTask
@@ -36,10 +36,12 @@ def engine_and_grader():
 @pytest.mark.parametrize(
     ("batch_size", "expected_calls"),
     [
-        # n = 5 <= 10: 10 // 5 = 2 prompts per call -> problems {0, 1}, then {2}
-        (10, [(2, 5, 100), (1, 5, 101)]),
-        # n = 5 > 4: one prompt per call, its samples as 4 + 1 -> 2 calls per problem, 6 in all
-        (4, [(1, 4, 100), (1, 1, 101), (1, 4, 102), (1, 1, 103), (1, 4, 104), (1, 1, 105)]),
+        # n = 5 <= 10: 10 // 5 = 2 prompts per call -> problems {0, 1}, then {2}; call i is seeded
+        # 100 + 5 i (call_seeds: stride = 5 samples per call)
+        (10, [(2, 5, 100), (1, 5, 105)]),
+        # n = 5 > 4: one prompt per call, its samples as 4 + 1 -> 2 calls per problem, 6 in all;
+        # stride 4, so call i is seeded 100 + 4 i (was 100 + i, whose per-sample seeds overlapped)
+        (4, [(1, 4, 100), (1, 1, 104), (1, 4, 108), (1, 1, 112), (1, 4, 116), (1, 1, 120)]),
     ],
 )
 def test_calls_hold_at_most_batch_size_sequences_and_every_problem_gets_n(
@@ -70,3 +72,52 @@ def test_generate_calls_by_hand():
         GenerateCall(1, 2, 4),
         GenerateCall(1, 2, 1),
     ]
+
+
+def vllm_seeds_per_problem(problems: int, calls: list[GenerateCall], seeds: list[int]):
+    """Per problem, the seed vLLM derives for each of its samples: sample j of a request seeded s
+    gets s + j (quadrants/rollout/vllm.py), for every prompt of the call."""
+    per_problem: list[list[int]] = [[] for _ in range(problems)]
+    for call, seed in zip(calls, seeds):
+        for problem in range(call.start, call.stop):
+            per_problem[problem].extend(seed + j for j in range(call.samples))
+    return per_problem
+
+
+@pytest.mark.parametrize(
+    ("samples", "batch_size"),
+    [
+        # 1 prompt per call, 256 = 4 x 64: problem p is calls 4p..4p+3, seeds 256 p + 64 c + j,
+        # c < 4, j < 64 -> 256 p .. 256 p + 255
+        (256, 64),
+        # 1 prompt per call, 128 = 2 x 64: calls 2p, 2p + 1, seeds 128 p .. 128 p + 127
+        (128, 64),
+        # 64 // 32 = 2 prompts per call, each problem in one call: seeds 32 c + j, j < 32
+        (32, 64),
+        # 1 prompt per call, 5 = 2 + 2 + 1: calls 3p..3p+2 seeded 6p, 6p + 2, 6p + 4 (stride 2)
+        # -> 6p + {0, 1}, 6p + {2, 3}, 6p + {4}: five seeds
+        (5, 2),
+    ],
+)
+def test_no_two_samples_of_a_problem_share_a_vllm_seed(samples, batch_size):
+    calls = generate_calls(3, samples, batch_size)
+    per_problem = vllm_seeds_per_problem(3, calls, call_seeds(calls, seed=1000))
+    for seeds in per_problem:
+        assert len(seeds) == samples
+        assert len(set(seeds)) == samples  # distinct
+
+
+def test_call_seeds_by_hand():
+    # n = 256 in calls of 64: stride 64, problem 0 is calls 0..3 seeded 7, 71, 135, 199, so its
+    # samples get 7 .. 7 + 255; problem 1 starts at 7 + 4 * 64 = 263
+    calls = generate_calls(2, 256, 64)
+    assert call_seeds(calls, seed=7) == [7, 71, 135, 199, 263, 327, 391, 455]
+    assert vllm_seeds_per_problem(2, calls, call_seeds(calls, seed=7))[0] == list(range(7, 263))
+    # seeding call i with seed + i (the old rule) gave problem 0 the seeds 7 + i + j,
+    # i < 4, j < 64 -> 7 .. 7 + 66: 67 distinct of 256
+    old = vllm_seeds_per_problem(2, calls, [7 + i for i in range(len(calls))])
+    assert len(set(old[0])) == 67
+    # n = 5 <= 10: 2 calls of 5 samples -> seeds 0, 5 (a call per prompt group, stride 5)
+    assert call_seeds(generate_calls(3, 5, 10), seed=0) == [0, 5]
+    # no problems: no calls, no seeds
+    assert call_seeds(generate_calls(0, 5, 10), seed=0) == []
