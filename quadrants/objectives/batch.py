@@ -45,6 +45,9 @@ class TokenBatch:
         group_entropy_std: [B] float, population std of the same.
         rollout_entropy_sorted: [N] float, every response-token entropy of the full rollout batch,
             ascending (not sliced: shared by all mini-batches, for rollout-batch quantiles).
+        mixed_entropy_sorted: [M] float, the same over the groups with reward variance only (not
+            `constant_group_mask`): the tokens DAPO's dynamic sampling trains on, whose batch never
+            held the constant groups (not sliced either).
         ref_logp: [B, T] float or None, frozen reference-policy log-probs (only when a KL is on).
         num_rollout_tokens: response tokens in the full rollout batch (N), for global normalisers.
     """
@@ -62,6 +65,7 @@ class TokenBatch:
     group_entropy_mean: Tensor
     group_entropy_std: Tensor
     rollout_entropy_sorted: Tensor
+    mixed_entropy_sorted: Tensor
     ref_logp: Tensor | None = None
     num_rollout_tokens: int = 0
 
@@ -78,7 +82,7 @@ class TokenBatch:
         sliced = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("rollout_entropy_sorted", "num_rollout_tokens") or value is None:
+            if f.name in _ROLLOUT_LEVEL or value is None:
                 continue
             if isinstance(value, QuadrantMasks):
                 sliced[f.name] = QuadrantMasks(
@@ -90,6 +94,9 @@ class TokenBatch:
             else:
                 sliced[f.name] = value[index]
         return replace(self, **sliced)
+
+
+_ROLLOUT_LEVEL = ("rollout_entropy_sorted", "mixed_entropy_sorted", "num_rollout_tokens")
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,8 @@ def make_token_batch(
     )
     mean, std, _ = group_token_mean_std(entropy.float(), response_mask, group_ids)
     ordered, _ = torch.sort(entropy[response_mask].float())
+    constant = constant_reward_groups(rewards if constant_by is None else constant_by, group_ids)
+    mixed, _ = torch.sort(entropy[response_mask & ~constant[:, None]].float())
     return TokenBatch(
         sequences=sequences,
         attention_mask=attention_mask.bool(),
@@ -186,13 +195,12 @@ def make_token_batch(
         rewards=rewards,
         advantages=advantages,
         group_ids=group_ids,
-        constant_group_mask=constant_reward_groups(
-            rewards if constant_by is None else constant_by, group_ids
-        ),
+        constant_group_mask=constant,
         quadrants=masks,
         group_entropy_mean=mean,
         group_entropy_std=std,
         rollout_entropy_sorted=ordered,
+        mixed_entropy_sorted=mixed,
         ref_logp=None if ref_logp is None else ref_logp.float(),
         num_rollout_tokens=int(response_mask.sum()),
     )

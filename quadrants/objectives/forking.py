@@ -9,9 +9,12 @@ Implementations disagree on three choices; each is a named parameter here:
   `current` (the updating policy's detached entropy; only with scope=mini_batch).
 - `denominator`: `selected_tokens` (token-mean over the selected tokens, as masking the loss mask
   does) or `all_response_tokens` (unselected tokens stay in the normaliser, as quadrant isolation).
-Dynamic sampling (default on) drops constant-reward groups from the denominator, as in `dapo`.
+Dynamic sampling (default on) drops constant-reward groups from the denominator, as in `dapo`, and
+from the population the top ρ is taken over: in DAPO those groups were never in the batch, so the
+ρ selected are ρ of the tokens the loss trains on (counting them would move the threshold by their
+entropies: all-wrong groups of high entropy could leave the trained groups no token at all).
 A token is selected when H_t >= the (1 − ρ) quantile (linear interpolation); ties can select
-slightly more than ρ, which `selected_frac` reports.
+slightly more than ρ, which `selected_frac` (selected / trained tokens) reports.
 """
 
 from __future__ import annotations
@@ -95,11 +98,6 @@ def forking(
         entropy = policy.entropy.detach()
     else:
         entropy = batch.entropy
-    if scope == "rollout_batch":
-        threshold = quantile_of_sorted(batch.rollout_entropy_sorted, 1.0 - rho)
-    else:
-        threshold = masked_quantile(entropy, mask, 1.0 - rho)
-    selected = (entropy >= threshold) & mask  # [B, T]
     terms = clipped_surrogate(
         policy.logp,
         batch.old_logp,
@@ -109,11 +107,17 @@ def forking(
         clip_ratio_c=clip_ratio_c,
     )
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    metrics["selected_frac"] = fraction(selected, mask)
+    kept = drop_constant_groups(batch, dynamic_sampling, metrics)
+    trained = mask if kept is None else kept  # [B, T], the tokens the loss trains on
+    if scope == "rollout_batch":
+        population = batch.rollout_entropy_sorted if kept is None else batch.mixed_entropy_sorted
+        threshold = quantile_of_sorted(population, 1.0 - rho)
+    else:
+        threshold = masked_quantile(entropy, trained, 1.0 - rho)
+    selected = (entropy >= threshold) & trained  # [B, T]
+    metrics["selected_frac"] = fraction(selected, trained)
     metrics["entropy_threshold"] = (
         threshold.detach().float()
     )  # a 0-dim tensor on the batch's device
-    kept = drop_constant_groups(batch, dynamic_sampling, metrics)
-    kept = mask if kept is None else kept
-    denominator_mask = kept & selected if denominator == "selected_tokens" else kept
+    denominator_mask = selected if denominator == "selected_tokens" else trained
     return ObjectiveOutput(terms.per_token_loss * selected, metrics, denominator_mask)

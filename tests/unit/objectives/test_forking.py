@@ -107,3 +107,53 @@ def test_forking_current_entropy_source_on_a_mini_batch():
 def test_forking_validation(params, pattern):
     with pytest.raises(ValueError, match=pattern):
         resolve_objective("forking", params)
+
+
+def dropped_group_batch(constant_entropy: float):
+    """Group 0 mixed (rewards 1, 0 -> centred A = ±0.5), entropies 1..5 and 6..10;
+    group 1 constant (rewards 1, 1), every entropy `constant_entropy`: DAPO's dynamic sampling
+    drops it."""
+    return batch(
+        entropy=[[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [constant_entropy] * 5, [constant_entropy] * 5],
+        rewards=[1.0, 0.0, 1.0, 1.0],
+        group_ids=[0, 0, 1, 1],
+    )
+
+
+@pytest.mark.parametrize("constant_entropy", [0.1, 20.0])
+@pytest.mark.parametrize("scope", ["rollout_batch", "mini_batch"])
+def test_the_top_rho_is_taken_over_the_trained_groups_only(constant_entropy, scope):
+    # trained tokens: group 0's ten, entropies 1..10; 0.8-quantile at 0.8 * 9 = 7.2 -> 8 + 0.2 = 8.2
+    # -> tokens 9, 10 of row 1 (A = -0.5, r = 1): terms +0.5 each, over 2 selected
+    # -> loss 0.5, gradient -A / 2 = 0.25 on (1, 3) and (1, 4). Counting the dropped group
+    # would give 6.2 (entropies 0.1: 4 of 10 trained tokens) or 20 (none).
+    tb = dropped_group_batch(constant_entropy)
+    logp = logp_for_ratios(tb)
+    loss, metrics = run("forking", tb, logp, rho=0.2, scope=scope)
+    close(metrics["entropy_threshold"], 8.2)
+    close(metrics["selected_frac"], 0.2)  # 2 of the 10 trained tokens
+    close(loss, 0.5)
+    expected = torch.zeros(4, 5)
+    expected[1, 3:] = 0.25
+    close(grad_of(loss, logp), expected)
+
+
+def test_without_dynamic_sampling_every_group_is_in_the_population():
+    # all 20 tokens: sorted [0.1 x 10, 1..10]; 0.8-quantile at 0.8 * 19 = 15.2 -> 6 + 0.2 = 6.2
+    # -> 7, 8, 9, 10 selected (4 of 20 = 0.2); the constant group's tokens have A = 0
+    tb = dropped_group_batch(0.1)
+    logp = logp_for_ratios(tb)
+    loss, metrics = run("forking", tb, logp, rho=0.2, dynamic_sampling=False)
+    close(metrics["entropy_threshold"], 6.2)
+    close(metrics["selected_frac"], 0.2)
+    close(loss, 0.5)  # four terms of +0.5 over 4 selected tokens
+
+
+def test_a_mini_batch_quantile_skips_its_dropped_rows():
+    # rows 1 (mixed, entropies 6..10) and 2 (dropped): trained 6..10, 0.8-quantile at 3.2 ->
+    # 9 + 0.2 = 9.2 -> token 10 only: loss 0.5 over 1 selected token
+    mini = dropped_group_batch(0.1).select(torch.tensor([1, 2]))
+    loss, metrics = run("forking", mini, logp_for_ratios(mini), rho=0.2, scope="mini_batch")
+    close(metrics["entropy_threshold"], 9.2)
+    close(metrics["selected_frac"], 0.2)
+    close(loss, 0.5)
