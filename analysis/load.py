@@ -5,7 +5,9 @@ A selection names an MLflow store and any of: an experiment (one per study), a s
 `quadrants.role = sweep_parent`) are never rows of a table; they are where the analysis is logged.
 
 Held-out metrics are read by name, `eval/<benchmark>/avg_at_<k>` and `eval/<benchmark>/pass_at_<k>`
-(`quadrants.tracking.keys`); their *final* value is the one logged at the largest step.
+(`quadrants.tracking.keys`); their *final* value is the one logged at the largest step. So is
+`eval/<benchmark>/problems`, how many problems that evaluation covered (`eval.limit` takes the first
+N): the table compares only cells evaluated on the same problems (`problem_counts`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from quadrants.tracking.mlflow_tracker import ROLE_TAG, SWEEP_ID_TAG
 
 EVAL_KEY = re.compile(r"^eval/(?P<benchmark>[^/]+)/(?P<kind>avg|pass)_at_(?P<k>\d+)$")
 """An Avg@k / Pass@k metric name; anything else under eval/ (no_answer_frac, stderr, ...) is not."""
+PROBLEMS_KEY = re.compile(r"^eval/(?P<benchmark>[^/]+)/problems$")
+"""The number of problems a benchmark's evaluation covered (not a per-group count: those have more
+parts). Runs from before the evaluation runner, and the held-out check, do not log it."""
 
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "quadrants.study"
@@ -210,9 +215,10 @@ def final_metrics(
     run_ids: Sequence[str],
     eval_runs: Mapping[str, Sequence[str]] | None = None,
 ) -> pd.DataFrame:
-    """The final value of every Avg@k / Pass@k metric (`EVAL_KEY`) per run: the point at the largest
-    step (then the latest timestamp), with that step. A run's `eval_runs` (standalone evaluations of
-    its checkpoints, logged at the checkpoint's step) compete with its own in-training evaluations.
+    """The final value of every Avg@k / Pass@k metric (`EVAL_KEY`) and problem count
+    (`PROBLEMS_KEY`) per run: the point at the largest step (then the latest timestamp), with that
+    step. A run's `eval_runs` (standalone evaluations of its checkpoints, logged at the checkpoint's
+    step) compete with its own in-training evaluations.
 
     Returns:
         columns run_id, key, step, value (run_id is the training run's).
@@ -222,9 +228,8 @@ def final_metrics(
         best: dict[str, Any] = {}
         for source in [run_id, *((eval_runs or {}).get(run_id, []))]:
             for key in client.get_run(source).data.metrics:
-                if EVAL_KEY.match(
-                    key
-                ):  # only Avg@k / Pass@k: a benchmark also logs ~15 other eval keys
+                # only Avg@k / Pass@k and the problem count: a benchmark logs ~15 other eval keys
+                if EVAL_KEY.match(key) or PROBLEMS_KEY.match(key):
                     last = max(
                         client.get_metric_history(source, key), key=lambda m: (m.step, m.timestamp)
                     )
@@ -261,6 +266,27 @@ def eval_points(metrics: pd.DataFrame) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows, columns=["run_id", "benchmark", "kind", "k", "step", "value"])
+
+
+def problem_counts(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The problem counts (`PROBLEMS_KEY`) among `metrics` (from `final_metrics` or `histories`).
+
+    Returns:
+        columns run_id, benchmark, step, problems; a run that logged no count has no row.
+    """
+    rows = []
+    for record in metrics.itertuples(index=False):
+        match = PROBLEMS_KEY.match(record.key)
+        if match:
+            rows.append(
+                {
+                    "run_id": record.run_id,
+                    "benchmark": match["benchmark"],
+                    "step": int(record.step),
+                    "problems": int(record.value),
+                }
+            )
+    return pd.DataFrame(rows, columns=["run_id", "benchmark", "step", "problems"])
 
 
 def histories(client: MlflowClient, run_ids: Sequence[str], keys: Iterable[str]) -> pd.DataFrame:

@@ -6,12 +6,16 @@ seed-to-seed variation both methods share cancels. For every benchmark the diffe
 of Pass@k is averaged over the common seeds with a Student-t interval over seeds; the overall line
 is, per seed, the mean difference over the benchmarks (the difference of the avg column), then the
 same interval over seeds. One common seed gives the difference without an interval, and says so.
+
+A benchmark the table did not compare for one of the paired runs (evaluated on fewer problems than
+its column, `ComparisonTable.uncompared`) is left out, with a note: a difference between 5 problems
+and 500 is not a difference between the methods.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -55,9 +59,11 @@ def paired_comparison(
     rows: Sequence[str],
     ks: Mapping[str, int | None],
     confidence: float = 0.95,
+    uncompared: Collection[tuple[str, str]] = (),
 ) -> PairedComparison:
     """A − B for the two row labels `a` and `b` (as in the table built with
-    the same `rows` and `ks`).
+    the same `rows` and `ks`), leaving out the benchmarks where a paired run is among the table's
+    `uncompared` (run_id, benchmark) pairs.
 
     Raises:
         ValueError: an unknown label, no `seed` tag, or no seed that both methods ran.
@@ -104,6 +110,17 @@ def paired_comparison(
     for bench, k in ks.items():
         if k is None:
             notes.append(f"{bench}: no common k, left out")
+            continue
+        short = [
+            seed
+            for seed in common
+            if (seeds_of[a][seed], bench) in uncompared or (seeds_of[b][seed], bench) in uncompared
+        ]
+        if short:
+            notes.append(
+                f"{bench}: evaluated on fewer problems than the table's column (or an unknown "
+                f"number) for seed(s) {short}, left out"
+            )
             continue
         for kind in ("avg", "pass"):
             diffs = []

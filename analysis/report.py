@@ -123,30 +123,51 @@ BASE_LABEL = "base (step 0)"
 
 def base_runs(
     client: MlflowClient, runset: load.RunSet, points: pd.DataFrame, row_tags: Sequence[str]
-) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
     """A "base" row: the starting policy's evaluation (step 0) that every run logs
     before its first update.
 
     Runs of one seed start from the same policy and evaluate it with the same sampling seed, so
     their step-0 values should agree; one pseudo-run per seed takes their mean, and a message names
-    any seed whose runs disagree by more than 1e-9.
+    any seed whose runs disagree by more than 1e-9. Its problem count is theirs when they agree
+    (else none: the table footnotes the base row and does not compare it).
 
     Returns:
-        (pseudo runs, their eval points, messages); empty frames when no run
+        (pseudo runs, their eval points, their problem counts, messages); empty frames when no run
         logged a step-0 evaluation.
     """
     keys = sorted({f"eval/{p.benchmark}/{p.kind}_at_{p.k}" for p in points.itertuples()})
+    keys += sorted({f"eval/{bench}/problems" for bench in points["benchmark"]})
     history = load.histories(client, runset.run_ids, keys)
     initial = load.eval_points(history[history["step"] == 0])
+    initial_counts = load.problem_counts(history[history["step"] == 0])
     messages: list[str] = []
     if initial.empty:
         return (
             pd.DataFrame(columns=runset.runs.columns),
             initial,
+            initial_counts,
             ["no run logged a step-0 evaluation: no base row"],
         )
     seeds = runset.runs.set_index("run_id")["seed"].astype(str) if "seed" in runset.runs else None
     initial["seed"] = initial["run_id"].map(seeds) if seeds is not None else "0"
+    initial_counts["seed"] = initial_counts["run_id"].map(seeds) if seeds is not None else "0"
+    counts = []
+    for (seed, bench), sizes in initial_counts.groupby(["seed", "benchmark"])["problems"]:
+        if sizes.nunique() > 1:
+            messages.append(
+                f"base row: seed {seed} runs evaluated {bench} at step 0 on different problem "
+                f"counts {sorted(set(sizes))}: its count is unknown"
+            )
+            continue
+        counts.append(
+            {
+                "run_id": f"base-seed-{seed}",
+                "benchmark": bench,
+                "step": 0,
+                "problems": int(sizes.iloc[0]),
+            }
+        )
     rows, extra = [], []
     for seed, part in initial.groupby("seed"):
         pseudo = f"base-seed-{seed}"
@@ -175,7 +196,12 @@ def base_runs(
                     "value": float(values.mean()),
                 }
             )
-    return pd.DataFrame(rows), pd.DataFrame(extra), messages
+    return (
+        pd.DataFrame(rows),
+        pd.DataFrame(extra),
+        pd.DataFrame(counts, columns=initial_counts.columns.drop("seed")),
+        messages,
+    )
 
 
 def _write(path: Path, text: str) -> Path:
@@ -309,16 +335,19 @@ def build_report(
     log.info("analysing %d runs (%s)", len(runset.runs), selection.describe())
     finals = load.final_metrics(client, runset.run_ids, runset.eval_runs)
     points = load.eval_points(finals)
+    counts = load.problem_counts(finals)
     messages: list[str] = []
     all_runs, all_points = runset.runs, points
     extra_points = pd.DataFrame(columns=points.columns)
     row_tags = options.rows or tables.default_row_tags(runset.runs)
     if options.base_row and not points.empty:
-        extra_runs, extra_points, notes = base_runs(client, runset, points, row_tags)
+        extra_runs, extra_points, extra_counts, notes = base_runs(client, runset, points, row_tags)
         messages += notes
         if not extra_points.empty:
             all_runs = pd.concat([runset.runs, extra_runs], ignore_index=True)
             all_points = pd.concat([points, extra_points], ignore_index=True)
+            if not extra_counts.empty:
+                counts = pd.concat([counts, extra_counts], ignore_index=True)
     table = tables.build_table(
         all_runs,
         all_points,
@@ -327,6 +356,7 @@ def build_report(
         benchmarks=options.benchmarks,
         confidence=options.confidence,
         initial_runs=list(all_runs["run_id"][len(runset.runs) :]),
+        problems=counts,
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [
@@ -345,6 +375,7 @@ def build_report(
             rows=table.row_tags,
             ks=table.ks,
             confidence=options.confidence,
+            uncompared=table.uncompared,
         )
         files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
 

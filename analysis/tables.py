@@ -11,10 +11,21 @@ Nothing is averaged over less than it claims: a cell whose runs do not all have 
 with a footnote naming the runs; a benchmark whose runs share no k is blank with a footnote listing
 each run's k; when runs logged different k, the largest common k is used and a footnote says so.
 
+Nor compared over less: a benchmark's column is compared at the most problems any of its runs
+evaluated (`eval/<benchmark>/problems`; `eval.limit` evaluates only the first N). A run evaluated on
+fewer, or that logged no count while others did, is still shown with a footnote ("evaluated on N of
+M problems"), but neither its cells nor its row's avg / ood avg are compared: never bold, left out
+of the paired comparison (`ComparisonTable.uncompared`); 5/5 solved is not better than 200/500.
+When no run of a column logged a count (runs from before the evaluation runner, the held-out check),
+the column is compared as before and a footnote says the counts are unknown. The caption names each
+column's count, so a table whose runs were all limited alike says so.
+
 Inputs are plain frames, so the table is tested on hand-made runs:
 - runs: one row per run with `run_id`, `run_name`, `status` and tag columns
   (`analysis.load.select_runs`);
-- points: run_id, benchmark, kind ("avg" | "pass"), k, step, value (`analysis.load.eval_points`).
+- points: run_id, benchmark, kind ("avg" | "pass"), k, step, value (`analysis.load.eval_points`);
+- problems: run_id, benchmark, step, problems (`analysis.load.problem_counts`), or None for frames
+  without counts (nothing is checked, nothing footnoted).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -50,11 +61,13 @@ _NOT_ROW_TAGS = {
 @dataclass(frozen=True)
 class Cell:
     """One table cell: an estimate (None = blank), whether it is the best of
-    its column, footnotes."""
+    its column, footnotes, and whether it takes part in the column's comparison (False: a run of
+    it was evaluated on fewer problems than the column's, or on an unknown number)."""
 
     estimate: SeedEstimate | None
     best: bool = False
     notes: tuple[int, ...] = ()
+    compared: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,11 @@ class ComparisonTable:
         footnotes: numbered from 1 in order.
         ood_avg: {row: Cell} for the "ood avg" column.
         ood_benchmarks: the out-of-domain benchmarks it averages (none: no ood avg column).
+        problems: {benchmark: the problem count its column is compared at} (None: no run logged
+            one, or counts were not given).
+        uncompared: (run_id, benchmark) pairs left out of comparisons (evaluated on fewer
+            problems than the column's, or an unknown number while other runs logged theirs); the
+            paired comparison leaves them out too.
     """
 
     row_tags: tuple[str, ...]
@@ -88,6 +106,8 @@ class ComparisonTable:
     footnotes: tuple[str, ...] = field(default=())
     ood_avg: Mapping[str, Cell] = field(default_factory=dict)
     ood_benchmarks: tuple[str, ...] = ()
+    problems: Mapping[str, int | None] = field(default_factory=dict)
+    uncompared: frozenset[tuple[str, str]] = frozenset()
 
 
 class _Notes:
@@ -212,16 +232,58 @@ def _choose_k(
     return chosen, ()
 
 
+def _coverage(
+    bench: str,
+    at_k: pd.DataFrame,
+    counts: Mapping[tuple[str, str, int], int],
+    names: Mapping[str, str],
+    notes: _Notes,
+) -> tuple[int | None, dict[str, int]]:
+    """How many problems one benchmark's column is compared at, and who is left out.
+
+    A run's count is the `eval/<bench>/problems` logged at the step of its points (an evaluation
+    at another step says nothing about these). The column's count is the largest: `eval.limit`
+    only ever takes fewer problems, so the largest is the closest to the whole benchmark.
+
+    Returns:
+        (the column's count, or None when no run logged one; {run_id: footnote} of the runs left
+        out of the comparison).
+    """
+    per_run: dict[str, int | None] = {}
+    for run, part in at_k.groupby("run_id"):
+        found = {counts.get((run, bench, int(step))) for step in part["step"]}
+        per_run[run] = found.pop() if len(found) == 1 else None
+    known = [n for n in per_run.values() if n is not None]
+    if not known:
+        return None, {}
+    full = max(known)
+    short: dict[int | None, list[str]] = {}
+    for run, n in per_run.items():
+        if n != full:
+            short.setdefault(n, []).append(run)
+    left_out: dict[str, int] = {}
+    for n, runs in short.items():
+        listed = sorted(names[r] for r in runs)
+        what = (
+            f"evaluated on {n} of {full} problems in run(s) {listed}"
+            if n is not None
+            else f"run(s) {listed} logged no problem count, the others {full}"
+        )
+        mark = notes.add(f"{bench}: {what}: not compared (no bold, avg or --compare)")
+        left_out.update(dict.fromkeys(runs, mark))
+    return full, left_out
+
+
 def _best(cells: dict, keys: list) -> None:
-    """Mark the highest mean among `keys` of `cells` (ties all marked; nothing with < 2 values)."""
-    valued = [key for key in keys if cells[key].estimate is not None]
+    """Mark the highest mean among the compared `keys` of `cells` (ties all marked; nothing with
+    < 2 values)."""
+    valued = [key for key in keys if cells[key].estimate is not None and cells[key].compared]
     if len(valued) < 2:
         return
     top = max(cells[key].estimate.mean for key in valued)
     for key in valued:
         if math.isclose(cells[key].estimate.mean, top, rel_tol=0.0, abs_tol=1e-12):
-            cell = cells[key]
-            cells[key] = Cell(cell.estimate, True, cell.notes)
+            cells[key] = replace(cells[key], best=True)
 
 
 def build_table(
@@ -233,6 +295,7 @@ def build_table(
     benchmarks: Sequence[str] | None = None,
     confidence: float = 0.95,
     initial_runs: Sequence[str] = (),
+    problems: pd.DataFrame | None = None,
 ) -> ComparisonTable:
     """Build the comparison table.
 
@@ -245,6 +308,7 @@ def build_table(
         confidence: coverage of the t-intervals over seeds.
         initial_runs: run ids whose points are a step-0 evaluation on purpose (the base row): left
             out of the check that every run's final evaluation was at the same step.
+        problems: their problem counts (`analysis.load.problem_counts`); None = not checked.
 
     Raises:
         ValueError: no runs, no eval metrics, an unknown benchmark or row tag, or two runs of one
@@ -298,9 +362,19 @@ def build_table(
             + ", ".join(f"{n} ({s})" for n, s in unfinished.itertuples(index=False))
         )
 
+    counts = (
+        {}
+        if problems is None
+        else {
+            (r.run_id, r.benchmark, int(r.step)): int(r.problems)
+            for r in problems.itertuples(index=False)
+        }
+    )
     ks: dict[str, int | None] = {}
+    sizes: dict[str, int | None] = {}
     cells: dict[tuple[str, str, str], Cell] = {}
     values: dict[tuple[str, str], float] = {}  # (run_id, benchmark) -> Avg@k, for the avg column
+    uncompared: set[tuple[str, str]] = set()
     for bench in columns:
         bench_points = points[points["benchmark"] == bench]
         chosen, column_notes = _choose_k(bench, bench_points, names, ks_asked.get(bench), notes)
@@ -311,12 +385,18 @@ def build_table(
             column_notes += (
                 notes.add(f"{bench}: final evaluations were at different steps {steps}"),
             )
+        left_out: dict[str, int] = {}
+        sizes[bench] = None
+        if problems is not None and chosen is not None:
+            sizes[bench], left_out = _coverage(bench, at_k, counts, names, notes)
+            uncompared.update((run, bench) for run in left_out)
         for label in order:
+            short = tuple(left_out[r] for r in run_of_label[label] if r in left_out)
             for kind in ("avg", "pass"):
                 found = at_k[(at_k["kind"] == kind) & at_k["run_id"].isin(run_of_label[label])]
                 found = found.set_index("run_id")["value"]
                 lacking = [names[r] for r in run_of_label[label] if r not in found.index]
-                marks = column_notes
+                marks = column_notes + short
                 if chosen is None:
                     estimate = None
                 elif lacking:
@@ -331,9 +411,17 @@ def build_table(
                     estimate = seed_estimate([found[r] for r in run_of_label[label]], confidence)
                     if kind == "avg":
                         values.update({(r, bench): float(found[r]) for r in run_of_label[label]})
-                cells[(label, bench, kind)] = Cell(estimate, False, marks)
+                cells[(label, bench, kind)] = Cell(estimate, False, marks, not short)
         for kind in ("avg", "pass"):
             _best(cells, [(label, bench, kind) for label in order])
+    uncounted = [
+        b for b in columns if problems is not None and ks[b] is not None and sizes[b] is None
+    ]
+    if uncounted:
+        notes.add(
+            f"{', '.join(uncounted)}: no run logged its problem count (eval/<benchmark>/problems; "
+            "older runs, the held-out check): compared as if every run covered the same problems"
+        )
 
     paper = all(b in columns for b in PAPER_BENCHMARKS)
     avg_benchmarks = (
@@ -349,9 +437,18 @@ def build_table(
         "avg",
         notes,
         confidence,
+        uncompared,
     )
     ood_cells = _mean_cells(
-        order, run_of_label, values, ood_benchmarks, ood_avg, "ood avg", notes, confidence
+        order,
+        run_of_label,
+        values,
+        ood_benchmarks,
+        ood_avg,
+        "ood avg",
+        notes,
+        confidence,
+        uncompared,
     )
     return ComparisonTable(
         row_tags,
@@ -366,6 +463,8 @@ def build_table(
         tuple(notes.texts),
         ood_cells,
         ood_benchmarks,
+        sizes,
+        frozenset(uncompared),
     )
 
 
@@ -382,10 +481,12 @@ def _mean_cells(
     column: str,
     notes: _Notes,
     confidence: float,
+    uncompared: set[tuple[str, str]],
 ) -> dict[str, Cell]:
     """One averaging column ("avg", "ood avg"): per row, `combine` of each run's Avg@k over
     `benchmarks`, then the mean over seeds; blank (with a footnote) where a run lacks one of them;
-    {} without benchmarks."""
+    shown but not compared (footnoted, never bold) where a run's benchmark is `uncompared`; {}
+    without benchmarks."""
     if not benchmarks:
         return {}
     cells: dict[str, Cell] = {}
@@ -402,6 +503,12 @@ def _mean_cells(
                 f"{column} left blank where a row lacks an Avg@k of one of its benchmarks"
             )
             cells[label] = Cell(None, False, (mark,))
+        elif any((run, b) in uncompared for run in run_of_label[label] for b in benchmarks):
+            mark = notes.add(
+                f"{column} not compared where a row's runs were evaluated on fewer problems (or "
+                "an unknown number) in one of its benchmarks"
+            )
+            cells[label] = Cell(seed_estimate(per_run, confidence), False, (mark,), False)
         else:
             cells[label] = Cell(seed_estimate(per_run, confidence))
     _best(cells, list(order))
@@ -468,6 +575,14 @@ def caption(table: ComparisonTable) -> str:
         text += (
             f"; ood avg = mean Avg@k over the out-of-domain {', '.join(table.ood_benchmarks)} "
             "(chance level: 25 % gpqa, 10 % mmlu_pro, 50 % on graphwiz's yes/no tasks)"
+        )
+    sizes = [
+        f"{b} {table.problems[b]}" for b in table.benchmarks if table.problems.get(b) is not None
+    ]
+    if sizes:
+        text += (
+            f"; problems per benchmark: {', '.join(sizes)} (a cell evaluated on fewer is "
+            "footnoted and not compared)"
         )
     return text + "."
 
@@ -551,8 +666,9 @@ def to_frame(table: ComparisonTable) -> pd.DataFrame:
     blank mean = blank cell.
 
     Columns: row, benchmark, k, metric (avg | pass; the avg columns have benchmark "avg" and "ood
-    avg"), mean, ci_half_width, ci_low, ci_high, n_seeds, best, notes (the footnote texts, ";
-    "-joined).
+    avg"), mean, ci_half_width, ci_low, ci_high, n_seeds, best, compared (False: left out of the
+    comparison, see the notes), problems (the count the column is compared at; blank: unknown, and
+    for the avg columns), notes (the footnote texts, "; "-joined).
     """
     records = []
 
@@ -570,6 +686,8 @@ def to_frame(table: ComparisonTable) -> pd.DataFrame:
                 "ci_high": est.high if est else math.nan,
                 "n_seeds": table.seeds[row],
                 "best": cell.best,
+                "compared": cell.compared,
+                "problems": table.problems.get(bench),
                 "notes": "; ".join(table.footnotes[n - 1] for n in sorted(set(cell.notes))),
             }
         )
@@ -584,4 +702,5 @@ def to_frame(table: ComparisonTable) -> pd.DataFrame:
             add(row, "ood avg", None, "avg", table.ood_avg[row])
     frame = pd.DataFrame(records)
     frame["k"] = frame["k"].astype("Int64")
+    frame["problems"] = frame["problems"].astype("Int64")
     return frame
