@@ -69,6 +69,7 @@ def summarize(chunks: list[ChunkCounts], k: int, name: str) -> dict[str, float]:
         )
     n = len(correct_per_problem)
     metrics = {keys.evaluation(name, keys.avg_at(k)): sum(correct_per_problem) / n}
+    metrics[keys.evaluation(name, "problems")] = float(n)  # as the benchmark runner logs it
     if (
         len(correct_counts) >= 2
     ):  # the standard error over problems, as the benchmark runner logs it

@@ -53,6 +53,8 @@ class BenchmarkPlan:
             the math-verify grader.
         groups: one group (domain, task) per problem; empty = no groups.
         group_kind: what the groups are ("domain", "task"), when there are groups.
+        whole: False when ``eval.limit`` left out some of a benchmark's problems (a task's held-out
+            split is whole at the size the run asked for).
     """
 
     name: str
@@ -61,6 +63,7 @@ class BenchmarkPlan:
     rules: tuple[AnswerRule, ...] = ()
     groups: tuple[str, ...] = ()
     group_kind: str | None = None
+    whole: bool = True
 
 
 def suite(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> dict[str, int]:
@@ -164,6 +167,7 @@ def _ood_plan(
         rules=tuple(item.rule for item in items if item.rule is not None),
         groups=tuple(str(item.group) for item in items),
         group_kind=get_ood_spec(name).group_kind,
+        whole=len(items) == len(benchmark.items),
     )
 
 
@@ -212,6 +216,7 @@ def build_plans(
                 replace(item.problem, prompt=render(item.question))
                 for item in benchmark.items[: eval_cfg.limit]
             ]
+            whole = len(problems) == len(benchmark.items)
         else:
             params = dict(task_cfg.params) if name == task_cfg.name else {}
             count = eval_cfg.problems if not eval_cfg.benchmarks else task_cfg.heldout_size
@@ -227,5 +232,10 @@ def build_plans(
             problems = [
                 replace(problem, prompt=render(problem.prompt)) for problem in task.heldout(count)
             ]
-        plans.append(BenchmarkPlan(name=name, problems=tuple(problems), samples=samples))
+            whole = count == (
+                eval_cfg.problems if not eval_cfg.benchmarks else task_cfg.heldout_size
+            )
+        plans.append(
+            BenchmarkPlan(name=name, problems=tuple(problems), samples=samples, whole=whole)
+        )
     return plans

@@ -119,6 +119,7 @@ class BenchmarkResult:
     name: str
     problems: tuple[ProblemResult, ...]
     group_kind: str | None = None
+    whole: bool = True  # False: ``eval.limit`` left out some of the benchmark's problems
 
     @property
     def samples(self) -> int:
@@ -205,7 +206,8 @@ def suite_metrics(
 ) -> dict[str, float]:
     """Every benchmark's metrics and outcome counts, its chance level and per-group metrics when it
     has them, plus ``eval/avg`` when the paper's six are all there and ``eval/ood_avg`` when any
-    out-of-domain benchmark is."""
+    out-of-domain benchmark is, each only over whole benchmarks: the paper's column averages over
+    all problems, so a mean over an ``eval.limit`` subset is not logged under its key."""
     metrics: dict[str, float] = {}
     avg_by_name: dict[str, float] = {}
     for result in results:
@@ -222,9 +224,10 @@ def suite_metrics(
                 benchmark_metrics(name, *part.counts(), extra_ks=ks, confidence=confidence)
             )
             metrics.update(_chance_metrics(name, part))
-        avg_by_name[result.name] = metrics[
-            keys.evaluation(result.name, keys.avg_at(result.samples))
-        ]
+        if result.whole:
+            avg_by_name[result.name] = metrics[
+                keys.evaluation(result.name, keys.avg_at(result.samples))
+            ]
     if all(name in avg_by_name for name in PAPER_BENCHMARKS):
         metrics[keys.paper_avg()] = paper_avg(avg_by_name)
     if any(name in avg_by_name for name in OOD_BENCHMARKS):

@@ -204,7 +204,9 @@ def grade_benchmark(
         )
     if plan.groups:
         problems = tuple(replace(p, group=group) for p, group in zip(problems, plan.groups))
-    return BenchmarkResult(name=plan.name, problems=problems, group_kind=plan.group_kind)
+    return BenchmarkResult(
+        name=plan.name, problems=problems, group_kind=plan.group_kind, whole=plan.whole
+    )
 
 
 def run_suite(
@@ -309,6 +311,12 @@ def format_table(report: SuiteReport) -> str:
             )
     if keys.paper_avg() in m:
         lines.append(f"paper avg column (mean of the six Avg@k): {m[keys.paper_avg()]:.4f}")
+    partial = [r.name for r in report.results if not r.whole]
+    if partial:
+        lines.append(
+            f"eval.limit: {', '.join(partial)} evaluated on their first problems only; no avg "
+            "column counts them (the paper's columns average whole benchmarks)"
+        )
     if keys.ood_avg() in m:
         lines.append(
             f"ood avg column (mean Avg@k of the out-of-domain benchmarks): {m[keys.ood_avg()]:.4f}"

@@ -141,8 +141,8 @@ def test_runs_without_the_problem_count(store, tmp_path):
     assert table.footnotes == (
         "math500: run(s) ['quadrant=NHR,seed=0'] logged no problem count, the others 500: "
         "not compared (no bold, avg or --compare)",
-        "aime24: no run logged its problem count (eval/<benchmark>/problems; older runs, the "
-        "held-out check): compared as if every run covered the same problems",
+        "aime24: no run logged its problem count (eval/<benchmark>/problems; older runs): "
+        "compared as if every run covered the same problems",
         "avg not compared where a row's runs were evaluated on fewer problems (or an unknown "
         "number) in one of its benchmarks",
     )

@@ -66,6 +66,7 @@ def test_avg_pass_curve_and_no_answer_by_hand() -> None:
     # -> SE = sd / sqrt(2) = 0.125
     expected = {
         "eval/toy/avg_at_4": 0.375,
+        "eval/toy/problems": 2.0,
         "eval/toy/avg_at_4_stderr": 0.125,
         "eval/toy/pass_at_1": 0.375,
         "eval/toy/pass_at_2": 2 / 3,
@@ -95,6 +96,7 @@ def test_one_problem_is_still_scored() -> None:
     metrics = summarize([ChunkCounts([0.5], [1], 0)], 2, "toy")
     assert metrics == {
         "eval/toy/avg_at_2": 0.5,
+        "eval/toy/problems": 1.0,
         "eval/toy/pass_at_1": 0.5,
         "eval/toy/pass_at_2": 1.0,
         "eval/toy/no_answer_frac": 0.0,

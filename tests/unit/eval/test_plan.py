@@ -85,6 +85,16 @@ def test_plans_take_the_first_limit_problems_with_plain_prompts(data_dir):
     assert [p.answer for p in gsm8k.problems] == ["5", "1234"]  # "#### 1,234" -> 1234
     assert gsm8k.problems[0].prompt == f"Ann has 2 apples and buys 3. How many?\n{INSTRUCTION}"
     assert arithmetic.samples == 3 and list(arithmetic.problems) == ArithmeticTask().heldout(2)
+    assert not gsm8k.whole and not arithmetic.whole  # limit 2 < the file's rows, < heldout_size
+
+
+def test_a_plan_without_limit_is_whole(data_dir):
+    cfg = EvalConfig(benchmarks={"gsm8k": 2, "arithmetic": 3}, data_dir=str(data_dir))
+    assert all(plan.whole for plan in build_plans(cfg, TaskConfig()))
+    rows = len(build_plans(cfg, TaskConfig())[0].problems)
+    limited = EvalConfig(benchmarks={"gsm8k": 2}, limit=rows, data_dir=str(data_dir))
+    (plan,) = build_plans(limited, TaskConfig())
+    assert plan.whole  # a limit at the benchmark's size leaves nothing out
 
 
 def test_default_plan_is_the_tasks_heldout_split():
