@@ -95,7 +95,7 @@ def test_paper_presets_evaluate_with_the_paper_protocol():
     [  # batch = (prompts per step, G, mini-batch in sequences = 32 prompts x G)
         ("paper_quadrants_qwen7b", "Qwen/Qwen2.5-Math-7B", "qwen_math", (256, 8, 256)),
         ("paper_main_qwen7b", "Qwen/Qwen2.5-Math-7B", "qwen_math", (512, 8, 256)),
-        ("paper_main_dsr1p5b", "agentica-org/DeepScaleR-1.5B-Preview", "deepscaler", (64, 16, 512)),
+        ("paper_main_dsr1p5b", "agentica-org/DeepScaleR-1.5B-Preview", "chat", (64, 16, 512)),
     ],
 )
 def test_paper_presets_train_on_deepscaler_with_the_papers_prompt(experiment, model, prompt, batch):
