@@ -122,9 +122,27 @@ def main(argv: list[str] | None = None) -> None:
 
         print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         return
+    note = prompt_note(target, list(args.overrides))
+    if note:
+        print(note, file=sys.stderr)
     from quadrants.eval.runner import run_evaluation
 
     run_evaluation(cfg, target)
+
+
+def prompt_note(target: EvalTarget, overrides: list[str]) -> str | None:
+    """A line for a model given by hub id or directory without `prompt=`: it has no run to take the
+    prompt format from, so `auto` (its chat template) is used, which is not what a base model's
+    runs train with (Qwen2.5-Math-7B: `prompt=qwen_math`); None otherwise."""
+    if target.kind in ("checkpoint", "embedded") or any(
+        o.startswith(("prompt=", "prompt.")) for o in overrides
+    ):
+        return None
+    return (
+        "quadrants: no prompt= given for a model without a training run: prompts use prompt=auto "
+        "(the chat template when the tokenizer has one). To compare with trained runs, pass the "
+        "format they train with, e.g. prompt=qwen_math for Qwen2.5-Math-7B."
+    )
 
 
 if __name__ == "__main__":

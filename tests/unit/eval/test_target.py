@@ -124,3 +124,14 @@ def test_checkpoint_weights_are_loaded_into_the_runs_base_model(tmp_path, layout
     model, _ = load_target_policy(resolve_target(str(run)), dtype="float32")
     for (name, loaded), expected in zip(model.state_dict().items(), trained.state_dict().values()):
         torch.testing.assert_close(loaded, expected, rtol=0, atol=0, msg=name)
+
+
+def test_a_model_without_a_run_is_told_to_pass_its_prompt_format():
+    from quadrants.eval.target import EvalTarget
+    from quadrants.launch.evaluate import prompt_note
+
+    hub = EvalTarget(kind="hub", label="Qwen--Qwen2.5-Math-7B", model="Qwen/Qwen2.5-Math-7B")
+    assert "prompt=qwen_math" in prompt_note(hub, ["eval=paper"])
+    assert prompt_note(hub, ["eval=paper", "prompt=qwen_math"]) is None
+    assert prompt_note(hub, ["prompt.instruction=x"]) is None
+    assert prompt_note(EvalTarget(kind="embedded", label="tiny", model="tiny"), []) is None
