@@ -36,6 +36,8 @@ class TokenBatch:
         entropy: [B, T] float, behaviour-policy entropy (nats, full vocabulary,
             rollout temperature).
         rewards: [B] float.
+        correct: [B] float, the graded correctness (1 = correct) without any shaping term (the
+            overlong penalty); the rewards themselves when there is none.
         advantages: [B] float, GRPO group advantages.
         group_ids: [B] long.
         constant_group_mask: [B] bool, True when the sequence's whole group has equal rewards
@@ -58,6 +60,7 @@ class TokenBatch:
     old_logp: Tensor
     entropy: Tensor
     rewards: Tensor
+    correct: Tensor
     advantages: Tensor
     group_ids: Tensor
     constant_group_mask: Tensor
@@ -165,9 +168,9 @@ def make_token_batch(
         rewards: [B] float; group_ids: [B] long; ref_logp: [B, T] or None.
         normalize_std, advantage_eps: GRPO advantage options (ops.advantages).
         quadrant: the run's QuadrantSettings; its threshold rule and value split the tokens.
-        constant_by: [B] float or None, the values whose equality within a group makes it a constant
-            group for dynamic sampling (None: the rewards). DAPO judges by correctness, which
-            differs from the rewards only when they carry a shaping term (the overlong penalty).
+        constant_by: [B] float or None, the graded correctness when the rewards carry a shaping
+            term (the overlong penalty), else None (the rewards are the correctness). DAPO's dynamic
+            sampling judges a group constant by it, and W-REINFORCE's weights follow it.
     """
     response_mask = response_mask.bool()
     rewards = rewards.float()
@@ -184,7 +187,8 @@ def make_token_batch(
     )
     mean, std, _ = group_token_mean_std(entropy.float(), response_mask, group_ids)
     ordered, _ = torch.sort(entropy[response_mask].float())
-    constant = constant_reward_groups(rewards if constant_by is None else constant_by, group_ids)
+    correct = rewards if constant_by is None else constant_by.float()
+    constant = constant_reward_groups(correct, group_ids)
     mixed, _ = torch.sort(entropy[response_mask & ~constant[:, None]].float())
     return TokenBatch(
         sequences=sequences,
@@ -193,6 +197,7 @@ def make_token_batch(
         old_logp=old_logp.float(),
         entropy=entropy.float(),
         rewards=rewards,
+        correct=correct,
         advantages=advantages,
         group_ids=group_ids,
         constant_group_mask=constant,

@@ -5,8 +5,10 @@
 Per token: loss_t = −w · r_t with w = λ for a correct response and w = −1 for a wrong one, r_t the
 importance ratio (so extra epochs on the same rollouts stay correctly weighted; at r = 1 its
 gradient is exactly −w ∇logπ_t). No advantage normalisation and no clip: groups with all-equal
-rewards still get gradient, as in the paper. A response is correct when its reward > `correct_above`
-(0.5 for 0/1 rewards). Quadrant polarity still follows the GRPO advantage sign.
+rewards still get gradient, as in the paper. A response is correct when its graded correctness
+(`TokenBatch.correct`: the reward without the overlong penalty's shaping) > `correct_above` (0.5 for
+0/1 rewards): a correct answer near the length limit, whose shaped reward is below 0.5, is still
+reinforced by λ, not pushed down. Quadrant polarity still follows the GRPO advantage sign.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def w_reinforce(
     batch: TokenBatch, policy: PolicyOutput, *, lam: float = 0.1, correct_above: float = 0.5
 ) -> ObjectiveOutput:
     mask = batch.response_mask
-    correct = batch.rewards > correct_above  # [B]
+    correct = batch.correct > correct_above  # [B]
     weight = torch.where(
         correct, torch.full_like(batch.rewards, lam), torch.full_like(batch.rewards, -1.0)
     )

@@ -51,3 +51,28 @@ def test_correct_means_strictly_above_threshold():
     tb = batch(entropy=[[1.0]], rewards=[0.5], group_ids=[0])
     close(run("w_reinforce", tb, logp_for_ratios(tb))[0], 1.0)
     close(run("w_reinforce", tb, logp_for_ratios(tb), correct_above=0.4, lam=0.3)[0], -0.3)
+
+
+def test_weights_follow_correctness_not_the_shaped_reward():
+    # a correct answer near the length limit: overlong shaping takes its reward to 1 - 0.7 = 0.3,
+    # a wrong one to 0 - 0.2 = -0.2; correctness [1, 0]. Weights λ = 0.1 and -1, not -1 and -1:
+    # per-token -w r at r = 1: [-0.1, +1] over 2 tokens -> loss 0.45; d/dlogp [-0.05, +0.5]
+    import torch
+
+    from quadrants.objectives.batch import make_token_batch
+
+    tb = make_token_batch(
+        sequences=torch.zeros(2, 2, dtype=torch.long),
+        attention_mask=torch.ones(2, 2, dtype=torch.bool),
+        response_mask=torch.ones(2, 1, dtype=torch.bool),
+        old_logp=torch.full((2, 1), -1.0),
+        entropy=torch.ones(2, 1),
+        rewards=torch.tensor([0.3, -0.2]),
+        group_ids=torch.tensor([0, 0]),
+        constant_by=torch.tensor([1.0, 0.0]),
+    )
+    logp = logp_for_ratios(tb)
+    loss, metrics = run("w_reinforce", tb, logp, lam=0.1)
+    close(loss, 0.45)
+    close(grad_of(loss, logp), [[-0.05], [0.5]])
+    close(metrics["positive_frac"], 0.5)
