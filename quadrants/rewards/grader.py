@@ -9,8 +9,17 @@ and ``12.`` != ``12``. With ``$...$`` gold ``66`` matches ``\\boxed{66}``, ``\\f
 matches ``0.5``, ``27.0`` (AMC golds are floats) matches ``27`` and ``336^\\circ`` matches ``336``.
 
 Both the gold and the boxed answer go through `normalize.normalize_answer` first (e-notation,
-``-1./3``, a trailing period, ...), so an answer is graded the same whichever
+``-1./3``, a trailing period, a bare ``%``, ``~``, ...), so an answer is graded the same whichever
 side spells it which way.
+
+math-verify compares a float with a number after rounding both to 6 decimal places
+(``float_rounding=6``), and other numbers through a 15-digit ``evalf(chop=True)`` of their
+difference, so tiny values all look alike: ``\\boxed{0.0}`` matched 14 of Minerva's 272 golds
+(``1.325 \\times 10^{-27}``, ...), and ``-2.88 \\times 10^{-19}`` or ``2.88 \\times 10^{-18}``
+matched ``2.88 \\times 10^{-19}``. So where math-verify finds two single real numbers equal,
+`_verify` also asks that they agree to a relative tolerance of 1e-4 (as Qwen2.5-Math's evaluation
+and verl's ``math_equal`` do, with ``math.isclose(rel_tol=1e-4)``). It only ever vetoes a match:
+what math-verify calls different stays different.
 
 math-verify bounds its own work with ``signal.alarm``, which works only in a process's main thread,
 in whole seconds of *wall* time, and raises a `TimeoutException` that is a BaseException. A
@@ -51,7 +60,9 @@ from multiprocessing.process import BaseProcess
 from typing import Literal
 
 import math_verify
+import sympy
 from math_verify.errors import TimeoutException
+from math_verify.utils import timeout as _math_verify_timeout
 
 from quadrants.rewards.extract import (
     EXTRACTIONS,
@@ -78,6 +89,8 @@ _CPU_LIMIT_SLACK_S = (
     2  # RLIMIT_CPU sits this far past the item's CPU budget: only C code ignoring SIGPROF meets it
 )
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_REL_TOL = 1e-4  # two real numbers math-verify calls equal must also agree this closely (see top)
+_EVALF_DIGITS = 30  # significant digits of that check: far finer than _REL_TOL, any exponent
 
 _Item = tuple[int, str, str]  # (index in the batch, completion, gold)
 
@@ -213,7 +226,8 @@ def _parse_gold(latex: str, deadline: float | None) -> list:
 
 
 def _verify(gold_parsed: list, pred_parsed: list, deadline: float | None) -> Outcome:
-    """Any (gold, pred) pair equal -> correct, as `math_verify.verify` on lists does.
+    """Any (gold, pred) pair equal -> correct, as `math_verify.verify` on lists does, unless the
+    pair is two real numbers further apart than `_REL_TOL` (`_numbers_differ`).
 
     We loop over pairs ourselves so that a timeout stops the item (instead of being logged and
     counted as False) and an exception in one pair still lets the others match.
@@ -226,10 +240,49 @@ def _verify(gold_parsed: list, pred_parsed: list, deadline: float | None) -> Out
                 gold_item, pred_item, timeout_seconds=seconds, raise_on_error=True
             )
             if equal:
-                return Outcome.correct
+                differ = _math_verify_timeout(_alarm_seconds(deadline))(_numbers_differ)
+                if not differ(gold_item, pred_item):
+                    return Outcome.correct
         except Exception:  # noqa: BLE001 - as math-verify does: a failing pair is not a match
             failed = True
     return Outcome.error if failed else Outcome.wrong
+
+
+def _numbers_differ(gold_item: object, pred_item: object) -> bool:
+    """True iff both items are single real numbers whose relative difference exceeds `_REL_TOL`.
+
+    The veto on math-verify's 6-decimal rounding: gold ``1.325 \\times 10^{-27}`` against ``0.0``
+    (or ``-1.325 \\times 10^{-27}``, or ``1.325 \\times 10^{-28}``) differs; against ``1.325e-27``
+    or ``1.3250 \\times 10^{-27}`` it does not. Anything else (a tuple, a set, an expression with a
+    variable, a complex number, infinity, a value that cannot be told apart from zero) returns
+    False and math-verify's verdict stands: a veto, never a new match.
+    """
+    gold_value, pred_value = _real_value(gold_item), _real_value(pred_item)
+    if gold_value is None or pred_value is None:
+        return False
+    # math.isclose(gold, pred, rel_tol=_REL_TOL) in sympy Floats: no float underflow at 1e-400
+    return abs(gold_value - pred_value) > _REL_TOL * max(abs(gold_value), abs(pred_value))
+
+
+def _real_value(item: object) -> sympy.Float | None:
+    """The value of ``item`` to `_EVALF_DIGITS` digits when it is one finite real number, else None.
+
+    An assignment ``x = 5`` stands for its right-hand side, as math-verify reads it against a
+    bare number. A percentage math-verify keeps as ``x * (1/100)`` is left to math-verify (its
+    reading of it depends on the other side). ``strict=True`` makes a value sympy cannot tell
+    from zero (``\\log_2 8 - 3``) raise instead of coming back as noise like ``-0.e-166``.
+    """
+    if isinstance(item, sympy.Eq) and isinstance(item.lhs, sympy.Symbol):
+        item = item.rhs
+    if not isinstance(item, sympy.Expr) or not item.is_number or item.has(sympy.UnevaluatedExpr):
+        return None
+    try:
+        value = item.evalf(_EVALF_DIGITS, strict=True)
+    except Exception:  # noqa: BLE001 - PrecisionExhausted, or anything sympy raises on odd input
+        return None
+    if not isinstance(value, sympy.Number) or not value.is_finite:  # complex: an Add with I
+        return None
+    return sympy.Float(value, _EVALF_DIGITS)
 
 
 # --- process pool -------------------------------------------------------------------------------

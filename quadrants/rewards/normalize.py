@@ -10,6 +10,12 @@ on *both* sides before parsing, so an answer is graded the same whichever side w
 - A Python float literal before a division: ``-1./3`` -> ``-1/3``.
 - ``np.arcsin(x)`` -> ``\\arcsin(x)`` (code in Minerva's reference solutions).
 - Unescaped ``$`` inside the box are dropped (the grader wraps the answer in ``$...$`` itself).
+- A bare ``%`` is escaped: ``62.5%`` -> ``62.5\\%``. math-verify reads ``62.5%`` as 0.625 but
+  ``62.5\\%`` as 62.5, and the grader's rule is that ``10\\%`` equals ``10`` (two OlympiadBench
+  golds are written ``62.5%`` and ``17.5%``; LaTeX's own ``%`` would start a comment).
+- ``~`` (LaTeX's non-breaking space) is a space: ``\\frac{41}{12}~\\mathrm{km}`` parsed to nothing
+  and ``4.5 \\times 10^{33}~\\mathrm{ergs}`` to 10, while with a space both read as their number.
+  The text accent ``\\~`` is kept.
 - One trailing sentence period: ``\\frac{1}{2}.`` -> ``\\frac{1}{2}``, ``(0,4].`` -> ``(0,4]``,
   ``3.`` -> ``3`` (the same number). An ellipsis (``0.333...``) and a LaTeX ``\\.`` are kept, and a
   period anywhere but at the very end (``3.5``, ``[0.5, 1)``) is never touched.
@@ -26,6 +32,8 @@ __all__ = ["normalize_answer"]
 _SCIENTIFIC = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))[eE]([+-]?\d+)")
 _PY_FLOAT_DOT = re.compile(r"(\d)\.(?=\s*/)")  # "-1./3": a Python float literal before a division
 _UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
+_BARE_PERCENT = re.compile(r"(?<!\\)%")
+_TILDE = re.compile(r"(?<!\\)~")  # a non-breaking space; "\~" is the accent
 # one final "." not preceded by another "." (an ellipsis) or a backslash (the LaTeX accent \.)
 _TRAILING_PERIOD = re.compile(r"(?<![.\\])\.\s*$")
 
@@ -42,6 +50,7 @@ def normalize_answer(answer: str) -> str:
     answer = _UNESCAPED_DOLLAR.sub(
         "", answer.strip()
     ).strip()  # one box holds "...+$ $\dot{x}_{0}..."
+    answer = _TILDE.sub(" ", _BARE_PERCENT.sub(r"\\%", answer))
     answer = _TRAILING_PERIOD.sub("", answer).rstrip()
     scientific = _SCIENTIFIC.fullmatch(
         answer

@@ -352,3 +352,103 @@ def test_arm_cpu_limit_ends_a_loop_in_c() -> None:
     result = subprocess.run([sys.executable, "-c", code], timeout=120, check=False)
     assert result.returncode == -signal.SIGXCPU
     assert time.monotonic() - start < 60.0
+
+
+# ---- small numbers, a bare %, a ~ before a unit ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        # math-verify rounds both to 6 places: 0.000000 == 0.000000. |0 - 1.325e-27| = 1.325e-27 is
+        # all of the gold, far over 1e-4 of it. Minerva row 265; \boxed{0.0} matched 14 such rows.
+        ("0.0", "1.325 \\times 10^{-27}"),
+        ("0.0000004", "3.89 \\times 10^{-10}"),  # 4e-7 < 5e-7 also rounds to 0; ratio ~1000
+        ("2.88 \\times 10^{-18}", "2.88 \\times 10^{-19}"),  # ten times the gold
+        ("-2.88 \\times 10^{-19}", "2.88 \\times 10^{-19}"),  # |diff| = 2 x 2.88e-19: 200 %
+        # both round to 0.000067; |diff| = 2e-7 = 2e-7 / 6.72e-5 = 3.0e-3 of the gold > 1e-4
+        ("0.0000670", "0.0000672"),
+        # 1.3252 vs 1.325: 2e-4 / 1.3252 = 1.5e-4 > 1e-4 (1.3251 below passes: 7.5e-5)
+        ("1.3252 \\times 10^{-27}", "1.325 \\times 10^{-27}"),
+        ("E = 0.0", "1.325 \\times 10^{-27}"),  # an assignment stands for its right-hand side
+        # exact on both sides, yet math-verify's 15-digit evalf(chop=True) of the difference is 0;
+        # the ratio is 2005. dsr_sub row 74's gold is 1 / 2004!, and 0.0 matched it too.
+        ("\\frac{1}{2005!}", "1 / 2004!"),
+        ("0.0", "1 / 2004!"),
+    ],
+)
+def test_tiny_numbers_must_agree_to_a_relative_1e_4(answer: str, gold: str) -> None:
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is Outcome.wrong
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0, clock="cpu") is Outcome.wrong
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        ("1.325e-27", "1.325 \\times 10^{-27}"),  # the same number: |diff| = 0
+        ("1.3250 \\times 10^{-27}", "1.325 \\times 10^{-27}"),
+        ("1.3251 \\times 10^{-27}", "1.325 \\times 10^{-27}"),  # 1e-4 / 1.3251 = 7.5e-5 <= 1e-4
+        ("x = 1.325 \\times 10^{-27}", "1.325 \\times 10^{-27}"),
+        ("0.0000672", ".0000672"),  # MATH500's gold spelling
+        ("0.0", "0"),  # 0 vs 0: |diff| = 0 <= 1e-4 x 0
+        ("0.8660254", "\\frac{\\sqrt{3}}{2}"),  # sqrt(3)/2 = 0.86602540378: 4.4e-9 relative
+        ("0", "\\log_2 8 - 3"),  # exactly 0, which evalf cannot tell from noise: no veto
+        ("0.5", "\\frac12"),
+        ("27", "27.0"),
+        ("10\\%", "10"),
+        ("4.5e33", "4.5 \\times 10^{33}"),
+        ("1{,}000", "1000"),
+        ("\\$18.90", "18.90"),
+        ("18.90", "\\$18.90"),
+        ("30^\\circ", "30"),
+    ],
+)
+def test_numbers_within_the_relative_tolerance_stay_correct(answer: str, gold: str) -> None:
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is Outcome.correct
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0, clock="cpu") is Outcome.correct
+
+
+def test_only_two_single_real_numbers_are_vetoed() -> None:
+    from math_verify import parse
+
+    from quadrants.rewards.grader import _numbers_differ
+
+    def first(latex: str) -> object:
+        return parse(f"${latex}$")[0]
+
+    assert _numbers_differ(first("0.0"), first("1.325 \\times 10^{-27}"))
+    assert _numbers_differ(first("x = 0.0"), first("10^{-400}"))  # a Python float would be 0.0
+    assert not _numbers_differ(first("10^{-400}"), first("1.00001 \\times 10^{-400}"))  # 1e-5
+    for gold, pred in [
+        ("(10^{-9}, 1)", "(0.0, 1)"),  # tuples, sets, matrices: left to math-verify
+        ("x", "0.0"),  # a variable
+        ("2 + 3i", "2"),  # not real
+        ("\\infty", "10^{9}"),
+        ("50%", "0.5"),  # math-verify's percentage x * (1/100): it reads it by the other side
+        ("0.0", "\\text{zero}"),
+    ]:
+        assert not _numbers_differ(first(gold), first(pred)), (gold, pred)
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "outcome"),
+    [
+        # OlympiadBench golds "62.5%" and "17.5%": with the % escaped they read 62.5 and 17.5, as
+        # 10\% reads 10, so the percentage and the plain number both match and 0.625 does not
+        ("62.5\\%", "62.5%", Outcome.correct),
+        ("62.5", "62.5%", Outcome.correct),
+        ("17.5", "17.5%", Outcome.correct),
+        ("62.5%", "62.5", Outcome.correct),
+        ("0.625", "62.5%", Outcome.wrong),  # as 0.5 vs 50\% above
+        ("63.5", "62.5%", Outcome.wrong),
+        # "~" is a space: with it, the number before a unit used to parse to nothing, or to 10
+        ("\\frac{41}{12}~\\mathrm{km}", "\\frac{41}{12}", Outcome.correct),
+        ("4.5 \\times 10^{33}~\\mathrm{ergs}", "4.5 \\times 10^{33}", Outcome.correct),
+        ("41~\\text{km}", "41", Outcome.correct),
+        ("\\frac{41}{13}~\\mathrm{km}", "\\frac{41}{12}", Outcome.wrong),
+        ("4.5 \\times 10^{33}~\\mathrm{ergs}", "10", Outcome.wrong),  # was read as 10: correct
+        ("4.6 \\times 10^{33}~\\mathrm{ergs}", "4.5 \\times 10^{33}", Outcome.wrong),
+    ],
+)
+def test_bare_percent_and_tilde_read_as_elsewhere(answer: str, gold: str, outcome: Outcome) -> None:
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is outcome

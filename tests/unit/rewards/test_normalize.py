@@ -22,6 +22,11 @@ from quadrants.rewards.normalize import normalize_answer
         ("(0,4].", "(0,4]"),
         ("3.", "3"),
         ("a+$ $b", "a+ b"),
+        ("62.5%", "62.5\\%"),  # an OlympiadBench gold: math-verify would read 0.625
+        ("17.5 %", "17.5 \\%"),
+        ("\\frac{41}{12}~\\mathrm{km}", "\\frac{41}{12} \\mathrm{km}"),
+        ("3 \\mathrm{~cm}", "3 \\mathrm{ cm}"),  # Minerva's unit spelling
+        ("4.5e33~", "4.5 \\times 10^{33}"),  # the space is stripped, then e-notation applies
     ],
 )
 def test_rewrites(answer, expected):
@@ -44,6 +49,8 @@ def test_rewrites(answer, expected):
         "10^{33}",
         "\\$5",  # an escaped dollar is text
         "4.5 \\times 10^{33}",
+        "10\\%",  # an escaped percent stays as it is
+        "\\~{n}",  # the tilde accent, not a space
     ],
 )
 def test_leaves_other_answers_alone(answer):
