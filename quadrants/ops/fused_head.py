@@ -13,6 +13,13 @@ bias). Extra memory: two [chunk, V] float32 buffers at a time plus the weight gr
 keeps anyway; nothing of size [N, V] exists in either pass. Cost: the head's matmul runs twice in
 backward's place of once (forward, recompute) plus the two gradient matmuls, as with activation
 checkpointing.
+
+Rows whose incoming gradients are both exactly 0 have g_z = 0 (every term above carries g_logp or
+g_H), so their hidden-state gradient is 0 and they add nothing to the head's: backward recomputes
+and multiplies only the other rows. Under quadrant isolation most response positions are such rows
+(a kept set of one quadrant holds a tenth to a third of the tokens), and the loss's mask makes their
+gradient exactly 0. The head's gradient is then a sum over fewer rows in another grouping: equal to
+the all-rows sum to float rounding (tests/unit/ops/test_fused_head.py).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
         ids: Tensor,  # type: ignore[override]
         temperature: float,
         chunk_size: int,
+        skip_gradless: bool,
     ):
         logps, ents = [], []
         for i in range(0, hidden.shape[0], chunk_size):
@@ -66,6 +74,7 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
         entropy = torch.cat(ents) if ents else empty
         ctx.save_for_backward(hidden, weight, bias, ids, entropy)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.skip_gradless = skip_gradless
         return logp, entropy
 
     @staticmethod
@@ -73,7 +82,13 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
         hidden, weight, bias, ids, entropy = ctx.saved_tensors
         step, tau = ctx.chunk_size, ctx.temperature
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
-        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        every_row = hidden
+        rows = _rows_with_gradient(grad_logp, grad_entropy) if ctx.skip_gradless else None
+        if rows is not None:  # the other rows' hidden-state gradient is exactly 0
+            hidden, ids, entropy, grad_logp, grad_entropy = (
+                t[rows] for t in (hidden, ids, entropy, grad_logp, grad_entropy)
+            )
+        grad_rows = torch.empty_like(hidden) if want_hidden else None
         grad_weight = (
             torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
             if want_weight
@@ -98,12 +113,15 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
             del probs
             grad_z.scatter_add_(-1, ids[sl, None], grad_logp[sl, None].float())
             grad_z.div_(tau)
-            if grad_hidden is not None:
-                grad_hidden[sl] = (grad_z.to(weight.dtype) @ weight).to(hidden.dtype)
+            if grad_rows is not None:
+                grad_rows[sl] = (grad_z.to(weight.dtype) @ weight).to(hidden.dtype)
             if grad_weight is not None:
                 grad_weight.addmm_(grad_z.t(), hidden[sl].float())
             if grad_bias is not None:
                 grad_bias.add_(grad_z.sum(0))
+        grad_hidden = grad_rows
+        if rows is not None and grad_rows is not None:
+            grad_hidden = torch.zeros_like(every_row).index_copy_(0, rows, grad_rows)
         return (
             grad_hidden,
             None if grad_weight is None else grad_weight.to(weight.dtype),
@@ -111,7 +129,16 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
+
+
+def _rows_with_gradient(grad_logp: Tensor, grad_entropy: Tensor) -> Tensor | None:
+    """Indices [n] of the rows with a non-zero incoming gradient; None when that is every row."""
+    carried = (grad_logp != 0) | (grad_entropy != 0)  # [N]
+    if bool(carried.all()):
+        return None
+    return carried.nonzero().squeeze(1)
 
 
 def head_logprobs_and_entropy(
@@ -121,6 +148,7 @@ def head_logprobs_and_entropy(
     bias: Tensor | None = None,
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    skip_gradless: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Log-probs of `tokens` and full-vocabulary entropy of softmax((h W^T + b) / τ), chunked.
 
@@ -132,6 +160,8 @@ def head_logprobs_and_entropy(
         tokens: [...] long.
         bias: [V] or None.
         temperature: τ > 0. chunk_size: rows per chunk (> 0).
+        skip_gradless: backward skips the rows whose incoming gradients are both 0 (their
+            hidden-state gradient is 0); False: every row recomputed (the reference it is tested on).
 
     Returns:
         (logp [...] float32, entropy [...] float32).
@@ -143,6 +173,6 @@ def head_logprobs_and_entropy(
         )
     rows = hidden.reshape(-1, hidden.shape[-1])  # [N, H]
     logp, entropy = _FusedHeadLogpEntropy.apply(
-        rows, weight, bias, tokens.reshape(-1), temperature, chunk_size
+        rows, weight, bias, tokens.reshape(-1), temperature, chunk_size, skip_gradless
     )
     return logp.reshape(tokens.shape), entropy.reshape(tokens.shape)

@@ -87,3 +87,60 @@ def test_the_policy_forward_through_the_fused_head_equals_the_logits_path():
         # float32 sums in another order; gradients reach ~15 (the tied embedding), ulp ~1e-6 there
         torch.testing.assert_close(fused[name], param.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert "forward" not in vars(model.lm_head)  # the head is restored after the call
+
+
+def test_backward_skips_rows_without_gradient_by_hand(monkeypatch):
+    # rows h0 = [1, 0], h1 = [0, 1]; W = [[0, 0], [ln 3, 0]]; tokens 1, 0.
+    # Row 0: logits [0, ln 3] -> p = [1/4, 3/4]; with g_logp = 1, g_H = 0:
+    #   g_z = 1[j = 1] - p = [-1/4, 1/4]; hidden grad g_z W = [ln 3 / 4, 0];
+    #   head grad g_z^T h0 = [[-1/4, 0], [1/4, 0]].
+    # Row 1: both incoming gradients 0 -> hidden grad [0, 0], nothing added to the head's;
+    # backward recomputes row 0 only.
+    import quadrants.ops.fused_head as fused
+
+    seen = []
+    real = fused._chunk_log_probs
+    monkeypatch.setattr(
+        fused, "_chunk_log_probs", lambda h, *rest: seen.append(h.shape[0]) or real(h, *rest)
+    )
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]], requires_grad=True)
+    weight = torch.tensor([[0.0, 0.0], [math.log(3), 0.0]], requires_grad=True)
+    logp, entropy = head_logprobs_and_entropy(hidden, weight, torch.tensor([1, 0]))
+    (logp * torch.tensor([1.0, 0.0]) + entropy * 0.0).sum().backward()
+    assert seen == [2, 1]  # forward: both rows; backward: row 0 only
+    torch.testing.assert_close(
+        hidden.grad, torch.tensor([[math.log(3) / 4, 0.0], [0.0, 0.0]]), rtol=0, atol=1e-7
+    )
+    torch.testing.assert_close(
+        weight.grad, torch.tensor([[-0.25, 0.0], [0.25, 0.0]]), rtol=0, atol=1e-7
+    )
+
+
+def test_skipping_rows_without_gradient_equals_recomputing_every_row():
+    # seeded [24, 16] hidden states, V = 50, chunks of 5, τ = 0.9; incoming gradients zeroed on
+    # 16 of 24 rows (as a quadrant's mask does); of the 8 others, 2 carry only g_logp, 2 only g_H
+    gen = torch.Generator().manual_seed(1)
+    leaves = [torch.randn(24, 16, generator=gen), torch.randn(50, 16, generator=gen)]
+    leaves.append(torch.randn(50, generator=gen))
+    tokens = torch.randint(0, 50, (24,), generator=gen)
+    g_logp, g_entropy = torch.randn(24, generator=gen), torch.randn(24, generator=gen)
+    dead = torch.randperm(24, generator=gen)[:16]
+    g_logp[dead], g_entropy[dead] = 0.0, 0.0
+    live = torch.ones(24, dtype=torch.bool)
+    live[dead] = False
+    only = live.nonzero().squeeze(1)
+    g_entropy[only[:2]], g_logp[only[2:4]] = 0.0, 0.0
+    grads = {}
+    for skip in (True, False):
+        hidden, weight, bias = (x.clone().requires_grad_(True) for x in leaves)
+        logp, entropy = head_logprobs_and_entropy(
+            hidden, weight, tokens, bias, temperature=0.9, chunk_size=5, skip_gradless=skip
+        )
+        (logp * g_logp + entropy * g_entropy).sum().backward()
+        grads[skip] = [hidden.grad, weight.grad, bias.grad]
+    assert grads[True][0][~live].abs().max() == 0  # exactly 0, as when every row is recomputed
+    assert grads[False][0][~live].abs().max() == 0
+    # the live rows' chunks group other rows into each matmul: float32 rounding (entries ~0.1-1);
+    # the head's gradients are sums of 8 rows against 24 (16 of them 0)
+    for a, b in zip(grads[True], grads[False]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
