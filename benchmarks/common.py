@@ -118,3 +118,43 @@ def half_rewarded_batch(rollout: SampledRollout, group: int, constant: int = 0):
         rewards=rewards,
         group_ids=torch.arange(rows) // group,
     )
+
+
+def add_update_arguments(parser, *, model: str, rounds: int, prompts: int, group: int, tokens: int):
+    """The options of a script that times updates on a sampled, half-rewarded rollout."""
+    parser.add_argument("--model", choices=("tiny", "smollm2"), default=model)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=prompts)
+    parser.add_argument("--group", type=int, default=group)
+    parser.add_argument("--new-tokens", type=int, default=tokens)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--objective", choices=("dapo", "grpo"), default="dapo")
+
+
+def update_workload(args, constant: int = 0):
+    """(model, batch, header line) from `add_update_arguments`' options: the model samples its own
+    rollout (fast decode, seeded), rewarded by `half_rewarded_batch`; torch runs `args.threads`
+    threads."""
+    import os
+
+    from decode_paths import load  # benchmarks/ is the script's directory
+
+    torch.set_num_threads(args.threads)
+    model, tokenizer = load(args.model)
+    rollout = sampled_rollout(
+        model,
+        tokenizer,
+        prompts=args.prompts,
+        group=args.group,
+        new_tokens=args.new_tokens,
+        seed=args.seed,
+        record=True,
+    )
+    header = (
+        f"{args.model}: {args.prompts} prompts x G = {args.group}, up to "
+        f"{rollout.tokens.shape[1]} tokens (real tokens {rollout.response_mask.float().mean():.2f}"
+        f" of B x T); {args.objective}, {constant} constant groups; {args.threads} threads, "
+        f"{args.rounds} rounds; load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
+    return model, half_rewarded_batch(rollout, args.group, constant), header

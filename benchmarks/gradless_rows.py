@@ -26,13 +26,11 @@ import os
 import statistics
 import time
 
-import torch
 from common import (  # benchmarks/ is the script's directory
-    half_rewarded_batch,
-    sampled_rollout,
+    add_update_arguments,
     update_context,
+    update_workload,
 )
-from decode_paths import load
 
 from quadrants.models.policy import response_logprobs
 from quadrants.objectives.batch import PolicyOutput
@@ -86,39 +84,13 @@ def compare(ctx: StepContext, batch, keep: str, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
+    add_update_arguments(parser, model="tiny", rounds=6, prompts=8, group=8, tokens=32)
     parser.add_argument(
         "--constant", type=int, default=0, help="groups rewarded all 0 (DAPO drops them)"
     )
-    parser.add_argument("--objective", choices=("dapo", "grpo"), default="dapo")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model, tokenizer = load(args.model)
-    rollout = sampled_rollout(
-        model,
-        tokenizer,
-        prompts=args.prompts,
-        group=args.group,
-        new_tokens=args.new_tokens,
-        seed=args.seed,
-        record=True,
-    )
-    response_mask = rollout.response_mask
-    length = rollout.tokens.shape[1]
-    batch = half_rewarded_batch(rollout, args.group, args.constant)
-    load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(
-        f"{args.model}: {args.prompts} prompts x G = {args.group}, up to {length} tokens "
-        f"(real tokens {response_mask.float().mean():.2f} of B x T); {args.objective}, "
-        f"{args.constant} constant groups; {args.threads} threads, "
-        f"{args.rounds} rounds; load average {load_now}"
-    )
+    model, batch, header = update_workload(args, args.constant)
+    print(header)
     for keep in (
         ("all", "PHR", "PLR", "NHR", "NLR") if args.constant else ("PHR", "PLR", "NHR", "NLR")
     ):

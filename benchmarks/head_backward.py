@@ -23,13 +23,11 @@ import os
 import statistics
 import time
 
-import torch
 from common import (  # benchmarks/ is the script's directory
-    half_rewarded_batch,
-    sampled_rollout,
+    add_update_arguments,
     update_context,
+    update_workload,
 )
-from decode_paths import load
 
 import quadrants.models.policy as policy
 import quadrants.ops.fused_head as fused
@@ -82,34 +80,10 @@ def compare(ctx, batch, keep: str, rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("tiny", "smollm2"), default="smollm2")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--group", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--objective", choices=("dapo", "grpo"), default="dapo")
+    add_update_arguments(parser, model="smollm2", rounds=4, prompts=4, group=4, tokens=64)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model, tokenizer = load(args.model)
-    rollout = sampled_rollout(
-        model,
-        tokenizer,
-        prompts=args.prompts,
-        group=args.group,
-        new_tokens=args.new_tokens,
-        seed=args.seed,
-        record=True,
-    )
-    batch = half_rewarded_batch(rollout, args.group)
-    load_now = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(
-        f"{args.model}: {args.prompts} prompts x G = {args.group}, up to "
-        f"{rollout.tokens.shape[1]} tokens (real tokens {rollout.response_mask.float().mean():.2f}"
-        f" of B x T); {args.objective}; {args.threads} threads, {args.rounds} rounds; "
-        f"load average {load_now}"
-    )
+    model, batch, header = update_workload(args)
+    print(header)
     for keep in ("all", "PHR", "PLR", "NHR", "NLR"):
         compare(update_context(model, args.objective, keep=keep), batch, keep, args.rounds)
     print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
