@@ -2,12 +2,12 @@
 
 `extract_choice` reads the letter in the formats models use, first match wins:
 1. the last ``\\boxed{...}`` holding a letter: ``\\boxed{C}``, ``\\boxed{(C)}``,
-   ``\\boxed{\\text{C}}``, ``\\boxed{C. 42}``;
+   ``\\boxed{\\text{C}}``, ``\\boxed{C. 42}``, ``\\boxed{\\text{(C) } 42}``;
 2. else the last "answer is (C)" / "answer: C" / "The correct answer is **C**";
 3. else a last line that is a bare letter: "C", "C.", "(C)", or the letter and its option, "C) 42".
 
 Letters are upper case A-J (MMLU-Pro has up to ten options): "the answer is a" (an article) is no
-answer. A letter outside the question's options (E on a four-option question) is an answer, and
+answer, nor is the pronoun in "the answer is I think (B)" (a bare I before a lower-case word). A letter outside the question's options (E on a four-option question) is an answer, and
 wrong. A box holding something else than a letter (the option's text) does not stop the search.
 """
 
@@ -25,12 +25,15 @@ __all__ = ["LETTERS", "ChoiceRule", "extract_choice"]
 LETTERS = "ABCDEFGHIJ"
 """Option letters, in order; a question with m options uses the first m."""
 
-_WRAPPER = re.compile(r"^\\(?:text|textbf|mathrm|mathbf|mbox)\s?\{(.*)\}$", re.DOTALL)
-_BOXED_LETTER = re.compile(r"^\(?([A-J])\)?(?:[.:)]( .*)?)?$", re.DOTALL)
+# a text or font command around brace-free content, anywhere in the box: \text{(B) } 42 -> (B)  42
+_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s?\{([^{}]*)\}")
+# "C", "(C)", "C.", "C) 42", "C. 42", and "(C) 42" (a parenthesised letter, then its option)
+_BOXED_LETTER = re.compile(r"^(?:\(([A-J])\) .*|\(?([A-J])\)?(?:[.:)]( .*)?)?)$", re.DOTALL)
 _BLANKS = re.compile(r"[ \t\r\f\v]+")
-# on blank-squeezed text; the letter must not start a word ("The answer is Albert")
+# on blank-squeezed text; the letter must not start a word ("The answer is Albert"), nor be the
+# pronoun: a bare I before a lower-case word ("the answer is I think (B)") is no letter
 _ANSWER_LETTER = re.compile(
-    r"(?i:answer) ?(?:(?i:is) ?)?[:=]? ?(?:\*\*|\$)? ?\(?([A-J])\)?(?![A-Za-z0-9])"
+    r"(?i:answer) ?(?:(?i:is) ?)?[:=]? ?(?:\*\*|\$)? ?\(?([A-J])\)?(?![A-Za-z0-9])(?<!I(?= [a-z]))"
 )
 _BARE_LETTER = re.compile(r"^\(?([A-J])\)?(?:[.:)]( .*)?)?$")
 
@@ -39,13 +42,10 @@ def _boxed_letter(text: str) -> str | None:
     content = last_boxed(text)
     if content is None:
         return None
-    for _ in range(3):  # \text{\textbf{C}}
-        unwrapped = _WRAPPER.match(content)
-        if not unwrapped:
-            break
-        content = unwrapped.group(1).strip()
-    match = _BOXED_LETTER.match(content.strip())
-    return match.group(1) if match else None
+    for _ in range(3):  # innermost first: \text{\textbf{C}} -> \text{C} -> C
+        content = _WRAPPER.sub(r"\1", content)
+    match = _BOXED_LETTER.match(" ".join(content.split()))
+    return (match.group(1) or match.group(2)) if match else None
 
 
 def extract_choice(completion: str) -> str | None:

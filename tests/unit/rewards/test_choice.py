@@ -22,6 +22,8 @@ from quadrants.rewards.rules import AnswerRule
         ("\\boxed{C. 42 kg}", "C"),
         ("\\boxed{C) newton}", "C"),
         ("first \\boxed{A}, on reflection \\boxed{D}", "D"),  # the last box
+        ("\\boxed{\\text{(B) } 42}", "B"),  # the letter and its option, the letter in \\text
+        ("\\boxed{(B) 42}", "B"),
         (
             "\\boxed{newton} so the answer is (B)",
             "B",
@@ -45,6 +47,9 @@ from quadrants.rewards.rules import AnswerRule
         ("I think the answer is a trick question.", None),  # "a" is an article, not option A
         ("The answer is Albert Einstein.", None),  # a word that starts with a letter
         ("I cannot decide.", None),
+        ("So the answer is I think (B).", None),  # the pronoun, not option I (no letter follows it)
+        ("The answer is I.", "I"),  # option I of MMLU-Pro's ten
+        ("The answer is (I) because", "I"),
         ("\\boxed{newton}", None),
         ("\\boxed{C", None),  # a box cut off by max_new_tokens
         ("A. First, recall Newton's law.\nThen the force follows.", None),  # a letter, but not last
