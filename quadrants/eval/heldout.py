@@ -12,12 +12,13 @@ seed) are dealt to the ranks, chunk c to rank c % W, and gathered in chunk order
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from quadrants.distributed.collectives import DistEnv, run_dealt
-from quadrants.eval.metrics import avg_at_k_estimate, pass_at_k_curve
+from quadrants.eval.metrics import avg_at_k_estimate, mean_pass_at_k, pass_at_k_curve
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
@@ -52,7 +53,9 @@ def grade_chunk(
     )
 
 
-def summarize(chunks: list[ChunkCounts], k: int, name: str) -> dict[str, float]:
+def summarize(
+    chunks: list[ChunkCounts], k: int, name: str, extra_ks: Sequence[int] = ()
+) -> dict[str, float]:
     """Avg@k, the Pass@k curve and the no-answer share over the chunks'
     problems (in chunk order).
 
@@ -76,7 +79,11 @@ def summarize(chunks: list[ChunkCounts], k: int, name: str) -> dict[str, float]:
         estimate = avg_at_k_estimate([k] * len(correct_counts), correct_counts)
         metrics[keys.evaluation(name, keys.stderr(keys.avg_at(k)))] = estimate.stderr
     curve = pass_at_k_curve([k] * len(correct_counts), correct_counts)
-    metrics.update({keys.evaluation(name, keys.pass_at(j)): value for j, value in curve.items()})
+    # `eval.ks` off the curve (validated k <= n), as the benchmark runner adds them
+    curve.update(
+        {j: mean_pass_at_k([k] * n, correct_counts, j) for j in extra_ks if j not in curve}
+    )
+    metrics.update({keys.evaluation(name, keys.pass_at(j)): curve[j] for j in sorted(curve)})
     no_answer = sum(chunk.no_answer for chunk in chunks)
     metrics[keys.evaluation(name, "no_answer_frac")] = no_answer / (n * k)
     return metrics
@@ -90,6 +97,7 @@ def heldout_metrics(
     name: str,
     batch_prompts: int = 64,
     dist: DistEnv | None = None,
+    extra_ks: Sequence[int] = (),
 ) -> dict[str, float]:
     """Generate `sampling.n` answers per problem, `batch_prompts` problems per
     generate call, and grade them.
@@ -98,11 +106,11 @@ def heldout_metrics(
     chunk (a collective: every rank calls this, even when there are fewer chunks than ranks).
 
     Returns:
-        {eval/<name>/avg_at_n, eval/<name>/pass_at_k for k = 1, 2, 4, ..., n,
-        eval/<name>/no_answer_frac}, the same on every rank.
+        {eval/<name>/avg_at_n, eval/<name>/pass_at_k for k = 1, 2, 4, ..., n and `extra_ks`
+        (`eval.ks`), eval/<name>/no_answer_frac, ...}, the same on every rank.
     """
     chunks = [problems[i : i + batch_prompts] for i in range(0, len(problems), batch_prompts)]
     counts = run_dealt(
         len(chunks), lambda c: grade_chunk(engine, grader, chunks[c], sampling), dist or DistEnv()
     )
-    return summarize(counts, sampling.n, name)
+    return summarize(counts, sampling.n, name, extra_ks)

@@ -57,5 +57,6 @@ def evaluate_policy(
         task.name,
         batch_prompts=max(1, cfg.eval.batch_size // cfg.eval.samples),
         dist=dist,
+        extra_ks=list(cfg.eval.ks),
     )
     return metrics if dist.is_main else {}

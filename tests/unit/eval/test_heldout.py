@@ -101,3 +101,13 @@ def test_one_problem_is_still_scored() -> None:
         "eval/toy/pass_at_2": 1.0,
         "eval/toy/no_answer_frac": 0.0,
     }
+
+
+def test_eval_ks_off_the_curve_are_added() -> None:
+    # 2 problems, n = 4, c = 2 and 1; eval.ks = [3]: Pass@3 = mean(1 - C(2,3)/C(4,3),
+    # 1 - C(3,3)/C(4,3)) = mean(1 - 0, 1 - 1/4) = 0.875; the curve's 1, 2, 4 stay
+    metrics = summarize([ChunkCounts([0.5, 0.25], [2, 1], 0)], 4, "toy", extra_ks=[3])
+    assert metrics["eval/toy/pass_at_3"] == pytest.approx(0.875, abs=1e-15)
+    assert [key for key in metrics if "pass_at" in key] == [
+        f"eval/toy/pass_at_{k}" for k in (1, 2, 3, 4)
+    ]
