@@ -15,8 +15,8 @@ grader (math-verify, gold wrapped in ``$...$``) can parse. The dataset quirks th
   ``np.arcsin(x)`` -> ``\\arcsin(x)``; stray ``$`` inside a box are dropped.
 - OlympiadBench: ``final_answer`` is a list of ``$...$`` strings, one item possibly holding several
   (``$69$,$84$`` -> ``"69,84"``); the ``$`` go, items are joined by ``", "``, trailing periods are
-  dropped. One gold lost its ``\\in`` (``$t(0,4]$``, id 2045) and is corrected to ``(0,4]``: see
-  `GOLD_CORRECTIONS`.
+  dropped. One gold lost its ``\\in`` (``$t(0,4]$``, id 2045) and is corrected to ``(0,4]``, and two
+  others do not parse as written (ids 1782, 1965): see `GOLD_CORRECTIONS`.
 - GSM8K: the gold follows ``####`` at the end of the worked answer; thousands commas are removed.
 
 Prompts use `INSTRUCTION` after the problem, as plain text, or, when a tokenizer is given, that same
@@ -82,6 +82,16 @@ INSTRUCTION = "Please reason step by step, and put your final answer within \\bo
 
 GOLD_CORRECTIONS: dict[tuple[str, str], tuple[str, str]] = {
     ("olympiadbench", "2045"): ("(0,4]", "gold '$t(0,4]$' lost its \\in: 't \\in (0,4]'"),
+    ("olympiadbench", "1782"): (
+        "n^{2}-n-1",
+        "'m_{\\max }=n^{2}-n-1' does not parse (the \\max subscript): only that exact string "
+        "matched",
+    ),
+    ("olympiadbench", "1965"): (
+        "f(x)=a x+b",
+        "the gold's prose ('where b is an arbitrary integer, ...') made math-verify read it as 0, "
+        "so \\boxed{0} matched; the formula is what a box holds",
+    ),
 }
 """(benchmark, row id) -> (corrected gold, why). Only golds that no correct answer could match."""
 

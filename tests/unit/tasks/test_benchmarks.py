@@ -191,10 +191,27 @@ def test_olympiadbench_golds():
         by_id["olympiadbench/1970"].problem.answer == "(-\\infty, 0) \\cup\\{1\\}"
     )  # trailing "."
     assert by_id["olympiadbench/2045"].problem.answer == "(0,4]"  # "$t(0,4]$", corrected
+    assert by_id["olympiadbench/1782"].problem.answer == "n^{2}-n-1"  # "m_{\\max }=...", corrected
+    assert by_id["olympiadbench/1965"].problem.answer == "f(x)=a x+b"  # prose dropped
     assert (by_id["olympiadbench/2419"].problem.answer, by_id["olympiadbench/2419"].unit) == (
         "166",
         "cm^2",  # unit "$cm^2$"
     )
+
+
+@needs_data
+def test_corrected_golds_take_the_right_answer_and_no_stray_number():
+    # before the corrections olympiadbench/1965 took \boxed{0} and 1782 took only its own string
+    from quadrants.rewards.grader import grade_one
+
+    def grade(box: str, gold: str) -> str:
+        return grade_one(f"\\boxed{{{box}}}", gold, 5.0, clock="cpu").value
+
+    olympiad = {item.problem.id: item.problem.answer for item in load("olympiadbench").items}
+    assert grade("n^2-n-1", olympiad["olympiadbench/1782"]) == "correct"
+    assert grade("n^2-n", olympiad["olympiadbench/1782"]) == "wrong"
+    assert grade("f(x)=ax+b", olympiad["olympiadbench/1965"]) == "correct"
+    assert grade("0", olympiad["olympiadbench/1965"]) == "wrong"
 
 
 @needs_data
