@@ -30,7 +30,8 @@ EVAL_KEY = re.compile(r"^eval/(?P<benchmark>[^/]+)/(?P<kind>avg|pass)_at_(?P<k>\
 """An Avg@k / Pass@k metric name; anything else under eval/ (no_answer_frac, stderr, ...) is not."""
 PROBLEMS_KEY = re.compile(r"^eval/(?P<benchmark>[^/]+)/problems$")
 """The number of problems a benchmark's evaluation covered (not a per-group count: those have more
-parts). Runs from before the evaluation runner (and held-out checks before it logged one) lack it."""
+parts). Runs from before the evaluation runner (and held-out checks from before it logged one)
+lack it."""
 
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "quadrants.study"

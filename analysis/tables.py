@@ -16,9 +16,9 @@ evaluated (`eval/<benchmark>/problems`; `eval.limit` evaluates only the first N)
 fewer, or that logged no count while others did, is still shown with a footnote ("evaluated on N of
 M problems"), but neither its cells nor its row's avg / ood avg are compared: never bold, left out
 of the paired comparison (`ComparisonTable.uncompared`); 5/5 solved is not better than 200/500.
-When no run of a column logged a count (runs from before the evaluation runner or the held-out count),
-the column is compared as before and a footnote says the counts are unknown. The caption names each
-column's count, so a table whose runs were all limited alike says so.
+When no run of a column logged a count (runs from before the evaluation runner or the held-out
+count), the column is compared as before and a footnote says the counts are unknown. The caption
+names each column's count, so a table whose runs were all limited alike says so.
 
 Inputs are plain frames, so the table is tested on hand-made runs:
 - runs: one row per run with `run_id`, `run_name`, `status` and tag columns

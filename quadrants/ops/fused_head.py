@@ -161,7 +161,8 @@ def head_logprobs_and_entropy(
         bias: [V] or None.
         temperature: τ > 0. chunk_size: rows per chunk (> 0).
         skip_gradless: backward skips the rows whose incoming gradients are both 0 (their
-            hidden-state gradient is 0); False: every row recomputed (the reference it is tested on).
+            hidden-state gradient is 0); False: every row recomputed (the reference it is tested
+            on).
 
     Returns:
         (logp [...] float32, entropy [...] float32).

@@ -7,8 +7,9 @@
 3. else a last line that is a bare letter: "C", "C.", "(C)", or the letter and its option, "C) 42".
 
 Letters are upper case A-J (MMLU-Pro has up to ten options): "the answer is a" (an article) is no
-answer, nor is the pronoun in "the answer is I think (B)" (a bare I before a lower-case word). A letter outside the question's options (E on a four-option question) is an answer, and
-wrong. A box holding something else than a letter (the option's text) does not stop the search.
+answer, nor is the pronoun in "the answer is I think (B)" (a bare I before a lower-case word). A
+letter outside the question's options (E on a four-option question) is an answer, and wrong. A box
+holding something else than a letter (the option's text) does not stop the search.
 """
 
 from __future__ import annotations

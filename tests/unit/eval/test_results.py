@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
