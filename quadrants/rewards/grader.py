@@ -4,13 +4,25 @@
 with the gold answer using math-verify, gold first (`verify(gold, pred)` is not symmetric). Both
 sides are wrapped as inline maths, ``$...$``, before `math_verify.parse`: bare text is matched by
 math-verify's plain-number regexes (``\\frac{\\sqrt{3}}{2}`` parses to nothing, a tuple to its first
-number), and inside ``\\boxed{...}`` ``10\\%`` parses only as a string (so ``10\\%`` != ``10``)
-and ``12.`` != ``12``. With ``$...$`` gold ``66`` matches ``\\boxed{66}``, ``\\frac{1}{2}``
-matches ``0.5``, ``27.0`` (AMC golds are floats) matches ``27`` and ``336^\\circ`` matches ``336``.
+number), and inside ``\\boxed{...}`` ``12.`` != ``12``. With ``$...$`` gold ``66`` matches
+``\\boxed{66}``, ``\\frac{1}{2}`` matches ``0.5``, ``27.0`` (AMC golds are floats) matches ``27``
+and ``336^\\circ`` matches ``336``.
+
+Both sides are parsed with math-verify's LaTeX extraction only (`_EXTRACTION_CONFIG`), not its
+default LaTeX-then-plain-expression pair. Where the LaTeX parser cannot read an answer, the plain
+extraction falls back to some number inside it, so hedged or garbled boxes scored: ``5 (or 6)``,
+``5 \\vee 6`` and ``5 ?? 6`` all read as ``6``, ``20\\% - 5`` as ``5``, ``20\\%+1`` as ``20`` and
+``\\text{The answer is 5 or 6}`` as ``5`` (a free reward for hedging in RL). With LaTeX only such an
+answer stays an unparsed string, equal only to the same string. The gold gets the same parser,
+so that an answer is graded the same whichever side spells it which way, and a gold the LaTeX
+parser cannot read is not silently cut down to one of its numbers; every benchmark gold reads
+as before (MATH-500, Minerva, OlympiadBench, AIME, AMC, GSM8K, DSR boxed recall unchanged).
 
 Both the gold and the boxed answer go through `normalize.normalize_answer` first (e-notation,
-``-1./3``, a trailing period, a bare ``%``, ``~``, ...), so an answer is graded the same whichever
-side spells it which way.
+``-1./3``, a trailing period, a bare ``%``, a final ``\\%``, ``~``, ...), so an answer is graded
+the same whichever side spells it which way. Dropping a final ``\\%`` there keeps the rule that
+``10\\%`` equals ``10`` (the plain extraction used to supply it), while ``20\\%+1`` stays
+unreadable instead of becoming ``20``.
 
 math-verify compares a float with a number after rounding both to 6 decimal places
 (``float_rounding=6``), and other numbers through a 15-digit ``evalf(chop=True)`` of their
@@ -91,6 +103,8 @@ _CPU_LIMIT_SLACK_S = (
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _REL_TOL = 1e-4  # two real numbers math-verify calls equal must also agree this closely (see top)
 _EVALF_DIGITS = 30  # significant digits of that check: far finer than _REL_TOL, any exponent
+# LaTeX only: math-verify's default plain-expression extraction reads a hedge as one of its numbers
+_EXTRACTION_CONFIG = (math_verify.LatexExtractionConfig(),)
 
 _Item = tuple[int, str, str]  # (index in the batch, completion, gold)
 
@@ -207,10 +221,15 @@ def _alarm_seconds(deadline: float | None) -> int | None:
 
 
 def _parse(latex: str, deadline: float | None) -> list:
-    """math-verify parse of ``$latex$`` (inline maths cannot span lines, hence the spaces)."""
+    """math-verify parse of ``$latex$`` (inline maths cannot span lines, hence the spaces), LaTeX
+    extraction only: an answer the LaTeX parser cannot read is a string, never one of its numbers.
+    """
     latex = latex.replace("\n", " ").replace("\r", " ")
     return math_verify.parse(
-        f"${latex}$", parsing_timeout=_alarm_seconds(deadline), raise_on_error=True
+        f"${latex}$",
+        extraction_config=_EXTRACTION_CONFIG,
+        parsing_timeout=_alarm_seconds(deadline),
+        raise_on_error=True,
     )
 
 

@@ -10,9 +10,14 @@ on *both* sides before parsing, so an answer is graded the same whichever side w
 - A Python float literal before a division: ``-1./3`` -> ``-1/3``.
 - ``np.arcsin(x)`` -> ``\\arcsin(x)`` (code in Minerva's reference solutions).
 - Unescaped ``$`` inside the box are dropped (the grader wraps the answer in ``$...$`` itself).
-- A bare ``%`` is escaped: ``62.5%`` -> ``62.5\\%``. math-verify reads ``62.5%`` as 0.625 but
-  ``62.5\\%`` as 62.5, and the grader's rule is that ``10\\%`` equals ``10`` (two OlympiadBench
-  golds are written ``62.5%`` and ``17.5%``; LaTeX's own ``%`` would start a comment).
+- A bare ``%`` is escaped: ``62.5%`` -> ``62.5\\%`` (two OlympiadBench golds are written ``62.5%``
+  and ``17.5%``; LaTeX's own ``%`` would start a comment, and math-verify reads ``62.5%`` as 0.625).
+- One final ``\\%`` is dropped: ``10\\%`` -> ``10``, ``62.5%`` -> ``62.5``. The grader's rule is
+  that ``10\\%`` equals ``10`` (a percentage question's gold is often written either way), but the
+  grader reads answers with math-verify's LaTeX parser only, which cannot read ``\\%`` at all (the
+  answer stays an unparsed string). Only a *final* one goes: ``20\\%+1`` or ``20\\%, 30\\%``
+  keep theirs and stay unreadable strings, instead of becoming ``21`` or ``(20, 30)``; and ``0.1``
+  still differs from ``10\\%`` (it becomes ``10``).
 - ``~`` (LaTeX's non-breaking space) is a space: ``\\frac{41}{12}~\\mathrm{km}`` parsed to nothing
   and ``4.5 \\times 10^{33}~\\mathrm{ergs}`` to 10, while with a space both read as their number.
   The text accent ``\\~`` is kept.
@@ -36,6 +41,8 @@ _BARE_PERCENT = re.compile(r"(?<!\\)%")
 _TILDE = re.compile(r"(?<!\\)~")  # a non-breaking space; "\~" is the accent
 # one final "." not preceded by another "." (an ellipsis) or a backslash (the LaTeX accent \.)
 _TRAILING_PERIOD = re.compile(r"(?<![.\\])\.\s*$")
+# one final "\%" (not the "%" of a LaTeX line break "\\%"), with the space before it
+_TRAILING_PERCENT = re.compile(r"\s*(?<!\\)\\%\s*$")
 
 
 def normalize_answer(answer: str) -> str:
@@ -52,6 +59,7 @@ def normalize_answer(answer: str) -> str:
     ).strip()  # one box holds "...+$ $\dot{x}_{0}..."
     answer = _TILDE.sub(" ", _BARE_PERCENT.sub(r"\\%", answer))
     answer = _TRAILING_PERIOD.sub("", answer).rstrip()
+    answer = _TRAILING_PERCENT.sub("", answer)  # after the period: "20\%." is 20
     scientific = _SCIENTIFIC.fullmatch(
         answer
     )  # whole answer only: "e" elsewhere is Euler's or a variable

@@ -41,7 +41,7 @@ def pool() -> Iterator[Grader]:
         ("\\boxed{(3, \\frac{\\pi}{2})}", "\\left( 3, \\frac{\\pi}{2} \\right)"),
         ("\\boxed{1,000}", "1000"),
         ("\\boxed{x = 5}", "5"),
-        ("\\boxed{10\\%}", "10"),  # math-verify: a percentage equals its number, not /100
+        ("\\boxed{10\\%}", "10"),  # the grader's rule: a percentage equals its number, not /100
         (
             "\\boxed{\\begin{pmatrix} 1 \\\\\n 2 \\end{pmatrix}}",
             "\\begin{pmatrix}1\\\\2\\end{pmatrix}",
@@ -433,8 +433,9 @@ def test_only_two_single_real_numbers_are_vetoed() -> None:
 @pytest.mark.parametrize(
     ("answer", "gold", "outcome"),
     [
-        # OlympiadBench golds "62.5%" and "17.5%": with the % escaped they read 62.5 and 17.5, as
-        # 10\% reads 10, so the percentage and the plain number both match and 0.625 does not
+        # OlympiadBench golds "62.5%" and "17.5%": escaped, then the final \% dropped, they read
+        # 62.5 and 17.5, as 10\% reads 10, so the percentage and the plain number both match and
+        # 0.625 does not
         ("62.5\\%", "62.5%", Outcome.correct),
         ("62.5", "62.5%", Outcome.correct),
         ("17.5", "17.5%", Outcome.correct),
@@ -451,4 +452,62 @@ def test_only_two_single_real_numbers_are_vetoed() -> None:
     ],
 )
 def test_bare_percent_and_tilde_read_as_elsewhere(answer: str, gold: str, outcome: Outcome) -> None:
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is outcome
+
+
+# ---- hedged boxes: LaTeX extraction only -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold"),
+    [
+        # math-verify's default plain-expression extraction read an answer its LaTeX parser cannot
+        # read as one number inside it (here the last), so each of these hedges scored
+        ("20\\% - 5", "5"),  # read as 5, though 20% - 5 is neither 5 nor anything else
+        ("5 (or 6)", "6"),
+        ("5 \\vee 6", "6"),
+        ("5 \\wedge 6", "6"),
+        ("5 ?? 6", "6"),
+        ("20\\%+1", "20"),  # read as 20; dropping every \% instead would make it 21
+        ("20\\%, 30\\%", "30"),  # two answers: only the final \% goes, "20\%, 30" is unreadable
+        ("20\\% \\text{ or } 30\\%", "30"),
+        ("\\text{The answer is 5 or 6}", "5"),  # the plain extraction took the first number
+        # prose is not an answer either: the LaTeX parser reads the text as one symbol
+        # "theansweris5" (this one was correct before; plain math-verify on the box says wrong too)
+        ("\\text{The answer is 5}", "5"),
+    ],
+)
+def test_hedged_or_garbled_boxes_are_wrong(answer: str, gold: str) -> None:
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is Outcome.wrong
+    assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0, clock="cpu") is Outcome.wrong
+
+
+def test_an_unreadable_answer_equals_only_itself() -> None:
+    # both sides stay the same unparsed string: a gold spelled this way is still reachable
+    assert grade_one("\\boxed{5 ?? 6}", "5 ?? 6", timeout_s=5.0) is Outcome.correct
+    assert grade_one("\\boxed{5 ?? 7}", "5 ?? 6", timeout_s=5.0) is Outcome.wrong
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "outcome"),
+    [
+        # a final \% is dropped on both sides (normalize_answer): N\% equals N, either way round
+        ("10\\%", "10", Outcome.correct),
+        ("10", "10\\%", Outcome.correct),
+        ("10 \\%", "10", Outcome.correct),
+        ("20\\%.", "20", Outcome.correct),  # the sentence period goes first
+        ("62.5%", "62.5", Outcome.correct),  # bare %: escaped, then dropped
+        ("99\\%", "99\\%", Outcome.correct),
+        # ... and a percentage is its number, not its number / 100: 10\% -> 10 != 0.1
+        ("0.1", "10\\%", Outcome.wrong),
+        ("10\\%", "0.1", Outcome.wrong),
+        ("0.5", "50\\%", Outcome.wrong),  # 0.5 != 50
+        ("11\\%", "10\\%", Outcome.wrong),  # 11 != 10
+        # a DeepScaleR gold plus one: "99\%+1" keeps its \% (not final), so it is unreadable and
+        # neither 99 (the plain extraction's reading: it was correct) nor 100
+        ("99\\%+1", "99\\%", Outcome.wrong),
+        ("99\\%+1", "100", Outcome.wrong),
+    ],
+)
+def test_percent_is_its_number(answer: str, gold: str, outcome: Outcome) -> None:
     assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is outcome

@@ -22,8 +22,15 @@ from quadrants.rewards.normalize import normalize_answer
         ("(0,4].", "(0,4]"),
         ("3.", "3"),
         ("a+$ $b", "a+ b"),
-        ("62.5%", "62.5\\%"),  # an OlympiadBench gold: math-verify would read 0.625
-        ("17.5 %", "17.5 \\%"),
+        # an OlympiadBench gold: the % is escaped (math-verify would read 0.625), then the final
+        # \% is dropped, as for any percentage: 10\% equals 10
+        ("62.5%", "62.5"),
+        ("17.5 %", "17.5"),
+        ("10\\%", "10"),
+        ("10 \\%", "10"),
+        ("20\\%.", "20"),  # period first, then the percent
+        ("\\frac{1}{2}\\%", "\\frac{1}{2}"),
+        ("20\\%, 30\\%", "20\\%, 30"),  # only the final one: the first keeps the answer unreadable
         ("\\frac{41}{12}~\\mathrm{km}", "\\frac{41}{12} \\mathrm{km}"),
         ("3 \\mathrm{~cm}", "3 \\mathrm{ cm}"),  # Minerva's unit spelling
         ("4.5e33~", "4.5 \\times 10^{33}"),  # the space is stripped, then e-notation applies
@@ -49,7 +56,9 @@ def test_rewrites(answer, expected):
         "10^{33}",
         "\\$5",  # an escaped dollar is text
         "4.5 \\times 10^{33}",
-        "10\\%",  # an escaped percent stays as it is
+        "20\\%+1",  # a percent not at the end stays: "20+1" would read 21
+        "20\\% - 5",
+        "x\\\\%",  # a LaTeX line break, then a comment: not an escaped percent
         "\\~{n}",  # the tilde accent, not a space
     ],
 )
