@@ -219,9 +219,8 @@ def build_plans(
             whole = len(problems) == len(benchmark.items)
         else:
             params = dict(task_cfg.params) if name == task_cfg.name else {}
-            count = eval_cfg.problems if not eval_cfg.benchmarks else task_cfg.heldout_size
-            if eval_cfg.limit is not None:
-                count = min(count, eval_cfg.limit)
+            asked = eval_cfg.problems if not eval_cfg.benchmarks else task_cfg.heldout_size
+            count = asked if eval_cfg.limit is None else min(asked, eval_cfg.limit)
             task = make_task(name, max(count, task_cfg.heldout_size), params)
             render = make_renderer(
                 prompt_format,
@@ -232,9 +231,7 @@ def build_plans(
             problems = [
                 replace(problem, prompt=render(problem.prompt)) for problem in task.heldout(count)
             ]
-            whole = count == (
-                eval_cfg.problems if not eval_cfg.benchmarks else task_cfg.heldout_size
-            )
+            whole = count == asked
         plans.append(
             BenchmarkPlan(name=name, problems=tuple(problems), samples=samples, whole=whole)
         )

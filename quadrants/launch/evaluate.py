@@ -77,9 +77,7 @@ def prepare(target: str, overrides: list[str]) -> tuple[RunConfig, EvalTarget]:
             ),
         )
         prompt = run.get("prompt") or {}
-        if not any(
-            o.startswith(("prompt=", "prompt.")) for o in overrides
-        ):  # the run's own prompt format
+        if not _sets_prompt(overrides):  # the run's own prompt format
             cfg = replace(
                 cfg,
                 prompt=replace(
@@ -130,13 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     run_evaluation(cfg, target)
 
 
+def _sets_prompt(overrides: list[str]) -> bool:
+    """Whether the command line sets the prompt format (`prompt=...` or `prompt.<key>=...`)."""
+    return any(o.startswith(("prompt=", "prompt.")) for o in overrides)
+
+
 def prompt_note(target: EvalTarget, overrides: list[str]) -> str | None:
     """A line for a model given by hub id or directory without `prompt=`: it has no run to take the
     prompt format from, so `auto` (its chat template) is used, which is not what a base model's
     runs train with (Qwen2.5-Math-7B: `prompt=qwen_math`); None otherwise."""
-    if target.kind in ("checkpoint", "embedded") or any(
-        o.startswith(("prompt=", "prompt.")) for o in overrides
-    ):
+    if target.kind in ("checkpoint", "embedded") or _sets_prompt(overrides):
         return None
     return (
         "quadrants: no prompt= given for a model without a training run: prompts use prompt=auto "
