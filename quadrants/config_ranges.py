@@ -88,6 +88,7 @@ RANGES: dict[str, Range] = {
     "train.micro_batch_size": Range(0, why="0 = the whole mini-batch in one forward/backward"),
     "train.dlogp_rows": Range(0, null=True, why="null = auto (1/8 of the rows), 0 = every row"),
     "train.length_buckets": Range(1, why="1 = every response in one call, cut to the longest"),
+    "train.decode_replay_mb": Range(0, why="0 = the update always recomputes its forward"),
     "eval.every": Range(0, why="0 = only before and after training"),
     "eval.problems": Range(0, why="0 = no held-out evaluation"),
     "eval.samples": _AT_LEAST_ONE,

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from quadrants.models.replay import Replay, checkpoints_activations, projections_replayed
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.ops.length_buckets import length_buckets, response_spans
@@ -131,6 +132,7 @@ def response_logprobs(
     with_entropy: bool,
     share_prompts: str = "auto",
     max_buckets: int = MAX_LENGTH_BUCKETS,
+    replay: Replay | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropy) of the response tokens under `model` at `temperature`.
 
@@ -146,6 +148,8 @@ def response_logprobs(
             longest row's last real token (ops/length_buckets.py); 1: one call, still cut after
             the batch's last real token. Under FSDP every rank must pass the same value, and 1
             (the number of calls must not depend on a rank's rows).
+        replay: the decode's projection outputs for these rows (models/replay.py): every call's
+            projections return them instead of multiplying; None: the plain forward.
 
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
@@ -170,7 +174,7 @@ def response_logprobs(
     )
     if shared is not None:
         parts = _shared_prompt_logprobs(
-            model, sequences, attention_mask, response_length, *shared, buckets, **passes
+            model, sequences, attention_mask, response_length, *shared, buckets, replay, **passes
         )
     else:
         prompt_length = sequences.shape[1] - response_length
@@ -180,6 +184,7 @@ def response_logprobs(
                 sequences[rows, : prompt_length + length],
                 attention_mask[rows, : prompt_length + length],
                 length,
+                replay=None if replay is None else replay.select(rows),
                 **passes,
             )
             for rows, length in buckets
@@ -218,6 +223,7 @@ def _plain_logprobs(
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
+    replay: Replay | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """`response_logprobs` of rows that each carry their prompt: one forward over [B, P + T - 1]
     (the last token is a target only: no position after it reads it)."""
@@ -233,19 +239,13 @@ def _plain_logprobs(
     head = fused_head(model)
     if head is not None:
         with _head_reduces(head, targets, temperature, chunk_size):
-            reduced = model(**inputs).logits  # [B, T, 2]
+            with projections_replayed(model, replay, 0, end):
+                reduced = model(**inputs).logits  # [B, T, 2]
         return reduced[..., 0], reduced[..., 1] if with_entropy else None
-    logits = model(**inputs).logits  # position P-1+t predicts response token t
+    with projections_replayed(model, replay, 0, end):
+        logits = model(**inputs).logits  # position P-1+t predicts response token t
     logits = logits[:, logits.shape[1] - response_length :]  # [B, T, V]
     return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
-
-
-def _checkpoints_activations(model: nn.Module) -> bool:
-    """transformers' activation checkpointing flag (`is_gradient_checkpointing` before v5)."""
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if name in dir(type(model)):
-            return bool(getattr(model, name))
-    return False
 
 
 def shared_prompts(
@@ -265,7 +265,7 @@ def shared_prompts(
     prompt_length = sequences.shape[1] - response_length
     if prompt_length < 1 or response_length < 1:
         return None
-    if not hasattr(model, "config") or _checkpoints_activations(model):
+    if not hasattr(model, "config") or checkpoints_activations(model):
         return None
     prompts = torch.cat([sequences[:, :prompt_length], attention_mask[:, :prompt_length].long()], 1)
     distinct, copies = torch.unique(prompts, dim=0, return_inverse=True)  # [U, 2P], [B]
@@ -291,6 +291,7 @@ def _shared_prompt_logprobs(
     first: Tensor,
     copies: Tensor,
     buckets: list[tuple[Tensor, int]],
+    replay: Replay | None,
     *,
     temperature: float,
     chunk_size: int,
@@ -306,7 +307,12 @@ def _shared_prompt_logprobs(
     prompt_mask = attention_mask[first, :prompt_length].long()  # [U, P]
     cache = DynamicCache(config=model.config)
     head = fused_head(model)
-    with _head_passes_hidden(head):
+    with (
+        _head_passes_hidden(head),
+        projections_replayed(
+            model, None if replay is None else replay.select(first), 0, prompt_length
+        ),
+    ):
         last = model(
             input_ids=sequences[first, :prompt_length],
             attention_mask=prompt_mask,
@@ -338,12 +344,16 @@ def _shared_prompt_logprobs(
             logits_to_keep=0,  # every position fed
         )
         prefix = last.index_select(0, prompts)
+        replayed = projections_replayed(
+            model, None if replay is None else replay.select(rows), prompt_length, fed
+        )
         if head is not None:
-            with _head_reduces(head, targets, temperature, chunk_size, prefix=prefix):
+            with _head_reduces(head, targets, temperature, chunk_size, prefix=prefix), replayed:
                 reduced = model(**inputs).logits  # [n, t, 2]
             parts.append((reduced[..., 0], reduced[..., 1] if with_entropy else None))
             continue
-        logits = torch.cat([prefix, model(**inputs).logits], dim=1)[:, : targets.shape[1]]
+        with replayed:
+            logits = torch.cat([prefix, model(**inputs).logits], dim=1)[:, : targets.shape[1]]
         parts.append(
             logprobs_and_entropy(
                 logits, targets, temperature, chunk_size, with_entropy=with_entropy

@@ -32,12 +32,14 @@ module in training mode); the engine then uses `decode.sample`.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from quadrants.models.replay import LinearOutputs, OutputStorage, recording_prompts
 from quadrants.rollout.decode import (
     Decoded,
     PreallocatedLayer,
@@ -177,12 +179,31 @@ class FastDecoder:
             prompt_mask.shape[0], capacity, dtype=torch.float32, device=prompt_mask.device
         )
         self.key_mask[:, : prompt_mask.shape[1]].masked_fill_(~prompt_mask, float("-inf"))
+        self.outputs: LinearOutputs | None = None
+        self.rows: Tensor | None = None
+        self.every_row = False  # rows is 0..B-1 in order (no row dropped yet)
+
+    def record(self, outputs: LinearOutputs, rows: Tensor) -> None:
+        """From the next `step` on, write every projection's output into `outputs` (row `rows[i]`
+        for the current batch's row i, the column of the position fed)."""
+        self.outputs, self.rows = outputs, rows
+        every = torch.arange(outputs.qkv[0].shape[0], device=rows.device)
+        self.every_row = bool(torch.equal(rows, every))
+
+    def _write(self, buffers: list[Tensor], layer: int, value: Tensor) -> None:
+        """`value` [b, features] into column `length` of the current rows of `buffers[layer]`."""
+        if self.every_row:
+            buffers[layer][:, self.length] = value
+        else:
+            buffers[layer][self.rows, self.length] = value
 
     def keep(self, rows: Tensor) -> None:
         """Continue with `rows` (indices into the current batch) only."""
         self.keys = [k.index_select(0, rows) for k in self.keys]
         self.values = [v.index_select(0, rows) for v in self.values]
         self.key_mask = self.key_mask.index_select(0, rows)
+        if self.rows is not None:
+            self.rows, self.every_row = self.rows[rows], False
 
     def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Logits [b, V] (the model's dtype) after feeding `tokens` [b] at `positions` [b]."""
@@ -197,6 +218,8 @@ class FastDecoder:
         for index, layer in enumerate(self.layers):
             hidden = rms_norm(x, layer.norm_in.weight, layer.norm_in.variance_epsilon)
             qkv = F.linear(hidden, layer.qkv_weight, layer.qkv_bias)  # [b, (H + 2K) d]
+            if self.outputs is not None:
+                self._write(self.outputs.qkv, index, qkv)
             q = qkv[:, : heads * d].view(rows, heads, d)
             k = qkv[:, heads * d : (heads + kv_heads) * d].view(rows, kv_heads, d)
             v = qkv[:, (heads + kv_heads) * d :].view(rows, kv_heads, d)
@@ -210,11 +233,17 @@ class FastDecoder:
             scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scaling + mask
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.matmul(probs, values).reshape(rows, heads * d)  # [b, H d]
-            x = x + layer.o_proj(attended)
+            attention_out = layer.o_proj(attended)
+            x = x + attention_out
             hidden = rms_norm(x, layer.norm_post.weight, layer.norm_post.variance_epsilon)
             gate_up = F.linear(hidden, layer.gate_up_weight, layer.gate_up_bias)
             gate, up = gate_up[:, : self.intermediate], gate_up[:, self.intermediate :]
-            x = x + layer.down_proj(F.silu(gate) * up)
+            mlp_out = layer.down_proj(F.silu(gate) * up)
+            x = x + mlp_out
+            if self.outputs is not None:
+                self._write(self.outputs.o, index, attention_out)
+                self._write(self.outputs.gate_up, index, gate_up)
+                self._write(self.outputs.down, index, mlp_out)
         self.length = end
         hidden = rms_norm(x, self.final_norm.weight, self.final_norm.variance_epsilon)
         return self.lm_head(hidden)
@@ -232,24 +261,41 @@ def sample_fast(
     stop_ids: list[int],
     pad_id: int,
     record: bool,
+    record_outputs_mb: float = 0.0,
+    storage: OutputStorage | None = None,
 ) -> Decoded:
     """`decode.sample`'s contract (same arguments, same Decoded) with the fused step and finished
-    rows removed; `fast_decode_unsupported(model)` must be None."""
+    rows removed; `fast_decode_unsupported(model)` must be None.
+
+    With `record_outputs_mb` > 0, every projection's output of the prefill and of each step is
+    kept in `Decoded.linear_outputs` (quadrants/models/replay.py), when they take at most that many
+    MiB; the update's forward can then replay them. They are written into `storage` when it fits
+    the batch (an earlier call's `Decoded.linear_outputs.storage`, whose outputs this overwrites),
+    else into new storage."""
     record_at, top_p_warper = sampling_setup(temperature, top_p)
     batch = prompt_ids.shape[0]
+    columns = prompt_ids.shape[1] + max_new_tokens
+    outputs = None
+    if record_outputs_mb > 0 and OutputStorage.nbytes(model, batch, columns) <= (
+        record_outputs_mb * 2**20
+    ):
+        if storage is None or not storage.fits(model, batch, columns):
+            storage = OutputStorage(model, batch, columns)
+        outputs = storage.lend(prompt_ids, columns)
     # each distinct prompt is prefilled once (a group's G rows share one) and its cache copied
     distinct, copies = torch.unique(
         torch.cat([prompt_ids, prompt_mask.long()], dim=1), dim=0, return_inverse=True
     )  # [U, 2P], [B]
     unique_ids = distinct[:, : prompt_ids.shape[1]]
     unique_mask = distinct[:, prompt_ids.shape[1] :]  # [U, P] long
-    out, positions, cache = prefill(
-        model, unique_ids, unique_mask, prompt_ids.shape[1] + max_new_tokens
-    )
+    with contextlib.nullcontext() if outputs is None else recording_prompts(model, outputs, copies):
+        out, positions, cache = prefill(model, unique_ids, unique_mask, columns)
     if not all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
         raise ValueError("the fast decode needs full-attention layers (fast_decode_unsupported)")
     decoder = FastDecoder(model, cache.layers, unique_mask.bool())
     decoder.keep(copies)  # [U, ...] -> [B, ...]
+    if outputs is not None:
+        decoder.record(outputs, torch.arange(batch, device=prompt_ids.device))
     logits = out.logits[:, -1].float()[copies]  # [b, V]
     position = positions[copies, -1]  # [b]
     rows = torch.arange(batch, device=prompt_ids.device)  # the original index of each row
@@ -282,5 +328,5 @@ def sample_fast(
         logits = decoder.step(next_tokens, position).float()
     tokens = tokens[:, :steps]
     if not record:
-        return Decoded(tokens, None, None)
-    return Decoded(tokens, logps[:, :steps], entropies[:, :steps])
+        return Decoded(tokens, None, None, outputs)
+    return Decoded(tokens, logps[:, :steps], entropies[:, :steps], outputs)

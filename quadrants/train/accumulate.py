@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from quadrants.models.replay import Replay
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import ObjectiveSpec
@@ -82,7 +83,7 @@ def rows_with_gradient(
 
 
 def backward_minibatch(
-    ctx: StepContext, mini: TokenBatch, is_weights: Tensor | None
+    ctx: StepContext, mini: TokenBatch, is_weights: Tensor | None, replay: Replay | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Back-propagate the mini-batch's loss (gradients accumulate into the parameters' .grad).
 
@@ -91,6 +92,9 @@ def backward_minibatch(
     ranks add idle rows to the grad pass until both passes split evenly (`_equal_shares`); with
     micro-batches, whose size is a multiple of the ranks (collectives.check_layout), each grad pass
     then splits evenly too.
+
+    `replay` (the mini-batch's rows' recorded decode outputs, train/replay.py): every forward
+    here, with grad or without, replays its projections.
 
     Returns:
         (loss [] detached, objective metrics).
@@ -109,7 +113,7 @@ def backward_minibatch(
     if carried is not None and bool(carried.all()):
         carried = None
     if not micro and carried is None:
-        policy = sharded_policy_output(ctx.dist, ctx.model, mini, **passes)
+        policy = sharded_policy_output(ctx.dist, ctx.model, mini, replay=replay, **passes)
         loss, metrics = compute_loss(
             ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
         )
@@ -123,20 +127,22 @@ def backward_minibatch(
     graded = by_length if carried is None else by_length[carried[by_length]]
     step = micro or mini.batch_size
     with_grad = [graded[s : s + step] for s in range(0, graded.shape[0], step)]
-    logp, entropy = _detached_values(ctx, mini, valued, passes)
+    logp, entropy = _detached_values(ctx, mini, valued, passes, replay)
     loss, metrics, draws = None, {}, None
     for index in with_grad:
-        part = sharded_policy_output(ctx.dist, ctx.model, mini.select(index), **passes)
+        part = sharded_policy_output(
+            ctx.dist, ctx.model, mini.select(index), replay=_rows(replay, index), **passes
+        )
         policy = PolicyOutput(
             _splice(logp, part.logp, index),
             None if entropy is None else _splice(entropy, part.entropy, index),
         )  # type: ignore[arg-type]
         if draws is None:  # the first pass draws as the unsplit update's one call would
             draws = _generator_state(logp.device)
-            replay = contextlib.nullcontext()
+            same_draws = contextlib.nullcontext()
         else:  # the later ones draw the same numbers again (Clip-Cov's random subset)
-            replay = _replaying(draws, logp.device)
-        with replay:
+            same_draws = _replaying(draws, logp.device)
+        with same_draws:
             loss, metrics = compute_loss(
                 ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
             )
@@ -190,8 +196,12 @@ def _equal_shares(carried: Tensor, world_size: int) -> Tensor:
     return carried.index_fill(0, idle, True)
 
 
+def _rows(replay: Replay | None, index: Tensor) -> Replay | None:
+    return None if replay is None else replay.select(index)
+
+
 def _detached_values(
-    ctx: StepContext, mini: TokenBatch, groups: list[Tensor], passes: dict
+    ctx: StepContext, mini: TokenBatch, groups: list[Tensor], passes: dict, replay: Replay | None
 ) -> tuple[Tensor, Tensor | None]:
     """The current policy's log-probs (and entropy) of the rows in `groups`, one no-grad pass per
     group, in the mini-batch's row order ([B, T] each; rows in no group are left unset)."""
@@ -202,7 +212,9 @@ def _detached_values(
         for rows in groups:
             if rows.numel() == 0:
                 continue
-            part = sharded_policy_output(ctx.dist, ctx.model, mini.select(rows), **passes)
+            part = sharded_policy_output(
+                ctx.dist, ctx.model, mini.select(rows), replay=_rows(replay, rows), **passes
+            )
             logp = _splice(logp, part.logp, rows)
             if entropy is not None:
                 entropy = _splice(entropy, part.entropy, rows)  # type: ignore[arg-type]

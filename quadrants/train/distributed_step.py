@@ -16,6 +16,7 @@ Shape legend: **B** sequences · **P** prompt tokens · **T** response tokens.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +36,7 @@ from quadrants.distributed.collectives import (
     splice,
 )
 from quadrants.models.policy import behaviour_pass, response_logprobs
+from quadrants.models.replay import Replay
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
@@ -100,12 +102,8 @@ def collect_blocks(ctx: StepContext, problems: list[Any], sampling: SamplingSett
     for index in dealt(len(blocks), env):
         block = blocks[index]
         t0 = time.perf_counter()
-        seeded = SamplingSettings(
-            n=sampling.n,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_new_tokens=sampling.max_new_tokens,
-            seed=None if sampling.seed is None else block_seed(sampling.seed, index),
+        seeded = replace(
+            sampling, seed=None if sampling.seed is None else block_seed(sampling.seed, index)
         )
         rollouts = ctx.engine.generate([p.prompt for p in block], seeded)
         t1 = time.perf_counter()
@@ -155,9 +153,13 @@ def sharded_policy_output(
     chunk_size: int,
     with_entropy: bool,
     max_buckets: int = 1,
+    replay: Replay | None = None,
 ) -> PolicyOutput:
     """The policy's log-probs (and entropy) over the whole mini-batch, differentiable on this rank's
-    rows only; the loss computed from it is the global loss and its gradient is this rank's part."""
+    rows only; the loss computed from it is the global loss and its gradient is this rank's part.
+    `replay` (one process only, train/replay.py): the decode's projection outputs of the rows."""
+    if replay is not None and env.sharded:
+        raise ValueError("a decode replay needs one process (quadrants/train/replay.py)")
     if not env.sharded:
         logp, entropy = response_logprobs(
             model,
@@ -168,6 +170,7 @@ def sharded_policy_output(
             chunk_size=chunk_size,
             with_entropy=with_entropy,
             max_buckets=max_buckets,
+            replay=replay,
         )
         return PolicyOutput(logp, entropy)
     share = row_share(mini.batch_size, env)
