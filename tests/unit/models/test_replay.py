@@ -119,15 +119,10 @@ def test_a_subset_of_rows_replays_its_own(recorded):
     assert_same(plain, forward_and_grads(model, sequences[rows], mask[rows], length, replay))
 
 
-def test_the_forward_reads_the_recorded_outputs(recorded):
-    """Adding 0.5 to layer 0's recorded MLP output at every response column moves the replayed
-    log-probs (by more than 1e-3), so the forward takes the record and does not recompute it; the
-    plain forward is unaffected."""
-    model, sequences, mask, length, outputs, _ = recorded
-    prompt = sequences.shape[1] - length
-    rows = torch.arange(sequences.shape[0])
+def logp_without_grad(recorded, replay, **kwargs):
+    model, sequences, mask, length, _, _ = recorded
     with torch.no_grad():
-        before, _ = response_logprobs(
+        logp, _ = response_logprobs(
             model,
             sequences,
             mask,
@@ -135,55 +130,50 @@ def test_the_forward_reads_the_recorded_outputs(recorded):
             temperature=1.0,
             chunk_size=64,
             with_entropy=False,
-            replay=Replay(outputs, rows),
+            replay=replay,
+            **kwargs,
         )
-        outputs.down[0][:, prompt:] += 0.5
-        try:
-            after, _ = response_logprobs(
-                model,
-                sequences,
-                mask,
-                length,
-                temperature=1.0,
-                chunk_size=64,
-                with_entropy=False,
-                replay=Replay(outputs, rows),
-            )
-        finally:
-            outputs.down[0][:, prompt:] -= 0.5
-    response = mask[:, -length:]
-    assert float(((after - before) * response).abs().max()) > 1e-3
+    return logp * mask[:, -length:]
+
+
+def test_the_forward_reads_the_recorded_outputs(recorded):
+    """Adding 0.5 to layer 0's recorded MLP output at every response column moves the replayed
+    log-probs (by more than 1e-3), so the forward takes the record and does not recompute it; the
+    plain forward is unaffected."""
+    model, sequences, _, length, outputs, _ = recorded
+    prompt = sequences.shape[1] - length
+    replay = Replay(outputs, torch.arange(sequences.shape[0]))
+    before, plain = logp_without_grad(recorded, replay), logp_without_grad(recorded, None)
+    outputs.down[0][:, prompt:] += 0.5
+    try:
+        after, plain_after = logp_without_grad(recorded, replay), logp_without_grad(recorded, None)
+    finally:
+        outputs.down[0][:, prompt:] -= 0.5
+    assert float((after - before).abs().max()) > 1e-3
+    assert torch.equal(plain_after, plain)
     for module in projections(model)[0].values():
         assert "forward" not in vars(module)  # the projections are plain again afterwards
 
 
 def test_the_record_has_the_batch_layout(recorded):
-    """q_proj's recorded output at a prompt column and at a fed response column equals q_proj of
-    that position's input in the plain forward (captured by a hook), row by row."""
+    """q_proj's recorded output at the last prompt column and at the second response column equals
+    q_proj of that position's input in the plain forward (captured by a hook), on every row that
+    fed its second response token (a response of 3 tokens or more)."""
     model, sequences, mask, length, outputs, _ = recorded
     seen = {}
     q_proj = projections(model)[1]["q_proj"]
     handle = q_proj.register_forward_hook(lambda m, i, o: seen.setdefault("q", o.detach()))
     try:
-        with torch.no_grad():
-            response_logprobs(
-                model,
-                sequences,
-                mask,
-                length,
-                temperature=1.0,
-                chunk_size=64,
-                with_entropy=False,
-                share_prompts="never",
-                max_buckets=1,
-            )
+        logp_without_grad(recorded, None, share_prompts="never", max_buckets=1)
     finally:
         handle.remove()
+    fed = mask[:, -length:].sum(1) >= 3
+    assert int(fed.sum()) >= 10
     width = q_proj.out_features
     prompt = sequences.shape[1] - length
     for column in (prompt - 1, prompt + 1):
         torch.testing.assert_close(
-            outputs.qkv[1][:, column, :width], seen["q"][:, column], rtol=0, atol=1e-5
+            outputs.qkv[1][fed, column, :width], seen["q"][fed, column], rtol=0, atol=1e-5
         )
 
 
