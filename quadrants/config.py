@@ -135,7 +135,7 @@ class TrainConfig:
     # the first update after a rollout replays the fast decode's projection outputs instead of
     # recomputing its forward's matrix multiplies, where that is exact (quadrants/train/replay.py)
     # and the outputs take at most this many MiB; 0 = always recompute
-    decode_replay_mb: float = 2048
+    decode_replay_mb: float = 4096
     device: str = "auto"  # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
 
 

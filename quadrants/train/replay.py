@@ -10,7 +10,8 @@ weights, in the same dtype, over the same rows and columns. So the step asks the
 - one process (the decode that records is the trainer's module; ranks would each hold others' rows);
 - the module replays (`replay_unsupported`: plain projections, no dropout, no checkpointing);
 - the fast decode recorded the batch, within the budget, and the batch is the rollout as recorded
-  (a refill or multi-block batch is assembled from several rollouts: the outputs are dropped);
+  (a refill or multi-block batch is assembled from several rollouts: nothing is recorded for it,
+  and outputs that reach such a batch anyway are dropped with it);
 - and only the first mini-batch of the first epoch: after an optimizer step the weights differ.
 """
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from quadrants.distributed.collectives import generation_block
 from quadrants.models.replay import Replay, replay_unsupported
 from quadrants.rollout.engine import Rollouts
 from quadrants.rollout.registry import get_engine
@@ -34,6 +36,8 @@ def record_budget_mb(ctx: StepContext) -> float:
     cfg = ctx.cfg
     if cfg.train.decode_replay_mb <= 0 or ctx.dist.world_size != 1:
         return 0.0
+    if cfg.rollout.refill_rounds or generation_block(cfg, 1) < cfg.train.prompts_per_step:
+        return 0.0  # the batch is assembled from several generate calls: nothing would replay
     if (
         cfg.train.behaviour_pass != "auto"
         or ctx.spec.recomputed_old_logp
