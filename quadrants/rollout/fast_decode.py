@@ -183,12 +183,12 @@ class FastDecoder:
         self.rows: Tensor | None = None
         self.every_row = False  # rows is 0..B-1 in order (no row dropped yet)
 
-    def record(self, outputs: LinearOutputs, rows: Tensor) -> None:
-        """From the next `step` on, write every projection's output into `outputs` (row `rows[i]`
-        for the current batch's row i, the column of the position fed)."""
-        self.outputs, self.rows = outputs, rows
-        every = torch.arange(outputs.qkv[0].shape[0], device=rows.device)
-        self.every_row = bool(torch.equal(rows, every))
+    def record(self, outputs: LinearOutputs) -> None:
+        """From the next `step` on, write every projection's output into `outputs` (its row i for
+        the batch's row i, until `keep` drops rows; the column of the position fed)."""
+        rows = outputs.qkv[0].shape[0]
+        self.outputs, self.every_row = outputs, True
+        self.rows = torch.arange(rows, device=outputs.qkv[0].device)
 
     def _write(self, buffers: list[Tensor], layer: int, value: Tensor) -> None:
         """`value` [b, features] into column `length` of the current rows of `buffers[layer]`."""
@@ -295,7 +295,7 @@ def sample_fast(
     decoder = FastDecoder(model, cache.layers, unique_mask.bool())
     decoder.keep(copies)  # [U, ...] -> [B, ...]
     if outputs is not None:
-        decoder.record(outputs, torch.arange(batch, device=prompt_ids.device))
+        decoder.record(outputs)
     logits = out.logits[:, -1].float()[copies]  # [b, V]
     position = positions[copies, -1]  # [b]
     rows = torch.arange(batch, device=prompt_ids.device)  # the original index of each row

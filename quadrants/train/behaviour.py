@@ -31,14 +31,19 @@ if TYPE_CHECKING:
     from quadrants.config import RunConfig
 
 
-def engine_behaviour_is_exact(cfg: RunConfig, spec: ObjectiveSpec, rollouts: Rollouts) -> bool:
-    """True when `train.behaviour_pass=auto` and the engine's log-probs and entropy
-    stand in for the pass."""
+def engine_numbers_may_stand_in(cfg: RunConfig, spec: ObjectiveSpec) -> bool:
+    """The settings' half of `engine_behaviour_is_exact`: true when `train.behaviour_pass=auto`
+    and an engine that records entropy would give the numbers the trainer's pass would."""
     return (
         cfg.train.behaviour_pass == "auto"
         and not spec.recomputed_old_logp
         and get_engine(cfg.rollout.engine).samples_from_trainer_weights
         and cfg.rollout.mismatch_correction == "none"
         and cfg.distributed.mixed_precision == "none"
-        and rollouts.behaviour_entropy is not None
     )
+
+
+def engine_behaviour_is_exact(cfg: RunConfig, spec: ObjectiveSpec, rollouts: Rollouts) -> bool:
+    """True when `train.behaviour_pass=auto` and the engine's log-probs and entropy
+    stand in for the pass."""
+    return engine_numbers_may_stand_in(cfg, spec) and rollouts.behaviour_entropy is not None

@@ -24,8 +24,7 @@ import torch
 from quadrants.distributed.collectives import generation_block
 from quadrants.models.replay import Replay, replay_unsupported
 from quadrants.rollout.engine import Rollouts
-from quadrants.rollout.registry import get_engine
-from quadrants.train.behaviour import engine_behaviour_is_exact
+from quadrants.train.behaviour import engine_numbers_may_stand_in
 
 if TYPE_CHECKING:
     from quadrants.train.context import StepContext
@@ -38,15 +37,7 @@ def record_budget_mb(ctx: StepContext) -> float:
         return 0.0
     if cfg.rollout.refill_rounds or generation_block(cfg, 1) < cfg.train.prompts_per_step:
         return 0.0  # the batch is assembled from several generate calls: nothing would replay
-    if (
-        cfg.train.behaviour_pass != "auto"
-        or ctx.spec.recomputed_old_logp
-        or not get_engine(cfg.rollout.engine).samples_from_trainer_weights
-        or cfg.rollout.mismatch_correction != "none"
-        or cfg.distributed.mixed_precision != "none"
-    ):
-        return 0.0
-    if replay_unsupported(ctx.model) is not None:
+    if not engine_numbers_may_stand_in(cfg, ctx.spec) or replay_unsupported(ctx.model):
         return 0.0
     return float(cfg.train.decode_replay_mb)
 
@@ -54,9 +45,8 @@ def record_budget_mb(ctx: StepContext) -> float:
 def decode_replay(ctx: StepContext, rollouts: Rollouts) -> Replay | None:
     """The replay of `rollouts`' recorded outputs for the step's first update, or None."""
     outputs = rollouts.linear_outputs
-    if outputs is None or record_budget_mb(ctx) == 0:
-        return None
-    if not engine_behaviour_is_exact(ctx.cfg, ctx.spec, rollouts):
+    # the budget's conditions hold those of engine_behaviour_is_exact but the recorded entropy
+    if outputs is None or rollouts.behaviour_entropy is None or record_budget_mb(ctx) == 0:
         return None
     columns = rollouts.prompt_ids.shape[1] + rollouts.response_ids.shape[1]
     if not outputs.matches(rollouts.prompt_ids, columns):

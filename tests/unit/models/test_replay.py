@@ -55,11 +55,9 @@ def recorded():
     return model, sequences, mask, decoded.tokens.shape[1], decoded.linear_outputs, decoded.logp
 
 
-def forward_and_grads(model, sequences, mask, length, replay, **kwargs):
-    """(logp, entropy) on response tokens, and every parameter's gradient of a fixed weighted sum
-    of both."""
-    model.zero_grad(set_to_none=True)
-    logp, entropy = response_logprobs(
+def logprobs(model, sequences, mask, length, replay, **kwargs):
+    """`response_logprobs` at temperature 1 with entropy, replaying `replay` (None: plain)."""
+    return response_logprobs(
         model,
         sequences,
         mask,
@@ -70,6 +68,13 @@ def forward_and_grads(model, sequences, mask, length, replay, **kwargs):
         replay=replay,
         **kwargs,
     )
+
+
+def forward_and_grads(model, sequences, mask, length, replay, **kwargs):
+    """(logp, entropy) on response tokens, and every parameter's gradient of a fixed weighted sum
+    of both."""
+    model.zero_grad(set_to_none=True)
+    logp, entropy = logprobs(model, sequences, mask, length, replay, **kwargs)
     response = mask[:, -length:]
     weights = torch.randn(logp.shape, generator=torch.Generator().manual_seed(1)) * response
     ((logp * weights).sum() + (entropy * weights).sum()).backward()
@@ -122,17 +127,7 @@ def test_a_subset_of_rows_replays_its_own(recorded):
 def logp_without_grad(recorded, replay, **kwargs):
     model, sequences, mask, length, _, _ = recorded
     with torch.no_grad():
-        logp, _ = response_logprobs(
-            model,
-            sequences,
-            mask,
-            length,
-            temperature=1.0,
-            chunk_size=64,
-            with_entropy=False,
-            replay=replay,
-            **kwargs,
-        )
+        logp, _ = logprobs(model, sequences, mask, length, replay, **kwargs)
     return logp * mask[:, -length:]
 
 
