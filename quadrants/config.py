@@ -122,6 +122,9 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     entropy_chunk_size: int = 256
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+    # glibc keeps freed blocks up to this many MiB in the trainer process instead of returning them
+    # to the OS at every step (quadrants/train/allocator.py); 0 = glibc's own thresholds
+    retain_freed_mb: int = 1024
     measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
     # sequences in that pass (a seeded subsample, standard error logged); null = auto (1/8 of the
     # step's sequences, at least 2 and at least one per rank: <= ~4 % of a step); 0 = all

@@ -41,6 +41,7 @@ from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
+from quadrants.train.allocator import retain_freed_memory
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
 from quadrants.train.context import PassSettings
 from quadrants.train.distributed_step import prepare_policy
@@ -222,6 +223,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     tracker = tracker or NullTracker()
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    retain_freed_memory(cfg.train.retain_freed_mb)
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else None
     if run_dir is not None:
