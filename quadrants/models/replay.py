@@ -97,10 +97,14 @@ def features(model: nn.Module) -> tuple[int, int, int, int, int]:
 
 
 class OutputStorage:
-    """Buffers that recorded outputs live in, [B, capacity, features] per layer and kind, in the
-    model's dtype and on its device; zeroed once when allocated. An engine keeps one and lends it
-    to each rollout (`lend`): a rollout's outputs stay valid until the next one is lent, so that
-    pages are not allocated and zeroed again at every step."""
+    """Buffers that recorded outputs live in, in the model's dtype and on its device, zeroed once
+    when allocated: [capacity, B, features] per layer and kind, column-major, so that a decode
+    step's multiply writes one column of all the rows still decoding as one contiguous block; and
+    `slots` [capacity, B] long, the row of a column's block that holds each sequence (the decode
+    drops finished sequences, so later blocks hold fewer rows, in the decode's order).
+
+    An engine keeps one and lends it to each rollout (`lend`): a rollout's outputs stay valid until
+    the next one is lent, so that pages are not allocated and zeroed again at every step."""
 
     def __init__(self, model: nn.Module, rows: int, columns: int) -> None:
         q, k, v, hidden, intermediate = features(model)
@@ -112,17 +116,19 @@ class OutputStorage:
 
         def buffers(width: int) -> list[Tensor]:
             return [
-                torch.zeros(rows, capacity, width, dtype=self.dtype, device=self.device)
+                torch.zeros(capacity, rows, width, dtype=self.dtype, device=self.device)
                 for _ in range(self.layers)
             ]
 
         self.qkv, self.o = buffers(q + k + v), buffers(hidden)
         self.gate_up, self.down = buffers(2 * intermediate), buffers(hidden)
+        self.slots = torch.empty(capacity, rows, dtype=torch.long, device=self.device)
         self.lent = 0  # how many rollouts it has been lent to
 
     @staticmethod
     def nbytes(model: nn.Module, rows: int, columns: int) -> int:
-        """Bytes that the storage for `rows` x `columns` positions of `model` takes."""
+        """Bytes that the outputs of `rows` x `columns` positions of `model` take (the slots,
+        8 bytes a position, not counted)."""
         q, k, v, hidden, intermediate = features(model)
         per_position = q + k + v + 2 * hidden + 2 * intermediate
         element = next(model.parameters()).element_size()
@@ -142,18 +148,21 @@ class OutputStorage:
 
     def lend(self, prompt_ids: Tensor, columns: int) -> LinearOutputs:
         """The first `columns` columns, for the rollout of `prompt_ids` [B, P]; every earlier
-        loan stops being valid. Columns the new rollout does not write keep finite values of no
-        meaning (zeros, or an earlier rollout's outputs): only padding reads them."""
+        loan stops being valid. Every sequence starts in its own row of every column (slots =
+        0..B−1); a position the new rollout does not write keeps finite values of no meaning (zeros,
+        or an earlier output): only padding reads them."""
         self.lent += 1
+        self.slots[:columns] = torch.arange(self.rows, device=self.device)
 
         def cut(buffers: list[Tensor]) -> list[Tensor]:
-            return [buffer[:, :columns] for buffer in buffers]
+            return [buffer[:columns] for buffer in buffers]
 
         return LinearOutputs(
             qkv=cut(self.qkv),
             o=cut(self.o),
             gate_up=cut(self.gate_up),
             down=cut(self.down),
+            slots=self.slots[:columns],
             prompt_ids=prompt_ids,
             widths=self.widths,
             storage=self,
@@ -164,11 +173,13 @@ class OutputStorage:
 @dataclass(frozen=True)
 class LinearOutputs:
     """What the decode's projections computed, per layer: the fused q-k-v output, o, the fused
-    gate-up output and down, each [B, C, features] (views of an `OutputStorage`); column c is
-    position c of the [left-padded prompt, response] layout (the update's). Columns the decode
+    gate-up output and down, each [C, B, features] (views of an `OutputStorage`, column-major);
+    column c is position c of the [left-padded prompt, response] layout (the update's), and
+    sequence b's output at column c is in row `slots[c, b]` of that column. Positions the decode
     never fed (after a sequence stopped, its last token) hold finite values of no meaning.
 
     Attributes:
+        slots: [C, B] long.
         prompt_ids: [B, P] long, the prompts they were recorded for (checked before a replay).
         widths: the q, k and v output features.
         storage, loan: where they live, and which loan of it they are (`current`).
@@ -178,6 +189,7 @@ class LinearOutputs:
     o: list[Tensor]
     gate_up: list[Tensor]
     down: list[Tensor]
+    slots: Tensor
     prompt_ids: Tensor
     widths: tuple[int, int, int]
     storage: OutputStorage
@@ -185,7 +197,7 @@ class LinearOutputs:
 
     @property
     def columns(self) -> int:
-        return self.qkv[0].shape[1]
+        return self.qkv[0].shape[0]
 
     @property
     def current(self) -> bool:
@@ -206,6 +218,19 @@ class LinearOutputs:
             "down_proj": (self.down[layer], 0, self.down[layer].shape[-1]),
         }[name]
 
+    def positions(self, rows: Tensor, start: int, stop: int) -> Tensor:
+        """Where sequences `rows` [n] at columns [start, stop) are in a buffer flattened to
+        [C·B, features]: [n, stop − start] long."""
+        columns = torch.arange(start, stop, device=self.slots.device)  # [L]
+        slots = self.slots[start:stop].index_select(1, rows.to(self.slots.device))  # [L, n]
+        return (columns[:, None] * self.slots.shape[1] + slots).t()
+
+    def read(self, layer: int, name: str, positions: Tensor) -> Tensor:
+        """Projection `name` of `layer` at `positions` [n, L] (from `positions`): [n, L, out]."""
+        buffer, first, end = self.slot(layer, name)
+        flat = buffer.view(-1, buffer.shape[-1])[:, first:end]  # [C·B, out]
+        return flat.index_select(0, positions.reshape(-1)).view(*positions.shape, end - first)
+
     def matches(self, prompt_ids: Tensor, columns: int) -> bool:
         """Whether these outputs are still held and were recorded for `prompt_ids` [B, P], over
         at least `columns`."""
@@ -220,14 +245,18 @@ class LinearOutputs:
 @contextmanager
 def recording_prompts(model: nn.Module, outputs: LinearOutputs, copies: Tensor) -> Iterator[None]:
     """While inside, a forward of `model` over U distinct prompts [U, P] writes its projections'
-    outputs into columns [0, P) of `outputs`, row b taking distinct prompt `copies[b]`."""
+    outputs into columns [0, P) of `outputs`, sequence b taking distinct prompt `copies[b]` (in its
+    own row: the slots of a prompt column are 0..B−1)."""
     handles = []
     for index, layer in enumerate(projections(model)):
         for name, module in layer.items():
             buffer, first, end = outputs.slot(index, name)
 
             def hook(_module, _inputs, output, buffer=buffer, first=first, end=end) -> None:
-                buffer[:, : output.shape[1], first:end] = output.index_select(0, copies)
+                # [U, P, out] -> [P, B, out]
+                buffer[: output.shape[1], :, first:end] = output.transpose(0, 1).index_select(
+                    1, copies
+                )
 
             handles.append(module.register_forward_hook(hook))
     try:
@@ -259,13 +288,14 @@ def projections_replayed(
     if replay is None:
         yield
         return
+    outputs = replay.outputs
+    positions = outputs.positions(replay.rows, start, stop)  # [n, L], one gather index for all
     modules = []
     for index, layer in enumerate(projections(model)):
         for name, module in layer.items():
-            buffer, first, end = replay.outputs.slot(index, name)
 
-            def forward(x: Tensor, module=module, buffer=buffer, first=first, end=end) -> Tensor:
-                output = buffer[:, start:stop, first:end].index_select(0, replay.rows)
+            def forward(x: Tensor, module=module, index=index, name=name) -> Tensor:
+                output = outputs.read(index, name, positions)
                 return replayed_linear(x, module.weight, module.bias, output)
 
             module.forward = forward  # type: ignore[method-assign]

@@ -12,8 +12,13 @@ every finished sequence still computed to the last token. Here:
   once per distinct prompt: the G rows of a group share its cache, copied before the first token;
 - each new token then runs the same arithmetic as the module's forward with the query, key and value
   weights concatenated into one matrix and the gate and up weights into another (built once per
-  rollout: the weights are fixed while it samples), the rotary table taken from the module's own
-  rotary embedding, and attention over the preallocated cache written in place;
+  rollout: the weights are fixed while it samples), the rotary cos and sin of every position
+  tabulated once per rollout from the module's own rotary embedding (per step for the rope types
+  whose frequencies follow the length), queries and keys rotated in one call, and attention over
+  the preallocated cache written in place, its scores scaled and masked in the same batched
+  multiply;
+- while recording for decode replay (quadrants/models/replay.py), each projection multiplies
+  straight into the record's column;
 - a sequence that has produced its stop token is removed from the batch as soon as an eighth of the
   batch has finished (`COMPACT_FRACTION`), so the work follows the tokens still being sampled.
 
@@ -95,17 +100,36 @@ def fast_decode_unsupported(model: nn.Module) -> str | None:
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """The Llama/Qwen2 RMSNorm: normalised in float32, cast back, then scaled. [..., D] ->
-    [..., D]."""
+    [..., D]. In float32 it is torch's fused `rms_norm` (the same arithmetic in one call)."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     hidden = x.float()
     hidden = hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + eps)
     return weight * hidden.to(x.dtype)
 
 
-def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding in the HF layout (halves, not interleaved). x [b, heads, d]; cos, sin
-    [b, 1, d]."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+def signed_sine(sin: Tensor) -> Tensor:
+    """sin with its first half negated, [..., d] -> [..., d]: what `rotate` takes."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def rotate(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    """Rotary embedding in the HF layout (halves, not interleaved): x·cos + (−x₂, x₁)·sin, written
+    as x·cos + (x₂, x₁)·(−sin₁, sin₂), the halves swapped by one roll. x [b, heads, d]; cos and
+    `signed_sine(sin)` [b, 1, d]."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, dims=-1), signed_sin)
+
+
+def rotary_table(rotary: nn.Module, like: Tensor, capacity: int) -> tuple[Tensor, Tensor] | None:
+    """cos and `signed_sine(sin)` [capacity, d] of positions 0..capacity−1, from the model's own
+    rotary embedding (`like` gives the dtype and device); None for the rope types whose frequencies
+    change with the length seen so far (transformers' dynamic and longrope), computed per step."""
+    if getattr(rotary, "rope_type", "default") in ("dynamic", "longrope"):
+        return None
+    positions = torch.arange(capacity, device=like.device)[None]  # [1, capacity]
+    cos, sin = rotary(like, positions)  # [1, capacity, d] each
+    return cos[0], signed_sine(sin[0])
 
 
 def _cat_bias(*modules: nn.Linear) -> Tensor | None:
@@ -174,28 +198,39 @@ class FastDecoder:
         self.values = [layer._value_buffer for layer in layers]
         self.length = layers[0].length
         capacity = self.keys[0].shape[2]
-        # additive key mask: -inf on the prompt's left padding, 0 on every other position
-        self.key_mask = torch.zeros(
+        self.rotary_table = rotary_table(self.rotary, self.embed.weight, capacity)
+        # additive key mask, one copy per key/value head: -inf on the prompt's left padding, 0 on
+        # every other position. [b, K, 1, capacity]
+        key_mask = torch.zeros(
             prompt_mask.shape[0], capacity, dtype=torch.float32, device=prompt_mask.device
         )
-        self.key_mask[:, : prompt_mask.shape[1]].masked_fill_(~prompt_mask, float("-inf"))
+        key_mask[:, : prompt_mask.shape[1]].masked_fill_(~prompt_mask, float("-inf"))
+        self.key_mask = key_mask[:, None, None, :].repeat(1, self.kv_heads, 1, 1)
         self.outputs: LinearOutputs | None = None
         self.rows: Tensor | None = None
         self.every_row = False  # rows is 0..B-1 in order (no row dropped yet)
 
     def record(self, outputs: LinearOutputs) -> None:
-        """From the next `step` on, write every projection's output into `outputs` (its row i for
-        the batch's row i, until `keep` drops rows; the column of the position fed)."""
-        rows = outputs.qkv[0].shape[0]
+        """From the next `step` on, write every projection's output into `outputs`: the column of
+        the position fed, its first b rows for the b sequences still decoding, in their order here
+        (the slots say which sequence each row is, once `keep` has dropped some)."""
+        rows = outputs.slots.shape[1]
         self.outputs, self.every_row = outputs, True
-        self.rows = torch.arange(rows, device=outputs.qkv[0].device)
+        self.rows = torch.arange(rows, device=outputs.slots.device)
 
-    def _write(self, buffers: list[Tensor], layer: int, value: Tensor) -> None:
-        """`value` [b, features] into column `length` of the current rows of `buffers[layer]`."""
-        if self.every_row:
-            buffers[layer][:, self.length] = value
-        else:
-            buffers[layer][self.rows, self.length] = value
+    def _project(
+        self, x: Tensor, weight: Tensor, bias: Tensor | None, record: str, layer: int
+    ) -> Tensor:
+        """`F.linear(x, weight, bias)` [b, features]; while recording, computed straight into rows
+        [0, b) of column `length` of the record's `record` buffer of `layer` (qkv, o, gate_up or
+        down; the result is then a view of the record)."""
+        if self.outputs is None:
+            return F.linear(x, weight, bias)
+        buffer = getattr(self.outputs, record)[layer]
+        out = buffer[self.length, : x.shape[0]]  # [b, features], contiguous
+        if bias is None:
+            return torch.mm(x, weight.t(), out=out)
+        return torch.addmm(bias, x, weight.t(), out=out)
 
     def keep(self, rows: Tensor) -> None:
         """Continue with `rows` (indices into the current batch) only."""
@@ -212,38 +247,42 @@ class FastDecoder:
             raise ValueError(f"the cache holds {self.keys[0].shape[2]} positions, {end} asked for")
         rows = tokens.shape[0]
         heads, kv_heads, d = self.heads, self.kv_heads, self.head_dim
-        x = self.embed(tokens)  # [b, D]
-        cos, sin = self.rotary(x, positions[:, None])  # [b, 1, d] each
-        mask = self.key_mask[:, None, None, :end]  # [b, 1, 1, end]
+        group = heads // kv_heads  # query head h reads key/value head h // group (repeat_kv)
+        x = self.embed(tokens)  # [b, D], a new tensor: the residual stream is added to in place
+        if self.rotary_table is None:
+            cos, sin = self.rotary(x, positions[:, None])  # [b, 1, d] each
+            sin = signed_sine(sin)
+        else:
+            cos = self.rotary_table[0].index_select(0, positions)[:, None]  # [b, 1, d]
+            sin = self.rotary_table[1].index_select(0, positions)[:, None]
+        mask = self.key_mask[..., :end].reshape(rows * kv_heads, 1, end)
         for index, layer in enumerate(self.layers):
             hidden = rms_norm(x, layer.norm_in.weight, layer.norm_in.variance_epsilon)
-            qkv = F.linear(hidden, layer.qkv_weight, layer.qkv_bias)  # [b, (H + 2K) d]
-            if self.outputs is not None:
-                self._write(self.outputs.qkv, index, qkv)
-            q = qkv[:, : heads * d].view(rows, heads, d)
-            k = qkv[:, heads * d : (heads + kv_heads) * d].view(rows, kv_heads, d)
-            v = qkv[:, (heads + kv_heads) * d :].view(rows, kv_heads, d)
-            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            self.keys[index][:, :, self.length] = k
-            self.values[index][:, :, self.length] = v
-            keys = self.keys[index][:, :, :end]  # [b, K, end, d]
-            values = self.values[index][:, :, :end]
-            # query head h reads key/value head h // (H / K), as transformers' repeat_kv
-            grouped = q.view(rows, kv_heads, heads // kv_heads, d)  # [b, K, H/K, d]
-            scores = torch.matmul(grouped, keys.transpose(-1, -2)) * self.scaling + mask
+            qkv = self._project(
+                hidden, layer.qkv_weight, layer.qkv_bias, "qkv", index
+            )  # [b, (H+2K)d]
+            # q and k rotated together: [b, H + K, d]
+            rotated = rotate(qkv[:, : (heads + kv_heads) * d].view(rows, -1, d), cos, sin)
+            self.keys[index][:, :, self.length] = rotated[:, heads:]
+            self.values[index][:, :, self.length] = qkv[:, (heads + kv_heads) * d :].view(
+                rows, kv_heads, d
+            )
+            keys = self.keys[index][:, :, :end].reshape(rows * kv_heads, end, d)
+            values = self.values[index][:, :, :end].reshape(rows * kv_heads, end, d)
+            grouped = rotated[:, :heads].reshape(rows * kv_heads, group, d)
+            scores = torch.baddbmm(mask, grouped, keys.transpose(1, 2), alpha=self.scaling)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
-            attended = torch.matmul(probs, values).reshape(rows, heads * d)  # [b, H d]
-            attention_out = layer.o_proj(attended)
-            x = x + attention_out
+            attended = torch.bmm(probs, values).view(rows, heads * d)  # [b, H d]
+            x.add_(self._project(attended, layer.o_proj.weight, layer.o_proj.bias, "o", index))
             hidden = rms_norm(x, layer.norm_post.weight, layer.norm_post.variance_epsilon)
-            gate_up = F.linear(hidden, layer.gate_up_weight, layer.gate_up_bias)
+            gate_up = self._project(
+                hidden, layer.gate_up_weight, layer.gate_up_bias, "gate_up", index
+            )  # [b, 2 MLP]
             gate, up = gate_up[:, : self.intermediate], gate_up[:, self.intermediate :]
-            mlp_out = layer.down_proj(F.silu(gate) * up)
-            x = x + mlp_out
-            if self.outputs is not None:
-                self._write(self.outputs.o, index, attention_out)
-                self._write(self.outputs.gate_up, index, gate_up)
-                self._write(self.outputs.down, index, mlp_out)
+            act = F.silu(gate) * up
+            x.add_(self._project(act, layer.down_proj.weight, layer.down_proj.bias, "down", index))
+        if self.outputs is not None and not self.every_row:  # sequence rows[i] wrote row i
+            self.outputs.slots[self.length, self.rows] = torch.arange(rows, device=self.rows.device)
         self.length = end
         hidden = rms_norm(x, self.final_norm.weight, self.final_norm.variance_epsilon)
         return self.lm_head(hidden)

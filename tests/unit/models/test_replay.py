@@ -139,11 +139,11 @@ def test_the_forward_reads_the_recorded_outputs(recorded):
     prompt = sequences.shape[1] - length
     replay = Replay(outputs, torch.arange(sequences.shape[0]))
     before, plain = logp_without_grad(recorded, replay), logp_without_grad(recorded, None)
-    outputs.down[0][:, prompt:] += 0.5
+    outputs.down[0][prompt:] += 0.5  # [C, B, hidden]: every row of the response columns
     try:
         after, plain_after = logp_without_grad(recorded, replay), logp_without_grad(recorded, None)
     finally:
-        outputs.down[0][:, prompt:] -= 0.5
+        outputs.down[0][prompt:] -= 0.5
     assert float((after - before).abs().max()) > 1e-3
     assert torch.equal(plain_after, plain)
     for module in projections(model)[0].values():
@@ -151,9 +151,11 @@ def test_the_forward_reads_the_recorded_outputs(recorded):
 
 
 def test_the_record_has_the_batch_layout(recorded):
-    """q_proj's recorded output at the last prompt column and at the second response column equals
-    q_proj of that position's input in the plain forward (captured by a hook), on every row that
-    fed its second response token (a response of 3 tokens or more)."""
+    """q_proj's recorded output, read through the slots, equals q_proj of that position's input in
+    the plain forward (captured by a hook), on every row that fed the position: at the last prompt
+    column (every row), at the second response column (rows with 3 tokens or more), and at the
+    last response column that 3 rows or more fed, after the decode had dropped finished rows (so
+    that those rows' outputs sit in other rows of the column's block than their own)."""
     model, sequences, mask, length, outputs, _ = recorded
     seen = {}
     q_proj = projections(model)[1]["q_proj"]
@@ -162,14 +164,20 @@ def test_the_record_has_the_batch_layout(recorded):
         logp_without_grad(recorded, None, share_prompts="never", max_buckets=1)
     finally:
         handle.remove()
-    fed = mask[:, -length:].sum(1) >= 3
-    assert int(fed.sum()) >= 10
-    width = q_proj.out_features
+    lengths = mask[:, -length:].sum(1)
     prompt = sequences.shape[1] - length
-    for column in (prompt - 1, prompt + 1):
-        torch.testing.assert_close(
-            outputs.qkv[1][fed, column, :width], seen["q"][fed, column], rtol=0, atol=1e-5
-        )
+    late = max(j for j in range(length) if int((lengths >= j + 2).sum()) >= 3)
+    moved = outputs.slots[prompt + late] != torch.arange(sequences.shape[0])
+    assert bool(moved[lengths >= late + 2].any())  # some fed row is not in its own row there
+    for column, fed in (
+        (prompt - 1, torch.ones_like(lengths, dtype=torch.bool)),
+        (prompt + 1, lengths >= 3),
+        (prompt + late, lengths >= late + 2),
+    ):
+        rows = fed.nonzero().squeeze(1)
+        assert rows.numel() >= 3
+        recorded_q = outputs.read(1, "q_proj", outputs.positions(rows, column, column + 1))
+        torch.testing.assert_close(recorded_q[:, 0], seen["q"][rows, column], rtol=0, atol=1e-5)
 
 
 def test_the_budget_and_its_arithmetic():

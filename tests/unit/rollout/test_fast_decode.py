@@ -27,6 +27,7 @@ from quadrants.rollout.fast_decode import (
     fast_decode_unsupported,
     rms_norm,
     rotate,
+    signed_sine,
     sample_fast,
 )
 from quadrants.rollout.hf import HFEngine
@@ -48,14 +49,40 @@ def test_rms_norm_and_rotation_by_hand() -> None:
     # halves layout, d = 2: x = [1, 2], angle θ: [1 cos θ − 2 sin θ, 2 cos θ + 1 sin θ]; θ = π/2 -> [−2, 1]
     x = torch.tensor([[[1.0, 2.0]]])
     cos, sin = torch.zeros(1, 1, 2), torch.ones(1, 1, 2)
-    torch.testing.assert_close(rotate(x, cos, sin), torch.tensor([[[-2.0, 1.0]]]))
+    assert signed_sine(sin).tolist() == [[[-1.0, 1.0]]]
+    torch.testing.assert_close(rotate(x, cos, signed_sine(sin)), torch.tensor([[[-2.0, 1.0]]]))
+    # d = 4, two angles: x = [1, 2, 3, 4], cos = [c1, c2, c1, c2], sin = [s1, s2, s1, s2]; HF's
+    # x cos + (−x3, −x4, x1, x2) sin = [1 c1 − 3 s1, 2 c2 − 4 s2, 3 c1 + 1 s1, 4 c2 + 2 s2]
+    x = torch.tensor([[[1.0, 2.0, 3.0, 4.0]]])
+    cos = torch.tensor([[[0.5, 0.25, 0.5, 0.25]]])
+    sin = torch.tensor([[[2.0, 4.0, 2.0, 4.0]]])
+    expected = [[[0.5 - 6.0, 0.5 - 16.0, 1.5 + 2.0, 1.0 + 8.0]]]
+    assert rotate(x, cos, signed_sine(sin)).tolist() == expected
 
 
-@pytest.mark.parametrize("build", [_qwen2, _llama], ids=["qwen2", "llama"])
+def _llama_linear_rope() -> nn.Module:
+    rope = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10_000.0}
+    return small_llama(7, rope_parameters=rope).eval()
+
+
+def _llama_dynamic_rope() -> nn.Module:
+    """transformers' dynamic rope recomputes its frequencies per call (the per-step path here);
+    within max_position_embeddings (64) they are the default ones, so the full forward is still
+    the reference."""
+    rope = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10_000.0}
+    return small_llama(7, rope_parameters=rope).eval()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [_qwen2, _llama, _llama_linear_rope, _llama_dynamic_rope],
+    ids=["qwen2", "llama", "llama-linear-rope", "llama-dynamic-rope"],
+)
 def test_each_steps_logits_equal_the_hf_forward(build) -> None:
     torch.set_num_threads(1)
     model = build()
     assert fast_decode_unsupported(model) is None
+    decoder_table = "none" if model.model.rotary_emb.rope_type == "dynamic" else "table"
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(5, 40, (3, 5), generator=generator)
     prompt_mask = torch.ones(3, 5, dtype=torch.bool)
@@ -75,6 +102,7 @@ def test_each_steps_logits_equal_the_hf_forward(build) -> None:
         cache = preallocated_cache(model.config, 11)
         model(input_ids=prompts, attention_mask=mask, position_ids=positions, past_key_values=cache)
         decoder = FastDecoder(model, cache.layers, prompt_mask)
+        assert ("none" if decoder.rotary_table is None else "table") == decoder_table
         position = positions[:, -1]
         for t in range(6):
             position = position + 1
