@@ -89,7 +89,7 @@ RANGES: dict[str, Range] = {
         0, 2047, why="0 = glibc's own thresholds; mallopt takes a C int of bytes"
     ),
     "train.micro_batch_size": Range(0, why="0 = the whole mini-batch in one forward/backward"),
-    "train.dlogp_rows": Range(0, null=True, why="null = auto (1/8 of the rows), 0 = every row"),
+    "train.dlogp_rows": Range(0, null=True, why="null = auto (1/16 of the rows), 0 = every row"),
     "train.length_buckets": Range(1, why="1 = every response in one call, cut to the longest"),
     "train.decode_replay_mb": Range(0, why="0 = the update always recomputes its forward"),
     "eval.every": Range(0, why="0 = only before and after training"),

@@ -197,7 +197,7 @@ def measure_dlogp(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[Tenso
     cfg = ctx.cfg
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step) + 1)
     wanted = cfg.train.dlogp_rows
-    if wanted is None:  # auto: 1/8 of the rows, at least 2 and at least one per rank
+    if wanted is None:  # auto: 1/16 of the rows, at least 2 and at least one per rank
         wanted = auto_rows(batch.batch_size, minimum=max(2, ctx.dist.world_size))
     rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
     after, _ = no_grad_pass(

@@ -54,9 +54,10 @@ def test_standard_error_covers_the_full_mean_at_its_rate():
     assert 0.88 <= hits / 400 <= 0.99, hits
 
 
-def test_auto_rows_is_an_eighth_of_the_batch_at_least_two_at_most_all():
-    # ceil(64 / 8) = 8; ceil(16 / 8) = 2; ceil(12 / 8) = 2; ceil(4096 / 8) = 512; ceil(65 / 8) = 9
-    assert [auto_rows(n) for n in (64, 16, 12, 4096, 65)] == [8, 2, 2, 512, 9]
+def test_auto_rows_is_a_sixteenth_of_the_batch_at_least_two_at_most_all():
+    # ceil(64 / 16) = 4; ceil(16 / 16) = 1 -> 2; ceil(12 / 16) = 1 -> 2; ceil(4096 / 16) = 256;
+    # ceil(65 / 16) = 5; ceil(100 / 16) = 7
+    assert [auto_rows(n) for n in (64, 16, 12, 4096, 65, 100)] == [4, 2, 2, 256, 5, 7]
     # the floor of 2 (a standard error needs two rows), capped by the batch itself
     assert [auto_rows(n) for n in (8, 2, 1)] == [2, 2, 1]
     # at least one row per rank: 4 ranks, 16 rows -> 4
