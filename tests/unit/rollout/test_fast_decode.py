@@ -27,8 +27,8 @@ from quadrants.rollout.fast_decode import (
     fast_decode_unsupported,
     rms_norm,
     rotate,
-    signed_sine,
     sample_fast,
+    signed_sine,
 )
 from quadrants.rollout.hf import HFEngine
 from tests.unit.small_models import small_llama, small_qwen2
