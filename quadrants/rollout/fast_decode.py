@@ -199,10 +199,10 @@ class FastDecoder:
         self.length = layers[0].length
         capacity = self.keys[0].shape[2]
         self.rotary_table = rotary_table(self.rotary, self.embed.weight, capacity)
-        # additive key mask, one copy per key/value head: -inf on the prompt's left padding, 0 on
-        # every other position. [b, K, 1, capacity]
+        # additive key mask in the model's dtype (baddbmm adds it to the scores), one copy per
+        # key/value head: -inf on the prompt's left padding, 0 elsewhere. [b, K, 1, capacity]
         key_mask = torch.zeros(
-            prompt_mask.shape[0], capacity, dtype=torch.float32, device=prompt_mask.device
+            prompt_mask.shape[0], capacity, dtype=self.embed.weight.dtype, device=prompt_mask.device
         )
         key_mask[:, : prompt_mask.shape[1]].masked_fill_(~prompt_mask, float("-inf"))
         self.key_mask = key_mask[:, None, None, :].repeat(1, self.kv_heads, 1, 1)
