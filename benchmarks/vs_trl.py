@@ -45,6 +45,13 @@ import tempfile
 import time
 from pathlib import Path
 
+# The environment as the user started the script, taken before anything here imports quadrants
+# (whose import sets GOMP_SPINCOUNT, quadrants/__init__.py): each child starts from it, as a user's
+# own process would, so TRL's child runs with libgomp's default spin count and quadrants' child
+# sets its own when it imports quadrants. (Until this was noticed, TRL's child inherited
+# quadrants' setting from this process.)
+USER_ENV = dict(os.environ)
+
 WORKLOADS = {
     "tiny": dict(prompts=8, group=8, new_tokens=32, lr=1e-4),
     "smollm2": dict(prompts=4, group=4, new_tokens=64, lr=1e-6),
@@ -262,9 +269,16 @@ def trl_child(setup: dict, workload: str, steps: int, threads: int) -> dict:
 # ---------------------------------------------------------------- driver
 
 
-def run_child(python: str, system: str, setup_path: Path, args: argparse.Namespace) -> dict:
+def run_child(
+    python: str,
+    system: str,
+    setup_path: Path,
+    args: argparse.Namespace,
+    extra_env: dict[str, str] | None = None,
+) -> dict:
     env = {
-        **os.environ,
+        **USER_ENV,
+        **(extra_env or {}),
         "OMP_NUM_THREADS": str(args.threads),
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
