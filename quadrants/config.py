@@ -125,6 +125,10 @@ class TrainConfig:
     # glibc keeps freed blocks up to this many MiB in the trainer process instead of returning them
     # to the OS at every step (quadrants/train/allocator.py); 0 = glibc's own thresholds
     retain_freed_mb: int = 1024
+    # float32 CPU matrix multiplies (decode, update, no-grad passes): torch (MKL) | onednn | auto
+    # (oneDNN on x86 processors that are not Intel's, where MKL skips its AVX-512 kernels;
+    # quadrants/ops/matmul.py)
+    cpu_matmul: str = "auto"
     measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
     # sequences in that pass (a seeded subsample, standard error logged); null = auto (1/16 of
     # the step's sequences, at least 2 and at least one per rank: ~4 % of a step); 0 = all

@@ -163,6 +163,7 @@ NO_RANGE: dict[str, str] = {
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
+    "train.cpu_matmul": "a choice of auto, torch, onednn, checked by validate_config",
     "train.device": "a device name, checked by rollout.device.validate_device",
     "eval.benchmarks": "benchmark names and sample counts, checked by eval.plan.validate_eval",
     "eval.data_dir": "a directory, checked by eval.plan.validate_eval when benchmarks are local",

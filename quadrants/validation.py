@@ -18,6 +18,7 @@ from quadrants.models.source import check_model_source
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
+from quadrants.ops.matmul import BACKENDS as CPU_MATMULS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
@@ -139,6 +140,11 @@ def validate_config(cfg: RunConfig) -> None:
         raise ValueError(
             f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "
             "one of ['auto', 'always']"
+        )
+    if cfg.train.cpu_matmul not in CPU_MATMULS:
+        raise ValueError(
+            f"train.cpu_matmul={cfg.train.cpu_matmul!r} is unknown; choose one of "
+            f"{list(CPU_MATMULS)}"
         )
     validate_device(cfg.train.device)
     validate_eval(cfg.eval, cfg.task)

@@ -40,6 +40,7 @@ from quadrants.eval.results import (
     write_benchmark,
 )
 from quadrants.eval.target import EvalTarget, load_target_policy
+from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.rewards.grader import Grader
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
@@ -449,6 +450,7 @@ def run_evaluation(
 
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    set_cpu_matmul(cfg.train.cpu_matmul)
     directory = eval_dir(cfg, target)
     directory.mkdir(parents=True, exist_ok=True)
     own_tracker = tracker is None

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from quadrants.models.linears import PLAIN_LINEARS
 from quadrants.ops.replayed_linear import replayed_linear
 
 ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -62,7 +63,7 @@ def replay_unsupported(model: nn.Module) -> str | None:
         return f"a decoder layer lacks a projection ({error})"
     for index, layer in enumerate(layers):
         for name, module in layer.items():
-            if type(module) is not nn.Linear or type(module.weight) is not nn.Parameter:
+            if type(module) not in PLAIN_LINEARS or type(module.weight) is not nn.Parameter:
                 return f"layer {index} {name} is not a plain nn.Linear"
     if float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
         return "the attention has dropout (the update's forward would differ from the decode's)"

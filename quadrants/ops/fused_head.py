@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from quadrants.ops.entropy import DEFAULT_CHUNK_SIZE, _check
+from quadrants.ops.matmul import linear
 
 
 def _chunk_log_probs(
@@ -35,7 +36,7 @@ def _chunk_log_probs(
 ) -> Tensor:
     """log softmax((h W^T + b) / τ) of one chunk, [n, V] float32, in place in the logits' buffer
     (logsumexp needs one more [n, V] temporary while it runs)."""
-    z = torch.nn.functional.linear(hidden, weight, bias).float()
+    z = linear(hidden, weight, bias).float()  # through oneDNN where train.cpu_matmul says
     z.div_(temperature)
     return z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))
 
@@ -114,7 +115,9 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
             grad_z.scatter_add_(-1, ids[sl, None], grad_logp[sl, None].float())
             grad_z.div_(tau)
             if grad_rows is not None:
-                grad_rows[sl] = (grad_z.to(weight.dtype) @ weight).to(hidden.dtype)
+                grad_rows[sl] = linear(grad_z.to(weight.dtype), weight.t()).to(
+                    hidden.dtype
+                )  # g_z W
             if grad_weight is not None:
                 grad_weight.addmm_(grad_z.t(), hidden[sl].float())
             if grad_bias is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from quadrants.ops.matmul import linear_grads
+
 
 class _ReplayedLinear(torch.autograd.Function):
     @staticmethod
@@ -26,14 +28,17 @@ class _ReplayedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         x, weight = ctx.saved_tensors
-        flat_grad = grad.reshape(-1, grad.shape[-1])  # [N, O]
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = grad.matmul(weight)  # [N..., I]
-        if ctx.needs_input_grad[1]:
-            grad_w = flat_grad.t().matmul(x.reshape(-1, x.shape[-1]))  # [O, I]
+        # g·W [N..., I] and gᵀx [O, I], through oneDNN where train.cpu_matmul says (ops/matmul.py)
+        grad_x, grad_w = linear_grads(
+            grad,
+            x,
+            weight,
+            input_grad=ctx.needs_input_grad[0],
+            weight_grad=ctx.needs_input_grad[1],
+        )
+        grad_b = None
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = flat_grad.sum(0)  # [O]
+            grad_b = grad.reshape(-1, grad.shape[-1]).sum(0)  # [O]
         return grad_x, grad_w, grad_b, None
 
 

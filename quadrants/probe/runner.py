@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.probe.measure import ProbeResult, probe_policy
 from quadrants.probe.report import (
     format_summary,
@@ -73,6 +74,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
 
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
+    set_cpu_matmul(cfg.train.cpu_matmul)
     directory = probe_dir(cfg, target)
     directory.mkdir(parents=True, exist_ok=True)
     own_tracker = tracker is None

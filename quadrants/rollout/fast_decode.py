@@ -44,7 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from quadrants.models.linears import PLAIN_LINEARS
 from quadrants.models.replay import LinearOutputs, OutputStorage, recording_prompts
+from quadrants.ops.matmul import linear, routes
 from quadrants.rollout.decode import (
     Decoded,
     PreallocatedLayer,
@@ -73,7 +75,7 @@ def fast_decode_unsupported(model: nn.Module) -> str | None:
     body = getattr(model, "model", None)
     if not isinstance(getattr(body, "embed_tokens", None), nn.Embedding):
         return "the embedding is not an nn.Embedding"
-    if type(getattr(model, "lm_head", None)) is not nn.Linear:
+    if type(getattr(model, "lm_head", None)) not in PLAIN_LINEARS:
         return "lm_head is not an nn.Linear"
     for index, layer in enumerate(body.layers):
         attention, mlp = layer.self_attn, layer.mlp
@@ -88,7 +90,7 @@ def fast_decode_unsupported(model: nn.Module) -> str | None:
             ("up_proj", mlp.up_proj),
             ("down_proj", mlp.down_proj),
         ):
-            if type(module) is not nn.Linear:
+            if type(module) not in PLAIN_LINEARS:
                 return f"layer {index} {name} is a {type(module).__name__}, not an nn.Linear"
             if type(module.weight) is not nn.Parameter:  # e.g. a sharded DTensor
                 return f"layer {index} {name} holds a {type(module.weight).__name__}"
@@ -225,9 +227,11 @@ class FastDecoder:
         [0, b) of column `length` of the record's `record` buffer of `layer` (qkv, o, gate_up or
         down; the result is then a view of the record)."""
         if self.outputs is None:
-            return F.linear(x, weight, bias)
+            return linear(x, weight, bias)
         buffer = getattr(self.outputs, record)[layer]
         out = buffer[self.length, : x.shape[0]]  # [b, features], contiguous
+        if routes(x, weight, bias):  # oneDNN has no out= form: a copy of b x features
+            return out.copy_(linear(x, weight, bias))
         if bias is None:
             return torch.mm(x, weight.t(), out=out)
         return torch.addmm(bias, x, weight.t(), out=out)
@@ -285,7 +289,7 @@ class FastDecoder:
             self.outputs.slots[self.length, self.rows] = torch.arange(rows, device=self.rows.device)
         self.length = end
         hidden = rms_norm(x, self.final_norm.weight, self.final_norm.variance_epsilon)
-        return self.lm_head(hidden)
+        return linear(hidden, self.lm_head.weight, self.lm_head.bias)
 
 
 @torch.no_grad()

@@ -31,6 +31,7 @@ from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
 from quadrants.objectives.registry import resolve_objective
+from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.device import resolve_device
@@ -237,6 +238,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     retain_freed_memory(cfg.train.retain_freed_mb)
+    log.info("CPU matrix multiplies: %s", set_cpu_matmul(cfg.train.cpu_matmul))
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else None
     if run_dir is not None:

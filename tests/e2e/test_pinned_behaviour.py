@@ -15,7 +15,7 @@ the commit named in that file: a SHA-256 of each parameter's bytes and the exact
 metric value at every step.
 
 Bit-for-bit equality holds on the machine kind the file was written on (same CPU capability as
-torch reports it, same torch). On another CPU capability the kernels may round differently; the
+torch reports it, same CPU matmul backend under train.cpu_matmul=auto, same torch). On another CPU capability the kernels may round differently; the
 test then compares each parameter's float64 sum and absolute sum (relative 1e-4) and every metric
 (relative 1e-4, absolute 1e-6) instead, and says so in its output.
 
@@ -29,6 +29,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+from quadrants.ops.matmul import auto_backend, cpu_vendor, onednn_available
 
 PIN_FILE = Path(__file__).with_name("pinned") / "behaviour.json"
 WRITE = os.environ.get("QUADRANTS_PIN_WRITE") == "1"
@@ -141,7 +144,10 @@ def observed(cwd: Path) -> dict[str, dict]:
 
 
 def cpu_capability() -> str:
-    return f"{torch.backends.cpu.get_cpu_capability()} torch {torch.__version__}"
+    """The machine kind bit-for-bit equality needs: torch's CPU capability, the matmul backend
+    that train.cpu_matmul=auto picks here (ops/matmul.py; the runs use the default), and torch."""
+    vendor = auto_backend(cpu_vendor(), platform.machine(), onednn_available())
+    return f"{torch.backends.cpu.get_cpu_capability()} matmul {vendor} torch {torch.__version__}"
 
 
 CASES = {
