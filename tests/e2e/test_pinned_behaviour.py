@@ -15,8 +15,8 @@ the commit named in that file: a SHA-256 of each parameter's bytes and the exact
 metric value at every step.
 
 Bit-for-bit equality holds on the machine kind the file was written on (same CPU capability as
-torch reports it, same CPU matmul backend under train.cpu_matmul=auto, same torch). On another CPU capability the kernels may round differently; the
-test then compares each parameter's float64 sum and absolute sum (relative 1e-4) and every metric
+torch reports it, same CPU matmul backend under train.cpu_matmul=auto, same torch). On another
+kind the kernels may round differently; the test then compares each parameter's float64 sum and absolute sum (relative 1e-4) and every metric
 (relative 1e-4, absolute 1e-6) instead, and says so in its output.
 
 Regenerate (only for an intended behaviour change, naming it in the commit):
