@@ -16,8 +16,9 @@ metric value at every step.
 
 Bit-for-bit equality holds on the machine kind the file was written on (same CPU capability as
 torch reports it, same CPU matmul backend under train.cpu_matmul=auto, same torch). On another
-kind the kernels may round differently; the test then compares each parameter's float64 sum and absolute sum (relative 1e-4) and every metric
-(relative 1e-4, absolute 1e-6) instead, and says so in its output.
+kind the kernels may round differently; the test then compares each parameter's float64 sum and
+absolute sum (relative 1e-4) and every metric (relative 1e-4, absolute 1e-6) instead, and says so
+in its output.
 
 Regenerate (only for an intended behaviour change, naming it in the commit):
     QUADRANTS_PIN_WRITE=1 python -m pytest tests/e2e/test_pinned_behaviour.py
