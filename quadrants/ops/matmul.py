@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 BACKENDS = ("auto", "torch", "onednn")
+TRANSPOSED_WEIGHT_GRAD_ROWS = 1024  # see linear_grads
 _chosen: str | None = None  # the resolved backend ("torch" or "onednn"); None = not yet resolved
 
 
@@ -126,10 +127,12 @@ def linear_grads(
     if input_grad:
         grad_x = _nt(flat_grad, weight.t()).view(*grad.shape[:-1], weight.shape[1])
     if weight_grad:
-        # both operands are transposed views; oneDNN is fastest with the wider one second
-        # (measured: [1984, 256] x [1984, 688] -> [688, 256] takes 1.8 ms that way, 2.5 the other)
+        # both operands are transposed views; which one oneDNN takes first matters (2 threads,
+        # benchmarks/cpu_matmul.py): (xᵀg)ᵀ is faster when there are more outputs than inputs
+        # and many rows (1,984 x 256 -> 688: 1.8 ms against 2.1 for gᵀx, MKL 3.2), gᵀx otherwise
+        # (256 x 576 -> 49,152: 90 ms against 119 for (xᵀg)ᵀ, MKL 92)
         out_features, in_features = weight.shape
-        if out_features > in_features:
+        if out_features > in_features and flat_x.shape[0] >= TRANSPOSED_WEIGHT_GRAD_ROWS:
             grad_w = _nt(flat_x.t(), flat_grad.t()).t().contiguous()  # (xᵀg)ᵀ
         else:
             grad_w = _nt(flat_grad.t(), flat_x.t())

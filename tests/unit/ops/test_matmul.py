@@ -60,11 +60,12 @@ def _float64_reference(x, weight, bias, grad):
 @pytest.mark.parametrize(
     "leading, out_features, in_features, with_bias",
     [
-        ((7,), 5, 3, True),  # more outputs than inputs: the weight gradient as (xᵀg)ᵀ
-        ((2, 9), 6, 11, False),  # fewer: gᵀx directly
+        ((7,), 5, 3, True),  # more outputs than inputs but few rows: gᵀx
+        ((2, 9), 6, 11, False),  # fewer outputs: gᵀx
         ((4, 8), 16, 16, True),
-        ((64, 31), 688, 256, False),  # the tiny workload's gate/up projection
-        ((64, 31), 256, 688, True),  # and its down projection
+        # the tiny workload's gate/up projection, 1,984 rows: the weight gradient as (xᵀg)ᵀ
+        ((64, 31), 688, 256, False),
+        ((64, 31), 256, 688, True),  # and its down projection: gᵀx
     ],
 )
 def test_equals_float64_reference(backend, leading, out_features, in_features, with_bias):
