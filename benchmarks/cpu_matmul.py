@@ -1,4 +1,4 @@
-"""float32 CPU linear maps: torch's default (MKL) against oneDNN (quadrants/ops/matmul.py), interleaved.
+"""float32 CPU linear maps: torch's default (MKL) against oneDNN (ops/matmul.py), interleaved.
 
 For each shape, the forward x·Wᵀ and the two gradients g·W and gᵀx, timed alternately with
 `train.cpu_matmul=torch` and `onednn` in the same process, round after round; each figure is the
@@ -63,9 +63,13 @@ def main() -> None:
         weight = torch.randn(fan_out, fan_in, generator=generator) / fan_in**0.5
         grad = torch.randn(rows, fan_out, generator=generator)
         passes = {
-            "forward": lambda: linear(x, weight),
-            "g·W": lambda: linear_grads(grad, x, weight, weight_grad=False),
-            "gᵀx": lambda: linear_grads(grad, x, weight, input_grad=False),
+            "forward": lambda x=x, weight=weight: linear(x, weight),
+            "g·W": lambda x=x, weight=weight, grad=grad: linear_grads(
+                grad, x, weight, weight_grad=False
+            ),
+            "gᵀx": lambda x=x, weight=weight, grad=grad: linear_grads(
+                grad, x, weight, input_grad=False
+            ),
         }
         # about 20 ms of work per timing, at least one call
         flops = 2 * rows * fan_in * fan_out
