@@ -111,19 +111,26 @@ def _forward(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 
 
 def linear_grads(
-    grad: Tensor, x: Tensor, weight: Tensor, *, input_grad: bool = True, weight_grad: bool = True
-) -> tuple[Tensor | None, Tensor | None]:
-    """The gradients of `F.linear(x, weight)` given the output's `grad` [N..., O]: (g·W [N..., I],
-    gᵀx [O, I]), each None when not asked for."""
+    grad: Tensor,
+    x: Tensor,
+    weight: Tensor,
+    *,
+    input_grad: bool = True,
+    weight_grad: bool = True,
+    bias_grad: bool = False,
+) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """The gradients of `F.linear(x, weight, bias)` given the output's `grad` [N..., O]:
+    (g·W [N..., I], gᵀx [O, I], Σg [O]), each None when not asked for."""
     flat_grad = grad.reshape(-1, grad.shape[-1])  # [N, O]
     flat_x = x.reshape(-1, x.shape[-1])  # [N, I]
     grad_x = grad_w = None
+    grad_b = flat_grad.sum(0) if bias_grad else None
     if not routes(flat_grad, weight.t()):
         if input_grad:
             grad_x = grad.matmul(weight)
         if weight_grad:
             grad_w = flat_grad.t().matmul(flat_x)
-        return grad_x, grad_w
+        return grad_x, grad_w, grad_b
     if input_grad:
         grad_x = _nt(flat_grad, weight.t()).view(*grad.shape[:-1], weight.shape[1])
     if weight_grad:
@@ -136,7 +143,7 @@ def linear_grads(
             grad_w = _nt(flat_x.t(), flat_grad.t()).t().contiguous()  # (xᵀg)ᵀ
         else:
             grad_w = _nt(flat_grad.t(), flat_x.t())
-    return grad_x, grad_w
+    return grad_x, grad_w, grad_b
 
 
 class _OneDNNLinear(torch.autograd.Function):
@@ -149,17 +156,15 @@ class _OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         x, weight = ctx.saved_tensors
-        grad_x, grad_w = linear_grads(
+        wanted = ctx.needs_input_grad
+        return linear_grads(
             grad,
             x,
             weight,
-            input_grad=ctx.needs_input_grad[0],
-            weight_grad=ctx.needs_input_grad[1],
+            input_grad=wanted[0],
+            weight_grad=wanted[1],
+            bias_grad=ctx.has_bias and wanted[2],
         )
-        grad_b = None
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = grad.reshape(-1, grad.shape[-1]).sum(0)
-        return grad_x, grad_w, grad_b
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

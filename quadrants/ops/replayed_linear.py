@@ -28,18 +28,17 @@ class _ReplayedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         x, weight = ctx.saved_tensors
-        # g·W [N..., I] and gᵀx [O, I], through oneDNN where train.cpu_matmul says (ops/matmul.py)
-        grad_x, grad_w = linear_grads(
+        wanted = ctx.needs_input_grad
+        # g·W [N..., I], gᵀx [O, I], Σg [O]; through oneDNN where train.cpu_matmul says
+        grads = linear_grads(
             grad,
             x,
             weight,
-            input_grad=ctx.needs_input_grad[0],
-            weight_grad=ctx.needs_input_grad[1],
+            input_grad=wanted[0],
+            weight_grad=wanted[1],
+            bias_grad=ctx.has_bias and wanted[2],
         )
-        grad_b = None
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = grad.reshape(-1, grad.shape[-1]).sum(0)  # [O]
-        return grad_x, grad_w, grad_b, None
+        return *grads, None
 
 
 def replayed_linear(x: Tensor, weight: Tensor, bias: Tensor | None, output: Tensor) -> Tensor:

@@ -104,7 +104,8 @@ def test_strided_operands(backend):
     grad = torch.randn(10, 60, generator=generator)[:, ::2]  # [10, 30], strides (60, 2)
     assert not x.is_contiguous() and not grad.is_contiguous()
     torch.testing.assert_close(linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-5)
-    grad_x, grad_w = linear_grads(grad, x, weight)
+    grad_x, grad_w, grad_b = linear_grads(grad, x, weight, bias_grad=True)
+    torch.testing.assert_close(grad_b, grad.sum(0), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grad_x, grad @ weight, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(grad_w, grad.t() @ x, rtol=1e-5, atol=1e-5)
     assert grad_w.is_contiguous()
@@ -148,7 +149,8 @@ def test_torch_backend_is_f_linear_bit_for_bit(backend):
     assert not routes(x, weight)
     out = linear(x, weight)
     assert torch.equal(out, F.linear(x, weight))
-    grad_x, grad_w = linear_grads(grad, x, weight)
+    grad_x, grad_w, grad_b = linear_grads(grad, x, weight)
+    assert grad_b is None
     assert torch.equal(grad_x, grad.matmul(weight))
     assert torch.equal(grad_w, grad.t().matmul(x))
 
