@@ -106,7 +106,9 @@ def _nt(a: Tensor, b: Tensor, bias: Tensor | None = None) -> Tensor:
     return torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")
 
 
-def _forward(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+def onednn_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x [N..., I] · weightᵀ (+ bias) through oneDNN: [N..., O]. No checks and no autograd: for
+    no-grad callers that asked `routes` once for a whole loop of such calls."""
     y = _nt(x.reshape(-1, x.shape[-1]), weight, bias)  # [N, O]
     return y.view(*x.shape[:-1], weight.shape[0])
 
@@ -152,7 +154,7 @@ class _OneDNNLinear(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # type: ignore[override]
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        return _forward(x, weight, bias)
+        return onednn_linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
@@ -176,4 +178,4 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     tracked = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
     if torch.is_grad_enabled() and tracked:
         return _OneDNNLinear.apply(x, weight, bias)
-    return _forward(x, weight, bias)
+    return onednn_linear(x, weight, bias)

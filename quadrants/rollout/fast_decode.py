@@ -46,7 +46,7 @@ from torch import Tensor, nn
 
 from quadrants.models.linears import PLAIN_LINEARS
 from quadrants.models.replay import LinearOutputs, OutputStorage, recording_prompts
-from quadrants.ops.matmul import linear, routes
+from quadrants.ops.matmul import onednn_linear, routes
 from quadrants.rollout.decode import (
     Decoded,
     PreallocatedLayer,
@@ -169,6 +169,9 @@ class FastDecoder:
         self.rotary = body.rotary_emb
         self.final_norm = body.norm
         self.lm_head = model.lm_head
+        # whether every multiply of the step goes through oneDNN (train.cpu_matmul), asked once:
+        # the weights and the hidden states share the model's dtype and device
+        self.onednn = routes(self.lm_head.weight, self.lm_head.weight)
         first = body.layers[0].self_attn
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)
@@ -220,6 +223,9 @@ class FastDecoder:
         self.outputs, self.every_row = outputs, True
         self.rows = torch.arange(rows, device=outputs.slots.device)
 
+    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        return onednn_linear(x, weight, bias) if self.onednn else F.linear(x, weight, bias)
+
     def _project(
         self, x: Tensor, weight: Tensor, bias: Tensor | None, record: str, layer: int
     ) -> Tensor:
@@ -227,11 +233,11 @@ class FastDecoder:
         [0, b) of column `length` of the record's `record` buffer of `layer` (qkv, o, gate_up or
         down; the result is then a view of the record)."""
         if self.outputs is None:
-            return linear(x, weight, bias)
+            return self._linear(x, weight, bias)
         buffer = getattr(self.outputs, record)[layer]
         out = buffer[self.length, : x.shape[0]]  # [b, features], contiguous
-        if routes(x, weight, bias):  # oneDNN has no out= form: a copy of b x features
-            return out.copy_(linear(x, weight, bias))
+        if self.onednn:  # oneDNN has no out= form: a copy of b x features
+            return out.copy_(onednn_linear(x, weight, bias))
         if bias is None:
             return torch.mm(x, weight.t(), out=out)
         return torch.addmm(bias, x, weight.t(), out=out)
@@ -289,7 +295,7 @@ class FastDecoder:
             self.outputs.slots[self.length, self.rows] = torch.arange(rows, device=self.rows.device)
         self.length = end
         hidden = rms_norm(x, self.final_norm.weight, self.final_norm.variance_epsilon)
-        return linear(hidden, self.lm_head.weight, self.lm_head.bias)
+        return self._linear(hidden, self.lm_head.weight, self.lm_head.bias)
 
 
 @torch.no_grad()
