@@ -46,7 +46,9 @@ class PromptConfig:
 @dataclass
 class VLLMConfig:
     # the colocated vLLM engine (rollout.engine=vllm;
-    # quadrants/rollout/vllm.py); dtype = model.dtype
+    # quadrants/rollout/vllm.py)
+    # the engine's weights and compute dtype, independent of the trainer's (the weight push casts)
+    dtype: str = "bfloat16"
     gpu_memory_utilization: float = 0.5  # of GPU memory, weights + KV cache
     kv_cache_gib: float | None = (
         None  # None = sized from gpu_memory_utilization (give a size on CPU)
@@ -114,6 +116,19 @@ class TrainConfig:
     micro_batch_size: int = (
         0  # sequences per forward/backward, gradients accumulated; 0 = the mini-batch
     )
+    # micro-batches by token budget: each mini-batch's rows, sorted by length, packed into
+    # micro-batches of at most this many tokens (padding counted), gradients accumulated over them;
+    # 0 = off (micro_batch_size decides)
+    micro_batch_tokens: int = 0
+    # the same budget for the no-grad passes (behaviour, reference, |Δ log-prob|); 0 = off
+    forward_tokens: int = 0
+    # fp32 (parameters, optimizer states and compute in float32) | bf16-mixed (fp32 parameters and
+    # optimizer states, bf16 compute) | bf16 (pure: bf16 parameters and AdamW states) | auto
+    # (bf16-mixed on CUDA, fp32 elsewhere)
+    precision: str = "fp32"
+    # pure bf16 with AdamW rounds every small update away; refused unless this is true
+    allow_pure_bf16: bool = False
+    activation_checkpointing: bool = False  # recompute each decoder layer in backward
     epochs: int = 1  # passes over each rollout batch
     lr: float = 1e-4
     weight_decay: float = 0.0
@@ -238,6 +253,13 @@ class DistributedConfig:
 
 
 @dataclass
+class ClusterConfig:
+    # what one rank's accelerator holds; a run whose memory plan (`python -m quadrants.plan`)
+    # exceeds it is refused before anything is queued. None = no check
+    gpu_memory_gb: float | None = None
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     study: str = "quadrants"  # one MLflow experiment per study
@@ -258,3 +280,4 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)

@@ -89,6 +89,9 @@ RANGES: dict[str, Range] = {
         0, 2047, why="0 = glibc's own thresholds; mallopt takes a C int of bytes"
     ),
     "train.micro_batch_size": Range(0, why="0 = the whole mini-batch in one forward/backward"),
+    "train.micro_batch_tokens": Range(0, why="0 = off (train.micro_batch_size decides)"),
+    "train.forward_tokens": Range(0, why="0 = off"),
+    "cluster.gpu_memory_gb": Range(0, null=True, low_open=True, why="null = no memory check"),
     "train.dlogp_rows": Range(0, null=True, why="null = auto (1/16 of the rows), 0 = every row"),
     "train.length_buckets": Range(1, why="1 = every response in one call, cut to the longest"),
     "train.decode_replay_mb": Range(0, why="0 = the update always recomputes its forward"),
@@ -178,6 +181,10 @@ NO_RANGE: dict[str, str] = {
     "distributed.mixed_precision": "a name, checked by collectives.validate_distributed_config",
     "distributed.activation_checkpointing": "a flag",
     "distributed.reshard_after_forward": "a flag",
+    "train.precision": "a name, checked by validate_config",
+    "train.allow_pure_bf16": "a flag",
+    "train.activation_checkpointing": "a flag",
+    "rollout.vllm.dtype": "a dtype name, checked by validate_config",
 }
 
 
