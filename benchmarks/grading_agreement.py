@@ -159,9 +159,7 @@ def print_audit(name: str, findings: list[GoldParseFinding]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data-dir", default=None, help="default: $QUADRANTS_DATA or ../shared/data"
-    )
+    parser.add_argument("--data-dir", default=None, help="default: the data home ($QUADRANTS_DATA)")
     parser.add_argument("--benchmarks", nargs="+", default=known_benchmarks())
     parser.add_argument(
         "--max-problems", type=int, default=None, help="seeded subset per benchmark"

@@ -12,11 +12,12 @@ cached; the best rate of each is kept, since other processes may share the cores
 time per answer (parent plus workers, from /proc) shows the work itself whatever the load: on a
 busy machine compare it, not the rates.
 
-Real benchmark answers: for every benchmark in the data directory (``$QUADRANTS_DATA`` or
-../shared/data), the first --problems problems each give two completions, its own gold boxed in a
-sentence (graded correct) and the gold of a problem with a different value (graded wrong), the
-answers the grader sees at evaluation time (LaTeX fractions, intervals, units, tuples ...).
-Sequential grading times every answer alone, so the slowest single answer is printed too.
+Real benchmark answers: for every benchmark in the data home (``$QUADRANTS_DATA``, else
+~/.cache/quadrants/data), the first --problems problems each give two completions, its own gold
+boxed in a sentence (graded correct) and the gold of a problem with a different value (graded
+wrong), the answers the grader sees at evaluation time (LaTeX fractions, intervals, units,
+tuples ...). Sequential grading times every answer alone, so the slowest single answer is printed
+too.
 
 The adversarial batch mixes a 100 KB string, an answer math-verify cannot evaluate in time
 (10^{10^{10^{10}}}), thousands of nested braces, invalid UTF-8 and junk types; its wall time is

@@ -181,7 +181,7 @@ class EvalConfig:
         None
     )
     ks: list[int] = field(default_factory=list)  # Pass@k also at these k (each <= every n)
-    data_dir: str | None = None  # benchmark files; None = $QUADRANTS_DATA, else ../shared/data
+    data_dir: str | None = None  # None: the data home, $QUADRANTS_DATA or ~/.cache/quadrants/data
     source: str = "local"  # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
     batch_size: int = (
         256  # sequences (prompts x n) per generate call, benchmarks and the held-out check

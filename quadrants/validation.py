@@ -106,8 +106,11 @@ def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
         )
 
 
-def validate_config(cfg: RunConfig) -> None:
-    """Fail fast, naming the key and the allowed values, before any model or job is started."""
+def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
+    """Fail fast, naming the key and the allowed values, before any model or job is started.
+
+    ``files=False`` skips the checks that data files exist (a printed configuration needs none).
+    """
     check_ranges(cfg)
     check_model_source("model.name_or_path", cfg.model.name_or_path)
     try:
@@ -126,7 +129,11 @@ def validate_config(cfg: RunConfig) -> None:
         max_new_tokens=cfg.rollout.max_new_tokens,
     )
     validate_task(
-        cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params), model=cfg.model.name_or_path
+        cfg.task.name,
+        cfg.task.heldout_size,
+        dict(cfg.task.params),
+        model=cfg.model.name_or_path,
+        files=files,
     )
     validate_prompt(cfg.prompt.format)
     if cfg.task.answer_extraction not in EXTRACTIONS:
@@ -147,7 +154,7 @@ def validate_config(cfg: RunConfig) -> None:
             f"{list(CPU_MATMULS)}"
         )
     validate_device(cfg.train.device)
-    validate_eval(cfg.eval, cfg.task)
+    validate_eval(cfg.eval, cfg.task, files=files)
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
     validate_distributed_config(cfg)

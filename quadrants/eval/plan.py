@@ -31,6 +31,7 @@ from quadrants.tasks.benchmarks import (
     known_benchmarks,
     load_benchmark,
 )
+from quadrants.tasks.data_files import fetch_command, file_for_path
 from quadrants.tasks.ood import get_ood_spec, known_ood_benchmarks, load_ood_benchmark, missing_note
 
 if TYPE_CHECKING:
@@ -78,9 +79,10 @@ def _data_dir(eval_cfg: EvalConfig) -> Path:
     return Path(eval_cfg.data_dir).expanduser() if eval_cfg.data_dir else default_data_dir()
 
 
-def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
+def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = True) -> None:
     """Raise ValueError / FileNotFoundError naming the key and the fix; reads no
-    data, loads no model."""
+    data, loads no model. ``files=False`` leaves out the check that the local data files exist
+    (printing a configuration needs no data; running it does)."""
     if eval_cfg.source not in SOURCES:
         raise ValueError(
             f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}"
@@ -117,7 +119,7 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
                 f"n={samples} samples per problem; raise eval.benchmarks.{name} to "
                 f"{max(too_large)} or drop k={too_large}"
             )
-        if eval_cfg.source == "local":
+        if files and eval_cfg.source == "local":
             _check_local_files(name, _data_dir(eval_cfg))
     bad_ks = [k for k in eval_cfg.ks if k < 1]
     if bad_ks:
@@ -136,8 +138,10 @@ def _check_local_files(name: str, data_dir: Path) -> None:
     for relative in _local_files(name):
         path = data_dir / relative
         if not path.is_file():
+            entry = file_for_path(relative)
+            fetch = f"Run {fetch_command(entry)}; or set" if entry else "Set"
             raise FileNotFoundError(
-                f"eval.benchmarks.{name}: no data file at {path}. Set eval.data_dir (or "
+                f"eval.benchmarks.{name}: no data file at {path}. {fetch} eval.data_dir (or "
                 f"${DATA_ENV_VAR}) to the directory that holds {relative}, or use eval.source=hub "
                 "on a machine with network." + missing_note(name)
             )

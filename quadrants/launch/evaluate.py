@@ -56,13 +56,16 @@ def _split_benchmarks(overrides: list[str]) -> tuple[list[str], dict[str, int] |
     return rest, benchmarks
 
 
-def prepare(target: str, overrides: list[str]) -> tuple[RunConfig, EvalTarget]:
-    """Compose and validate the config and resolve the target; raises before anything is loaded."""
+def prepare(
+    target: str, overrides: list[str], *, files: bool = True
+) -> tuple[RunConfig, EvalTarget]:
+    """Compose and validate the config and resolve the target; raises before anything is loaded.
+    ``files=False`` (``--cfg``) does not ask for the benchmark files to exist."""
     from quadrants.launch.hydra_setup import compose_run_config
 
     resolved = resolve_target(target)
     overrides, benchmarks = _split_benchmarks(overrides)
-    cfg = compose_run_config([*overrides, f"eval.target={_quoted(target)}"])
+    cfg = compose_run_config([*overrides, f"eval.target={_quoted(target)}"], files=files)
     if benchmarks is not None:
         cfg = replace(cfg, eval=replace(cfg.eval, benchmarks=benchmarks))
     if resolved.kind == "checkpoint":
@@ -87,7 +90,7 @@ def prepare(target: str, overrides: list[str]) -> tuple[RunConfig, EvalTarget]:
             )
     else:
         cfg = replace(cfg, model=replace(cfg.model, name_or_path=resolved.model))
-    validate_config(cfg)
+    validate_config(cfg, files=files)
     return cfg, resolved
 
 
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        cfg, target = prepare(args.target, list(args.overrides))
+        cfg, target = prepare(args.target, list(args.overrides), files=not args.cfg)
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
         message = str(err).split("\nConfig search path:")[0].strip()
         if err.__cause__ is not None and str(err.__cause__).strip():

@@ -197,19 +197,20 @@ def _compose_job(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def compose_run_config(overrides: list[str]) -> RunConfig:
-    """Compose the tree with `overrides` (one job) and return it as a validated RunConfig."""
+def compose_run_config(overrides: list[str], *, files: bool = True) -> RunConfig:
+    """Compose the tree with `overrides` (one job) and return it as a validated RunConfig;
+    ``files=False`` (printing it) does not ask for the data files to exist."""
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return to_run_config(_compose_job(overrides))
+        return to_run_config(_compose_job(overrides), files=files)
 
 
-def to_run_config(cfg: DictConfig) -> RunConfig:
+def to_run_config(cfg: DictConfig, *, files: bool = True) -> RunConfig:
     """A composed job config as a RunConfig instance, validated (raises
     ValueError naming the key)."""
     run = OmegaConf.to_object(cfg)
     assert isinstance(run, RunConfig)
-    validate_config(run)
+    validate_config(run, files=files)
     return run
 
 

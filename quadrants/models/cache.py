@@ -1,26 +1,20 @@
-"""The user's model cache: where built models live (`$QUADRANTS_CACHE`, else ~/.cache/quadrants) and
-the lock that serialises concurrent builders of one entry."""
+"""The user's model cache: where built models live (`$QUADRANTS_CACHE`, else ~/.cache/quadrants; the
+root is `quadrants.home`'s, shared with the data home) and the lock that serialises concurrent
+builders of one entry."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from quadrants.home import CACHE_ENV, default_cache_root
 
 __all__ = ["CACHE_ENV", "default_cache_root", "exclusive_lock"]
 
 logger = logging.getLogger(__name__)
-
-CACHE_ENV = "QUADRANTS_CACHE"
-
-
-def default_cache_root() -> Path:
-    """`$QUADRANTS_CACHE`, else `~/.cache/quadrants`."""
-    configured = os.environ.get(CACHE_ENV)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "quadrants"
 
 
 @contextlib.contextmanager

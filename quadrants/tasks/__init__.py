@@ -137,10 +137,15 @@ def is_char_level(model: str) -> bool:
 
 
 def validate_task(
-    name: str, heldout_size: int, params: dict[str, Any], *, model: str | None = None
+    name: str,
+    heldout_size: int,
+    params: dict[str, Any],
+    *,
+    model: str | None = None,
+    files: bool = True,
 ) -> None:
-    """Compose-time checks: the name, the parameter names and values, local files, and the task
-    matching the model; reads no dataset and loads no model."""
+    """Compose-time checks: the name, the parameter names and values, local files (unless
+    ``files=False``), and the task matching the model; reads no dataset and loads no model."""
     if name not in known_tasks():
         raise ValueError(f"task.name={name!r} is unknown; choose one of {known_tasks()}")
     if heldout_size < 0:
@@ -164,7 +169,7 @@ def validate_task(
                 f"task.params.gold={merged['gold']!r} is unknown; choose one of {list(GOLD_RULES)}"
             )
         for key in ("path", "heldout_path"):
-            if merged.get(key):
+            if files and merged.get(key):
                 resolve_path(merged[key], merged.get("data_dir"))
     elif name == "reasoning_gym":
         try:

@@ -1,10 +1,11 @@
 """Evaluation benchmarks: AIME24/25, AMC23, MATH500, Minerva Math, OlympiadBench and GSM8K.
 
 Each benchmark reads its test split from a local jsonl file (``<data_dir>/<name>/test.jsonl``; the
-default ``data_dir`` is ``$QUADRANTS_DATA``, else ``<repo>/../shared/data``) or, only when asked for
-with ``source="hub"``, from the Hugging Face hub through `datasets` (imported lazily; it is not a
-dependency of quadrants). It turns every row into a `Problem` whose ``answer`` is a gold that the
-grader (math-verify, gold wrapped in ``$...$``) can parse. The dataset quirks this handles:
+default ``data_dir`` is the data home, `quadrants.home.default_data_dir`: ``$QUADRANTS_DATA``, else
+``~/.cache/quadrants/data``, filled by ``python -m quadrants.data``) or, only when asked for with
+``source="hub"``, from the Hugging Face hub through `datasets` (imported lazily; the ``hub``
+extra). It turns every row into a `Problem` whose ``answer`` is a gold that the grader (math-verify,
+gold wrapped in ``$...$``) can parse. The dataset quirks this handles:
 
 - AIME24: answers are zero-padded strings (``"025"``) -> ``"25"``.
 - AIME25: one answer is ``336^\\circ`` -> ``"336"`` (the official answer).
@@ -51,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from quadrants.home import DATA_ENV, default_data_dir
 from quadrants.rewards.extract import last_boxed
 from quadrants.rewards.normalize import normalize_answer
 from quadrants.rewards.rules import AnswerRule
@@ -74,8 +76,9 @@ __all__ = [
     "read_hub",
 ]
 
-DATA_ENV_VAR = "QUADRANTS_DATA"
-"""Environment variable naming the data directory (one sub-directory per benchmark)."""
+DATA_ENV_VAR = DATA_ENV
+"""Environment variable naming the data home (one sub-directory per benchmark;
+`quadrants.home`)."""
 
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """Appended to every problem on its own line (the Qwen2.5-Math "boxed" prompt)."""
@@ -385,14 +388,6 @@ def get_spec(name: str) -> BenchmarkSpec:
     return _SPECS[name]
 
 
-def default_data_dir() -> Path:
-    """``$QUADRANTS_DATA`` if set, else ``<repo>/../shared/data``."""
-    configured = os.environ.get(DATA_ENV_VAR)
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
 def plain_prompt(question: str) -> str:
     """The problem followed by `INSTRUCTION` on its own line."""
     return f"{question}\n{INSTRUCTION}"
@@ -467,9 +462,10 @@ def _local_rows(spec: BenchmarkSpec, data_dir: Path) -> list[dict[str, Any]]:
     path = data_dir / spec.local_file
     if not path.is_file():
         raise FileNotFoundError(
-            f"{spec.name}: no data file at {path}. Set {DATA_ENV_VAR} (or pass data_dir=) to the "
-            f"directory that holds {spec.local_file}, or load with source='hub' on a machine with "
-            f"network ({spec.hub.path})."
+            f"{spec.name}: no data file at {path}. Run `python -m quadrants.data download "
+            f"{spec.name}` on a machine with network (`python -m quadrants.data import {spec.name} "
+            f"FILE` for a copy brought by hand), or set {DATA_ENV_VAR} (or pass data_dir=) to the "
+            f"directory that holds {spec.local_file}, or load with source='hub' ({spec.hub.path})."
         )
     with path.open(encoding="utf-8") as lines:
         return [json.loads(line) for line in lines if line.strip()]

@@ -120,10 +120,14 @@ def resolve_path(path: str, data_dir: str | None = None) -> Path:
     candidate = root / path
     if candidate.exists():
         return candidate
+    from quadrants.tasks.data_files import fetch_command, file_for_path
+
+    entry = file_for_path(path)
+    fetch = f" Run {fetch_command(entry)}; or set" if entry else " Set"
     raise FileNotFoundError(
         f"task.params.path: no dataset file or directory at {given}"
         + ("" if given.is_absolute() else f" nor at {candidate}")
-        + f". Set task.params.path to a JSONL/Parquet file (or a directory of them), or set "
+        + f".{fetch} task.params.path to a JSONL/Parquet file (or a directory of them), or set "
         f"${DATA_ENV_VAR} (or task.params.data_dir) to the directory it is relative to; on a "
         "machine with network, task.params.hub=<dataset id> reads it from the Hugging Face Hub."
     )

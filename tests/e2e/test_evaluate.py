@@ -1,5 +1,5 @@
-"""`python -m quadrants.evaluate` end to end: the tiny model on slices of two real benchmarks from
-../shared/data and the toy task, into a real MLflow SQLite store; a training checkpoint evaluated
+"""`python -m quadrants.evaluate` end to end: the tiny model on slices of two benchmarks (the
+fixture files of the session's data home, in their real formats; tests/conftest.py) and the toy task, into a real MLflow SQLite store; a training checkpoint evaluated
 afterwards reproduces the in-training evaluation; bad input stops before anything is generated."""
 
 from __future__ import annotations
@@ -25,14 +25,8 @@ from quadrants.config import (
 )
 from quadrants.eval.results import benchmark_metrics, read_counts
 from quadrants.launch.evaluate import main
-from quadrants.tasks.benchmarks import default_data_dir
 from quadrants.tracking.base import RecordingTracker
 from quadrants.train.loop import run_training
-
-pytestmark = pytest.mark.skipif(
-    not (default_data_dir() / "gsm8k" / "test.jsonl").is_file(),
-    reason="needs the benchmark files of ../shared/data",
-)
 
 SLICE = ["eval.benchmarks={arithmetic:2,gsm8k:2,math500:2}", "eval.limit=3", "train.threads=1"]
 

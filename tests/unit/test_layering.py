@@ -29,11 +29,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "config_ranges": frozenset(),  # the numeric ranges of the schema's keys
     "ops": frozenset(),  # pure tensor math
     "rewards": frozenset(),  # text in, float out
+    "home": frozenset(),  # where the user's files live: the cache root and the data home
     # the research core and the data
     "objectives": frozenset({"ops"}),
-    "tasks": frozenset({"rewards"}),
+    "tasks": frozenset({"rewards", "home"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
-    "models": frozenset({"ops", "tasks"}),
+    "models": frozenset({"ops", "tasks", "home"}),
     "tracking": frozenset({"config", "ops"}),
     "rollout": frozenset({"config", "ops", "models"}),  # an engine starts from its config section
     "distributed": frozenset({"config", "rollout"}),  # process groups and collectives
@@ -57,7 +58,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, the CLIs
     "launch": frozenset(
         {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "eval", "probe", "validation", "train"}
+        | {"distributed", "eval", "probe", "validation", "train", "home"}
     ),
     "entry": frozenset({"launch"}),  # the thin `python -m` modules, which nothing imports
     "root": frozenset(),  # quadrants/__init__.py
@@ -70,6 +71,7 @@ COMPONENT_OF_MODULE: dict[str, str] = {
     "quadrants.submit": "entry",
     "quadrants.status": "entry",
     "quadrants.evaluate": "entry",
+    "quadrants.data": "entry",
     "quadrants.probe.__main__": "entry",
     "quadrants.train.distributed_main": "entry",
     # the standalone probe command (`python -m quadrants.probe`): it sets a target up as training

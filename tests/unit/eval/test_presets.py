@@ -1,16 +1,14 @@
-"""The eval presets of the Hydra tree compose to the paper's protocol and to a quick check."""
+"""The eval presets of the Hydra tree compose to the paper's protocol and to a quick check.
+
+Their benchmark files are checked at compose time: the session's data home holds the fixture files
+(tests/conftest.py), and a data home without them is refused, naming the command that fetches them.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from quadrants.launch.hydra_setup import compose_run_config
-from quadrants.tasks.benchmarks import default_data_dir, get_spec, known_benchmarks
-
-pytestmark = pytest.mark.skipif(
-    not all((default_data_dir() / get_spec(n).local_file).is_file() for n in known_benchmarks()),
-    reason="needs the benchmark files of ../shared/data (the presets' files are checked at compose time)",
-)
 
 
 def test_paper_preset_is_the_papers_protocol():
@@ -46,3 +44,14 @@ def test_a_preset_value_can_be_changed_and_a_bad_one_is_refused():
         ValueError, match=r"eval.ks=\[64\]: pass@k needs k <= n, but aime24 draws n=32"
     ):
         compose_run_config(["eval=paper", "eval.ks=[64]"])
+
+
+def test_a_preset_without_its_files_is_refused_naming_the_fetch_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUADRANTS_DATA", str(tmp_path))  # an empty data home
+    with pytest.raises(FileNotFoundError) as refused:
+        compose_run_config(["eval=paper"])
+    message = str(refused.value)
+    assert f"no data file at {tmp_path / 'aime24' / 'test.jsonl'}" in message
+    assert "python -m quadrants.data download aime24" in message
+    # printing needs no data: the same preset composes with the file check left out
+    assert compose_run_config(["eval=paper"], files=False).eval.benchmarks["aime24"] == 32
