@@ -14,6 +14,7 @@ the copy). The module `quadrants.tasks.data_files` holds the records the files a
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -52,9 +53,14 @@ def status_table(statuses: list[FileStatus]) -> str:
     return "\n".join(lines)
 
 
-def _list(data_dir: Path) -> int:
-    configured = "" if data_dir != default_data_dir() else f" (${DATA_ENV} or the default)"
-    print(f"data home: {data_dir}{configured}\n")
+def _list(data_dir: Path, given: bool) -> int:
+    if given:
+        where = ""
+    elif os.environ.get(DATA_ENV):
+        where = f" (${DATA_ENV})"
+    else:
+        where = f" (the default; ${DATA_ENV} names another)"
+    print(f"data home: {data_dir}{where}\n")
     statuses = [check(name, data_dir) for name in CATALOGUE]
     print(status_table(statuses))
     print("\nwhere each comes from:")
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     data_dir = (args.data_dir or default_data_dir()).expanduser()
 
     if args.command == "list":
-        sys.exit(_list(data_dir))
+        sys.exit(_list(data_dir, given=args.data_dir is not None))
     if args.command == "download":
         names = [n for n, e in CATALOGUE.items() if e.hub is not None] if args.all else args.names
         if not names:
