@@ -33,9 +33,14 @@ from quadrants.tasks.data_files import (
 )
 from tests.data_fixtures import FIXTURE_ROWS
 
-datasets = pytest.importorskip(
-    "datasets", reason="needs the `hub` extra (datasets): pip install -e '.[hub]' or '.[test]'"
-)
+
+@pytest.fixture
+def datasets():
+    """The `datasets` package (in the ``test`` and ``hub`` extras); its tests skip without it."""
+    return pytest.importorskip(
+        "datasets", reason="needs the `hub` extra (datasets): pip install -e '.[hub]' or '.[test]'"
+    )
+
 
 TOY_BYTES = b'{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n'
 
@@ -207,7 +212,7 @@ def test_import_converts_deepscalers_verl_parquet(tmp_path: Path, monkeypatch):
 
 @pytest.mark.parametrize("name", known_benchmarks())
 def test_a_hub_table_is_written_in_the_layout_the_loader_reads(
-    name: str, tmp_path: Path, monkeypatch
+    name: str, tmp_path: Path, monkeypatch, datasets
 ):
     entry = sized_to_the_fixture(monkeypatch, name)
     rows = FIXTURE_ROWS[entry.relative]
@@ -229,7 +234,7 @@ def test_a_hub_table_is_written_in_the_layout_the_loader_reads(
     assert load_benchmark(name, data_dir=tmp_path).items == load_benchmark(name).items
 
 
-def test_a_training_set_download_and_a_wrong_sized_table(tmp_path: Path, monkeypatch):
+def test_a_training_set_download_and_a_wrong_sized_table(tmp_path: Path, monkeypatch, datasets):
     entry = sized_to_the_fixture(monkeypatch, "gsm8k_train")
     rows = FIXTURE_ROWS[entry.relative]
     status = download(
