@@ -247,8 +247,6 @@ class DistributedConfig:
     # prompts per generate call; block b goes to rank b % world. null = prompts_per_step / world
     # (one call per rank). Fix it to make runs with different world sizes draw the same samples.
     prompts_per_generate: int | None = None
-    mixed_precision: str = "none"  # none | bf16 (FSDP2 MixedPrecisionPolicy; GPU runs)
-    activation_checkpointing: bool = False  # recompute each block in backward (GPU memory)
     reshard_after_forward: bool = True  # FSDP2: free gathered parameters after each forward
 
 
