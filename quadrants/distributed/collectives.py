@@ -353,15 +353,21 @@ def shard_model(
     bf16 through the autocast that the step wraps around every forward.
 
     `activation_checkpointing`: transformers' own non-reentrant checkpointing of each decoder layer
-    (`gradient_checkpointing_enable`; transformers/modeling_layers.py checkpoints the layer's
+    (`activation_checkpointing_enable`; transformers/modeling_layers.py checkpoints the layer's
     `forward`, not `__call__`, so FSDP2's hooks stay outside the recompute). Turned on before
     sharding, in one process and sharded alike.
 
     `device`: the training device. The shards live on the mesh's device, so the mesh is built on
     `device.type` explicitly (FSDP2's default mesh would pick CUDA whenever it exists, even for
     train.device=cpu); on CUDA the module is on `cuda:<LOCAL_RANK>` already (build_context)."""
-    if activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if activation_checkpointing:  # (gradient_checkpointing_enable before transformers 5)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
     if not env.sharded:
         return model
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
