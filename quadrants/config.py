@@ -19,6 +19,7 @@ class ModelConfig:
     # "tiny" = the embedded warm-started policy; "tiny-random" = random init (tests); else a local
     # path or a Hugging Face model id.
     name_or_path: str = "tiny"
+    # the dtype the weights are read in; the trainer's parameters then follow train.precision
     dtype: str = "float32"
 
 
