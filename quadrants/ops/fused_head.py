@@ -76,10 +76,21 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight, bias, ids, entropy)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
         ctx.skip_gradless = skip_gradless
+        # the autocast the forward ran in (train.precision=bf16-mixed): backward recomputes the
+        # logits in it too, so that its probabilities are the forward's (what
+        # torch.amp.custom_bwd does, for any device type)
+        device = hidden.device.type
+        ctx.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
         return logp, entropy
 
     @staticmethod
     def backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):  # type: ignore[override]
+        device, dtype, enabled = ctx.autocast
+        with torch.autocast(device, dtype=dtype, enabled=enabled):
+            return _FusedHeadLogpEntropy._backward(ctx, grad_logp, grad_entropy)
+
+    @staticmethod
+    def _backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):
         hidden, weight, bias, ids, entropy = ctx.saved_tensors
         step, tau = ctx.chunk_size, ctx.temperature
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]

@@ -89,10 +89,13 @@ def cpu_matmul() -> str:
 
 
 def routes(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
-    """Whether `linear(x, weight, bias)` runs through oneDNN."""
+    """Whether `linear(x, weight, bias)` runs through oneDNN: float32 operands on the CPU, outside
+    a CPU autocast (under `train.precision=bf16-mixed` F.linear is autocast's to cast to bf16; the
+    oneDNN call would bypass it and multiply in float32). A CUDA tensor never routes."""
     return (
         cpu_matmul() == "onednn"
         and x.device.type == "cpu"
+        and not torch.is_autocast_enabled("cpu")
         and x.dtype == weight.dtype == torch.float32
         and weight.dim() == 2
         and x.shape[-1] == weight.shape[1]

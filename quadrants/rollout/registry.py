@@ -144,7 +144,7 @@ class VLLMKind(EngineKind):
 
         engine = cfg.rollout.vllm
         settings = VLLMSettings(
-            dtype=cfg.model.dtype,
+            dtype=engine.dtype,  # the engine's own, independent of train.precision
             gpu_memory_utilization=engine.gpu_memory_utilization,
             kv_cache_gib=engine.kv_cache_gib,
             tensor_parallel_size=engine.tensor_parallel_size,

@@ -67,7 +67,7 @@ from transformers import PreTrainedTokenizerBase
 
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.hf import stop_token_ids
-from quadrants.rollout.weights import full_weights
+from quadrants.rollout.weights import WEIGHT_DTYPES, full_weights
 
 log = logging.getLogger("quadrants.rollout.vllm")
 
@@ -273,7 +273,8 @@ class VLLMEngine:
         prefix cache. With a sharded `model` this is a collective: every rank calls it at the same
         point."""
         self._wake(["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": full_weights(model)})
+        weights = full_weights(model, dtype=WEIGHT_DTYPES[self.settings.dtype])  # cast per tensor
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
         self._weights_discarded = False
 

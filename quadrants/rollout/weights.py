@@ -9,9 +9,22 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+# the dtype names an engine may be given (rollout.vllm.dtype); "auto": the weights' own dtype
+WEIGHT_DTYPES = {
+    "auto": None,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
-def full_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+
+def full_weights(
+    model: nn.Module, dtype: torch.dtype | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) for every entry of `model`'s state dict, one at a time.
+
+    `dtype`: floating tensors are cast to it one at a time (the engine's own dtype,
+    rollout.vllm.dtype: float32 trainer weights pushed to a bf16 engine); None: as they are.
 
     An FSDP2-sharded entry (a DTensor) is all-gathered when it is reached, so every rank must
     consume the iterator to the end, in the same order, at the same point of the step; only one full
@@ -20,6 +33,8 @@ def full_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     for name, tensor in model.state_dict().items():
         if isinstance(tensor, DTensor):
             tensor = tensor.full_tensor()
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
         yield name, tensor.detach()
 
 

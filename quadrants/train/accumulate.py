@@ -1,5 +1,6 @@
 """One mini-batch's gradient, in one piece or accumulated over micro-batches
-(`train.micro_batch_size`).
+(`train.micro_batch_tokens`: rows packed by a token budget, train/micro_batches.py; or
+`train.micro_batch_size`: a fixed number of rows).
 
 The loss is the mini-batch's: its normaliser (token-mean over the whole mini-batch, the constant
 groups DAPO drops, a forking or KL-Cov selection, batch statistics) is computed over every row of
@@ -39,6 +40,7 @@ from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.ops.length_buckets import response_spans
 from quadrants.train.distributed_step import sharded_policy_output
+from quadrants.train.micro_batches import row_lengths, token_groups
 
 if TYPE_CHECKING:
     from quadrants.train.context import StepContext
@@ -105,34 +107,48 @@ def backward_minibatch(
         with_entropy=ctx.spec.wants_entropy(ctx.params),
         max_buckets=ctx.passes.length_buckets,
     )
-    micro = ctx.cfg.train.micro_batch_size
-    micro = micro if micro and micro < mini.batch_size else 0
+    train, world = ctx.cfg.train, ctx.dist.world_size
+    micro = train.micro_batch_size
+    micro = micro if micro and micro < mini.batch_size and not train.micro_batch_tokens else 0
     carried = rows_with_gradient(mini, ctx.loss_settings, ctx.spec, ctx.params)
     if carried is not None and ctx.dist.sharded:
-        carried = _equal_shares(carried, ctx.dist.world_size)
+        carried = _equal_shares(carried, world)
     if carried is not None and bool(carried.all()):
         carried = None
-    if not micro and carried is None:
-        policy = sharded_policy_output(ctx.dist, ctx.model, mini, replay=replay, **passes)
+    by_length = torch.argsort(response_spans(mini.response_mask), stable=True)  # [B]
+    valued: list[Tensor] = []
+    graded = by_length if carried is None else by_length[carried[by_length]]
+    if train.micro_batch_tokens:  # micro-batches by token budget (train/micro_batches.py)
+        lengths = row_lengths(mini.attention_mask, mini.response_length)
+        with_grad = token_groups(lengths, graded, train.micro_batch_tokens, world)
+        split = len(with_grad) > 1
+        every_row = torch.arange(mini.batch_size, device=graded.device)
+        first = every_row if split or carried is None else torch.nonzero(~carried).squeeze(1)
+        budget = train.forward_tokens or train.micro_batch_tokens
+        valued = token_groups(lengths, first, budget, world) if first.numel() else []
+    else:
+        split = bool(micro)
+        step = micro or mini.batch_size
+        with_grad = [graded[s : s + step] for s in range(0, graded.shape[0], step)]
+        if micro:  # every row's values without grad, a micro-batch at a time
+            valued = [by_length[s : s + micro] for s in range(0, mini.batch_size, micro)]
+        elif carried is not None:  # the idle rows' values only: the rows with gradient get
+            valued = [torch.nonzero(~carried).squeeze(1)]  # theirs from the grad pass
+    if not split and carried is None:
+        with ctx.precision.autocast(ctx.device):
+            policy = sharded_policy_output(ctx.dist, ctx.model, mini, replay=replay, **passes)
         loss, metrics = compute_loss(
             ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
         )
         loss.backward()
         return loss.detach(), metrics
-    by_length = torch.argsort(response_spans(mini.response_mask), stable=True)  # [B]
-    if micro:  # every row's values without grad, a micro-batch at a time
-        valued = [by_length[s : s + micro] for s in range(0, mini.batch_size, micro)]
-    else:  # the idle rows' values only: the rows with gradient get theirs from the grad pass
-        valued = [torch.nonzero(~carried).squeeze(1)]  # type: ignore[operator]
-    graded = by_length if carried is None else by_length[carried[by_length]]
-    step = micro or mini.batch_size
-    with_grad = [graded[s : s + step] for s in range(0, graded.shape[0], step)]
     logp, entropy = _detached_values(ctx, mini, valued, passes, replay)
     loss, metrics, draws = None, {}, None
     for index in with_grad:
-        part = sharded_policy_output(
-            ctx.dist, ctx.model, mini.select(index), replay=_rows(replay, index), **passes
-        )
+        with ctx.precision.autocast(ctx.device):
+            part = sharded_policy_output(
+                ctx.dist, ctx.model, mini.select(index), replay=_rows(replay, index), **passes
+            )
         policy = PolicyOutput(
             _splice(logp, part.logp, index),
             None if entropy is None else _splice(entropy, part.entropy, index),
@@ -208,7 +224,7 @@ def _detached_values(
     logp, entropy = torch.empty_like(mini.old_logp), None
     if passes["with_entropy"]:
         entropy = torch.empty_like(mini.old_logp)
-    with torch.no_grad():
+    with torch.no_grad(), ctx.precision.autocast(ctx.device):
         for rows in groups:
             if rows.numel() == 0:
                 continue

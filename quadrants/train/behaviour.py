@@ -14,8 +14,9 @@ token by token through a KV cache, the pass runs the whole sequence): observed d
   importance weights would be 1 by construction);
 - the objective's gradient is continuous at logπ = logπ_old (not KL-Cov:
   `ObjectiveSpec.recomputed_old_logp`, its |logπ − logπ_old| turns rounding into a gradient sign);
-- the trainer computes in the module's own dtype (`distributed.mixed_precision=none`: an FSDP bf16
-  trainer differs from the float32 replica by far more than rounding).
+- the trainer computes in the dtype its parameters are stored in (`train.precision` fp32, or pure
+  bf16; not bf16-mixed, `train_computes_in_storage_dtype`: its bf16 autocast or FSDP2 bf16 compute
+  differs from the engine's decode over the stored weights by far more than float32 rounding).
 The frozen reference policy's pass (a KL term) is never skipped: the engine does not sample from it.
 """
 
@@ -23,9 +24,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
 from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.rollout.engine import Rollouts
 from quadrants.rollout.registry import get_engine
+from quadrants.train.precision import resolve_precision
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
@@ -39,8 +43,17 @@ def engine_numbers_may_stand_in(cfg: RunConfig, spec: ObjectiveSpec) -> bool:
         and not spec.recomputed_old_logp
         and get_engine(cfg.rollout.engine).samples_from_trainer_weights
         and cfg.rollout.mismatch_correction == "none"
-        and cfg.distributed.mixed_precision == "none"
+        and train_computes_in_storage_dtype(cfg)
     )
+
+
+def train_computes_in_storage_dtype(cfg: RunConfig) -> bool:
+    """False when `train.precision` resolves to bf16-mixed on this run's training device (`auto`:
+    on CUDA, which `train.device` auto or cuda trains on wherever CUDA is available)."""
+    name = cfg.train.precision
+    if name == "auto":
+        return cfg.train.device == "cpu" or not torch.cuda.is_available()
+    return not resolve_precision(name, torch.device("cpu")).mixed
 
 
 def engine_behaviour_is_exact(cfg: RunConfig, spec: ObjectiveSpec, rollouts: Rollouts) -> bool:

@@ -18,6 +18,7 @@ from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts
 from quadrants.tasks.base import Task
+from quadrants.train.precision import FP32, Precision
 
 
 @dataclass(frozen=True)
@@ -28,15 +29,19 @@ class PassSettings:
         temperature: log-probs and entropy are those of softmax(logits / temperature), the sampling
             temperature (rollout.temperature).
         chunk_size: vocabulary chunk of the log-softmax and entropy (train.entropy_chunk_size).
-        batch_size: sequences per call of a no-grad pass (train.mini_batch_size).
+        batch_size: sequences per call of a no-grad pass (train.mini_batch_size), when
+            `forward_tokens` is 0.
         length_buckets: at most this many response-length buckets per forward
             (train.length_buckets; models/policy.py).
+        forward_tokens: a no-grad pass's rows packed into calls of at most this many padded
+            tokens per rank (train.forward_tokens; train/micro_batches.py); 0 = `batch_size` rows.
     """
 
     temperature: float
     chunk_size: int
     batch_size: int
     length_buckets: int = 1
+    forward_tokens: int = 0
 
     @classmethod
     def from_config(cls, rollout: RolloutConfig, train: TrainConfig) -> PassSettings:
@@ -45,6 +50,7 @@ class PassSettings:
             chunk_size=train.entropy_chunk_size,
             batch_size=train.mini_batch_size,
             length_buckets=train.length_buckets,
+            forward_tokens=train.forward_tokens,
         )
 
 
@@ -67,6 +73,8 @@ class StepContext:
     device: torch.device = field(
         default_factory=lambda: torch.device("cpu")
     )  # train.device, resolved
+    # train.precision resolved on `device`: the forwards run in its autocast (train/precision.py)
+    precision: Precision = field(default_factory=lambda: FP32)
 
     @property
     def quadrant(self) -> QuadrantSettings:

@@ -41,6 +41,7 @@ from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.rollout.registry import get_engine
+from quadrants.train.precision import resolve_precision
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
@@ -126,10 +127,20 @@ def sharded_behaviour_pass(
     sequences: Tensor,
     attention_mask: Tensor,
     response_length: int,
+    groups: list[Tensor] | None = None,
     **passes: Any,
 ) -> tuple[Tensor, Tensor]:
     """`behaviour_pass` over this rank's share of the rows, gathered: (logp [B,
-    T], entropy [B, T])."""
+    T], entropy [B, T]).
+
+    `groups` (train.forward_tokens; train/micro_batches.py): the rows in calls packed by a token
+    budget, each group a multiple of the world size, computed from the whole batch and so the same
+    on every rank; each rank runs its contiguous share of each group in one call. None: this rank's
+    share of every row, `batch_size` rows per call."""
+    if groups is not None:
+        return _grouped_behaviour_pass(
+            env, model, sequences, attention_mask, response_length, groups, **passes
+        )
     if not env.sharded:
         return behaviour_pass(model, sequences, attention_mask, response_length, **passes)
     share = row_share(sequences.shape[0], env)
@@ -142,6 +153,35 @@ def sharded_behaviour_pass(
         **{**passes, "share_prompts": "always", "max_buckets": 1},
     )
     return torch.cat(all_gather_rows(logp, env)), torch.cat(all_gather_rows(entropy, env))
+
+
+def _grouped_behaviour_pass(
+    env: DistEnv,
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    groups: list[Tensor],
+    **passes: Any,
+) -> tuple[Tensor, Tensor]:
+    """`sharded_behaviour_pass` one call per group of rows (see there)."""
+    if env.sharded:  # the same FSDP forward calls on every rank, whatever its rows
+        passes = {**passes, "share_prompts": "always", "max_buckets": 1}
+    rows_total, width = sequences.shape[0], response_length
+    logp = torch.zeros(rows_total, width, device=sequences.device)
+    entropy = torch.zeros(rows_total, width, device=sequences.device)
+    for rows in groups:
+        own = rows[row_share(rows.shape[0], env)]
+        part_logp, part_entropy = behaviour_pass(
+            model,
+            sequences[own],
+            attention_mask[own],
+            response_length,
+            **{**passes, "batch_size": max(own.shape[0], 1)},
+        )
+        logp[rows] = torch.cat(all_gather_rows(part_logp, env))
+        entropy[rows] = torch.cat(all_gather_rows(part_entropy, env))
+    return logp, entropy
 
 
 def sharded_policy_output(
@@ -202,22 +242,29 @@ def prepare_policy(
     engine) samples from the policy itself in one plain process, from a full per-rank copy on the
     same device when sharded, taken here before sharding. The modules are moved before
     `fully_shard`, so each rank's shards and its rollout copy are on `cuda:<LOCAL_RANK>` with CUDA
-    (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op)."""
+    (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op).
+
+    The parameters are stored in `train.precision`'s dtype (train/precision.py): float32 for fp32
+    and bf16-mixed whatever `model.dtype` they were read in (a bf16 checkpoint cast up exactly),
+    bfloat16 for pure bf16. The replica is taken after the cast: the HF engine samples from the
+    trainer's parameters in their stored dtype."""
     from quadrants.rollout.device import resolve_device
 
     check_layout(cfg, env.world_size)
     kind = get_engine(cfg.rollout.engine)
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
-    model = model.to(device)
-    ref_model = None if ref_model is None else ref_model.to(device)
+    precision = resolve_precision(cfg.train.precision, device)
+    model = model.to(device=device, dtype=precision.param_dtype)
+    if ref_model is not None:  # frozen: the policy's dtype, so that its forward is the policy's
+        ref_model = ref_model.to(device=device, dtype=precision.param_dtype)
     options = dict(
-        mixed_precision=cfg.distributed.mixed_precision,
+        precision=precision,
         reshard_after_forward=cfg.distributed.reshard_after_forward,
         device=device,
     )
     replica = rollout_replica(model, env) if kind.replica_for_ranks else None
     model = shard_model(
-        model, env, activation_checkpointing=cfg.distributed.activation_checkpointing, **options
+        model, env, activation_checkpointing=cfg.train.activation_checkpointing, **options
     )
     if env.sharded and ref_model is not None:
         ref_model = shard_model(ref_model, env, **options)

@@ -46,6 +46,7 @@ from quadrants.train.allocator import retain_freed_memory
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
 from quadrants.train.context import PassSettings
 from quadrants.train.distributed_step import prepare_policy
+from quadrants.train.precision import resolve_precision
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
 from quadrants.train.step import StepContext, train_step
@@ -93,6 +94,8 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     if cfg.objective.kl_coef > 0:
         ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
         ref_model.requires_grad_(False).eval()
+    # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
+    # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
     model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
     optimizer = torch.optim.AdamW(
         model.parameters(),
@@ -125,6 +128,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         passes=PassSettings.from_config(cfg.rollout, cfg.train),
         dist=dist_env,
         device=device,
+        precision=resolve_precision(cfg.train.precision, device),
     )
 
 

@@ -28,6 +28,7 @@ from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.behaviour import engine_behaviour_is_exact
 from quadrants.train.context import Collected, StepContext
 from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass
+from quadrants.train.micro_batches import row_lengths, token_groups
 from quadrants.train.refill import collect_with_refill, correctness, refill_seed
 from quadrants.train.replay import decode_replay, record_budget_mb
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
@@ -91,19 +92,27 @@ def no_grad_pass(
     ctx: StepContext, model: nn.Module, sequences: Tensor, attention_mask: Tensor, length: int
 ) -> tuple[Tensor, Tensor]:
     """`model`'s log-probs and entropy ([B, T] each) over the last `length` tokens, no grad, with
-    the step's PassSettings, the rows spread over the ranks."""
+    the step's PassSettings, the rows spread over the ranks; with `train.forward_tokens`, in calls
+    packed by that token budget per rank (train/micro_batches.py)."""
     passes = ctx.passes
-    return sharded_behaviour_pass(
-        ctx.dist,
-        model,
-        sequences,
-        attention_mask,
-        length,
-        temperature=passes.temperature,
-        chunk_size=passes.chunk_size,
-        batch_size=passes.batch_size,
-        max_buckets=passes.length_buckets,
-    )
+    groups = None
+    if passes.forward_tokens:
+        rows = torch.arange(sequences.shape[0], device=sequences.device)
+        lengths = row_lengths(attention_mask, length)
+        groups = token_groups(lengths, rows, passes.forward_tokens, ctx.dist.world_size)
+    with ctx.precision.autocast(ctx.device):
+        return sharded_behaviour_pass(
+            ctx.dist,
+            model,
+            sequences,
+            attention_mask,
+            length,
+            temperature=passes.temperature,
+            chunk_size=passes.chunk_size,
+            batch_size=passes.batch_size,
+            max_buckets=passes.length_buckets,
+            groups=groups,
+        )
 
 
 def build_batch(
@@ -186,6 +195,9 @@ def update_policy(
             ctx.optimizer.step()
             metrics["loss"] = loss
             per_update.append(metrics)
+    # the last update's gradients are not needed again: freed now, not held through the next
+    # rollout (the next update's zero_grad would free them only then)
+    ctx.optimizer.zero_grad(set_to_none=True)
     ctx.scheduler.step()
     return mean_metrics(per_update), sum(grad_norms) / max(len(grad_norms), 1)
 

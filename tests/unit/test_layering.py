@@ -37,7 +37,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "models": frozenset({"ops", "tasks", "home"}),
     "tracking": frozenset({"config", "ops"}),
     "rollout": frozenset({"config", "ops", "models"}),  # an engine starts from its config section
-    "distributed": frozenset({"config", "rollout"}),  # process groups and collectives
+    # process groups and collectives (ops: through the leaf train/precision.py, below)
+    "distributed": frozenset({"config", "ops", "rollout"}),
     # components that use the ones above
     "eval": frozenset(
         {"config", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
@@ -74,6 +75,9 @@ COMPONENT_OF_MODULE: dict[str, str] = {
     "quadrants.data": "entry",
     "quadrants.probe.__main__": "entry",
     "quadrants.train.distributed_main": "entry",
+    # the trainer's precision: a torch-only leaf (a script with torch alone imports it), used by
+    # the sharding in distributed/ below train/
+    "quadrants.train.precision": "ops",
     # the standalone probe command (`python -m quadrants.probe`): it sets a target up as training
     # does (the run's task and rollout engine), so it sits above train/
     "quadrants.probe.runner": "launch",

@@ -45,6 +45,24 @@ def closed_port() -> int:
             r"use a divisor of 128 \(e.g. 64, 32, 16\)",
         ),
         (["-m", "seed=0,1", "train.mini_batch_size=7"], r"train.mini_batch_size=7 does not divide"),
+        # removed keys name their replacement (Hydra's own message would suggest appending them)
+        (
+            ["distributed.mixed_precision=bf16"],
+            r"distributed.mixed_precision was removed; use train.precision=bf16-mixed",
+        ),
+        (
+            ["distributed.activation_checkpointing=true"],
+            r"was removed; use train.activation_checkpointing=true",
+        ),
+        # pure bf16 with AdamW rounds a small update away: refused unless allowed
+        (
+            ["model.dtype=bfloat16", "train.precision=bf16"],
+            r"rounds away.*Use train.precision=bf16-mixed.*train.allow_pure_bf16=true",
+        ),
+        (
+            ["rollout.max_new_tokens=128", "train.micro_batch_tokens=64"],
+            r"train.micro_batch_tokens=64 is below rollout.max_new_tokens=128",
+        ),
     ],
 )
 def test_refused_at_compose_time(argv, message, tmp_path):

@@ -42,7 +42,7 @@ def test_the_default_records_up_to_the_budget():
         ("KL-Cov recomputes old log-probs", lambda: context("kl_cov")),
         ("vLLM samples", lambda: context(rollout__engine="vllm")),
         ("mismatch correction", lambda: context(rollout__mismatch_correction="token")),
-        ("bf16 trainer", lambda: context(distributed__mixed_precision="bf16")),
+        ("bf16-mixed trainer", lambda: context(train__precision="bf16-mixed")),
         ("refill rounds", lambda: context(rollout__refill_rounds=2)),
         ("several generate calls", lambda: context(distributed__prompts_per_generate=4)),
     ],

@@ -1,0 +1,89 @@
+"""The trainer's numeric precision (`train.precision`): the dtype its parameters are stored in, the
+dtype its forward computes in, and how that is arranged in one process and under FSDP2.
+
+- `fp32`: parameters, gradients, AdamW's moments and the compute in float32.
+- `bf16-mixed`: float32 parameters, gradients and AdamW moments (the "master weights"), compute in
+  bfloat16. One process: `torch.autocast(device, bfloat16)` around the forward, over the float32
+  parameters (CPU and CUDA both have it). Sharded: FSDP2's
+  `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`: the all-gathered parameters
+  are cast to bf16 for the forward and backward, gradients are reduced in float32 and land on the
+  float32 shards the optimizer steps (torch/distributed/fsdp/_fully_shard/_fsdp_api.py), with the
+  same autocast around the forward, as verl's FSDP actor does (verl/workers/actor/dp_actor.py wraps
+  its forward in `torch.autocast(dtype=torch.bfloat16)` over an FSDP module with
+  `param_dtype=bf16, reduce_dtype=fp32`).
+- `bf16`: pure bfloat16: parameters and AdamW's moments in bf16. An Adam step moves a weight by
+  about lr (1e-6 in the paper), while bf16 spaces the numbers near a weight w by 2^(e-7) with
+  2^e <= |w|: any |w| >= 2^-12 ~ 2.4e-4 has spacing >= 2^-19 ~ 1.9e-6, so the update is under half a
+  spacing and rounds away. validate_config refuses it unless `train.allow_pure_bf16=true`.
+- `auto`: bf16-mixed on CUDA, fp32 elsewhere.
+
+torch only (no quadrants import), so a script with torch and transformers alone can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+PRECISIONS = ("fp32", "bf16-mixed", "bf16", "auto")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A resolved `train.precision` (never `auto`).
+
+    Attributes:
+        name: "fp32", "bf16-mixed" or "bf16".
+        param_dtype: the dtype the trainer's parameters (and so its gradients and AdamW's moments)
+            are stored in.
+        compute_dtype: the dtype of the forward's matrix multiplies.
+    """
+
+    name: str
+    param_dtype: torch.dtype
+    compute_dtype: torch.dtype
+
+    @property
+    def mixed(self) -> bool:
+        """True when the forward computes in another dtype than the parameters are stored in."""
+        return self.param_dtype != self.compute_dtype
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """The context a forward runs in: `torch.autocast(device.type, compute_dtype)` when mixed,
+        else a no-op (fp32 and pure bf16 compute in the parameters' own dtype)."""
+        if not self.mixed:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.compute_dtype)
+
+    def fsdp_policy(self) -> MixedPrecisionPolicy | None:
+        """FSDP2's policy for a sharded run: bf16 compute with float32 gradient reduction when
+        mixed; None (FSDP2's default: the parameters' own dtype throughout) otherwise."""
+        if not self.mixed:
+            return None
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        return MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
+
+
+FP32 = Precision("fp32", torch.float32, torch.float32)
+
+_RESOLVED = {
+    "fp32": FP32,
+    "bf16-mixed": Precision("bf16-mixed", torch.float32, torch.bfloat16),
+    "bf16": Precision("bf16", torch.bfloat16, torch.bfloat16),
+}
+
+
+def resolve_precision(name: str, device: torch.device) -> Precision:
+    """`train.precision` on `device`: `auto` is bf16-mixed on CUDA and fp32 elsewhere."""
+    if name not in PRECISIONS:
+        raise ValueError(f"train.precision={name!r} is unknown; choose one of {list(PRECISIONS)}")
+    if name == "auto":
+        name = "bf16-mixed" if device.type == "cuda" else "fp32"
+    return _RESOLVED[name]
