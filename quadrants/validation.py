@@ -125,7 +125,7 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
     if train.precision == "bf16" and not train.allow_pure_bf16:
         raise ValueError(
             "train.precision=bf16 keeps the parameters and AdamW's moments in bfloat16, whose "
-            "spacing is 2^-7 of a weight's binade: for any weight above ~4.9e-4 (most of a model's) "
+            "spacing is 2^-7 of a weight's binade: for any weight above ~4.9e-4 (most weights) "
             "it is at least 3.8e-6, so an AdamW update of about "
             f"train.lr={train.lr:g} (below half the spacing) rounds away and the policy does "
             "not learn. Use "

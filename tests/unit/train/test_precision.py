@@ -87,8 +87,9 @@ def test_one_step_at_lr_1e_6_moves_the_weights_under_bf16_mixed_only():
     """Adam's first step moves each weight by lr · m/(√v + ε) = lr · sign(g) (m = (1-β1) g, v =
     (1-β2) g² after bias correction): 1e-6. The tiny model's weights are ~N(0, 0.02): in float32
     their spacing is at most |w| · 2^-23 ≪ 1e-6, so every weight with a gradient moves (measured:
-    all of them). In bf16 the spacing near |w| ≥ 2^-12 ≈ 2.4e-4 is ≥ 2^-19 ≈ 1.9e-6 and the
-    step is under half of it: only the few weights smaller than that move (measured 2.1 %)."""
+    all of them). In bf16 the spacing near |w| ≥ 2^-11 ≈ 4.9e-4 is ≥ 2^-18 ≈ 3.8e-6 and the
+    step is under half of it (1.9e-6), so it rounds away: only weights below ~4.9e-4 can move,
+    P(|w| < 4.9e-4) = 2·Φ(4.9e-4 / 0.02) − 1 ≈ 0.020 for N(0, 0.02) (measured 2.1 %)."""
     _, _, moved_mixed, moment_mixed = one_step("bf16-mixed")
     _, _, moved_pure, moment_pure = one_step("bf16")
     assert moment_mixed == torch.float32 and moment_pure == torch.bfloat16
