@@ -66,12 +66,45 @@ def gradients(case: str, sharded: bool) -> dict[str, torch.Tensor]:
     return out
 
 
+def no_grad_pass_by_tokens(sharded: bool) -> dict[str, torch.Tensor]:
+    """The seeded batch's old log-probs and entropy through `sharded_behaviour_pass` in calls of at
+    most 16 tokens per rank (train.forward_tokens; float32, FSDP2 when sharded)."""
+    from quadrants.distributed.collectives import current, shard_model
+    from quadrants.models.loading import load_policy
+    from quadrants.train.distributed_step import sharded_behaviour_pass
+    from quadrants.train.micro_batches import row_lengths, token_groups
+    from tests.unit.train.test_accumulate import seeded_batch
+
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    env = current()
+    model = shard_model(model, env)
+    lengths = row_lengths(batch.attention_mask, batch.response_length)
+    groups = token_groups(lengths, torch.arange(batch.batch_size), 16, env.world_size)
+    logp, entropy = sharded_behaviour_pass(
+        env,
+        model,
+        batch.sequences,
+        batch.attention_mask,
+        batch.response_length,
+        groups=groups,
+        temperature=1.0,
+        chunk_size=7,
+        batch_size=batch.batch_size,
+    )
+    mask = batch.response_mask
+    return {"logp": logp * mask, "entropy": entropy * mask, "calls": torch.tensor(len(groups))}
+
+
 def _rank(rank: int, world: int, rendezvous: str, out: str, case: str) -> None:
     torch.set_num_threads(1)
     os.environ["LOCAL_RANK"] = str(rank)
     dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world)
     try:
-        grads = gradients(case, sharded=True)
+        if case == "no_grad_tokens":
+            grads = no_grad_pass_by_tokens(sharded=True)
+        else:
+            grads = gradients(case, sharded=True)
         if rank == 0:
             torch.save(grads, out)
     finally:
@@ -112,3 +145,15 @@ def test_checkpointing_and_token_budget_on_two_ranks_equal_one_process(tmp_path)
     assert sum(g.abs().sum() for g in plain.values()) > 0
     for name, grad in plain.items():  # float32 sums in another order
         torch.testing.assert_close(two[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_no_grad_pass_by_tokens_on_two_ranks_equals_one_process(tmp_path):
+    """Rows of 9 7 9 6 8 9 tokens, a budget of 16 per rank, 2 ranks: units of 2 rows by length,
+    [6, 7], [8, 9], [9, 9]; two units would cost each rank 2 rows x 9 = 18 > 16, so every unit is
+    a call: 3 calls on every rank, one row each. The result is the one-process pass's."""
+    two = on_ranks(tmp_path, "no_grad_tokens", 2)
+    one = no_grad_pass_by_tokens(sharded=False)
+    assert int(two["calls"]) == 3
+    torch.testing.assert_close(two["logp"], one["logp"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(two["entropy"], one["entropy"], rtol=0, atol=1e-5)

@@ -117,6 +117,7 @@ def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
     if spec.get("engine") == "vllm":
         cfg.rollout.engine = "vllm"
         cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.enforce_eager = 0.25, True
+        cfg.rollout.vllm.dtype = "float32"  # the float32 trainer's (the default is bfloat16)
     return cfg
 
 

@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 VLLM = [
     "rollout=vllm",
     "rollout.vllm.kv_cache_gib=0.25",
+    "rollout.vllm.dtype=float32",
     "rollout.vllm.enforce_eager=true",
     "objective=w_reinforce",
     "train.lr=1e-3",

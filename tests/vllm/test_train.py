@@ -22,6 +22,7 @@ def test_two_steps_on_the_vllm_engine():
     cfg.rollout.engine, cfg.rollout.group_size, cfg.rollout.max_new_tokens = "vllm", 4, 16
     cfg.rollout.mismatch_correction, cfg.rollout.mismatch_cap = "token", 2.0
     cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.enforce_eager = 0.25, True
+    cfg.rollout.vllm.dtype = "float32"  # the float32 trainer's numbers (the default is bfloat16)
     result = run_training(cfg)
     last = result.last_step
     # each update moves the sampled tokens' log-probs by ~0.2 on average (measured 0.21-0.24)

@@ -109,7 +109,8 @@ def test_vllm_is_started_with_the_run_settings(monkeypatch):
 
     monkeypatch.setattr(vllm_module, "VLLMEngine", _Recorded)
     cfg = RunConfig(seed=7)
-    cfg.model.dtype = "bfloat16"
+    cfg.model.dtype = "float32"  # the engine's dtype is its own (rollout.vllm.dtype), not this
+    cfg.rollout.vllm.dtype = "float16"
     cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.sleep_level = 0.25, 2
     model, kind = torch.nn.Linear(1, 1), get_engine("vllm")
     engine = kind.start(cfg, model, None, replica=None, world_size=2)
@@ -117,7 +118,7 @@ def test_vllm_is_started_with_the_run_settings(monkeypatch):
         engine.model is model and engine.model_source is None
     )  # the embedded tiny model: synced in
     assert engine.settings == VLLMSettings(
-        dtype="bfloat16",
+        dtype="float16",
         gpu_memory_utilization=0.5,
         kv_cache_gib=0.25,
         tensor_parallel_size=1,

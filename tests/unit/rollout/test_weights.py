@@ -39,3 +39,17 @@ def test_copy_weights_overwrites_every_parameter_and_buffer_in_place():
     for name, value in source.state_dict().items():
         assert torch.equal(target.state_dict()[name], value), name
     assert target.scale.item() == 1.0
+
+
+def test_the_push_casts_floating_tensors_to_the_engine_dtype():
+    """rollout.vllm.dtype=bfloat16 with a float32 trainer: each floating tensor is cast as it is
+    reached (0.1 becomes bf16's nearest, 0.10009765625); integer buffers stay as they are."""
+    model = nn.Linear(2, 1)
+    model.register_buffer("count", torch.tensor([3]))
+    with torch.no_grad():
+        model.weight.fill_(0.1)
+    weights = dict(full_weights(model, dtype=torch.bfloat16))
+    assert weights["weight"].dtype == torch.bfloat16 and weights["bias"].dtype == torch.bfloat16
+    assert float(weights["weight"][0, 0]) == 0.10009765625
+    assert weights["count"].dtype == torch.int64
+    assert next(iter(dict(full_weights(model)).values())).dtype == torch.float32
