@@ -55,7 +55,10 @@ class VLLMConfig:
     )
     tensor_parallel_size: int = 1
     enforce_eager: bool = False  # True = no CUDA graphs
-    sleep_level: int = 1  # between rollouts (GPU only): 0 never, 1 offload weights, 2 discard them
+    # how the engine sleeps while the trainer updates (GPU only): 2 discards weights and KV cache
+    # (the trainer pushes the weights again before generating), 1 offloads the weights to host
+    # memory, 0 never
+    sleep_level: int = 2
     in_process: bool = True  # vLLM's engine core in the trainer's process (weights by reference)
     max_model_len: int | None = None  # None = the model's
 

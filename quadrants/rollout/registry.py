@@ -153,7 +153,7 @@ class VLLMKind(EngineKind):
             in_process=engine.in_process,
             max_model_len=engine.max_model_len,
             seed=cfg.seed,
-            data_parallel_size=world_size,
+            ranks=world_size,
         )
         name = cfg.model.name_or_path
         source = None if name in (TINY, TINY_RANDOM) else name

@@ -126,9 +126,9 @@ def test_vllm_is_started_with_the_run_settings(monkeypatch):
         in_process=True,
         max_model_len=None,
         seed=7,
-        data_parallel_size=2,  # one engine per trainer rank
+        ranks=2,  # one independent engine per trainer rank
     )
     cfg.model.name_or_path = "Qwen/Qwen2.5-Math-1.5B"
     probe = kind.sampler(cfg, model, None)  # one process, the checkpoint's weights synced in
-    assert probe.model_source == "Qwen/Qwen2.5-Math-1.5B" and probe.settings.data_parallel_size == 1
+    assert probe.model_source == "Qwen/Qwen2.5-Math-1.5B" and probe.settings.ranks == 1
     assert probe.synced == [model]
