@@ -45,7 +45,8 @@ from quadrants.rewards.grader import Grader
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
-from quadrants.tracking import keys
+from quadrants.tasks.dataset import files_read
+from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import Tracker
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
@@ -463,6 +464,7 @@ def run_evaluation(
             flush=True,
         )
     tracker.log_params(eval_params(cfg, target))
+    tracker.log_params(provenance.params(files_read()))
     try:
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
         model = model.to(
@@ -484,6 +486,7 @@ def run_evaluation(
                 out_dir=directory / "results",
             )
         tracker.log_metrics(report.metrics, step=target.step)
+        tracker.log_params(provenance.params(files_read(), environment=False))  # the benchmarks
         tracker.log_artifact(directory / "results", "eval")
     except BaseException:
         if own_tracker:

@@ -471,6 +471,9 @@ def _local_rows(spec: BenchmarkSpec, data_dir: Path) -> list[dict[str, Any]]:
             f"directory that holds {spec.local_file}, or load with source='hub' on a machine with "
             f"network ({spec.hub.path})."
         )
+    from quadrants.tasks.dataset import note_read
+
+    note_read(path)
     with path.open(encoding="utf-8") as lines:
         return [json.loads(line) for line in lines if line.strip()]
 

@@ -40,7 +40,7 @@ from quadrants.tasks.benchmarks import (
     normalise_gold,
 )
 
-__all__ = ["DatasetTask", "lookup", "normalise_text", "read_rows"]
+__all__ = ["DatasetTask", "files_read", "lookup", "normalise_text", "note_read", "read_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,26 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
+_FILES_READ: dict[Path, None] = {}  # insertion-ordered set
+
+
+def note_read(file: Path) -> None:
+    """Remember that this process read the local data file `file` (see `files_read`)."""
+    _FILES_READ[Path(file).resolve()] = None
+
+
+def files_read() -> list[Path]:
+    """Every local data file this process has read (`read_rows`, the benchmarks' local files), in
+    the order first read: a run's provenance hashes them (quadrants/tracking/provenance.py)."""
+    return list(_FILES_READ)
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """All rows of a JSONL/JSON-lines or Parquet file, or of every such file in
     a directory (sorted)."""
     rows: list[dict[str, Any]] = []
     for file in _files(path):
+        note_read(file)
         if file.suffix == ".parquet":
             import pandas as pd
 

@@ -37,8 +37,9 @@ from quadrants.rewards.grader import Grader
 from quadrants.rollout.device import resolve_device
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
+from quadrants.tasks.dataset import files_read
 from quadrants.tasks.prompts import make_renderer
-from quadrants.tracking import keys
+from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
@@ -255,6 +256,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             if add_tags is not None:
                 add_tags(task_tags(ctx.task))
             result.run_id = tracker.start(known_id)
+            # versions, commit, GPUs, data read so far (also on a resume: a change is reported)
+            tracker.log_params(provenance.params(files_read()))
             for logged_step, step_metrics in sorted(
                 unlogged.items()
             ):  # a full disk kept them from the tracker
@@ -343,6 +346,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 if bar.disable:
                     log.info(line)
             result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
+            # data files first read during the run (benchmarks of later evaluations)
+            tracker.log_params(provenance.params(files_read(), environment=False))
             if total and result.final_eval:
                 log.info("step %d held-out: %s", total, _fmt(result.final_eval))
         # also on a preemption exit; a vLLM engine under torchrun ends the process group with it
