@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -41,7 +40,7 @@ from quadrants.eval.results import (
 )
 from quadrants.eval.target import EvalTarget, load_target_policy
 from quadrants.ops.matmul import set_cpu_matmul
-from quadrants.rewards.grader import Grader
+from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
@@ -425,12 +424,10 @@ def _make_tracker(cfg: RunConfig, target: EvalTarget, directory: Path) -> Tracke
     )
 
 
-def _grader_workers() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores))
+def _grader_workers(requested: int = 0) -> int:
+    """task.grader_workers, or one per CPU the task holds less one
+    (`rewards.grader.grader_workers`)."""
+    return grader_workers(requested)
 
 
 def run_evaluation(
@@ -471,7 +468,7 @@ def run_evaluation(
             resolve_device(cfg.train.device)
         )  # generation on train.device; results on the CPU
         with Grader(
-            num_workers=_grader_workers(),
+            num_workers=_grader_workers(cfg.task.grader_workers),
             timeout_s=GRADER_TIMEOUT_S,
             extraction=cfg.task.answer_extraction,
         ) as grader:

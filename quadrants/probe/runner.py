@@ -109,7 +109,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         engine = get_engine(cfg.rollout.engine).sampler(cfg, model, tokenizer)
         try:
             with Grader(
-                num_workers=_grader_workers(),
+                num_workers=_grader_workers(cfg.task.grader_workers),
                 timeout_s=GRADER_TIMEOUT_S,
                 extraction=cfg.task.answer_extraction,
             ) as grader:

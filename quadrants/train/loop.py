@@ -33,7 +33,7 @@ from quadrants.models.loading import load_policy
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.rewards.grader import Grader
+from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rollout.device import resolve_device
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
@@ -247,7 +247,9 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     started = time.perf_counter()
     result = TrainingResult()
     total = cfg.train.steps
-    with Grader(num_workers=1, timeout_s=5.0, extraction=cfg.task.answer_extraction) as grader:
+    workers = grader_workers(cfg.task.grader_workers)  # the CPUs this task holds, less one
+    extraction = cfg.task.answer_extraction
+    with Grader(num_workers=workers, timeout_s=5.0, extraction=extraction) as grader:
         ctx = build_context(cfg, grader)
         try:
             first, known_id, unlogged = _resume(ctx, run_dir)
