@@ -44,7 +44,7 @@ from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
-from quadrants.tasks.dataset import files_read
+from quadrants.tasks.read_log import files_read
 from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import Tracker
 

@@ -22,7 +22,7 @@ from quadrants.probe.report import (
     probe_key,
 )
 from quadrants.rewards.grader import Grader
-from quadrants.tasks.dataset import files_read
+from quadrants.tasks.read_log import files_read
 from quadrants.tracking import provenance
 from quadrants.tracking.base import Tracker
 

@@ -155,8 +155,11 @@ class VLLMKind(EngineKind):
             seed=cfg.seed,
             ranks=world_size,
         )
+        from quadrants.models.loading import pretrained_source
+
         name = cfg.model.name_or_path
-        source = None if name in (TINY, TINY_RANDOM) else name
+        # a directory or hub id vLLM can read ("smollm2-135m" is neither: its cached directory)
+        source = None if name in (TINY, TINY_RANDOM) else pretrained_source(name)
         return VLLMEngine(model, tokenizer, settings, model_source=source)
 
 

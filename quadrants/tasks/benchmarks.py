@@ -55,6 +55,7 @@ from quadrants.rewards.extract import last_boxed
 from quadrants.rewards.normalize import normalize_answer
 from quadrants.rewards.rules import AnswerRule
 from quadrants.tasks.base import Problem
+from quadrants.tasks.read_log import note_read
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -471,8 +472,6 @@ def _local_rows(spec: BenchmarkSpec, data_dir: Path) -> list[dict[str, Any]]:
             f"directory that holds {spec.local_file}, or load with source='hub' on a machine with "
             f"network ({spec.hub.path})."
         )
-    from quadrants.tasks.dataset import note_read
-
     note_read(path)
     with path.open(encoding="utf-8") as lines:
         return [json.loads(line) for line in lines if line.strip()]

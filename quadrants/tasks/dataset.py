@@ -39,8 +39,9 @@ from quadrants.tasks.benchmarks import (
     load_benchmark,
     normalise_gold,
 )
+from quadrants.tasks.read_log import note_read
 
-__all__ = ["DatasetTask", "files_read", "lookup", "normalise_text", "note_read", "read_rows"]
+__all__ = ["DatasetTask", "lookup", "normalise_text", "read_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +83,6 @@ def _files(path: Path) -> list[Path]:
             raise FileNotFoundError(f"no .jsonl/.json/.parquet files in {path}")
         return files
     return [path]
-
-
-_FILES_READ: dict[Path, None] = {}  # insertion-ordered set
-
-
-def note_read(file: Path) -> None:
-    """Remember that this process read the local data file `file` (see `files_read`)."""
-    _FILES_READ[Path(file).resolve()] = None
-
-
-def files_read() -> list[Path]:
-    """Every local data file this process has read (`read_rows`, the benchmarks' local files), in
-    the order first read: a run's provenance hashes them (quadrants/tracking/provenance.py)."""
-    return list(_FILES_READ)
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -37,8 +37,8 @@ from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rollout.device import resolve_device
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
-from quadrants.tasks.dataset import files_read
 from quadrants.tasks.prompts import make_renderer
+from quadrants.tasks.read_log import files_read
 from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full

@@ -10,7 +10,8 @@ import subprocess
 
 import torch
 
-from quadrants.tasks.dataset import files_read, read_rows
+from quadrants.tasks.dataset import read_rows
+from quadrants.tasks.read_log import files_read
 from quadrants.tracking import provenance
 
 
