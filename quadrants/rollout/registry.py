@@ -121,7 +121,8 @@ class VLLMKind(EngineKind):
     """The colocated vLLM engine (quadrants/rollout/vllm.py), started on the model's directory or
     hub id, or, for the embedded tiny model, on its config with the weights synced in. Under
     torch.distributed every rank starts one inside the trainer's process group (vLLM's external
-    launcher, one data-parallel replica per rank, one GPU each: `validate`)."""
+    launcher, an independent engine per rank without a data-parallel group, one GPU each:
+    `validate`)."""
 
     name = "vllm"
 
