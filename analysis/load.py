@@ -36,6 +36,7 @@ lack it."""
 PARENT_TAG = "mlflow.parentRunId"
 STUDY_TAG = "quadrants.study"
 SOURCE_RUN_TAG = "quadrants.source_run_id"
+PROVENANCE = "provenance."  # quadrants.tracking.provenance.PREFIX
 PROBLEM_TABLE = re.compile(
     r"(problem|per_problem|counts|nc)[^/]*\.(csv|json|jsonl)$", re.IGNORECASE
 )
@@ -90,6 +91,8 @@ class RunSet:
             checkpoints} (tag quadrants.role = eval, quadrants.source_run_id = the training run);
             their metrics count as the training run's (`final_metrics`), they are not rows of their
             own.
+        provenance: {run id: its `provenance.*` params} (versions, git commit, GPUs, data hashes:
+            quadrants/tracking/provenance.py; empty for runs from before they were logged).
     """
 
     runs: pd.DataFrame
@@ -97,6 +100,7 @@ class RunSet:
     selection: Selection
     label: str
     eval_runs: dict[str, list[str]] = field(default_factory=dict)
+    provenance: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def run_ids(self) -> list[str]:
@@ -208,7 +212,11 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
         parents = {p for p in frame[PARENT_TAG] if p}
         parent = parents.pop() if len(parents) == 1 else None
     label = selection.sweep_id or selection.experiment or "runs"
-    return RunSet(frame, parent, selection, label, eval_runs)
+    provenance = {
+        run.info.run_id: {k: v for k, v in run.data.params.items() if k.startswith(PROVENANCE)}
+        for run in found
+    }
+    return RunSet(frame, parent, selection, label, eval_runs, provenance)
 
 
 def final_metrics(

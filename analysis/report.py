@@ -19,6 +19,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from analysis import figures, load, paired, tables
+from analysis.provenance import provenance_warnings
 from analysis.report_html import render_report
 from analysis.samples_html import render_samples
 from quadrants.eval.metrics import pass_at_k_curve
@@ -320,6 +321,11 @@ def _figures(
     return files
 
 
+def _names(runs: pd.DataFrame) -> dict[str, str]:
+    """{run id: run name}."""
+    return dict(zip(runs["run_id"], runs["run_name"]))
+
+
 def build_report(
     selection: load.Selection, out_dir: Path, options: ReportOptions = ReportOptions()
 ) -> Report:
@@ -336,7 +342,9 @@ def build_report(
     finals = load.final_metrics(client, runset.run_ids, runset.eval_runs)
     points = load.eval_points(finals)
     counts = load.problem_counts(finals)
-    messages: list[str] = []
+    messages: list[str] = provenance_warnings(runset.provenance, _names(runset.runs))
+    for message in messages:
+        log.warning("%s", message)
     all_runs, all_points = runset.runs, points
     extra_points = pd.DataFrame(columns=points.columns)
     row_tags = options.rows or tables.default_row_tags(runset.runs)

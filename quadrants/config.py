@@ -31,6 +31,9 @@ class TaskConfig:
     # how the final answer is read, in training and evaluation: boxed (the last \boxed{}) |
     # boxed_or_last_number (the last box, else the last number written; rewards/extract.py)
     answer_extraction: str = "boxed"
+    # math-verify worker processes grading the answers; 0 = one per CPU this task holds, less one
+    # for the trainer (SLURM_CPUS_PER_TASK, else the CPUs this process may run on)
+    grader_workers: int = 0
 
 
 @dataclass
@@ -56,7 +59,10 @@ class VLLMConfig:
     )
     tensor_parallel_size: int = 1
     enforce_eager: bool = False  # True = no CUDA graphs
-    sleep_level: int = 1  # between rollouts (GPU only): 0 never, 1 offload weights, 2 discard them
+    # how the engine sleeps while the trainer updates (GPU only): 2 discards weights and KV cache
+    # (the trainer pushes the weights again before generating), 1 offloads the weights to host
+    # memory, 0 never
+    sleep_level: int = 2
     in_process: bool = True  # vLLM's engine core in the trainer's process (weights by reference)
     max_model_len: int | None = None  # None = the model's
 

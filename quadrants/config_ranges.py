@@ -85,6 +85,7 @@ RANGES: dict[str, Range] = {
     "train.max_grad_norm": _POSITIVE,
     "train.entropy_chunk_size": _AT_LEAST_ONE,
     "train.threads": Range(0, why="0 = torch's default"),
+    "task.grader_workers": Range(0, why="0 = one per CPU the task holds, less one"),
     "train.retain_freed_mb": Range(
         0, 2047, why="0 = glibc's own thresholds; mallopt takes a C int of bytes"
     ),

@@ -160,17 +160,22 @@ def launch_info(environ: Mapping[str, str]) -> LaunchInfo | None:
     return None
 
 
-def export_rendezvous(info: LaunchInfo, environ: MutableMapping[str, str]) -> None:
+def export_rendezvous(
+    info: LaunchInfo, environ: MutableMapping[str, str], cuda_index: int | None = None
+) -> None:
     """Write torchrun's variables (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK) into
     `environ` from `info`, keeping any already set. Under srun they come from SLURM's variables:
     `init_process_group` reads the master address and port, and a vLLM engine per rank (vLLM's
-    external launcher, rollout=vllm) reads all five."""
+    external launcher, rollout=vllm) reads all five. vLLM binds `cuda:<LOCAL_RANK>`
+    (`vllm/v1/executor/uniproc_executor.py` `ExecutorWithExternalLauncher._distributed_args`), so
+    with a GPU LOCAL_RANK is the rank's CUDA index (`cuda_index`, `rollout.device.local_cuda_index`:
+    0 under Slurm's --gpus-per-task=1), not its place on the node."""
     values = {
         "MASTER_ADDR": info.master_addr,
         "MASTER_PORT": info.master_port,
         "RANK": info.rank,
         "WORLD_SIZE": info.world_size,
-        "LOCAL_RANK": info.local_rank,
+        "LOCAL_RANK": info.local_rank if cuda_index is None else cuda_index,
     }
     for name, value in values.items():
         if value is not None:
@@ -204,9 +209,9 @@ def init_distributed(
 ) -> DistEnv:
     """Start the process group if the launcher says there are several ranks; else world 1, no group.
 
-    `device` is `train.device`: with CUDA, each rank binds `cuda:<LOCAL_RANK>`
-    (torch.cuda.set_device) before the group starts, as NCCL requires (not run here: no GPU on these
-    machines)."""
+    `device` is `train.device`: with CUDA, each rank binds its GPU (torch.cuda.set_device;
+    `rollout.device.local_cuda_index`: cuda:0 when the task sees one GPU, else its local rank)
+    before the group starts, as NCCL requires (not run here: no GPU on these machines)."""
     environ = os.environ if environ is None else environ
     info = launch_info(environ)
     if info is None or (info.world_size == 1 and info.source == "slurm"):
@@ -217,7 +222,7 @@ def init_distributed(
 
     target = resolve_device(device, info.local_rank)  # train.device=cuda without CUDA fails here
     chosen = pick_backend(backend, cuda=target.type == "cuda")
-    export_rendezvous(info, os.environ)
+    export_rendezvous(info, os.environ, target.index if target.type == "cuda" else None)
     if target.type == "cuda":  # not run here: no GPU on these machines
         torch.cuda.set_device(target)
     dist.init_process_group(

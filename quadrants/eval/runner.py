@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -41,11 +40,12 @@ from quadrants.eval.results import (
 )
 from quadrants.eval.target import EvalTarget, load_target_policy
 from quadrants.ops.matmul import set_cpu_matmul
-from quadrants.rewards.grader import Grader
+from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
-from quadrants.tracking import keys
+from quadrants.tasks.read_log import files_read
+from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import Tracker
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
@@ -424,12 +424,10 @@ def _make_tracker(cfg: RunConfig, target: EvalTarget, directory: Path) -> Tracke
     )
 
 
-def _grader_workers() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(2, cores))
+def _grader_workers(requested: int = 0) -> int:
+    """task.grader_workers, or one per CPU the task holds less one
+    (`rewards.grader.grader_workers`)."""
+    return grader_workers(requested)
 
 
 def run_evaluation(
@@ -463,13 +461,14 @@ def run_evaluation(
             flush=True,
         )
     tracker.log_params(eval_params(cfg, target))
+    tracker.log_params(provenance.params(files_read()))
     try:
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
         model = model.to(
             resolve_device(cfg.train.device)
         )  # generation on train.device; results on the CPU
         with Grader(
-            num_workers=_grader_workers(),
+            num_workers=_grader_workers(cfg.task.grader_workers),
             timeout_s=GRADER_TIMEOUT_S,
             extraction=cfg.task.answer_extraction,
         ) as grader:
@@ -484,6 +483,7 @@ def run_evaluation(
                 out_dir=directory / "results",
             )
         tracker.log_metrics(report.metrics, step=target.step)
+        tracker.log_params(provenance.params(files_read(), environment=False))  # the benchmarks
         tracker.log_artifact(directory / "results", "eval")
     except BaseException:
         if own_tracker:

@@ -63,12 +63,8 @@ def load_policy(
         if name_or_path == TINY:
             root = Path(cache_root) if cache_root is not None else None
             source = str(ensure_base_policy(WarmupSettings(), cache_root=root))
-        elif name_or_path == SMOLLM2:
-            source = ensure_smollm2(
-                Path(cache_root) if cache_root is not None else None, offline=_offline()
-            )
         else:
-            source = _resolve_pretrained(name_or_path)
+            source = pretrained_source(name_or_path, cache_root)
         local_only = _offline() or Path(source).is_dir()
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(
@@ -82,6 +78,18 @@ def load_policy(
 
 def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def pretrained_source(name_or_path: str, cache_root: Path | str | None = None) -> str:
+    """The directory or hub id a pretrained `name_or_path` loads from, as `load_policy` reads it:
+    "smollm2-135m" is its cached directory (built on first use, `ensure_smollm2`), a local
+    directory or hub id as `_resolve_pretrained` says. Another engine that loads the same weights
+    from disk (vLLM) is handed this, never the short name. Not for the embedded tiny models."""
+    if name_or_path == SMOLLM2:
+        return ensure_smollm2(
+            Path(cache_root) if cache_root is not None else None, offline=_offline()
+        )
+    return _resolve_pretrained(name_or_path)
 
 
 def _resolve_pretrained(name_or_path: str) -> str:

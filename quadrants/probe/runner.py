@@ -22,6 +22,8 @@ from quadrants.probe.report import (
     probe_key,
 )
 from quadrants.rewards.grader import Grader
+from quadrants.tasks.read_log import files_read
+from quadrants.tracking import provenance
 from quadrants.tracking.base import Tracker
 
 log = logging.getLogger("quadrants.probe")
@@ -96,6 +98,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
             flush=True,
         )
     tracker.log_params(probe_params(cfg, target))
+    tracker.log_params(provenance.params(files_read()))
     try:
         torch.manual_seed(cfg.seed)
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
@@ -106,7 +109,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         engine = get_engine(cfg.rollout.engine).sampler(cfg, model, tokenizer)
         try:
             with Grader(
-                num_workers=_grader_workers(),
+                num_workers=_grader_workers(cfg.task.grader_workers),
                 timeout_s=GRADER_TIMEOUT_S,
                 extraction=cfg.task.answer_extraction,
             ) as grader:
@@ -116,6 +119,7 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         finally:
             engine.close()
         tracker.log_metrics(result.metrics, step=target.step)
+        tracker.log_params(provenance.params(files_read(), environment=False))  # the task's data
         tracker.log_artifact(directory / "results", "probe")
     except BaseException:
         if own_tracker:

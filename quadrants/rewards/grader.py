@@ -64,7 +64,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -428,6 +428,29 @@ def _ensure_standard_start_method() -> None:
     method = multiprocessing.get_start_method(allow_none=True)
     if method is not None and method not in ("fork", "spawn", "forkserver"):
         multiprocessing.set_start_method("spawn", force=True)
+
+
+def held_cpus(environ: Mapping[str, str] | None = None) -> int:
+    """The CPUs this task holds: SLURM_CPUS_PER_TASK inside a Slurm job step (what the job asked
+    for; the affinity mask can be wider when Slurm does not bind tasks), else the CPUs this process
+    may run on (`os.sched_getaffinity`; `os.cpu_count` where that does not exist)."""
+    environ = os.environ if environ is None else environ
+    slurm = environ.get("SLURM_CPUS_PER_TASK", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        return int(slurm)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def grader_workers(requested: int = 0, environ: Mapping[str, str] | None = None) -> int:
+    """Grading worker processes: `requested` (task.grader_workers) when above 0, else one per CPU
+    the task holds less one for the trainer's own process, at least 1. A step's 2,048 answers then
+    grade on 7 workers of an 8-CPU task, not on one."""
+    if requested > 0:
+        return requested
+    return max(1, held_cpus(environ) - 1)
 
 
 class Grader:

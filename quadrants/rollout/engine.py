@@ -86,6 +86,12 @@ class RolloutEngine(Protocol):
         """Make the next `generate` sample from `model`'s current weights."""
         ...
 
+    def release_memory(self) -> None:
+        """The trainer's update comes next: give back the accelerator memory the engine can spare
+        until the next `sync_weights` or `generate` (vLLM sleeps; engines sharing the trainer's
+        module have nothing to give)."""
+        ...
+
     def close(self) -> None:
         """Release the engine's resources."""
         ...

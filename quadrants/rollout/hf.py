@@ -116,6 +116,9 @@ class HFEngine:
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
 
+    def release_memory(self) -> None:
+        return None  # generates with the trainer's module (or a replica it keeps): nothing to free
+
     def close(self) -> None:
         return None
 

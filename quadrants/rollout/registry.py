@@ -121,7 +121,8 @@ class VLLMKind(EngineKind):
     """The colocated vLLM engine (quadrants/rollout/vllm.py), started on the model's directory or
     hub id, or, for the embedded tiny model, on its config with the weights synced in. Under
     torch.distributed every rank starts one inside the trainer's process group (vLLM's external
-    launcher, one data-parallel replica per rank, one GPU each: `validate`)."""
+    launcher, an independent engine per rank without a data-parallel group, one GPU each:
+    `validate`)."""
 
     name = "vllm"
 
@@ -153,10 +154,13 @@ class VLLMKind(EngineKind):
             in_process=engine.in_process,
             max_model_len=engine.max_model_len,
             seed=cfg.seed,
-            data_parallel_size=world_size,
+            ranks=world_size,
         )
+        from quadrants.models.loading import pretrained_source
+
         name = cfg.model.name_or_path
-        source = None if name in (TINY, TINY_RANDOM) else name
+        # a directory or hub id vLLM can read ("smollm2-135m" is neither: its cached directory)
+        source = None if name in (TINY, TINY_RANDOM) else pretrained_source(name)
         return VLLMEngine(model, tokenizer, settings, model_source=source)
 
 

@@ -10,9 +10,12 @@ What we ask vLLM for, and why:
 - `SamplingParams(n, temperature, top_p, top_k=-1, max_tokens, seed, logprobs=0,
   stop_token_ids=<the HF engine's stop ids>, detokenize=False)`: `logprobs=0` returns the log-prob
   of the sampled token only. With n > 1 and a seed, vLLM gives the i-th sample of a prompt the seed
-  `seed + i`. `LLM(generation_config="vllm")` keeps the model's generation_config.json out (its
-  extra EOS ids, max_new_tokens cap or penalties), as the HF engine does by passing everything
-  explicitly: both engines stop at the tokenizer's EOS only.
+  `seed + i`. `LLM(generation_config="vllm")` keeps the sampling defaults of the model's
+  generation_config.json out (max_new_tokens cap, penalties, temperature), but vLLM still reads its
+  EOS ids and adds them to the stop ids (`ModelConfig.try_get_generation_config` reads the file for
+  "auto" and "vllm" alike; `SamplingParams.update_from_generation_config`, vLLM 0.32). That agrees
+  with the HF engine, whose stop ids (`stop_token_ids`) hold the tokenizer's EOS, the
+  generation-config EOS ids and `<|im_end|>`: both engines stop at the same tokens.
 - `LLM(logprobs_mode="processed_logprobs")`. vLLM's default, `raw_logprobs`, is the log-softmax of
   the raw logits, i.e. at temperature 1, which is not the distribution we sample from. Its docs:
   "Processed means the values after applying all processors, including temperature and top_k/top_p"
@@ -31,24 +34,49 @@ What we ask vLLM for, and why:
   engine core in the trainer's process, so the weights are handed over by reference (no pickling)
   and no spawned process needs a `__main__` guard. With tensor parallelism the workers are still
   separate processes and the weights are serialised to them.
-- Several trainer ranks (torchrun / srun, FSDP2): every rank runs its own engine on its own device
-  (its own blocks of prompts, collect_blocks), and the engines join the trainer's process group
-  instead of starting worlds of their own: `LLM(distributed_executor_backend="external_launcher",
-  data_parallel_size=world)`, vLLM's torchrun mode (it reads RANK / LOCAL_RANK / MASTER_ADDR /
-  MASTER_PORT, builds its groups as subgroups of the existing world, and runs in-process). With
-  data_parallel_size = world and one GPU per engine each rank is a data-parallel replica that
-  generates independently (`LLMEngine.external_launcher_dp`: no per-step exchange for dense models).
+- Several trainer ranks (torchrun / srun, FSDP2): every rank runs its own engine on its own device,
+  an independent engine that never waits for another rank's, as TRL 1.16 builds its colocated
+  engines (`trl/generation/vllm_generation.py`: `LLM(..., distributed_executor_backend=
+  "external_launcher")`, no data-parallel size). vLLM's external launcher (its torchrun mode: it
+  reads RANK / LOCAL_RANK / MASTER_ADDR / MASTER_PORT and builds its groups as subgroups of the
+  existing world, in-process) then lays the world out as "ExternalDP x DP x PP x TP" with DP = 1:
+  each rank is an external data-parallel replica, which "can generate independently"
+  (`vllm/distributed/parallel_state.py` `initialize_model_parallel`, vLLM 0.32 and 0.33). We do NOT
+  pass `data_parallel_size=world`: with it `LLMEngine.has_unfinished_requests` all-reduces over the
+  data-parallel CPU group at every engine step (`vllm/v1/engine/llm_engine.py`
+  `has_unfinished_requests_dp` -> `vllm/config/parallel.py` `ParallelConfig.has_unfinished_dp`), so
+  every rank would have to be inside `generate` equally often, and an evaluation whose calls do not
+  divide over the ranks deadlocks (docs/vllm.md, "Ranks").
   A sync streams the sharded policy one tensor at a time: each FSDP2 `DTensor` is gathered with
   `full_tensor()` (a collective: every rank syncs at the same point of the step, in the same
   parameter order) and handed to `reload_weights`, so the peak extra memory is one full tensor, not
-  a full copy of the model. vLLM's teardown (`EngineCore.shutdown`) ends the whole process group
-  (`destroy_distributed_environment`), so such an engine is closed last.
-- Sleep mode (GPU only): `LLM(enable_sleep_mode=True)`; after each generation the engine sleeps
-  (`sleep(level)`: level 1 offloads the weights to CPU memory and drops the KV cache, level 2 drops
-  both) so the trainer gets the GPU memory; a weight sync wakes only the weights
-  (`wake_up(tags=["weights"])`) and the next generation wakes the KV cache. The engine starts awake
-  (the run begins with an evaluation). vLLM supports sleep mode
-  on CUDA/ROCm/XPU only; on CPU the engine stays resident and says so once.
+  a full copy of the model. vLLM 0.32's teardown (`EngineCore.shutdown` ->
+  `cleanup_dist_env_and_memory` -> `destroy_distributed_environment`) ends the whole torch process
+  group, so such an engine is closed last (vLLM 0.33 may not; closing last is right for both).
+- Memory hand-over (GPU only: `LLM(enable_sleep_mode=True)`; vLLM supports sleep mode on
+  CUDA/ROCm/XPU only, on CPU the engine stays resident and says so once). The order is TRL's and
+  verl's, step by step in docs/vllm.md with the memory each step frees:
+  1. the trainer frees its gradients after the last update (`zero_grad(set_to_none=True)`, trainer);
+  2. `sync_weights`: empty PyTorch's cache (`torch.accelerator.empty_cache()`: vLLM's sleep-mode
+     memory comes from its own CuMem pool, which cannot reuse blocks PyTorch's caching allocator
+     still holds; TRL: "required to avoid OOM"), wake the weights only
+     (`wake_up(tags=["weights"])`), push them (`reload_weights`), reset the prefix cache (its KV
+     entries came from the old weights);
+  3. `generate`: empty the cache again and wake the KV cache last (`wake_up(tags=["kv_cache"])`), so
+     the cache is allocated after the weights and never at the same time as the trainer's
+     activations; the engine stays awake across all the generate calls of a phase (blocks, refill
+     rounds, evaluation calls);
+  4. `release_memory()`, called by the trainer before its update: `sleep(level)`. Level 2 (the
+     default) discards weights and KV cache: right whenever the trainer pushes the weights again
+     before the next generation (every training step does). Level 1 offloads the weights to pinned
+     host memory (the model's size per rank, each way, every step): only where the engine must keep
+     them. vLLM restores the model's buffers after a level-2 sleep itself (`Worker.sleep` backs up
+     the named buffers) and the parameters come from our push; generating after a level-2 sleep
+     without a push is refused (vLLM would sample from unmapped memory: vllm-project/vllm#29341).
+  The engine starts awake (the run begins with an evaluation).
+- Tensor parallelism above 1 (one trainer process, the engine's workers in their own processes):
+  `collective_rpc` pickles its arguments, so the weights go as lists in buckets (`weight_buckets`)
+  cut at decoder-layer boundaries, one `reload_weights` per bucket, never as a generator.
 """
 
 from __future__ import annotations
@@ -67,7 +95,7 @@ from transformers import PreTrainedTokenizerBase
 
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.hf import stop_token_ids
-from quadrants.rollout.weights import WEIGHT_DTYPES, full_weights
+from quadrants.rollout.weights import WEIGHT_DTYPES, full_weights, weight_buckets
 
 log = logging.getLogger("quadrants.rollout.vllm")
 
@@ -90,13 +118,17 @@ class VLLMSettings:
             vLLM would read gpu_memory_utilization as a fraction of host RAM: give a size there).
         tensor_parallel_size: GPUs per engine.
         enforce_eager: no CUDA graphs (faster start, slower decode).
-        sleep_level: 1 or 2 to sleep between rollouts (GPU only), 0 never.
+        sleep_level: how `release_memory` sleeps (GPU only): 2 discards weights and KV cache (the
+            trainer pushes the weights again before the next generation), 1 offloads the weights
+            to host memory (an engine that must keep them), 0 never sleeps.
         in_process: run vLLM's engine core in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0).
         max_model_len: prompt + response token budget; None = the model's.
         seed: engine seed (per-request seeds come from SamplingSettings.seed).
-        data_parallel_size: engines in the trainer's process group (its world size /
-            tensor_parallel_size); above 1 the engine joins that group through vLLM's external
-            launcher (see the module docstring).
+        ranks: trainer ranks in the process group, one independent engine each; above 1 the
+            engine joins that group through vLLM's external launcher without a data-parallel
+            group of its own (see the module docstring).
+        push_bucket_bytes: with tensor_parallel_size > 1, the most bytes of weights one pickled
+            `reload_weights` call carries (a decoder layer is never split).
     """
 
     dtype: str = "auto"
@@ -104,16 +136,33 @@ class VLLMSettings:
     kv_cache_gib: float | None = None
     tensor_parallel_size: int = 1
     enforce_eager: bool = False
-    sleep_level: int = 1
+    sleep_level: int = 2
     in_process: bool = True
     max_model_len: int | None = None
     seed: int = 0
-    data_parallel_size: int = 1
+    ranks: int = 1
+    push_bucket_bytes: int = 2**30
 
     @property
     def external_launcher(self) -> bool:
         """The engine is one of several in an existing torch.distributed world (torchrun / srun)."""
-        return self.data_parallel_size > 1
+        return self.ranks > 1
+
+    @property
+    def pickles_weights(self) -> bool:
+        """The engine's workers are other processes (tensor parallelism above 1 in one trainer
+        process): `collective_rpc` pickles its arguments, so weights go as lists, not a
+        generator."""
+        return self.tensor_parallel_size > 1 and not self.external_launcher
+
+
+def free_cached_memory() -> None:
+    """Hand the blocks PyTorch's caching allocator holds but does not use back to the device, so
+    vLLM's own allocator can map them (`torch.accelerator.empty_cache`; nothing without an
+    accelerator). TRL calls it before every wake ("required to avoid OOM",
+    `trl/generation/vllm_generation.py`); vLLM calls the same at teardown."""
+    if torch.accelerator.is_available():
+        torch.accelerator.empty_cache()
 
 
 def import_vllm() -> Any:
@@ -177,10 +226,9 @@ class VLLMEngine:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         launcher: dict[str, Any] = {}
         if settings.external_launcher:
-            launcher = dict(
-                distributed_executor_backend="external_launcher",
-                data_parallel_size=settings.data_parallel_size,
-            )
+            # no data_parallel_size: each rank's engine is independent (module docstring, "Several
+            # trainer ranks"); with one, every engine step all-reduces over the ranks
+            launcher = dict(distributed_executor_backend="external_launcher")
         kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
         self.llm = vllm.LLM(
             model=model_source,
@@ -242,13 +290,12 @@ class VLLMEngine:
                 "vLLM slept at level 2, which discards the weights, and no sync_weights(model) "
                 "came since; sync before generating again, or use rollout.vllm.sleep_level=1"
             )
-        self._wake(["weights", "kv_cache"])
+        self._wake(["weights", "kv_cache"])  # the weights (awake after a sync), the KV cache last
         if distinct_seeds and sampling.seed is not None:  # see generate_from_ids
             params = [params.clone() for _ in requests]
             for i, request_params in enumerate(params):
                 request_params.seed = sampling.seed + i * sampling.n
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        self._sleep()
         completions = [
             c for out in outputs for c in out.outputs
         ]  # prompt-major: the n samples stay together
@@ -269,14 +316,31 @@ class VLLMEngine:
         )
 
     def sync_weights(self, model: nn.Module) -> None:
-        """Copy `model`'s weights into vLLM (waking only the weights if asleep), then drop the
-        prefix cache. With a sharded `model` this is a collective: every rank calls it at the same
-        point."""
+        """Copy `model`'s weights into vLLM (waking only the weights if asleep: the KV cache wakes
+        at the next generation), then drop the prefix cache. With a sharded `model` this is a
+        collective: every rank calls it at the same point."""
         self._wake(["weights"])
-        weights = full_weights(model, dtype=WEIGHT_DTYPES[self.settings.dtype])  # cast per tensor
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        dtype = WEIGHT_DTYPES[self.settings.dtype]  # cast per tensor to the engine's dtype
+        if self.settings.pickles_weights:
+            for bucket in weight_buckets(
+                full_weights(model, dtype=dtype), self.settings.push_bucket_bytes
+            ):
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
+        else:  # in this process: by reference, one tensor at a time
+            self.llm.collective_rpc(
+                "reload_weights", kwargs={"weights_iterator": full_weights(model, dtype=dtype)}
+            )
         self.llm.reset_prefix_cache()
         self._weights_discarded = False
+
+    def release_memory(self) -> None:
+        """The trainer needs the accelerator now (its update): sleep at `settings.sleep_level`
+        (GPU only; nothing on CPU or with sleep_level 0). The next `sync_weights` or `generate`
+        wakes what it needs."""
+        if self.sleeps and not self._asleep:
+            self.llm.sleep(level=self.settings.sleep_level)
+            self._asleep = {"weights", "kv_cache"}
+            self._weights_discarded = self.settings.sleep_level >= 2
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
@@ -289,17 +353,14 @@ class VLLMEngine:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
-    def _sleep(self) -> None:
-        if self.sleeps and not self._asleep:
-            self.llm.sleep(level=self.settings.sleep_level)
-            self._asleep = {"weights", "kv_cache"}
-            self._weights_discarded = self.settings.sleep_level >= 2
-
     def _wake(self, tags: list[str]) -> None:
-        pending = [tag for tag in tags if tag in self._asleep]
-        if pending:
-            self.llm.wake_up(tags=pending)
-            self._asleep -= set(pending)
+        """Wake `tags` in the order given, each after emptying PyTorch's cache (see
+        `free_cached_memory`)."""
+        for tag in tags:
+            if tag in self._asleep:
+                free_cached_memory()
+                self.llm.wake_up(tags=[tag])
+                self._asleep.discard(tag)
 
 
 def assemble_rollouts(

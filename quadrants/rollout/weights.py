@@ -3,7 +3,8 @@ module or sharded over ranks by FSDP2."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 
 import torch
 from torch import nn
@@ -16,6 +17,8 @@ WEIGHT_DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
+
+_LAYER = re.compile(r"^(.*?\.layers\.\d+)\.")
 
 
 def full_weights(
@@ -45,3 +48,50 @@ def copy_weights(target: nn.Module, model: nn.Module) -> None:
     state = target.state_dict()
     for name, tensor in full_weights(model):
         state[name].copy_(tensor)
+
+
+def layer_of(name: str) -> str:
+    """The decoder layer a state-dict entry belongs to ("model.layers.3" for
+    "model.layers.3.self_attn.q_proj.weight"), or the entry's own name outside the layers."""
+    match = _LAYER.match(name)
+    return match.group(1) if match else name
+
+
+def weight_buckets(
+    weights: Iterable[tuple[str, torch.Tensor]], max_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """`weights` regrouped into lists of (name, CPU tensor) that pickle, in order, for an engine
+    whose workers are other processes (vLLM with tensor parallelism above 1: `collective_rpc`
+    pickles its arguments, and a generator does not pickle).
+
+    A bucket holds at most `max_bytes` unless one decoder layer alone is larger, and is cut only
+    between decoder layers (`layer_of`): vLLM's in-place reload processes a layer once per
+    `reload_weights` call (`vllm/model_executor/model_loader/reload/layerwise.py`), and a fused
+    layer (q, k, v -> qkv_proj; gate, up -> gate_up_proj) given only part of its tensors in one call
+    would be processed half-loaded. At most one bucket and one layer are on the host at a time."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    group: list[tuple[str, torch.Tensor]] = []
+    group_size = 0
+    current: str | None = None
+
+    for name, tensor in weights:
+        layer = layer_of(name)
+        if layer != current and group:
+            if bucket and size + group_size > max_bytes:
+                yield bucket
+                bucket, size = [], 0
+            bucket.extend(group)
+            size += group_size
+            group, group_size = [], 0
+        current = layer
+        host = tensor.detach().to("cpu", copy=True).contiguous()
+        group.append((name, host))
+        group_size += host.numel() * host.element_size()
+    if group:
+        if bucket and size + group_size > max_bytes:
+            yield bucket
+            bucket = []
+        bucket.extend(group)
+    if bucket:
+        yield bucket

@@ -57,6 +57,7 @@ from quadrants.rewards.extract import last_boxed
 from quadrants.rewards.normalize import normalize_answer
 from quadrants.rewards.rules import AnswerRule
 from quadrants.tasks.base import Problem
+from quadrants.tasks.read_log import note_read
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -467,6 +468,7 @@ def _local_rows(spec: BenchmarkSpec, data_dir: Path) -> list[dict[str, Any]]:
             f"FILE` for a copy brought by hand), or set {DATA_ENV_VAR} (or pass data_dir=) to the "
             f"directory that holds {spec.local_file}, or load with source='hub' ({spec.hub.path})."
         )
+    note_read(path)
     with path.open(encoding="utf-8") as lines:
         return [json.loads(line) for line in lines if line.strip()]
 

@@ -39,6 +39,7 @@ from quadrants.tasks.benchmarks import (
     load_benchmark,
     normalise_gold,
 )
+from quadrants.tasks.read_log import note_read
 
 __all__ = ["DatasetTask", "lookup", "normalise_text", "read_rows"]
 
@@ -89,6 +90,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     a directory (sorted)."""
     rows: list[dict[str, Any]] = []
     for file in _files(path):
+        note_read(file)
         if file.suffix == ".parquet":
             import pandas as pd
 

@@ -33,12 +33,13 @@ from quadrants.models.loading import load_policy
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.rewards.grader import Grader
+from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rollout.device import resolve_device
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.prompts import make_renderer
-from quadrants.tracking import keys
+from quadrants.tasks.read_log import files_read
+from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
@@ -250,7 +251,9 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     started = time.perf_counter()
     result = TrainingResult()
     total = cfg.train.steps
-    with Grader(num_workers=1, timeout_s=5.0, extraction=cfg.task.answer_extraction) as grader:
+    workers = grader_workers(cfg.task.grader_workers)  # the CPUs this task holds, less one
+    extraction = cfg.task.answer_extraction
+    with Grader(num_workers=workers, timeout_s=5.0, extraction=extraction) as grader:
         ctx = build_context(cfg, grader)
         try:
             first, known_id, unlogged = _resume(ctx, run_dir)
@@ -259,6 +262,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             if add_tags is not None:
                 add_tags(task_tags(ctx.task))
             result.run_id = tracker.start(known_id)
+            # versions, commit, GPUs, data read so far (also on a resume: a change is reported)
+            tracker.log_params(provenance.params(files_read()))
             for logged_step, step_metrics in sorted(
                 unlogged.items()
             ):  # a full disk kept them from the tracker
@@ -347,6 +352,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 if bar.disable:
                     log.info(line)
             result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
+            # data files first read during the run (benchmarks of later evaluations)
+            tracker.log_params(provenance.params(files_read(), environment=False))
             if total and result.final_eval:
                 log.info("step %d held-out: %s", total, _fmt(result.final_eval))
         # also on a preemption exit; a vLLM engine under torchrun ends the process group with it

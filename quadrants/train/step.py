@@ -279,6 +279,7 @@ class StepOutput:
 def train_step(ctx: StepContext, step: int) -> StepOutput:
     """Run one step: its flat metrics (everything the tracker logs for it) and the graded batch."""
     collected = collect_rollouts(ctx, step)  # on the CPU (every engine), moved to the device once
+    ctx.engine.release_memory()  # vLLM sleeps until the sync after the update (rollout/vllm.py)
     collected = replace(
         collected,
         rollouts=rollouts_to(collected.rollouts, ctx.device),

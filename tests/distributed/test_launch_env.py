@@ -12,6 +12,7 @@ from quadrants.distributed.collectives import (
     generation_block,
     launch_info,
 )
+from quadrants.rollout.device import resolve_device
 
 
 def test_torchrun_environment():
@@ -127,3 +128,47 @@ def test_layout_checks_name_the_key_and_what_to_use():
         check_layout(micro, 2)
     with pytest.raises(ValueError, match="does not deal evenly"):
         check_layout(layout(4, 4, 8, block=4), 2)  # one block of 4 prompts for 2 ranks
+
+
+def slurm_task(local_id: int, visible: str) -> dict[str, str]:
+    """Task 4 + local_id of an 8-task job on 2 nodes of 4 GPUs, as srun starts it, with the
+    CUDA_VISIBLE_DEVICES Slurm gives the task."""
+    return {
+        "SLURM_PROCID": str(4 + local_id),
+        "SLURM_STEP_NUM_TASKS": "8",
+        "SLURM_LOCALID": str(local_id),
+        "SLURM_JOB_ID": "77",
+        "MASTER_ADDR": "gpu-001",
+        "CUDA_VISIBLE_DEVICES": visible,
+    }
+
+
+def bound_device(environ: dict[str, str]) -> tuple[str, str]:
+    """(the torch device the rank binds, the LOCAL_RANK vLLM reads) as init_distributed chooses
+    them, CUDA made available with as many devices as CUDA_VISIBLE_DEVICES lists (what
+    torch.cuda.device_count() reports inside such a task; no GPU here)."""
+    info = launch_info(environ)
+    visible = len(environ["CUDA_VISIBLE_DEVICES"].split(","))
+    target = resolve_device("auto", info.local_rank, cuda_available=True, visible=visible)
+    export_rendezvous(info, environ, target.index)
+    return str(target), environ["LOCAL_RANK"]
+
+
+def test_gpus_per_task_binds_the_one_visible_gpu_on_every_rank():
+    """sbatch --gpus-per-task=1: each task sees its own GPU only (task 3 of the node: physical GPU 3,
+    CUDA_VISIBLE_DEVICES=3, cuda:0 inside the task). cuda:<SLURM_LOCALID> would not exist there."""
+    for local_id in range(4):
+        assert bound_device(slurm_task(local_id, str(local_id))) == ("cuda:0", "0")
+
+
+def test_gpus_per_node_binds_the_gpu_of_the_local_rank():
+    """sbatch --gpus-per-node=4: every task of the node sees all 4, so task 3 takes cuda:3."""
+    for local_id in range(4):
+        expected = (f"cuda:{local_id}", str(local_id))
+        assert bound_device(slurm_task(local_id, "0,1,2,3")) == expected
+
+
+def test_too_few_gpus_for_the_tasks_of_a_node_is_a_clear_error():
+    """4 tasks on a node but --gpus-per-node=2: local rank 3 has no GPU of its own."""
+    with pytest.raises(RuntimeError, match=r"local rank 3 sees 2 GPU\(s\).*gpus_per_task=1"):
+        bound_device(slurm_task(3, "0,1"))

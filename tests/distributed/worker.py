@@ -68,6 +68,15 @@ CASES: dict[str, dict[str, Any]] = {
     "grpo_bench": dict(
         objective="grpo", params={}, eval=dict(benchmarks={"arithmetic": 2}, limit=8, batch_size=4)
     ),
+    # the benchmark evaluation on vLLM engines with calls that do not divide over 2 ranks: 6 problems
+    # x 2 samples in calls of 4 sequences = 3 calls, rank 0 makes calls 0 and 2, rank 1 call 1 (the
+    # vLLM stage only: tests/vllm/test_uneven_eval.py)
+    "bench_vllm_uneven": dict(
+        objective="grpo",
+        params={},
+        engine="vllm",
+        eval=dict(benchmarks={"arithmetic": 2}, limit=6, batch_size=4),
+    ),
 }
 
 

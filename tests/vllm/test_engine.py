@@ -191,43 +191,59 @@ class SleepRecorder:
 
 
 @pytest.mark.parametrize("level", [1, 2])
-def test_sleep_and_wake_order_around_training(engine, policy, level):
-    """The GPU sleep/wake protocol, with the sleep calls recorded rather than run (see SleepRecorder):
-    sleep after every generation, wake only the weights for a sync, the KV cache before generating;
-    after a level-2 sleep (weights dropped) generating without a sync first is refused."""
+def test_sleep_and_wake_order_around_training(engine, policy, level, monkeypatch):
+    """The GPU memory hand-over, with the sleep calls and the emptying of PyTorch's cache recorded
+    rather than run (see SleepRecorder): the engine stays awake across a phase's generate calls,
+    sleeps when the trainer asks (`release_memory`), a sync empties the cache and wakes only the
+    weights, the next generation empties it again and wakes the KV cache last; after a level-2
+    sleep (weights dropped) generating without a sync first is refused. The same order against a
+    stand-in for vLLM: tests/unit/rollout/test_vllm_handover.py."""
+    import quadrants.rollout.vllm as vllm_module
+
     model, _ = policy
     real_llm, real_settings = engine.llm, engine.settings
     recorder = SleepRecorder(real_llm)
+    monkeypatch.setattr(
+        vllm_module, "free_cached_memory", lambda: recorder.calls.append(("empty_cache",))
+    )
     engine.llm, engine.sleeps = recorder, True
     engine.settings = dataclasses.replace(real_settings, sleep_level=level)
     short = SamplingSettings(n=2, temperature=1.0, max_new_tokens=4, seed=1)
     try:
         engine.generate(PROMPTS, short)  # starts awake
+        engine.generate(PROMPTS, short)  # a second block: still awake
+        engine.release_memory()
         engine.sync_weights(model)
         engine.generate(PROMPTS, short)
         assert recorder.calls == [
             ("generate",),
+            ("generate",),
             ("sleep", level),
+            ("empty_cache",),
             ("wake_up", ("weights",)),
             ("collective_rpc", "reload_weights"),
             ("reset_prefix_cache",),
+            ("empty_cache",),
             ("wake_up", ("kv_cache",)),
             ("generate",),
-            ("sleep", level),
         ]
         recorder.calls.clear()
+        engine.release_memory()
         if level == 2:
             with pytest.raises(
                 RuntimeError, match="level 2, which discards the weights, and no sync_weights"
             ):
                 engine.generate(PROMPTS, short)
-            assert recorder.calls == []
-        else:  # level 1 keeps the weights (offloaded): generating again wakes everything
+            assert recorder.calls == [("sleep", 2)]
+        else:  # level 1 keeps the weights (offloaded): generating again wakes them, then the KV cache
             engine.generate(PROMPTS, short)
             assert recorder.calls == [
-                ("wake_up", ("weights", "kv_cache")),
-                ("generate",),
                 ("sleep", 1),
+                ("empty_cache",),
+                ("wake_up", ("weights",)),
+                ("empty_cache",),
+                ("wake_up", ("kv_cache",)),
+                ("generate",),
             ]
     finally:
         engine.llm, engine.settings, engine.sleeps = real_llm, real_settings, False

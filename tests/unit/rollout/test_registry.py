@@ -127,9 +127,26 @@ def test_vllm_is_started_with_the_run_settings(monkeypatch):
         in_process=True,
         max_model_len=None,
         seed=7,
-        data_parallel_size=2,  # one engine per trainer rank
+        ranks=2,  # one independent engine per trainer rank
     )
     cfg.model.name_or_path = "Qwen/Qwen2.5-Math-1.5B"
     probe = kind.sampler(cfg, model, None)  # one process, the checkpoint's weights synced in
-    assert probe.model_source == "Qwen/Qwen2.5-Math-1.5B" and probe.settings.data_parallel_size == 1
+    assert probe.model_source == "Qwen/Qwen2.5-Math-1.5B" and probe.settings.ranks == 1
     assert probe.synced == [model]
+
+
+def test_vllm_gets_smollm2s_directory_not_its_short_name(monkeypatch, tmp_path):
+    """`model=smollm2_135m` names the model "smollm2-135m", which is neither a hub id nor a
+    directory: vLLM must get the cached directory the trainer loads from (models/smollm2.py)."""
+    import quadrants.rollout.vllm as vllm_module
+    from quadrants.models.smollm2 import INFO_FILE, NAME
+
+    monkeypatch.setattr(vllm_module, "VLLMEngine", _Recorded)
+    monkeypatch.setenv("QUADRANTS_CACHE", str(tmp_path))
+    built = tmp_path / "models" / NAME
+    built.mkdir(parents=True)
+    (built / INFO_FILE).write_text("{}")  # what a finished build leaves (ensure_smollm2)
+    cfg = RunConfig()
+    cfg.model.name_or_path = NAME
+    engine = get_engine("vllm").start(cfg, torch.nn.Linear(1, 1), None, replica=None, world_size=1)
+    assert engine.model_source == str(built)

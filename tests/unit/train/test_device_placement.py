@@ -234,10 +234,11 @@ def test_every_objective_makes_no_device_less_tensors(name, settings):
 
 
 def test_resolve_device_rules():
-    assert resolve_device("auto", 3, cuda_available=True) == torch.device("cuda", 3)
+    assert resolve_device("auto", 3, cuda_available=True, visible=4) == torch.device("cuda", 3)
     assert resolve_device("auto", 3, cuda_available=False) == CPU
     assert resolve_device("cpu", 1, cuda_available=True) == CPU
-    assert resolve_device("cuda", 1, cuda_available=True) == torch.device("cuda", 1)
+    assert resolve_device("cuda", 1, cuda_available=True, visible=2) == torch.device("cuda", 1)
+    assert resolve_device("cuda", 1, cuda_available=True, visible=1) == torch.device("cuda", 0)
     assert pick_backend("auto", cuda=True) == "nccl" and pick_backend("auto", cuda=False) == "gloo"
     with pytest.raises(ValueError, match="distributed.backend=nccl moves CUDA tensors only"):
         pick_backend("nccl", cuda=False)
