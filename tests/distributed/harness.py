@@ -20,14 +20,12 @@ class Worker:
     """Run the training worker and read its outputs (the `worker` fixture of tests/distributed)."""
 
     @staticmethod
-    def run(
-        out_dir: Path, cases: list[str], *, ranks: int, timeout: float = 600, group: bool = False
-    ) -> None:
+    def run(out_dir: Path, cases: list[str], *, ranks: int, timeout: float = 600) -> None:
         """Train `cases` ("name" or "name:steps") with `ranks` processes (1: plain python, no process
-        group, unless `group`; >1 or `group`: torchrun --standalone, gloo)."""
+        group; >1: torchrun --standalone, gloo)."""
         launcher = (
             [sys.executable, str(WORKER)]
-            if ranks == 1 and not group
+            if ranks == 1
             else [
                 sys.executable,
                 "-m",

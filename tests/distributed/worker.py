@@ -36,17 +36,6 @@ CASES: dict[str, dict[str, Any]] = {
     # the same with micro-batches of 4 sequences (2 per rank): the rows without a kept token still
     # run without grad, the others in grad passes that split evenly over the ranks
     "PHR_micro": dict(objective="dapo", params={}, keep="PHR", train=dict(micro_batch_size=4)),
-    # train.precision=bf16-mixed: one process autocasts over float32 parameters, ranks shard float32
-    # parameters under FSDP2's MixedPrecisionPolicy (tests/distributed/test_precision.py)
-    "bf16_mixed": dict(objective="grpo", params={}, train=dict(precision="bf16-mixed")),
-    # PHR with activation checkpointing and micro-batches by token budget (grad passes of at most
-    # 160 tokens per rank, no-grad passes of 320): the same update as PHR
-    "PHR_ckpt_tokens": dict(
-        objective="dapo",
-        params={},
-        keep="PHR",
-        train=dict(activation_checkpointing=True, micro_batch_tokens=160, forward_tokens=320),
-    ),
     # DAPO dynamic sampling with refill (up to 3 extra rounds, each dealt to the ranks in blocks) and
     # the overlong penalty over the last 10 of 40 tokens (tests/distributed/test_refill.py)
     "dapo_refill": dict(
