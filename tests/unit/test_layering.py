@@ -37,6 +37,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tracking": frozenset({"config", "ops"}),
     "rollout": frozenset({"config", "ops", "models"}),  # an engine starts from its config section
     "distributed": frozenset({"config", "rollout"}),  # process groups and collectives
+    # the memory plan: traces the policy's forward (models) and sizes the engine (config)
+    "memory": frozenset({"config", "ops", "models"}),
     # components that use the ones above
     "eval": frozenset(
         {"config", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
@@ -57,7 +59,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, the CLIs
     "launch": frozenset(
         {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "eval", "probe", "validation", "train"}
+        | {"distributed", "eval", "probe", "validation", "train", "memory"}
     ),
     "entry": frozenset({"launch"}),  # the thin `python -m` modules, which nothing imports
     "root": frozenset(),  # quadrants/__init__.py
