@@ -1,9 +1,9 @@
 """The memory plan of a run: per GPU and per phase, the peak by kind, and the host memory per node.
 
 The trainer's share is measured (memory/trace.py: one micro-batch step of the real architecture
-traced with torch's trackers on fake tensors, 1 and 2 decoder layers, extrapolated to the model's
-depth); the vLLM engine's share follows from its settings (memory/vllm_share.py). Phases, in the
-order a step runs them:
+traced with torch's trackers on fake tensors at 1 and 2 decoder layers, extrapolated to the
+model's depth); the vLLM engine's share follows from its
+settings (memory/vllm_share.py). Phases, in the order a step runs them:
 
 - load: the trainer's parameters and the engine awake (its weights and KV cache);
 - rollout: parameters and optimizer states (gradients released after the last update) and the
@@ -14,24 +14,33 @@ order a step runs them:
 - weight push: the engine's weights woken and receiving the trainer's, plus one gathered full
   parameter (the largest, in the engine's dtype) at a time.
 
+Rows: the trace runs the plan's own rows per micro-batch and per no-grad forward (a peak is the
+largest of several moments, each linear in the rows, and which one is largest changes with them,
+so the rows are not extrapolated).
+
 Depth: memory held grows by a fixed amount per decoder layer (its parameter shards, gradients,
 optimizer states, and the activations it saves for backward). The update's peak at depth L is the
 2-layer peak plus (L - 2) times the per-layer growth of what is held at the end of the forward
-(where backward starts and every layer's saved activations are held); the no-grad peak grows by the
-per-layer parameters and states; the optimizer's step is linear in the parameters.
+(where backward starts and every layer's saved activations are held), or the 2-layer peak extended
+linearly, whichever is larger; the no-grad peak, the optimizer's step and the resident state are
+linear in depth.
 tests/unit/memory/test_plan.py checks the extrapolation against a full trace.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 from transformers import PretrainedConfig
 
+from quadrants.config import VLLMConfig
 from quadrants.memory.trace import KINDS, Footprint, GiB, StepTrace, TraceSpec, trace_step
-from quadrants.memory.vllm_share import VLLMShare
+from quadrants.memory.vllm_share import vllm_share
 
+# the depths traced (this and one more): the first layer sits between the embedding and the head,
+# so a 1-layer model's peak can fall at another moment than a deep model's; from 2 layers on a
+# middle layer exists and the per-layer growth is the deep model's (tests/unit/memory/test_plan.py)
+TRACED_DEPTH = 2
 PHASES = ("load", "rollout", "behaviour pass", "update", "weight push")
 # host memory of one trainer process besides what the plan itemises (interpreter, torch, CUDA's
 # host side, data): an assumption, not a measurement
@@ -40,7 +49,7 @@ HOST_BASE_GIB = 4.0
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """Everything the plan depends on (hashable: plans are cached per distinct inputs)."""
+    """Everything the plan depends on."""
 
     config: PretrainedConfig
     world_size: int  # ranks per run
@@ -54,28 +63,25 @@ class PlanInputs:
     forward_rows: int  # rows per no-grad forward (per rank)
     chunk_size: int
     micro_batches: int  # micro-batches per optimizer step (per rank)
-    vllm: VLLMShare | None  # None: the HF engine (the trainer's own model generates)
-    reference_bytes: int = 0  # a KL reference model's share per GPU
+    vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
+    gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
+    reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
 
-    def __hash__(self) -> int:
-        return hash((self.config.to_json_string(), *[getattr(self, k) for k in _KEYS]))
-
-
-_KEYS = (
-    "world_size",
-    "gpus_per_node",
-    "sharded",
-    "precision",
-    "checkpointing",
-    "seq_len",
-    "response_tokens",
-    "update_rows",
-    "forward_rows",
-    "chunk_size",
-    "micro_batches",
-    "vllm",
-    "reference_bytes",
-)
+    def trace_key(self) -> tuple:
+        """What the trainer's trace depends on (plans of one sweep's jobs share one trace)."""
+        return (
+            self.config.to_json_string(),
+            self.world_size,
+            self.sharded,
+            self.precision,
+            self.checkpointing,
+            self.seq_len,
+            self.response_tokens,
+            self.update_rows,
+            self.forward_rows,
+            self.chunk_size,
+            min(2, max(self.micro_batches, 1)),
+        )
 
 
 @dataclass(frozen=True)
@@ -111,17 +117,27 @@ class Plan:
         return max(self.phases, key=lambda p: p.total)
 
 
-def extrapolate(one: StepTrace, two: StepTrace, layers: int) -> StepTrace:
-    """The trace at `layers` decoder layers from traces at 1 and 2 (module docstring)."""
+def extrapolate(one: StepTrace, two: StepTrace, layers: int, depth: int = 1) -> StepTrace:
+    """The trace at `layers` decoder layers from traces at `depth` and `depth + 1` layers (module
+    docstring).
+
+    The update's peak: the larger of two linear extrapolations, the deeper trace's peak plus the
+    per-layer growth of what the forward leaves held (exact when the peak is where backward
+    starts), and the peak itself extended linearly (exact when the peak's moment is a fixed
+    distance from the end); the no-grad peak, the optimizer step and the resident state: linear in
+    depth (what grows per layer is that layer's parameters, states and, under autocast, its cached
+    bf16 weight copies)."""
+    steps = layers - depth - 1  # layers beyond the deeper trace
     per_layer_held = _minus(two.held, one.held)
-    per_layer_resident = _minus(two.resident, one.resident)
+    by_held = _add(two.update, per_layer_held, steps)
+    by_peak = one.update.scaled(two.update, steps + 1)
     return StepTrace(
-        update=_add(two.update, per_layer_held, layers - 2),
-        held=_add(two.held, per_layer_held, layers - 2),
-        optimizer=one.optimizer.scaled(two.optimizer, layers - 1),
-        no_grad=_add(two.no_grad, per_layer_resident, layers - 2),
-        resident=_add(two.resident, per_layer_resident, layers - 2),
-        parameters=one.parameters + (layers - 1) * (two.parameters - one.parameters),
+        update=max(by_held, by_peak, key=lambda f: f.total),
+        held=_add(two.held, per_layer_held, steps),
+        optimizer=one.optimizer.scaled(two.optimizer, steps + 1),
+        no_grad=one.no_grad.scaled(two.no_grad, steps + 1),
+        resident=one.resident.scaled(two.resident, steps + 1),
+        parameters=one.parameters + (steps + 1) * (two.parameters - one.parameters),
     )
 
 
@@ -133,39 +149,54 @@ def _add(a: Footprint, delta: Footprint, times: int) -> Footprint:
     return Footprint(**{k: getattr(a, k) + times * getattr(delta, k) for k in KINDS})
 
 
-@functools.lru_cache(maxsize=16)
+_TRACES: dict[tuple, StepTrace] = {}
+
+
 def trainer_trace(inputs: PlanInputs) -> StepTrace:
-    """The trainer's step at the model's full depth (traces of 1 and 2 layers, extrapolated)."""
-    layers = int(inputs.config.num_hidden_layers)
-    traces = [
-        trace_step(
-            TraceSpec(
-                inputs.config,
-                layers=depth,
-                seq_len=inputs.seq_len,
-                response_tokens=inputs.response_tokens,
-                update_rows=inputs.update_rows,
-                forward_rows=inputs.forward_rows,
-                precision=inputs.precision,
-                world_size=inputs.world_size,
-                sharded=inputs.sharded,
-                checkpointing=inputs.checkpointing,
-                chunk_size=inputs.chunk_size,
-                micro_batches=min(2, max(inputs.micro_batches, 1)),
-            )
+    """The trainer's step at the model's full depth (traces of 1 and 2 layers, extrapolated;
+    cached per `trace_key` for the life of the process)."""
+    key = inputs.trace_key()
+    if key not in _TRACES:
+        _TRACES[key] = _trainer_trace(inputs)
+    return _TRACES[key]
+
+
+def trace_at(inputs: PlanInputs, layers: int) -> StepTrace:
+    """One trace of `layers` decoder layers at the plan's rows."""
+    return trace_step(
+        TraceSpec(
+            inputs.config,
+            layers=layers,
+            seq_len=inputs.seq_len,
+            response_tokens=inputs.response_tokens,
+            update_rows=inputs.update_rows,
+            forward_rows=inputs.forward_rows,
+            precision=inputs.precision,
+            world_size=inputs.world_size,
+            sharded=inputs.sharded,
+            checkpointing=inputs.checkpointing,
+            chunk_size=inputs.chunk_size,
+            micro_batches=min(2, max(inputs.micro_batches, 1)),
         )
-        for depth in (1, 2)
-    ]
-    return traces[1] if layers == 2 else extrapolate(traces[0], traces[1], layers)
+    )
+
+
+def _trainer_trace(inputs: PlanInputs) -> StepTrace:
+    layers = int(inputs.config.num_hidden_layers)
+    if layers <= TRACED_DEPTH + 1:  # small enough to trace whole
+        return trace_at(inputs, layers)
+    one, two = trace_at(inputs, TRACED_DEPTH), trace_at(inputs, TRACED_DEPTH + 1)
+    return extrapolate(one, two, layers, TRACED_DEPTH)
 
 
 def make_plan(inputs: PlanInputs) -> Plan:
     """The plan of `inputs` (module docstring)."""
     step = trainer_trace(inputs)
-    engine = inputs.vllm
+    engine = vllm_share(inputs.vllm, step.parameters, inputs.gpu_memory_gb) if inputs.vllm else None
     awake = dict(vllm_weights=engine.weights, kv_cache=engine.kv_cache) if engine else {}
     asleep = dict(vllm_weights=engine.asleep_weights, kv_cache=engine.asleep_kv) if engine else {}
-    ref = dict(reference=inputs.reference_bytes)
+    reference = step.parameters * inputs.reference_dtype_bytes // inputs.world_size
+    ref = dict(reference=reference)
     update = max(step.update, step.optimizer, key=lambda f: f.total)
     load = Footprint(parameters=step.resident.parameters)
     largest = _largest_parameter(inputs.config) * (engine.dtype_bytes if engine else 2)
@@ -183,7 +214,8 @@ def make_plan(inputs: PlanInputs) -> Plan:
     ]
     full_bytes = step.parameters * 2  # a load's host copy in bf16 per rank (from_pretrained)
     pinned = engine.host_pinned if engine else 0
-    host = inputs.gpus_per_node * (int(HOST_BASE_GIB * GiB) + full_bytes + pinned)
+    # the load's copy is gone before the engine first sleeps: the larger of the two, per rank
+    host = inputs.gpus_per_node * (int(HOST_BASE_GIB * GiB) + max(full_bytes, pinned))
     vocab = int(inputs.config.vocab_size)
     return Plan(
         inputs=inputs,
@@ -250,8 +282,8 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
     )
     out.append(
         f"host memory per node ({i.gpus_per_node} ranks): {plan.host_per_node / 1e9:.0f} GB "
-        f"(per rank: a bf16 load copy, the engine's pinned weights at sleep level 1, "
-        f"{HOST_BASE_GIB:g} GiB process base)"
+        f"(per rank: {HOST_BASE_GIB:g} GiB process base and the larger of the bf16 load copy and "
+        "the engine's pinned weights at sleep level 1)"
     )
     out.append(
         f"the fused LM head's buffers: {gib(plan.head_buffers)} GiB (2 x chunk x vocab float32, "

@@ -212,9 +212,10 @@ def build_model(config: PretrainedConfig, layers: int, dtype: torch.dtype) -> nn
     parameters)."""
     config = copy.deepcopy(config)
     config.num_hidden_layers = layers
-    for key in ("layer_types", "max_window_layers"):  # per-layer lists sized for the full depth
-        if isinstance(getattr(config, key, None), list):
-            setattr(config, key, getattr(config, key)[:layers])
+    for key in ("layer_types",):  # per-layer lists sized for the config's depth
+        values = getattr(config, key, None)
+        if isinstance(values, list) and values:
+            setattr(config, key, (values + values[-1:] * layers)[:layers])
     config.dtype = None  # the shipped configs say bfloat16: build in `dtype`
     with _default_dtype(dtype):
         return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)

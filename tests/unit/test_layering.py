@@ -70,6 +70,7 @@ COMPONENT_OF_MODULE: dict[str, str] = {
     # `python -m quadrants.X` targets, kept where the documented commands name them
     "quadrants.sweep": "entry",
     "quadrants.submit": "entry",
+    "quadrants.plan": "entry",
     "quadrants.status": "entry",
     "quadrants.evaluate": "entry",
     "quadrants.probe.__main__": "entry",
