@@ -262,6 +262,9 @@ class ClusterConfig:
     # what one rank's accelerator holds; a run whose memory plan (`python -m quadrants.plan`)
     # exceeds it is refused before anything is queued. None = no check
     gpu_memory_gb: float | None = None
+    # the longest prompt (tokens) the memory plan sizes a row for: rows are planned at
+    # prompt_tokens + rollout.max_new_tokens, every row at the longest length (the worst case)
+    prompt_tokens: int = 1024
 
 
 @dataclass

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
+from quadrants.memory.check import check_memory
 from quadrants.rollout.registry import get_engine
 from quadrants.validation import validate_config
 
@@ -243,7 +244,7 @@ def preflight(argv: list[str]) -> int:
     everything = _overrides(argv)
     overrides = [o for o in everything if not o.startswith(("hydra.", "hydra/"))]
     multirun = "-m" in argv or "--multirun" in argv
-    ranks = 1
+    ranks = per_node = 1
     uris: set[str] = set()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         fixed = [o for o in everything if "," not in o.split("=", 1)[-1]]
@@ -255,6 +256,7 @@ def preflight(argv: list[str]) -> int:
             params = OmegaConf.to_container(sweeper_params, resolve=False) if sweeper_params else {}
             jobs = _checked(overrides, lambda: expand_jobs(overrides, params))
             ranks = launcher_ranks(base.hydra.launcher)
+            per_node = launcher_ranks_per_node(base.hydra.launcher)
         else:
             check_single_run_launcher(base.hydra.launcher)
             jobs = [overrides]
@@ -265,6 +267,9 @@ def preflight(argv: list[str]) -> int:
                 ranks > 1
             ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
                 _checked(job, lambda run=run: check_layout(run, ranks))
+            # the memory plan against cluster.gpu_memory_gb (jobs that differ only in seed,
+            # objective or quadrant share one trace)
+            _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
     for uri in sorted(uris):
         check_tracking_server(uri)
     return len(jobs)
@@ -307,6 +312,20 @@ def launcher_ranks(launcher: DictConfig) -> int:
     """Ranks per run of a launcher config: nodes x tasks_per_node (launcher=slurm_ddp), else 1."""
     nodes, tasks = launcher.get("nodes"), launcher.get("tasks_per_node")
     return int(nodes or 1) * int(tasks or 1) if "tasks_per_node" in launcher else 1
+
+
+def launcher_ranks_per_node(launcher: DictConfig) -> int:
+    """Ranks on one node of a launcher config: tasks_per_node (launcher=slurm_ddp), else 1."""
+    return int(launcher.get("tasks_per_node") or 1) if "tasks_per_node" in launcher else 1
+
+
+def _checked_plain(job: list[str], fn: Any) -> Any:
+    """Run `fn`; a ValueError comes back naming the job, with its message whole (the memory
+    plan's table is part of it)."""
+    try:
+        return fn()
+    except ValueError as err:
+        raise ValueError(f"job [{' '.join(job)}]: {err}") from None
 
 
 def _checked(job: list[str], fn: Any) -> Any:

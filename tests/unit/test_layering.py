@@ -39,6 +39,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "rollout": frozenset({"config", "ops", "models"}),  # an engine starts from its config section
     # process groups and collectives (ops: through the leaf train/precision.py, below)
     "distributed": frozenset({"config", "ops", "rollout"}),
+    # the memory plan: traces the policy's forward (models) and sizes the engine (config)
+    "memory": frozenset({"config", "ops", "models"}),
     # components that use the ones above
     "eval": frozenset(
         {"config", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
@@ -59,7 +61,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, the CLIs
     "launch": frozenset(
         {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "eval", "probe", "validation", "train", "home"}
+        | {"distributed", "eval", "probe", "validation", "train", "home", "memory"}
     ),
     "entry": frozenset({"launch"}),  # the thin `python -m` modules, which nothing imports
     "root": frozenset(),  # quadrants/__init__.py
@@ -70,6 +72,7 @@ COMPONENT_OF_MODULE: dict[str, str] = {
     # `python -m quadrants.X` targets, kept where the documented commands name them
     "quadrants.sweep": "entry",
     "quadrants.submit": "entry",
+    "quadrants.plan": "entry",
     "quadrants.status": "entry",
     "quadrants.evaluate": "entry",
     "quadrants.data": "entry",

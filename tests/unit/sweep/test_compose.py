@@ -33,9 +33,16 @@ def test_every_experiment_is_listed_here():
     assert set(EXPERIMENTS) == set(EXPECTED_JOBS)
 
 
+# the paper presets are sized for one 8-GPU node per run (their memory plan refuses fewer ranks)
+LAUNCH = {
+    name: ["launcher=slurm_ddp", "hydra.launcher.tasks_per_node=8"]
+    for name in ("paper_quadrants_qwen7b", "paper_main_qwen7b", "paper_main_dsr1p5b")
+}
+
+
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_composes_every_job(name):
-    assert preflight(["-m", f"experiment={name}"]) == EXPECTED_JOBS[name]
+    assert preflight(["-m", f"experiment={name}", *LAUNCH.get(name, [])]) == EXPECTED_JOBS[name]
 
 
 def test_default_config_is_the_embedded_world():

@@ -1,0 +1,88 @@
+"""`python -m quadrants.plan <the sweep's overrides>`: the memory plan of every distinct run of the
+command, per GPU and per phase, against `cluster.gpu_memory_gb`.
+
+    python -m quadrants.plan experiment=paper_quadrants_qwen7b launcher=slurm_ddp \
+        hydra.launcher.tasks_per_node=8
+
+Ranks per run come from the launcher as the sweep would use it (`nodes x tasks_per_node` for
+launcher=slurm_ddp; one process otherwise), whether or not `-m` is given. Jobs that differ only in
+what does not change memory (seed, objective, quadrant) share one plan. Nothing is loaded but the
+model's config.json (shipped for the presets' models), no data files, no network. Exit status 1
+when a plan does not fit (the same refusal `quadrants.sweep` and `quadrants.submit` give).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from quadrants.launch.hydra_setup import (
+    CONFIG_DIR,
+    _checked,
+    _compose_job,
+    _overrides,
+    expand_jobs,
+    hydra_argv,
+    launcher_ranks,
+    launcher_ranks_per_node,
+    register,
+    to_run_config,
+)
+from quadrants.memory.check import plan_inputs, refusal
+from quadrants.memory.plan import fits, format_plan, make_plan
+
+
+def plan_command(argv: list[str]) -> tuple[str, bool]:
+    """(the report, whether every plan fits)."""
+    register()
+    everything = _overrides(hydra_argv(argv))
+    overrides = [o for o in everything if not o.startswith(("hydra.", "hydra/"))]
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        fixed = [o for o in everything if "," not in o.split("=", 1)[-1]]
+        base = _checked(
+            fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True)
+        )
+        sweeper_params = base.hydra.sweeper.get("params")
+        params = OmegaConf.to_container(sweeper_params, resolve=False) if sweeper_params else {}
+        jobs = _checked(overrides, lambda: expand_jobs(overrides, params))
+        ranks = launcher_ranks(base.hydra.launcher)
+        per_node = launcher_ranks_per_node(base.hydra.launcher)
+        groups: dict[str, tuple[list[list[str]], object]] = {}
+        for job in jobs:
+            run = _checked(job, lambda job=job: to_run_config(_compose_job(job)))
+            inputs = plan_inputs(run, ranks, per_node)
+            key = repr(
+                (
+                    inputs.trace_key(),
+                    inputs.vllm,
+                    inputs.gpu_memory_gb,
+                    inputs.gpus_per_node,
+                    inputs.reference_dtype_bytes,
+                    run.cluster.gpu_memory_gb,
+                )
+            )
+            groups.setdefault(key, ([], run))[0].append(job)
+    out, ok = [], True
+    for members, run in groups.values():
+        plan = make_plan(plan_inputs(run, ranks, per_node))
+        budget = run.cluster.gpu_memory_gb
+        first = " ".join(members[0]) or "(defaults)"
+        others = f" and {len(members) - 1} more with the same plan" if len(members) > 1 else ""
+        out.append(f"job: {first}{others}")
+        out.append(format_plan(plan, budget))
+        if budget is not None and not fits(plan, budget):
+            ok = False
+            out.append("REFUSED: " + refusal(run, plan, budget))
+        out.append("")
+    return "\n".join(out).rstrip(), ok
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        report, ok = plan_command(list(sys.argv[1:] if argv is None else argv))
+    except ValueError as err:
+        sys.exit(f"quadrants.plan: invalid configuration.\n  {err}")
+    print(report)
+    sys.exit(0 if ok else 1)

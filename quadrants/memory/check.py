@@ -1,0 +1,144 @@
+"""From a run's configuration to its memory plan, and the compose-time refusal.
+
+`plan_for(cfg, world_size, gpus_per_node)` sizes one rank's step the way the trainer will run it:
+
+- ranks: the launcher's (`nodes x tasks_per_node` for launcher=slurm_ddp, else one process,
+  unsharded); FSDP2 shards parameters, gradients and optimizer states over them;
+- precision: `train.precision` (`auto` is bf16-mixed: the plan is for CUDA);
+- rows: every row at its longest, `cluster.prompt_tokens + rollout.max_new_tokens` tokens (the
+  worst case a step can meet); a rank's share of a mini-batch is `mini_batch_size / ranks` rows;
+  `train.micro_batch_tokens` packs `micro_batch_tokens // row length` rows per micro-batch (at least
+  one), else `train.micro_batch_size`, else the whole share; the no-grad passes take
+  `train.forward_tokens // row length` rows (else the mini-batch, as today);
+- the engine: `rollout.engine=vllm` adds its share (memory/vllm_share.py); the HF engine
+  generates with the trainer's own model, whose KV cache the plan does not itemise;
+- a KL reference model (`objective.kl_coef > 0`) adds its parameters in `model.dtype`, sharded.
+
+`check_memory` raises ValueError when the plan's peak exceeds `cluster.gpu_memory_gb`, naming the
+phase and the settings that fix it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from quadrants.config import RunConfig
+from quadrants.memory.architecture import model_config
+from quadrants.memory.plan import Plan, PlanInputs, format_plan, make_plan
+
+DEFAULT_GPU_GB = 80.0  # the engine's share is sized on this when cluster.gpu_memory_gb is null
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def resolved_precision(cfg: RunConfig) -> str:
+    """train.precision as the plan takes it (auto: bf16-mixed, CUDA's choice)."""
+    return "bf16-mixed" if cfg.train.precision == "auto" else cfg.train.precision
+
+
+def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInputs:
+    train = cfg.train
+    seq_len = cfg.cluster.prompt_tokens + cfg.rollout.max_new_tokens
+    step_rows = cfg.train.prompts_per_step * cfg.rollout.group_size
+    share = max(1, min(train.mini_batch_size, step_rows) // world_size)
+    if train.micro_batch_tokens > 0:
+        update_rows = max(1, train.micro_batch_tokens // seq_len)
+    elif train.micro_batch_size > 0:
+        update_rows = train.micro_batch_size
+    else:
+        update_rows = share
+    update_rows = min(update_rows, share)
+    if train.forward_tokens > 0:
+        forward_rows = max(1, train.forward_tokens // seq_len)
+    else:
+        forward_rows = train.mini_batch_size
+    forward_rows = min(forward_rows, max(1, step_rows // world_size))
+    return PlanInputs(
+        config=model_config(cfg.model.name_or_path),
+        world_size=world_size,
+        gpus_per_node=gpus_per_node,
+        sharded=world_size > 1,
+        precision=resolved_precision(cfg),
+        checkpointing=train.activation_checkpointing or cfg.distributed.activation_checkpointing,
+        seq_len=seq_len,
+        response_tokens=cfg.rollout.max_new_tokens,
+        update_rows=update_rows,
+        forward_rows=forward_rows,
+        chunk_size=train.entropy_chunk_size,
+        micro_batches=math.ceil(share / update_rows),
+        vllm=cfg.rollout.vllm if cfg.rollout.engine == "vllm" else None,
+        gpu_memory_gb=cfg.cluster.gpu_memory_gb or DEFAULT_GPU_GB,
+        reference_dtype_bytes=(
+            _DTYPE_BYTES.get(cfg.model.dtype, 4) if cfg.objective.kl_coef > 0 else 0
+        ),
+    )
+
+
+def plan_for(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan:
+    return make_plan(plan_inputs(cfg, world_size, gpus_per_node))
+
+
+def check_memory(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan | None:
+    """The run's plan; ValueError when it does not fit `cluster.gpu_memory_gb` (None: no check,
+    nothing traced)."""
+    budget = cfg.cluster.gpu_memory_gb
+    if budget is None:
+        return None
+    plan = plan_for(cfg, world_size, gpus_per_node)
+    peak = plan.peak()
+    if peak.total <= budget * 1e9:
+        return plan
+    raise ValueError(refusal(cfg, plan, budget) + "\n" + format_plan(plan, budget))
+
+
+def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
+    """What does not fit, where, and the settings that fix it."""
+    peak = plan.peak()
+    inputs = plan.inputs
+    f = peak.trainer
+    state = f.parameters + f.gradients + f.optimizer
+    fixes = []
+    over = peak.total - budget * 1e9
+    if state > 0.1 * peak.total:  # the trainer's sharded state: more ranks divide it
+        full_state = state * inputs.world_size
+        room = budget * 1e9 - (peak.total - state)
+        least = f"; at least {math.ceil(full_state / room)}" if room > 0 else ""
+        fixes.append(
+            f"more ranks per run (parameters, gradients and optimizer states, "
+            f"{full_state / 1e9:.1f} GB in all, shard over them{least}): launcher=slurm_ddp "
+            "hydra.launcher.tasks_per_node=8 (and hydra.launcher.nodes for more than one node)"
+        )
+    if peak.phase == "update" and f.activations > 0.1 * over:
+        fixes.append(
+            "fewer tokens per micro-batch: train.micro_batch_tokens="
+            f"{max(inputs.seq_len, cfg.train.micro_batch_tokens // 2 or inputs.seq_len)}"
+        )
+        if not inputs.checkpointing:
+            fixes.append("activation checkpointing: train.activation_checkpointing=true")
+    if peak.phase == "behaviour pass" and f.activations > 0.1 * over:
+        fixes.append(
+            f"fewer tokens per no-grad forward: train.forward_tokens={inputs.seq_len} "
+            f"(now {inputs.forward_rows} rows of {inputs.seq_len})"
+        )
+    if peak.vllm_weights + peak.kv_cache > 0 and peak.phase in ("load", "rollout", "weight push"):
+        engine = cfg.rollout.vllm
+        if engine.kv_cache_gib is None:
+            fixes.append(
+                "a smaller engine share: rollout.vllm.gpu_memory_utilization (now "
+                f"{engine.gpu_memory_utilization:g} of the GPU) or a fixed "
+                "rollout.vllm.kv_cache_gib"
+            )
+        else:
+            fixes.append(
+                f"a smaller KV cache: rollout.vllm.kv_cache_gib (now {engine.kv_cache_gib:g})"
+            )
+    if peak.vllm_weights + peak.kv_cache > 0 and peak.phase in ("update", "behaviour pass"):
+        fixes.append("let the engine sleep while the trainer works: rollout.vllm.sleep_level=1")
+    if not fixes:
+        fixes.append("more ranks per run, or a GPU with more memory")
+    return (
+        f"memory plan: the {peak.phase} phase needs {peak.total / 1e9:.1f} GB per GPU, over "
+        f"cluster.gpu_memory_gb={budget:g} ({inputs.world_size} rank(s) per run). Fix: "
+        + "; or ".join(fixes)
+        + ". (Check with python -m quadrants.plan <the same overrides>; "
+        "cluster.gpu_memory_gb=null skips the check.)"
+    )

@@ -1,0 +1,293 @@
+"""The memory plan of a run: per GPU and per phase, the peak by kind, and the host memory per node.
+
+The trainer's share is measured (memory/trace.py: one micro-batch step of the real architecture
+traced with torch's trackers on fake tensors at 1 and 2 decoder layers, extrapolated to the
+model's depth); the vLLM engine's share follows from its
+settings (memory/vllm_share.py). Phases, in the order a step runs them:
+
+- load: the trainer's parameters and the engine awake (its weights and KV cache);
+- rollout: parameters and optimizer states (gradients released after the last update) and the
+  engine awake;
+- behaviour pass: the no-grad forward of `train.forward_tokens` (or the mini-batch) with the
+  engine asleep;
+- update: the micro-batches' forward and backward and the AdamW step, engine asleep;
+- weight push: the engine's weights woken and receiving the trainer's, plus one gathered full
+  parameter (the largest, in the engine's dtype) at a time.
+
+Rows: the trace runs the plan's own rows per micro-batch and per no-grad forward (a peak is the
+largest of several moments, each linear in the rows, and which one is largest changes with them,
+so the rows are not extrapolated).
+
+Depth: memory held grows by a fixed amount per decoder layer (its parameter shards, gradients,
+optimizer states, and the activations it saves for backward). The update's peak at depth L is the
+2-layer peak plus (L - 2) times the per-layer growth of what is held at the end of the forward
+(where backward starts and every layer's saved activations are held), or the 2-layer peak extended
+linearly, whichever is larger; the no-grad peak, the optimizer's step and the resident state are
+linear in depth.
+tests/unit/memory/test_plan.py checks the extrapolation against a full trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import PretrainedConfig
+
+from quadrants.config import VLLMConfig
+from quadrants.memory.trace import KINDS, Footprint, GiB, StepTrace, TraceSpec, trace_step
+from quadrants.memory.vllm_share import vllm_share
+
+# the depths traced (this and one more): the first layer sits between the embedding and the head,
+# so a 1-layer model's peak can fall at another moment than a deep model's; from 2 layers on a
+# middle layer exists and the per-layer growth is the deep model's (tests/unit/memory/test_plan.py)
+TRACED_DEPTH = 2
+PHASES = ("load", "rollout", "behaviour pass", "update", "weight push")
+# host memory of one trainer process besides what the plan itemises (interpreter, torch, CUDA's
+# host side, data): an assumption, not a measurement
+HOST_BASE_GIB = 4.0
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything the plan depends on."""
+
+    config: PretrainedConfig
+    world_size: int  # ranks per run
+    gpus_per_node: int  # ranks per node (host memory)
+    sharded: bool  # FSDP2 over the ranks (False: one plain process)
+    precision: str  # fp32 | bf16-mixed | bf16
+    checkpointing: bool
+    seq_len: int  # prompt + response tokens of the longest row
+    response_tokens: int
+    update_rows: int  # rows per micro-batch (per rank)
+    forward_rows: int  # rows per no-grad forward (per rank)
+    chunk_size: int
+    micro_batches: int  # micro-batches per optimizer step (per rank)
+    vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
+    gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
+    reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
+
+    def trace_key(self) -> tuple:
+        """What the trainer's trace depends on (plans of one sweep's jobs share one trace)."""
+        return (
+            self.config.to_json_string(),
+            self.world_size,
+            self.sharded,
+            self.precision,
+            self.checkpointing,
+            self.seq_len,
+            self.response_tokens,
+            self.update_rows,
+            self.forward_rows,
+            self.chunk_size,
+            min(2, max(self.micro_batches, 1)),
+        )
+
+
+@dataclass(frozen=True)
+class PhasePeak:
+    phase: str
+    trainer: Footprint
+    vllm_weights: int = 0
+    kv_cache: int = 0
+    gathered_push: int = 0  # the weight push's one full parameter
+    reference: int = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            self.trainer.total
+            + self.vllm_weights
+            + self.kv_cache
+            + self.gathered_push
+            + self.reference
+        )
+
+
+@dataclass
+class Plan:
+    inputs: PlanInputs
+    phases: list[PhasePeak]
+    host_per_node: int
+    head_buffers: int  # the fused LM head's two [chunk, V] float32 buffers (in activations)
+    parameters: int  # elements of the full-depth model
+    notes: list[str] = field(default_factory=list)
+
+    def peak(self) -> PhasePeak:
+        return max(self.phases, key=lambda p: p.total)
+
+
+def extrapolate(one: StepTrace, two: StepTrace, layers: int, depth: int = 1) -> StepTrace:
+    """The trace at `layers` decoder layers from traces at `depth` and `depth + 1` layers (module
+    docstring).
+
+    The update's peak: the larger of two linear extrapolations, the deeper trace's peak plus the
+    per-layer growth of what the forward leaves held (exact when the peak is where backward
+    starts), and the peak itself extended linearly (exact when the peak's moment is a fixed
+    distance from the end); the no-grad peak, the optimizer step and the resident state: linear in
+    depth (what grows per layer is that layer's parameters, states and, under autocast, its cached
+    bf16 weight copies)."""
+    steps = layers - depth - 1  # layers beyond the deeper trace
+    per_layer_held = _minus(two.held, one.held)
+    by_held = _add(two.update, per_layer_held, steps)
+    by_peak = one.update.scaled(two.update, steps + 1)
+    return StepTrace(
+        update=max(by_held, by_peak, key=lambda f: f.total),
+        held=_add(two.held, per_layer_held, steps),
+        optimizer=one.optimizer.scaled(two.optimizer, steps + 1),
+        no_grad=one.no_grad.scaled(two.no_grad, steps + 1),
+        resident=one.resident.scaled(two.resident, steps + 1),
+        parameters=one.parameters + (steps + 1) * (two.parameters - one.parameters),
+    )
+
+
+def _minus(a: Footprint, b: Footprint) -> Footprint:
+    return Footprint(**{k: getattr(a, k) - getattr(b, k) for k in KINDS})
+
+
+def _add(a: Footprint, delta: Footprint, times: int) -> Footprint:
+    return Footprint(**{k: getattr(a, k) + times * getattr(delta, k) for k in KINDS})
+
+
+_TRACES: dict[tuple, StepTrace] = {}
+
+
+def trainer_trace(inputs: PlanInputs) -> StepTrace:
+    """The trainer's step at the model's full depth (traces of 1 and 2 layers, extrapolated;
+    cached per `trace_key` for the life of the process)."""
+    key = inputs.trace_key()
+    if key not in _TRACES:
+        _TRACES[key] = _trainer_trace(inputs)
+    return _TRACES[key]
+
+
+def trace_at(inputs: PlanInputs, layers: int) -> StepTrace:
+    """One trace of `layers` decoder layers at the plan's rows."""
+    return trace_step(
+        TraceSpec(
+            inputs.config,
+            layers=layers,
+            seq_len=inputs.seq_len,
+            response_tokens=inputs.response_tokens,
+            update_rows=inputs.update_rows,
+            forward_rows=inputs.forward_rows,
+            precision=inputs.precision,
+            world_size=inputs.world_size,
+            sharded=inputs.sharded,
+            checkpointing=inputs.checkpointing,
+            chunk_size=inputs.chunk_size,
+            micro_batches=min(2, max(inputs.micro_batches, 1)),
+        )
+    )
+
+
+def _trainer_trace(inputs: PlanInputs) -> StepTrace:
+    layers = int(inputs.config.num_hidden_layers)
+    if layers <= TRACED_DEPTH + 1:  # small enough to trace whole
+        return trace_at(inputs, layers)
+    one, two = trace_at(inputs, TRACED_DEPTH), trace_at(inputs, TRACED_DEPTH + 1)
+    return extrapolate(one, two, layers, TRACED_DEPTH)
+
+
+def make_plan(inputs: PlanInputs) -> Plan:
+    """The plan of `inputs` (module docstring)."""
+    step = trainer_trace(inputs)
+    engine = vllm_share(inputs.vllm, step.parameters, inputs.gpu_memory_gb) if inputs.vllm else None
+    awake = dict(vllm_weights=engine.weights, kv_cache=engine.kv_cache) if engine else {}
+    asleep = dict(vllm_weights=engine.asleep_weights, kv_cache=engine.asleep_kv) if engine else {}
+    reference = step.parameters * inputs.reference_dtype_bytes // inputs.world_size
+    ref = dict(reference=reference)
+    update = max(step.update, step.optimizer, key=lambda f: f.total)
+    load = Footprint(parameters=step.resident.parameters)
+    largest = _largest_parameter(inputs.config) * (engine.dtype_bytes if engine else 2)
+    push = (
+        dict(vllm_weights=engine.weights, gathered_push=largest if inputs.sharded else 0)
+        if engine
+        else {}
+    )
+    phases = [
+        PhasePeak("load", load, **awake, **ref),
+        PhasePeak("rollout", step.resident, **awake, **ref),
+        PhasePeak("behaviour pass", step.no_grad, **asleep, **ref),
+        PhasePeak("update", update, **asleep, **ref),
+        PhasePeak("weight push", step.resident, **push, **ref),
+    ]
+    full_bytes = step.parameters * 2  # a load's host copy in bf16 per rank (from_pretrained)
+    pinned = engine.host_pinned if engine else 0
+    # the load's copy is gone before the engine first sleeps: the larger of the two, per rank
+    host = inputs.gpus_per_node * (int(HOST_BASE_GIB * GiB) + max(full_bytes, pinned))
+    vocab = int(inputs.config.vocab_size)
+    return Plan(
+        inputs=inputs,
+        phases=phases,
+        host_per_node=host,
+        head_buffers=2 * inputs.chunk_size * vocab * 4,
+        parameters=step.parameters,
+    )
+
+
+def _largest_parameter(config: PretrainedConfig) -> int:
+    """Elements of the largest single parameter: the embedding (or LM head), vocab x hidden, or
+    the widest MLP matrix."""
+    hidden = int(config.hidden_size)
+    return max(int(config.vocab_size) * hidden, int(config.intermediate_size) * hidden)
+
+
+def fits(plan: Plan, gpu_memory_gb: float) -> bool:
+    return plan.peak().total <= gpu_memory_gb * 1e9
+
+
+def gib(value: int) -> str:
+    return f"{value / GiB:.2f}"
+
+
+def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
+    """The plan as one table (GiB per GPU) plus its host line and notes."""
+    i = plan.inputs
+    columns = ["phase", *KINDS, "vLLM weights", "KV cache", "push", "reference", "total"]
+    rows = []
+    for p in plan.phases:
+        f = p.trainer
+        rows.append(
+            [
+                p.phase,
+                *(gib(getattr(f, k)) for k in KINDS),
+                gib(p.vllm_weights),
+                gib(p.kv_cache),
+                gib(p.gathered_push),
+                gib(p.reference),
+                gib(p.total),
+            ]
+        )
+    widths = [max(len(str(r[c])) for r in [columns, *rows]) for c in range(len(columns))]
+    line = lambda r: "  ".join(str(v).rjust(w) for v, w in zip(r, widths, strict=True))  # noqa: E731
+    mode = f"FSDP2 over {i.world_size} ranks" if i.sharded else "one process, unsharded"
+    head = [
+        f"memory plan per GPU, GiB ({plan.parameters / 1e9:.2f} B parameters, {mode}, "
+        f"{i.precision}, checkpointing {'on' if i.checkpointing else 'off'})",
+        f"micro-batch: {i.update_rows} rows x {i.seq_len} tokens ({i.response_tokens} response); "
+        f"no-grad forward: {i.forward_rows} rows",
+        line(columns),
+    ]
+    out = head + [line(r) for r in rows]
+    peak = plan.peak()
+    out.append(
+        f"peak: {gib(peak.total)} GiB ({peak.total / 1e9:.1f} GB) in {peak.phase}"
+        + (
+            f"; budget cluster.gpu_memory_gb={gpu_memory_gb:g} GB: "
+            + ("fits" if fits(plan, gpu_memory_gb) else "DOES NOT FIT")
+            if gpu_memory_gb is not None
+            else ""
+        )
+    )
+    out.append(
+        f"host memory per node ({i.gpus_per_node} ranks): {plan.host_per_node / 1e9:.0f} GB "
+        f"(per rank: {HOST_BASE_GIB:g} GiB process base and the larger of the bf16 load copy and "
+        "the engine's pinned weights at sleep level 1)"
+    )
+    out.append(
+        f"the fused LM head's buffers: {gib(plan.head_buffers)} GiB (2 x chunk x vocab float32, "
+        "inside activations)"
+    )
+    out.extend(plan.notes)
+    return "\n".join(out)

@@ -1,0 +1,398 @@
+"""Trace one training step of a real architecture under torch's memory trackers, with no weights.
+
+What is measured, for one rank of a run of `world_size` ranks (FSDP2 per decoder layer, then the
+root, as distributed/collectives.py shards the policy) or one unsharded process:
+
+- `update`: the peak while `micro_batches` micro-batches of [rows, seq_len] go forward through the
+  library's own policy forward (models/policy.py, with the fused LM head of ops/fused_head.py when
+  the model allows it) and backward, gradients accumulating, with the optimizer's states already
+  there (as at every step after the first);
+- `optimizer`: the peak of the AdamW step (parameters, gradients, states and the step's own
+  temporaries: the implementation the trainer gets on CUDA, `foreach` over DTensor shards, `fused`
+  over plain parameters);
+- `no_grad`: the peak of one no-grad forward of [forward_rows, seq_len] (the behaviour and
+  |Δ log-prob| passes), gradients released (`zero_grad(set_to_none=True)`), states kept.
+
+The trackers are torch's own (torch/distributed/_tools/mem_tracker.py `MemTracker`,
+fsdp2_mem_tracker.py `FSDPMemTracker`): TorchDispatchModes that see every tensor allocated and
+freed and sort them into parameters, gradients, optimizer states, activations and temporaries.
+Under `FakeTensorMode` (torch/_subclasses/fake_tensor.py) no tensor has storage, so a 7B-wide layer
+traces in about a second on a laptop, and the fake process group
+(torch/testing/_internal/distributed/fake_pg.py) gives FSDP2 a world of any size.
+
+Two corrections, each found by checking the trackers' figures against arithmetic:
+
+1. The optimizer step of a sharded model is not traced through the DTensor parameters. DTensor's
+   sharding propagation computes output shapes on fake tensors of the GLOBAL shape, in the fake
+   mode that is active (torch/distributed/tensor/_sharding_prop.py: `detect_fake_mode() or
+   FakeTensorMode()`). In eager mode that is a private mode the tracker skips (its
+   `active_fake_mode() is self._fake_mode_on_entry` test); under our FakeTensorMode it is the same
+   mode, so the tracker counts those global-shape tensors as optimizer states: a 2-layer
+   Qwen2.5-7B-shaped model over 8 ranks reported 7.79 GiB of "optimizer states" (19.6 GiB with
+   foreach) against 2 x 0.72 GiB of real AdamW moments. The step is traced instead on plain
+   tensors of the local shards' shapes (`DTensor.to_local()`), which is exactly what the
+   optimizer's per-shard arithmetic allocates.
+2. The update phase is traced with the optimizer states allocated beforehand (one step with zero
+   gradients outside the tracker), and with two micro-batches, so that the second one runs with
+   the first one's gradients held, as every step after the first does.
+
+Attention: the trace runs on the CPU, where `scaled_dot_product_attention` picks the CPU flash
+kernel (torch/nn/attention: `_fused_sdp_choice` on CPU), which saves the output and a logsumexp per
+query (O(T) per head), as CUDA's flash and memory-efficient kernels do; no [T, T] score matrix is
+kept for backward on either device. tests/unit/memory/test_trace.py checks the traced activations
+grow linearly in the sequence length. Eager attention (`attn_implementation="eager"`) keeps
+[heads, T, T] scores on both devices and is traced as such.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, replace
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from transformers import AutoModelForCausalLM, PretrainedConfig
+
+import quadrants.ops.fused_head as fused_head_module
+from quadrants.models.policy import _plain_logprobs
+from quadrants.ops.matmul import cpu_matmul, set_cpu_matmul
+
+GiB = 2**30
+
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+
+# tracker categories -> the plan's kinds
+_KINDS = {  # lower case: MemTracker says "Optstate", FSDPMemTracker "OptState"
+    "parameter": "parameters",
+    "sharded param": "parameters",
+    "unsharded param": "gathered",
+    "all gather": "gathered",
+    "gradient": "gradients",
+    "sharded grad": "gradients",
+    "unsharded grad": "gradients",
+    "reduce scatter": "gradients",
+    "optstate": "optimizer",
+    "activation": "activations",
+    "temp": "activations",
+    "inputs": "activations",
+    "buffer": "activations",
+    "other": "activations",
+}
+KINDS = ("parameters", "gathered", "gradients", "optimizer", "activations")
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes held at one moment (a phase's peak), by kind."""
+
+    parameters: int = 0  # the rank's parameters (its shards when sharded)
+    gathered: int = 0  # FSDP2's unsharded (all-gathered) layer parameters and buffers
+    gradients: int = 0
+    optimizer: int = 0  # AdamW's moments (and the step's temporaries during the step)
+    activations: int = 0  # saved activations, temporaries, inputs, buffers
+
+    @property
+    def total(self) -> int:
+        return sum(getattr(self, kind) for kind in KINDS)
+
+    def scaled(self, other: Footprint, factor: float) -> Footprint:
+        """self + factor * (other - self), kind by kind (rounded to bytes)."""
+        return Footprint(
+            **{
+                kind: round(
+                    getattr(self, kind) + factor * (getattr(other, kind) - getattr(self, kind))
+                )
+                for kind in KINDS
+            }
+        )
+
+    def plus(self, **extra: int) -> Footprint:
+        return replace(self, **{kind: getattr(self, kind) + value for kind, value in extra.items()})
+
+
+def footprint(snapshot: dict) -> Footprint:
+    """A tracker's snapshot (device -> category -> bytes) summed over devices into kinds."""
+    kinds = dict.fromkeys(KINDS, 0)
+    for per_device in snapshot.values():
+        for category, value in per_device.items():
+            name = str(getattr(category, "value", category)).lower()
+            if name in _KINDS:
+                kinds[_KINDS[name]] += int(value)
+    return Footprint(**kinds)
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """What to trace: the architecture, the rank's view of the run and one micro-batch's shape."""
+
+    config: PretrainedConfig
+    layers: int  # decoder layers built (the plan extrapolates to the config's depth)
+    seq_len: int  # prompt + response tokens per row (the longest a row can be)
+    response_tokens: int  # T, the positions that go through the LM head
+    update_rows: int  # rows per micro-batch of the update
+    forward_rows: int  # rows per no-grad forward
+    precision: str = "bf16-mixed"  # fp32 | bf16-mixed | bf16
+    world_size: int = 1
+    sharded: bool = True  # FSDP2 over world_size ranks (False: one plain process)
+    checkpointing: bool = False
+    chunk_size: int = 256  # the fused head's rows per chunk (train.entropy_chunk_size)
+    micro_batches: int = 2
+    fake: bool = True  # fake tensors and a fake process group (False: real tensors, here)
+    device: str = "cpu"
+
+
+@dataclass
+class StepTrace:
+    update: Footprint  # peak of the micro-batches' forward and backward
+    held: Footprint  # held at the end of the last micro-batch's forward (before its backward)
+    optimizer: Footprint  # peak of the AdamW step
+    no_grad: Footprint  # peak of one no-grad forward
+    resident: Footprint  # between steps: parameters and optimizer states (gradients released)
+    parameters: int  # elements of the traced model
+
+
+@contextmanager
+def _every_row_carries_gradient() -> Iterator[None]:
+    """The fused head's backward asks which rows have a non-zero incoming gradient (a data-
+    dependent question fake tensors cannot answer). The traced loss gives every row one, so the
+    answer is "all of them" (None), the path of most memory."""
+    original = fused_head_module._rows_with_gradient
+    fused_head_module._rows_with_gradient = lambda grad_logp, grad_entropy: None
+    try:
+        yield
+    finally:
+        fused_head_module._rows_with_gradient = original
+
+
+@contextmanager
+def _torch_matmul() -> Iterator[None]:
+    """CPU linear maps through torch's own kernels while inside (oneDNN's op has no fake kernel;
+    the plan is for CUDA, which never takes that route)."""
+    before = cpu_matmul()
+    set_cpu_matmul("torch")
+    try:
+        yield
+    finally:
+        set_cpu_matmul(before)
+
+
+@contextmanager
+def _fake_process_group(world_size: int) -> Iterator[None]:
+    """A default process group of `world_size` ranks, rank 0, that communicates nothing."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError(
+            "the memory plan traces under its own fake process group and cannot run inside a "
+            "process that already has one: run it before init_process_group (or in a subprocess)"
+        )
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+def build_model(config: PretrainedConfig, layers: int, dtype: torch.dtype) -> nn.Module:
+    """The architecture with `layers` decoder layers and random weights, in `dtype`, SDPA
+    attention (the fake-tensor way: the default dtype set first, as `.to` fails on fake
+    parameters)."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = layers
+    for key in ("layer_types",):  # per-layer lists sized for the config's depth
+        values = getattr(config, key, None)
+        if isinstance(values, list) and values:
+            setattr(config, key, (values + values[-1:] * layers)[:layers])
+    config.dtype = None  # the shipped configs say bfloat16: build in `dtype`
+    with _default_dtype(dtype):
+        return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+
+
+def shard(model: nn.Module, mesh, precision: str) -> nn.Module:
+    """FSDP2 over `world_size` ranks, each decoder layer then the root, as
+    distributed/collectives.shard_model does (bf16-mixed: bf16 compute over fp32 parameters,
+    fp32 gradient reduction)."""
+    # after 38t merge: collectives.shard_model(model, env, precision=..., ...)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = MixedPrecisionPolicy()
+    if precision == "bf16-mixed":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    for block in [m for m in model.modules() if type(m).__name__ in names]:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def _autocast(spec: TraceSpec):
+    """One unsharded process computes bf16-mixed under autocast over fp32 parameters."""
+    # after 38t merge: resolve_precision(spec.precision, device).autocast(device)
+    if spec.precision == "bf16-mixed" and not spec.sharded:
+        return torch.autocast(spec.device, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def policy_loss(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, spec: TraceSpec
+) -> torch.Tensor:
+    """The traced step's loss (also what benchmarks/gpu_acceptance.py trains): a policy-gradient-
+    shaped loss over the response log-probs and entropy, every row carrying
+    gradient (the objective's own [rows, T] terms are negligible next to the model's)."""
+    logp, entropy = _plain_logprobs(
+        model,
+        ids,
+        mask,
+        spec.response_tokens,
+        temperature=1.0,
+        chunk_size=spec.chunk_size,
+        with_entropy=True,
+    )
+    return -(logp.mean() + 0.01 * entropy.mean())  # type: ignore[union-attr]
+
+
+def _adamw(params: list[nn.Parameter], sharded: bool) -> torch.optim.Optimizer:
+    """AdamW as the trainer gets it on CUDA: fused over plain parameters (train/loop.py
+    `fused_optimizer_applies`), the default (foreach, on CUDA) over DTensor shards."""
+    if sharded:
+        return torch.optim.AdamW(params, lr=1e-6, foreach=True)
+    return torch.optim.AdamW(params, lr=1e-6, fused=True)
+
+
+def _step_with_zero_grads(params: list[nn.Parameter], optimizer: torch.optim.Optimizer) -> None:
+    """Allocate the optimizer's states (one step with zero gradients), then release gradients."""
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def trace_step(spec: TraceSpec) -> StepTrace:
+    """Peaks of the update, the optimizer step and a no-grad forward (module docstring)."""
+    if spec.precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {spec.precision!r}")
+    group = _fake_process_group(spec.world_size) if spec.sharded and spec.fake else nullcontext()
+    with group, _torch_matmul(), _every_row_carries_gradient():
+        mode = nullcontext()
+        if spec.fake:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            mode = FakeTensorMode()
+        mesh = None
+        if spec.sharded:  # the mesh holds real tensors: built outside the fake mode
+            from torch.distributed.device_mesh import init_device_mesh
+
+            mesh = init_device_mesh(spec.device, (spec.world_size,))
+        with mode:
+            return _trace(spec, mesh)
+
+
+def _trace(spec: TraceSpec, mesh) -> StepTrace:
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float32
+    with torch.device(spec.device):
+        model = build_model(spec.config, spec.layers, dtype)
+    elements = sum(p.numel() for p in model.parameters())
+    if spec.checkpointing:  # HF's own non-reentrant checkpointing, as the trainer enables it
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    if spec.sharded:
+        shard(model, mesh, spec.precision)
+    params = list(model.parameters())
+    optimizer = _adamw(params, spec.sharded)
+    _step_with_zero_grads(params, optimizer)
+    vocab = spec.config.vocab_size
+
+    def batch(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.randint(0, vocab, (rows, spec.seq_len), device=spec.device)
+        return ids, torch.ones(rows, spec.seq_len, dtype=torch.bool, device=spec.device)
+
+    def tracker():
+        if spec.sharded:
+            return FSDPMemTracker(model, optimizer)
+        plain = MemTracker()
+        plain.track_external(model, optimizer)
+        return plain
+
+    # the update: micro-batches forward and backward, gradients accumulating
+    resident_tracker = tracker()
+    with resident_tracker:
+        pass
+    resident = footprint(resident_tracker.get_tracker_snapshot("current"))
+    update_tracker = tracker()
+    with update_tracker:
+        for _ in range(spec.micro_batches):
+            ids, mask = batch(spec.update_rows)
+            with _autocast(spec):
+                loss = policy_loss(model, ids, mask, spec)
+            held = footprint(update_tracker.get_tracker_snapshot("current"))
+            loss.backward()
+            del loss, ids, mask
+            update_tracker.reset_mod_stats()  # per-module stats only; the peak stays
+    update = footprint(update_tracker.get_tracker_snapshot("peak"))
+
+    optimizer_peak = _trace_optimizer(model, optimizer, spec, MemTracker, tracker)
+
+    # the no-grad passes: gradients released after the update, states kept
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    forward_tracker = tracker()
+    with forward_tracker, torch.no_grad():
+        ids, mask = batch(spec.forward_rows)
+        with _autocast(spec):
+            policy_loss(model, ids, mask, spec)
+        del ids, mask
+    no_grad = footprint(forward_tracker.get_tracker_snapshot("peak"))
+    model.train()
+    return StepTrace(
+        update=update,
+        held=held,
+        optimizer=optimizer_peak,
+        no_grad=no_grad,
+        resident=resident,
+        parameters=elements,
+    )
+
+
+def _trace_optimizer(model, optimizer, spec: TraceSpec, MemTracker, tracker) -> Footprint:
+    """The AdamW step's peak. Sharded: on plain tensors of the local shards' shapes (correction 1
+    of the module docstring), with the model's own parameters, gradients and states as the base."""
+    if not spec.sharded:
+        step_tracker = tracker()
+        with step_tracker:
+            optimizer.step()
+        return footprint(step_tracker.get_tracker_snapshot("peak"))
+    base_tracker = tracker()
+    with base_tracker:
+        pass
+    base = footprint(base_tracker.get_tracker_snapshot("current"))
+    local = [nn.Parameter(p.to_local().detach().clone()) for p in model.parameters()]
+    for shard_param, param in zip(local, model.parameters(), strict=True):
+        shard_param.grad = param.grad.to_local().detach().clone()
+    local_optimizer = _adamw(local, sharded=True)
+    grads = [p.grad for p in local]
+    _step_with_zero_grads(local, local_optimizer)
+    for shard_param, grad in zip(local, grads, strict=True):
+        shard_param.grad = grad
+    step_tracker = MemTracker()
+    step_tracker.track_external(*local, *grads, local_optimizer)
+    with step_tracker:
+        before = step_tracker.get_tracker_snapshot("current")
+        local_optimizer.step()
+    extra = footprint(step_tracker.get_tracker_snapshot("peak")).total - footprint(before).total
+    return base.plus(optimizer=max(extra, 0))

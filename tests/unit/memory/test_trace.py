@@ -1,0 +1,121 @@
+"""The traced figures against hand arithmetic, on the embedded tiny architecture.
+
+The tiny Qwen2 (models/tiny.py): vocabulary 100, hidden 128, 4 heads of 32 (4 key-value heads),
+MLP 512, tied embeddings. Its parameters, counted by hand:
+
+    embedding (tied with the head)     100 x 128                 = 12,800
+    per layer: q, k, v  3 x (128 x 128 + 128 bias)              = 49,536
+               o        128 x 128                                = 16,384
+               MLP      3 x 128 x 512                            = 196,608
+               2 RMSNorms  2 x 128                               = 256
+               layer total                                       = 262,784
+    final norm                                                   = 128
+
+so one layer: P1 = 12,800 + 262,784 + 128 = 275,712 elements in 14 tensors (embedding, q/k/v weight
+and bias, o, gate, up, down, 2 norms, final norm).
+
+What only a GPU can show: the CUDA caching allocator's rounding and kernels' workspaces
+(benchmarks/gpu_acceptance.py measures the plan against torch.cuda.max_memory_allocated).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from quadrants.memory.architecture import model_config
+from quadrants.memory.trace import TraceSpec, trace_step
+
+P1 = 12_800 + 262_784 + 128  # elements of the 1-layer tiny model (module docstring)
+TENSORS = 14
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return model_config("tiny-random")
+
+
+def spec(config, **kw) -> TraceSpec:
+    base = dict(
+        layers=1,
+        seq_len=48,
+        response_tokens=32,
+        update_rows=2,
+        forward_rows=2,
+        chunk_size=16,
+        precision="bf16-mixed",
+    )
+    return TraceSpec(config, **{**base, **kw})
+
+
+def test_one_process_holds_fp32_parameters_gradients_and_two_adamw_moments(tiny):
+    trace = trace_step(spec(tiny, sharded=False))
+    assert trace.parameters == P1 == 275_712
+    # fp32 parameters: 4 bytes each
+    assert trace.resident.parameters == 4 * P1
+    # AdamW (fused): exp_avg and exp_avg_sq in fp32 (8 bytes a parameter) and one float32 step
+    # counter per tensor: 8 x 275,712 + 4 x 14 = 2,205,752
+    assert trace.resident.optimizer == 8 * P1 + 4 * TENSORS == 2_205_752
+    # between steps the gradients are released (zero_grad(set_to_none=True))
+    assert trace.resident.gradients == 0
+    # during the update, accumulated fp32 gradients, one per parameter
+    assert trace.update.gradients == 4 * P1
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_fsdp2_shards_parameters_and_states_by_the_world_size(tiny, world):
+    trace = trace_step(spec(tiny, sharded=True, world_size=world))
+    # every sharded dimension (100, 128, 512) divides by 2 and 4: no padding, each rank holds
+    # exactly 1/world of every tensor
+    assert trace.resident.parameters == 4 * P1 // world
+    # the moments shard the same way; the step counters are one scalar per tensor on every rank
+    assert trace.resident.optimizer == 8 * P1 // world + 4 * TENSORS
+    # gradients after reduce-scatter: the rank's fp32 shards (plus transient unsharded ones)
+    assert trace.update.gradients >= 4 * P1 // world
+
+
+def test_the_sharded_optimizer_step_is_not_inflated_by_dtensor_propagation(tiny):
+    """The tracker once reported ~10x the moments (DTensor's global-shape fake tensors counted
+    during the step, memory/trace.py). The step's peak: the states, plus foreach AdamW's
+    temporaries, which are at most a few copies of the shards."""
+    world = 2
+    trace = trace_step(spec(tiny, sharded=True, world_size=world))
+    shard_bytes = 4 * P1 // world
+    assert trace.optimizer.optimizer <= 2 * shard_bytes + 2 * shard_bytes + 4 * TENSORS
+    assert trace.optimizer.optimizer >= 2 * shard_bytes
+
+
+def test_pure_bf16_halves_parameters_and_states(tiny):
+    trace = trace_step(spec(tiny, sharded=False, precision="bf16"))
+    assert trace.resident.parameters == 2 * P1
+    # fused AdamW keeps the moments in the parameters' dtype: 2 x 2 bytes, float32 step counters
+    assert trace.resident.optimizer == 4 * P1 + 4 * TENSORS
+
+
+def test_attention_activations_grow_linearly_in_the_sequence_not_quadratically(tiny):
+    """The CPU trace takes SDPA's flash kernel (O(T) saved per head, as CUDA's flash and
+    memory-efficient kernels): doubling the row length doubles the saved activations' growth,
+    it does not quadruple it. Without checkpointing, one layer, one row per micro-batch."""
+    held = {}
+    for length in (64, 128, 256):
+        trace = trace_step(
+            spec(
+                tiny,
+                sharded=False,
+                seq_len=length,
+                response_tokens=length // 2,
+                update_rows=1,
+                micro_batches=1,
+            )
+        )
+        held[length] = trace.held.activations
+    first, second = held[128] - held[64], held[256] - held[128]
+    # linear: the second step (128 more tokens) adds twice the first (64 more tokens)
+    assert second == pytest.approx(2 * first, rel=0.1)
+
+
+def test_checkpointing_keeps_less_than_the_plain_update(tiny):
+    plain = trace_step(spec(tiny, sharded=False, layers=2, seq_len=96, response_tokens=64))
+    kept = trace_step(
+        spec(tiny, sharded=False, layers=2, seq_len=96, response_tokens=64, checkpointing=True)
+    )
+    assert kept.held.activations < plain.held.activations
