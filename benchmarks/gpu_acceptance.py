@@ -30,7 +30,6 @@ JSON.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import os
@@ -44,6 +43,8 @@ import torch.distributed as dist
 
 from quadrants.memory.architecture import shipped_config
 from quadrants.memory.trace import GiB, TraceSpec, build_model, policy_loss, trace_step
+from quadrants.train.micro_batches import pack_by_tokens as library_packing
+from quadrants.train.precision import resolve_precision
 
 # bf16 dense tensor-core peak of an H100 SXM (NVIDIA's datasheet, without sparsity)
 H100_BF16_TFLOPS = 989.0
@@ -90,40 +91,16 @@ def pack_by_tokens(lengths: list[int], budget: int) -> list[list[int]]:
     """Row indices packed into micro-batches of at most `budget` tokens, padding counted (a
     micro-batch costs rows x its longest row), rows sorted by length, longest first; a row longer
     than the budget goes alone."""
-    try:  # the trainer's own packing, once it exists on this branch
-        from quadrants.train.micro_batches import pack_by_tokens as library_packing
-    except ImportError:  # after 38t merge: the import above always succeeds
-        library_packing = None
-    if library_packing is not None:
-        return library_packing(lengths, budget)
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= budget:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
+    return library_packing(lengths, budget)
 
 
 def shard(model: torch.nn.Module, device: torch.device, checkpointing: bool) -> torch.nn.Module:
     """FSDP2 over the one-rank group through the library's own `shard_model`, bf16-mixed."""
     from quadrants.distributed.collectives import current, shard_model
 
-    options = inspect.signature(shard_model).parameters
-    if "precision" in options:  # after 38t merge: the trainer's Precision
-        from quadrants.train.precision import resolve_precision
-
-        precision = resolve_precision("bf16-mixed", device)
-        return shard_model(
-            model, current(), precision=precision, activation_checkpointing=checkpointing
-        )
+    precision = resolve_precision("bf16-mixed", device)
     return shard_model(
-        model,
-        current(),
-        mixed_precision="bf16",
-        activation_checkpointing=checkpointing,
-        device=device,
+        model, current(), precision=precision, activation_checkpointing=checkpointing, device=device
     )
 
 
@@ -207,10 +184,13 @@ def run(args, config, device, checkpointing, micro_batches, spec) -> dict:
     mask = torch.ones(args.rows, args.seq_len, dtype=torch.bool, device=device)
     watched = model.model.layers[0].self_attn.q_proj.weight
 
+    autocast = resolve_precision("bf16-mixed", device).autocast  # as the trainer's forwards run
+
     def step(after_micro_batch=lambda: None) -> None:
         for batch in micro_batches:
             rows = torch.tensor(batch, device=device)
-            loss = policy_loss(model, ids[rows], mask[rows], spec) * (len(batch) / args.rows)
+            with autocast(device):
+                loss = policy_loss(model, ids[rows], mask[rows], spec) * (len(batch) / args.rows)
             loss.backward()
             after_micro_batch()
         optimizer.step()

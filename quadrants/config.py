@@ -265,6 +265,13 @@ class ClusterConfig:
     # the longest prompt (tokens) the memory plan sizes a row for: rows are planned at
     # prompt_tokens + rollout.max_new_tokens, every row at the longest length (the worst case)
     prompt_tokens: int = 1024
+    # what torch's caching allocator reserves beyond the trainer's peak of live tensors (blocks
+    # cached but not reusable at the peak), as a fraction of that peak: a run is refused unless
+    # plan peak + this share of the trainer's part fits gpu_memory_gb. Measured on an H100 with
+    # benchmarks/gpu_acceptance.py (docs/cluster.md): 0.31 with the allocator's defaults, 0.17 with
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which vLLM's sleep mode refuses
+    # (vllm/device_allocator/cumem.py asserts it is unset), so rollout=vllm runs need the former
+    allocator_headroom: float = 0.3
 
 
 @dataclass

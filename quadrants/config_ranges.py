@@ -93,6 +93,7 @@ RANGES: dict[str, Range] = {
     "train.micro_batch_tokens": Range(0, why="0 = off (train.micro_batch_size decides)"),
     "train.forward_tokens": Range(0, why="0 = off"),
     "cluster.gpu_memory_gb": Range(0, null=True, low_open=True, why="null = no memory check"),
+    "cluster.allocator_headroom": Range(0, why="a fraction of the trainer's planned peak"),
     "cluster.prompt_tokens": Range(1, why="the longest prompt the memory plan sizes a row for"),
     "train.dlogp_rows": Range(0, null=True, why="null = auto (1/16 of the rows), 0 = every row"),
     "train.length_buckets": Range(1, why="1 = every response in one call, cut to the longest"),

@@ -346,6 +346,7 @@ def shard_model(
     activation_checkpointing: bool = False,
     reshard_after_forward: bool = True,
     device: torch.device | None = None,
+    mesh: Any = None,
 ) -> nn.Module:
     """FSDP2-shard `model` in place over all ranks (each transformer block, then the root) and make
     gradient reduction a plain SUM (see the module docstring). World 1 without a group: unchanged,
@@ -364,7 +365,9 @@ def shard_model(
 
     `device`: the training device. The shards live on the mesh's device, so the mesh is built on
     `device.type` explicitly (FSDP2's default mesh would pick CUDA whenever it exists, even for
-    train.device=cpu); on CUDA the module is on `cuda:<LOCAL_RANK>` already (build_context)."""
+    train.device=cpu); on CUDA the module is on `cuda:<LOCAL_RANK>` already (build_context).
+    `mesh`: a DeviceMesh built by the caller (the memory plan builds it outside its fake-tensor
+    mode, quadrants/memory/trace.py); None = one over all ranks on `device`."""
     if activation_checkpointing:  # (gradient_checkpointing_enable before transformers 5)
         enable = getattr(model, "activation_checkpointing_enable", None)
         if enable is not None:
@@ -378,9 +381,10 @@ def shard_model(
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
     policy = (precision.fsdp_policy() if precision is not None else None) or MixedPrecisionPolicy()
-    from torch.distributed.device_mesh import init_device_mesh
+    if mesh is None:
+        from torch.distributed.device_mesh import init_device_mesh
 
-    mesh = init_device_mesh((device or torch.device("cpu")).type, (env.world_size,))
+        mesh = init_device_mesh((device or torch.device("cpu")).type, (env.world_size,))
     block_names = set(getattr(model, "_no_split_modules", None) or ())
     blocks = [m for m in model.modules() if type(m).__name__ in block_names]
     for block in blocks:

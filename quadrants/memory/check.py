@@ -58,7 +58,7 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
         gpus_per_node=gpus_per_node,
         sharded=world_size > 1,
         precision=resolved_precision(cfg),
-        checkpointing=train.activation_checkpointing or cfg.distributed.activation_checkpointing,
+        checkpointing=train.activation_checkpointing,
         seq_len=seq_len,
         response_tokens=cfg.rollout.max_new_tokens,
         update_rows=update_rows,
@@ -84,10 +84,16 @@ def check_memory(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan | 
     if budget is None:
         return None
     plan = plan_for(cfg, world_size, gpus_per_node)
-    peak = plan.peak()
-    if peak.total <= budget * 1e9:
+    if needed_bytes(cfg, plan) <= budget * 1e9:
         return plan
     raise ValueError(refusal(cfg, plan, budget) + "\n" + format_plan(plan, budget))
+
+
+def needed_bytes(cfg: RunConfig, plan: Plan) -> float:
+    """The plan's peak plus the caching allocator's headroom on the trainer's part of it
+    (cluster.allocator_headroom; vLLM's share comes from its own memory pool)."""
+    peak = plan.peak()
+    return peak.total + cfg.cluster.allocator_headroom * peak.trainer.total
 
 
 def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
@@ -97,7 +103,7 @@ def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
     f = peak.trainer
     state = f.parameters + f.gradients + f.optimizer
     fixes = []
-    over = peak.total - budget * 1e9
+    over = needed_bytes(cfg, plan) - budget * 1e9
     if state > 0.1 * peak.total:  # the trainer's sharded state: more ranks divide it
         full_state = state * inputs.world_size
         room = budget * 1e9 - (peak.total - state)
@@ -136,7 +142,9 @@ def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
     if not fixes:
         fixes.append("more ranks per run, or a GPU with more memory")
     return (
-        f"memory plan: the {peak.phase} phase needs {peak.total / 1e9:.1f} GB per GPU, over "
+        f"memory plan: the {peak.phase} phase needs {peak.total / 1e9:.1f} GB per GPU "
+        f"({needed_bytes(cfg, plan) / 1e9:.1f} GB with the allocator's headroom, "
+        f"cluster.allocator_headroom={cfg.cluster.allocator_headroom:g}), over "
         f"cluster.gpu_memory_gb={budget:g} ({inputs.world_size} rank(s) per run). Fix: "
         + "; or ".join(fixes)
         + ". (Check with python -m quadrants.plan <the same overrides>; "

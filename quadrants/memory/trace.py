@@ -59,6 +59,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 import quadrants.ops.fused_head as fused_head_module
 from quadrants.models.policy import _plain_logprobs
 from quadrants.ops.matmul import cpu_matmul, set_cpu_matmul
+from quadrants.train.precision import resolve_precision
 
 GiB = 2**30
 
@@ -221,29 +222,30 @@ def build_model(config: PretrainedConfig, layers: int, dtype: torch.dtype) -> nn
         return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
 
 
-def shard(model: nn.Module, mesh, precision: str) -> nn.Module:
-    """FSDP2 over `world_size` ranks, each decoder layer then the root, as
-    distributed/collectives.shard_model does (bf16-mixed: bf16 compute over fp32 parameters,
-    fp32 gradient reduction)."""
-    # after 38t merge: collectives.shard_model(model, env, precision=..., ...)
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def shard(model: nn.Module, mesh, spec: TraceSpec) -> nn.Module:
+    """FSDP2 over `spec.world_size` ranks through the trainer's own `shard_model` (each decoder
+    layer then the root, train.precision's MixedPrecisionPolicy, the gradient reduction a plain
+    sum), activation checkpointing as the trainer enables it; `mesh` is built outside the fake
+    mode."""
+    from quadrants.distributed.collectives import DistEnv, shard_model
 
-    policy = MixedPrecisionPolicy()
-    if precision == "bf16-mixed":
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    for block in [m for m in model.modules() if type(m).__name__ in names]:
-        fully_shard(block, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
-    return model
+    env = DistEnv(rank=0, world_size=spec.world_size, local_rank=0, sharded=spec.sharded)
+    return shard_model(
+        model,
+        env,
+        precision=resolve_precision(spec.precision, torch.device(spec.device)),
+        activation_checkpointing=spec.checkpointing,
+        device=torch.device(spec.device),
+        mesh=mesh,
+    )
 
 
 def _autocast(spec: TraceSpec):
-    """One unsharded process computes bf16-mixed under autocast over fp32 parameters."""
-    # after 38t merge: resolve_precision(spec.precision, device).autocast(device)
-    if spec.precision == "bf16-mixed" and not spec.sharded:
-        return torch.autocast(spec.device, dtype=torch.bfloat16)
-    return nullcontext()
+    """The context the trainer runs every forward in (train/precision.py): bf16 autocast under
+    bf16-mixed, one process or sharded alike; nothing otherwise."""
+    return resolve_precision(spec.precision, torch.device(spec.device)).autocast(
+        torch.device(spec.device)
+    )
 
 
 def policy_loss(
@@ -308,11 +310,8 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     with torch.device(spec.device):
         model = build_model(spec.config, spec.layers, dtype)
     elements = sum(p.numel() for p in model.parameters())
-    if spec.checkpointing:  # HF's own non-reentrant checkpointing, as the trainer enables it
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
-    if spec.sharded:
-        shard(model, mesh, spec.precision)
+    shard(model, mesh, spec)  # sharded or not: checkpointing is enabled there, as the trainer does
     params = list(model.parameters())
     optimizer = _adamw(params, spec.sharded)
     _step_with_zero_grads(params, optimizer)

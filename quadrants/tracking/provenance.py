@@ -83,9 +83,13 @@ def file_hash(path: Path) -> str:
 def data_hashes(files: Iterable[Path | str]) -> dict[str, str]:
     """{"data.<directory>/<name>": sha256} for each file ("data.aime24/test.jsonl"): the file's
     own directory and name, the same on every machine, so runs on a laptop and on a cluster
-    compare."""
+    compare. A file gone since it was read (a temporary directory removed) is recorded as
+    "missing" rather than stopping the run."""
     return {
-        f"data.{Path(file).parent.name}/{Path(file).name}": file_hash(Path(file)) for file in files
+        f"data.{Path(file).parent.name}/{Path(file).name}": (
+            file_hash(Path(file)) if Path(file).is_file() else "missing"
+        )
+        for file in files
     }
 
 

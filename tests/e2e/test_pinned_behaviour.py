@@ -14,11 +14,11 @@ the delivery sentinel. It compares them with ``pinned/behaviour.json``, written 
 the commit named in that file: a SHA-256 of each parameter's bytes and the exact ``repr`` of every
 metric value at every step.
 
-Bit-for-bit equality holds on the machine kind the file was written on (same CPU capability as
-torch reports it, same CPU matmul backend under train.cpu_matmul=auto, same torch). On another
-kind the kernels may round differently; the test then compares each parameter's float64 sum and
-absolute sum (relative 1e-4) and every metric (relative 1e-4, absolute 1e-6) instead, and says so
-in its output.
+The file holds one pin per machine kind (the CPU capability torch reports, the CPU matmul backend
+that train.cpu_matmul=auto picks, and torch's version): bit-for-bit equality holds within a kind.
+On another kind the kernels round differently, the sampled tokens diverge within a step, and no
+tolerance would mean anything, so the test skips there, naming the kinds it has pins for; record the
+new kind's pin with the command below (it adds that kind and leaves the others).
 
 Regenerate (only for an intended behaviour change, naming it in the commit):
     QUADRANTS_PIN_WRITE=1 python -m pytest tests/e2e/test_pinned_behaviour.py
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import platform
 import subprocess
@@ -70,7 +69,6 @@ SMALL = [
     "tracking.report=false",
 ]
 SKIPPED_PREFIXES = ("time/", "system/", "tracking/")
-REL, ABS = 1e-4, 1e-6
 
 
 def _env() -> dict[str, str]:
@@ -158,33 +156,32 @@ CASES = {
 }
 
 
-def close(a: float, b: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    return math.isclose(a, b, rel_tol=REL, abs_tol=ABS)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_steps_equal_the_pinned_commit(case, tmp_path, base_policy):
+    kind = cpu_capability()
+    pins = json.loads(PIN_FILE.read_text()) if PIN_FILE.exists() else {}
+    kinds = pins.setdefault("kinds", {})
+    if not WRITE and kind not in kinds:
+        # Another machine kind rounds its kernels differently, the sampled tokens diverge within a
+        # step and no tolerance is meaningful: the behaviour is pinned per kind.
+        pytest.skip(
+            f"no pin for this machine kind ({kind!r}; pinned: {sorted(kinds)}): record one with "
+            "QUADRANTS_PIN_WRITE=1 (module docstring)"
+        )
     CASES[case](tmp_path)
     runs = observed(tmp_path)
-    pins = json.loads(PIN_FILE.read_text()) if PIN_FILE.exists() else {}
     if WRITE:
-        pins.setdefault("cases", {})[case] = runs
-        pins["cpu"] = cpu_capability()
-        pins["commit"] = os.environ.get("QUADRANTS_PIN_COMMIT", pins.get("commit", "unknown"))
+        entry = kinds.setdefault(kind, {})
+        entry.setdefault("cases", {})[case] = runs
+        entry["commit"] = os.environ.get("QUADRANTS_PIN_COMMIT", entry.get("commit", "unknown"))
         PIN_FILE.parent.mkdir(exist_ok=True)
         PIN_FILE.write_text(json.dumps(pins, indent=1, sort_keys=True) + "\n")
-        pytest.skip(f"wrote the pin of {case!r} to {PIN_FILE.name}")
-    assert case in pins.get("cases", {}), f"no pin for {case!r}: regenerate (see module docstring)"
-    expected = pins["cases"][case]
+        pytest.skip(f"wrote the pin of {case!r} for {kind!r} to {PIN_FILE.name}")
+    pinned = kinds[kind]
+    assert case in pinned.get("cases", {}), f"no pin for {case!r}: regenerate (module docstring)"
+    expected = pinned["cases"][case]
     assert sorted(runs) == sorted(expected), "the runs differ from the pinned ones"
-    exact = pins["cpu"] == cpu_capability()
-    if not exact:
-        print(
-            f"pinned on {pins['cpu']!r}, running on {cpu_capability()!r}: comparing with tolerance"
-        )
     for name, want in expected.items():
         got = runs[name]
         assert sorted(got["metrics"]) == sorted(want["metrics"]), f"{name}: metric keys differ"
@@ -192,14 +189,8 @@ def test_two_steps_equal_the_pinned_commit(case, tmp_path, base_policy):
             steps = [s for s, _ in got["metrics"][key]]
             assert steps == [s for s, _ in history], f"{name} {key}: steps differ"
             for (step, v), (_, w) in zip(got["metrics"][key], history):
-                ok = v == w if exact else close(float(v), float(w))
-                assert ok, f"{name} {key} step {step}: {v} != pinned {w}"
+                assert v == w, f"{name} {key} step {step}: {v} != pinned {w}"
         assert sorted(got["params"]) == sorted(want["params"]), f"{name}: parameter names differ"
         for pname, p in want["params"].items():
-            g = got["params"][pname]
-            if exact:
-                assert g["sha256"] == p["sha256"], f"{name} {pname}: parameters differ"
-            else:
-                assert close(g["sum"], p["sum"]) and close(g["abs_sum"], p["abs_sum"]), (
-                    f"{name} {pname}: sums {g['sum']}, {g['abs_sum']} != {p['sum']}, {p['abs_sum']}"
-                )
+            sha = got["params"][pname]["sha256"]
+            assert sha == p["sha256"], f"{name} {pname}: parameters differ"

@@ -60,6 +60,9 @@ def test_data_hashes_are_the_sha256_of_the_bytes_keyed_by_directory_and_name(tmp
     expected = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert hashlib.sha256(b"abc").hexdigest() == expected
     assert provenance.data_hashes([folder / "test.jsonl"]) == {"data.aime24/test.jsonl": expected}
+    # a file removed since it was read (a deleted temporary data home) does not stop the run
+    gone = tmp_path / "gone" / "test.jsonl"
+    assert provenance.data_hashes([gone]) == {"data.gone/test.jsonl": "missing"}
 
 
 def test_params_are_prefixed_and_include_the_data_files_the_process_read(tmp_path):
