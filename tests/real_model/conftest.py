@@ -22,3 +22,14 @@ def smollm2_dir() -> str:
         if os.environ.get("QUADRANTS_REQUIRE_REAL_MODEL") == "1":
             raise
         pytest.skip(str(missing))
+
+
+@pytest.fixture(autouse=True)
+def real_data_home(request: pytest.FixtureRequest) -> None:
+    """A real model trains on real data where the session started with a complete data home
+    (`$QUADRANTS_DATA`: .ci/run sets it for this stage), else on the suite's fixture rows (a user's
+    machine without the data)."""
+    try:
+        request.getfixturevalue("full_data_dir")  # sets $QUADRANTS_DATA to the complete data home
+    except pytest.skip.Exception:
+        pass  # no complete data home: the fixture rows

@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 DEV_CLUSTER = [
     "launcher=slurm_ddp",
+    "hydra.launcher.tasks_per_node=2",
     "hydra.launcher.partition=debug",
     "hydra.launcher.gpus_per_task=null",
     "hydra.launcher.cpus_per_task=1",

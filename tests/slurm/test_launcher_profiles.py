@@ -169,7 +169,7 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
 
     assert (
         preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp"]) == 2
-    )  # 2 ranks (the profile's default)
+    )  # 2 runs of 8 ranks each (the profile's default: one 8-GPU node per run)
     # 16 ranks: the 7B preset's batch deals evenly (its prompts and mini-batches are multiples of 16)
     assert (
         preflight(
@@ -184,7 +184,7 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
         == 6
     )
     with pytest.raises(
-        ValueError, match=r"train.prompts_per_step=3 does not deal evenly to 2 ranks"
+        ValueError, match=r"train.prompts_per_step=3 does not deal evenly to 8 ranks"
     ):
         preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp", "train.prompts_per_step=3"])
     with pytest.raises(
@@ -193,7 +193,7 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
     ):
         preflight(["-m", "quadrant=PHR", "launcher=slurm_ddp", "hydra.launcher.tasks_per_node=3"])
     with pytest.raises(
-        ValueError, match=r"rollout.vllm.tensor_parallel_size=2 with 2 trainer ranks is not built"
+        ValueError, match=r"rollout.vllm.tensor_parallel_size=2 with 8 trainer ranks is not built"
     ):
         preflight(
             [
