@@ -125,10 +125,10 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
     if train.precision == "bf16" and not train.allow_pure_bf16:
         raise ValueError(
             "train.precision=bf16 keeps the parameters and AdamW's moments in bfloat16, whose "
-            "spacing is 2^-7 of a weight's binade: for any weight above ~4.9e-4 (most weights) "
-            "it is at least 3.8e-6, so an AdamW update of about "
-            f"train.lr={train.lr:g} (below half the spacing) rounds away and the policy does "
-            "not learn. Use "
+            "spacing is 2^-7 of a weight's binade, so an AdamW update of about the learning rate "
+            f"rounds away on every weight above ~{512 * train.lr:.2g} (512 x train.lr="
+            f"{train.lr:g}; at the paper's lr 1e-6 that is nearly every weight) and the policy "
+            "does not learn. Use "
             "train.precision=bf16-mixed (float32 parameters and optimizer states, bf16 compute; "
             "model.dtype=bfloat16 still reads the weights in bf16), or set "
             "train.allow_pure_bf16=true to train in pure bf16 anyway"

@@ -51,13 +51,14 @@ def plan_command(argv: list[str]) -> tuple[str, bool]:
         per_node = launcher_ranks_per_node(base.hydra.launcher)
         groups: dict[str, tuple[list[list[str]], object]] = {}
         for job in jobs:
-            run = _checked(job, lambda job=job: to_run_config(_compose_job(job)))
+            run = _checked(job, lambda job=job: to_run_config(_compose_job(job), files=False))
             inputs = plan_inputs(run, ranks, per_node)
             key = repr(
                 (
                     inputs.trace_key(),
                     inputs.vllm,
                     inputs.gpu_memory_gb,
+                    inputs.allocator_headroom,
                     inputs.gpus_per_node,
                     inputs.reference_dtype_bytes,
                     run.cluster.gpu_memory_gb,

@@ -70,6 +70,7 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
         reference_dtype_bytes=(
             _DTYPE_BYTES.get(cfg.model.dtype, 4) if cfg.objective.kl_coef > 0 else 0
         ),
+        allocator_headroom=cfg.cluster.allocator_headroom,
     )
 
 
@@ -92,8 +93,7 @@ def check_memory(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan | 
 def needed_bytes(cfg: RunConfig, plan: Plan) -> float:
     """The plan's peak plus the caching allocator's headroom on the trainer's part of it
     (cluster.allocator_headroom; vLLM's share comes from its own memory pool)."""
-    peak = plan.peak()
-    return peak.total + cfg.cluster.allocator_headroom * peak.trainer.total
+    return plan.needed()
 
 
 def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:

@@ -66,6 +66,9 @@ class PlanInputs:
     vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
     gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
     reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
+    # torch's caching allocator reserves this share of the trainer's peak beyond it
+    # (cluster.allocator_headroom); counted by `Plan.needed`, not in the phases
+    allocator_headroom: float = 0.0
 
     def trace_key(self) -> tuple:
         """What the trainer's trace depends on (plans of one sweep's jobs share one trace)."""
@@ -113,8 +116,17 @@ class Plan:
     parameters: int  # elements of the full-depth model
     notes: list[str] = field(default_factory=list)
 
+    def _needs(self, phase: PhasePeak) -> float:
+        return phase.total + self.inputs.allocator_headroom * phase.trainer.total
+
     def peak(self) -> PhasePeak:
-        return max(self.phases, key=lambda p: p.total)
+        """The phase that needs the most from the GPU (`needed`)."""
+        return max(self.phases, key=self._needs)
+
+    def needed(self) -> float:
+        """Bytes the peak phase needs from the GPU: its live tensors plus the caching allocator's
+        headroom on the trainer's share (vLLM's share comes from its own memory pool)."""
+        return self._needs(self.peak())
 
 
 def extrapolate(one: StepTrace, two: StepTrace, layers: int, depth: int = 1) -> StepTrace:
@@ -234,7 +246,7 @@ def _largest_parameter(config: PretrainedConfig) -> int:
 
 
 def fits(plan: Plan, gpu_memory_gb: float) -> bool:
-    return plan.peak().total <= gpu_memory_gb * 1e9
+    return plan.needed() <= gpu_memory_gb * 1e9
 
 
 def gib(value: int) -> str:
@@ -272,7 +284,9 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
     out = head + [line(r) for r in rows]
     peak = plan.peak()
     out.append(
-        f"peak: {gib(peak.total)} GiB ({peak.total / 1e9:.1f} GB) in {peak.phase}"
+        f"peak: {gib(peak.total)} GiB ({peak.total / 1e9:.1f} GB) in {peak.phase}; with the "
+        f"caching allocator's headroom ({i.allocator_headroom:g} of the trainer's share) "
+        f"{plan.needed() / 1e9:.1f} GB"
         + (
             f"; budget cluster.gpu_memory_gb={gpu_memory_gb:g} GB: "
             + ("fits" if fits(plan, gpu_memory_gb) else "DOES NOT FIT")
