@@ -39,8 +39,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "rollout": frozenset({"config", "ops", "models"}),  # an engine starts from its config section
     # process groups and collectives (ops: through the leaf train/precision.py, below)
     "distributed": frozenset({"config", "ops", "rollout"}),
-    # the memory plan: traces the policy's forward (models) and sizes the engine (config)
-    "memory": frozenset({"config", "ops", "models"}),
+    # the memory plan: traces the policy's forward (models) sharded as the trainer shards it
+    # (distributed) and sizes the engine (config)
+    "memory": frozenset({"config", "ops", "models", "distributed"}),
     # components that use the ones above
     "eval": frozenset(
         {"config", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
