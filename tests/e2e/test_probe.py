@@ -58,7 +58,6 @@ def test_tiny_policy_credit_stays_within_its_bounds(base_policy):
     assert (c.rest_cut == 0).all()
     single = c.branches == 1
     assert (c.sampling_entropy[single] < 1e-6).all() and (c.cmi[single] == 0).all()
-    assert (c.rest_mass[~single] > 0).all() or (c.top_mass[~single] > 0).all()
     # near-deterministic tokens carry little credit: with H_t < 0.01 the top token holds >= 99.9 %
     low = c.entropy < 0.01
     assert low.any(), c.entropy.tolist()  # the low-entropy strata of PLR / NLR give such tokens
