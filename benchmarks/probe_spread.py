@@ -10,7 +10,8 @@ from the `metrics.json` files of several `python -m quadrants.probe` runs.
 Each argument is NAME=GLOB (a policy and the metrics files of its probes). Printed, per policy and
 quadrant: the mean over probes and the range (min–max) of the mean Î, of each probe's own
 prompt-bootstrap interval width, of Î/H_t, of the credit share and entropy share; the count of
-single-branch and cut positions; then the design-weighted correlations with the hindsight advantage
+single-branch and cut positions; how many probes' intervals hold the mean over all the probes;
+then the design-weighted correlations with the hindsight advantage
 over all tokens and within PHR + NHR.
 """
 
@@ -42,9 +43,10 @@ def main(argv: list[str]) -> None:
         groups[name] = [json.loads(open(f).read()) for f in files]
     print(
         "| policy | probes | quadrant | mean Î (nats) | 90 % prompt-bootstrap width | Î/H_t | "
-        "credit share | entropy share | single-branch / cut positions |"
+        "credit share | entropy share | single-branch / cut positions | "
+        "intervals holding the mean of means |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, runs in groups.items():
         for q in QUADRANTS:
 
@@ -55,11 +57,16 @@ def main(argv: list[str]) -> None:
             single = sum(int(v) for v in col("single_branch") if not math.isnan(v))
             cut = sum(int(v) for v in col("rest_cut") if not math.isnan(v))
             positions = sum(int(v) for v in col("positions") if not math.isnan(v))
+            means = [v for v in col("cmi_mean") if not math.isnan(v)]
+            centre = statistics.fmean(means) if means else math.nan
+            contain = sum(
+                lo <= centre <= hi for lo, hi in zip(col("cmi_mean_low"), col("cmi_mean_high"))
+            )
             print(
                 f"| {name} | {len(runs)} | {q} | {spread(col('cmi_mean'), 4)} | "
                 f"{spread(widths, 4)} | {spread(col('cmi_over_entropy_mean'), 2)} | "
                 f"{spread(col('credit_share'), 3)} | {spread(col('entropy_share'), 3)} | "
-                f"{single} / {cut} of {positions} |"
+                f"{single} / {cut} of {positions} | {contain} of {len(runs)} |"
             )
     print()
     print("| policy | tokens | " + " | ".join(OBJECTIVES) + " |")
