@@ -7,8 +7,11 @@ grade the continuations.
 2. `next_token_probs`: π(·|s_t) at the probed positions (one forward pass over their sequences),
    the distribution the engines sample from: softmax(logits / T) after transformers'
    TopPLogitsWarper at `rollout.top_p` (quadrants.rollout.decode.sampling_setup, the HF engine's own
-   processor; vLLM applies the same nucleus rule, quadrants/rollout/vllm.py). No engine applies a
-   top-k (hf.py passes top_k=0, vllm.py top_k=-1), so there is none to mirror.
+   processor: ascending cumulative probability <= 1 − top_p is removed). vLLM's native sampler
+   applies the same rule (vllm-project/vllm, vllm/v1/sample/ops/topk_topp_sampler.py,
+   apply_top_k_top_p: `probs_sum <= 1 - p` masked, the top token kept); its FlashInfer kernel on
+   CUDA samples the nucleus without materialising it, which only a GPU run can compare. No engine
+   applies a top-k (hf.py passes top_k=0, vllm.py top_k=-1), so there is none to mirror.
 3. `roll_out_branches`: for every position, the top branches (ops.credit.top_branches) and the rest
    branch (rolled out whenever it has mass; its tokens drawn from the same truncated π); K
    continuations of each from token ids (prompt + response[:t] + forced token), sampled at
