@@ -212,9 +212,9 @@ class ProbeConfig:
         0.9  # top tokens until their mass reaches this (1 - eps), capped by `branches`
     )
     continuations: int = 8  # K graded continuations per branch
-    min_rest_mass: float = (
-        0.001  # a smaller rest branch is not rolled out (its CMI share <= mass * ln C)
-    )
+    # 0 = the rest branch is rolled out whenever it has mass. > 0: a smaller rest is cut (unless
+    # the sampled token is in it); the credit it can hide, h(mass) + mass * ln C, is reported
+    min_rest_mass: float = 0.0
     batch_size: int = 512  # sequences per generate call
     resamples: int = 200  # bootstrap resamples of the continuations
     confidence: float = 0.9  # of the bootstrap and correlation intervals

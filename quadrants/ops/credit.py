@@ -301,26 +301,47 @@ def top_branches(probs: Tensor, *, coverage: float, max_branches: int) -> Branch
     (at most `max_branches`), and the rest.
 
     Args:
-        probs: [N, V] float, π(·|s_t) at the rollout temperature.
+        probs: [N, V] float, π(·|s_t): the distribution the continuations are sampled from (at the
+            rollout temperature, after the engine's top-p truncation).
         coverage: 1 − ε in (0, 1].
         max_branches: the most top branches per position (>= 1).
 
     Returns:
-        Branches with M = max_branches + 1 columns of mass (unused top columns 0).
+        Branches with M = max_branches + 1 columns of mass (unused top columns 0). The rest's mass
+        is the sum of π over the tokens that are not top branches (not 1 − their mass, which
+        would leave float rounding as a phantom rest where every token with mass is a top branch).
     """
     top = min(max_branches, probs.shape[-1])
     values, ids = probs.topk(top, dim=-1)  # [N, top], descending
     before = values.cumsum(-1) - values  # mass of the better tokens
-    keep = before < coverage
+    keep = (before < coverage) & (values > 0)
     keep[:, 0] = True
     mass = values * keep
-    rest = (probs.sum(-1) - mass.sum(-1)).clamp_min(0)  # [N]
-    pad = max_branches - top
+    chosen = torch.zeros_like(probs, dtype=torch.bool)
+    chosen.scatter_(-1, ids, keep)  # topk's ids are distinct: no write lands on another's token
     ids = torch.where(keep, ids, torch.full_like(ids, -1))
+    rest = probs.masked_fill(chosen, 0.0).sum(-1)  # [N]
+    pad = max_branches - top
     if pad:
         ids = torch.cat([ids, ids.new_full((ids.shape[0], pad), -1)], -1)
         mass = torch.cat([mass, mass.new_zeros(mass.shape[0], pad)], -1)
     return Branches(token_ids=ids, mass=torch.cat([mass, rest[:, None]], -1))
+
+
+def rest_cut_bound(rest_mass: Tensor, num_classes: int) -> Tensor:
+    """Upper bound on the credit lost when a rest branch of mass π_rest is not rolled out.
+
+    With Z = 1[o_t ∈ rest], the chain rule gives
+        I(o_t; r) = I(Z; r) + (1 − π_rest) I(o_t; r | Z = 0) + π_rest I(o_t; r | Z = 1),
+    with I(Z; r) <= H(Z) = h(π_rest) and I(o_t; r | Z = 1) <= ln C. The
+    top branches alone, renormalised, measure I(o_t; r | Z = 0), so
+        (1 − π_rest) I(o_t; r | Z = 0) <= I(o_t; r) <= (1 − π_rest) I(o_t; r | Z = 0) + h(π_rest)
+        + π_rest ln C.
+    (π_rest ln C alone, without h(π_rest), understates it: at π_rest = 0.001 and C = 2, h is
+    0.0079 nats against π_rest ln 2 = 0.0007.) [N] -> [N] nats.
+    """
+    pair = torch.stack([rest_mass, 1.0 - rest_mass], -1)
+    return entropy(pair) + rest_mass * math.log(max(num_classes, 2))
 
 
 def sample_rest_tokens(
@@ -360,21 +381,83 @@ def sampled_branch(token: Tensor, branches: Branches) -> Tensor:
     return torch.where(hit.any(-1), hit.long().argmax(-1), rest)
 
 
-def correlation_interval(x: Tensor, y: Tensor, *, confidence: float) -> tuple[float, float, float]:
+def correlation_interval(
+    x: Tensor, y: Tensor, *, confidence: float, weights: Tensor | None = None
+) -> tuple[float, float, float]:
     """Pearson correlation of two [N] samples with its Fisher-z interval (normal approximation).
 
+    With `weights` ([N], >= 0; the probe's design weights) it is the weighted correlation
+    Σ w (x − x̄_w)(y − ȳ_w) / sqrt(Σ w (x − x̄_w)² · Σ w (y − ȳ_w)²), x̄_w the weighted mean, which
+    estimates the correlation over the population the weighted sample stands for; the interval then
+    uses Kish's effective sample size n_eff = (Σ w)² / Σ w² in place of N.
+
     Returns:
-        (r, low, high); all NaN when N < 4 or either sample is constant.
+        (r, low, high); all NaN when the (effective) N < 4 or either sample is constant.
     """
     x, y = x.double(), y.double()
-    n = x.numel()
-    if n < 4 or x.std() == 0 or y.std() == 0:
+    w = torch.ones_like(x) if weights is None else weights.double()
+    if x.numel() == 0 or float(w.sum()) <= 0:
         return (math.nan, math.nan, math.nan)
-    xc, yc = x - x.mean(), y - y.mean()
-    r = float((xc * yc).sum() / (xc.norm() * yc.norm()))
+    n = float(w.sum() ** 2 / (w**2).sum())
+    xc, yc = x - (w * x).sum() / w.sum(), y - (w * y).sum() / w.sum()
+    sxx, syy = float((w * xc * xc).sum()), float((w * yc * yc).sum())
+    if n < 4 or sxx <= 0 or syy <= 0:
+        return (math.nan, math.nan, math.nan)
+    r = float((w * xc * yc).sum()) / math.sqrt(sxx * syy)
     r = max(-1.0, min(1.0, r))
     z = math.atanh(max(-0.999999, min(0.999999, r)))
     half = float(
         torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(0.5 + confidence / 2))
     ) / math.sqrt(n - 3)
     return (r, math.tanh(z - half), math.tanh(z + half))
+
+
+def cluster_bootstrap_mean(
+    values: Tensor,
+    weights: Tensor,
+    clusters: Tensor,
+    *,
+    resamples: int,
+    confidence: float,
+    generator: torch.Generator | None = None,
+    floor: float | None = None,
+) -> tuple[float, float, float]:
+    """Weighted mean of `values` with a percentile interval from a bootstrap over clusters.
+
+    Probed positions are not independent: several come from one prompt (and its G responses), so a
+    prompt that happens to be easy or hard moves all of them. Each resample draws the U clusters
+    present with replacement (U draws) and recomputes Σ n_u(i) w_i v_i / Σ n_u(i) w_i, n_u the times
+    the position's cluster was drawn; each position keeps its design weight w_i (the stratified draw
+    of positions, quadrants.probe.plan). Resamples that draw no position with weight are dropped.
+
+    Args:
+        values, weights: [N] float; clusters: [N] long (the prompt of each position).
+        resamples: R; confidence: e.g. 0.9.
+        floor: clip the interval (not the mean) at this value (0 for a non-negative quantity).
+
+    Returns:
+        (mean, low, high); low = high = NaN with fewer than 2 clusters, all NaN without values.
+    """
+    values, weights = values.double(), weights.double()
+    if values.numel() == 0 or float(weights.sum()) <= 0:
+        return (math.nan, math.nan, math.nan)
+    mean = float((weights * values).sum() / weights.sum())
+    ids, member = torch.unique(clusters, return_inverse=True)  # member: [N] in 0..U-1
+    u = ids.numel()
+    if u < 2:
+        return (mean, math.nan, math.nan)
+    draws = torch.randint(0, u, (resamples, u), generator=generator)  # [R, U]
+    times = torch.zeros(resamples, u, dtype=torch.float64).scatter_add_(
+        1, draws, torch.ones(resamples, u, dtype=torch.float64)
+    )  # [R, U]
+    w = times[:, member] * weights  # [R, N]
+    total = w.sum(-1)
+    stats = (w * values).sum(-1)[total > 0] / total[total > 0]
+    if stats.numel() < 2:
+        return (mean, math.nan, math.nan)
+    tail = (1.0 - confidence) / 2
+    low, high = torch.quantile(stats, torch.tensor([tail, 1.0 - tail], dtype=torch.float64))
+    low, high = float(low), float(high)
+    if floor is not None:
+        low, high = max(low, floor), max(high, floor)
+    return (mean, low, high)

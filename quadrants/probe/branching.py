@@ -4,9 +4,17 @@ grade the continuations.
 1. `sample_batch`: `probe.prompts` training prompts, `rollout.group_size` responses each at the
    rollout temperature, graded; the trainer's no-grad pass gives H_t and the TokenBatch (advantages,
    quadrants) exactly as a training step builds it.
-2. `next_token_probs`: π(·|s_t) at the probed positions (one forward pass over their sequences).
+2. `next_token_probs`: π(·|s_t) at the probed positions (one forward pass over their sequences),
+   the distribution the engines sample from: softmax(logits / T) after transformers'
+   TopPLogitsWarper at `rollout.top_p` (quadrants.rollout.decode.sampling_setup, the HF engine's own
+   processor: ascending cumulative probability <= 1 − top_p is removed). vLLM's native sampler
+   applies the same rule (vllm-project/vllm, vllm/v1/sample/ops/topk_topp_sampler.py,
+   apply_top_k_top_p: `probs_sum <= 1 - p` masked, the top token kept); its FlashInfer kernel on
+   CUDA samples the nucleus without materialising it, which only a GPU run can compare. No engine
+   applies a top-k (hf.py passes top_k=0, vllm.py top_k=-1), so there is none to mirror.
 3. `roll_out_branches`: for every position, the top branches (ops.credit.top_branches) and the rest
-   branch; K continuations of each from token ids (prompt + response[:t] + forced token), sampled at
+   branch (rolled out whenever it has mass; its tokens drawn from the same truncated π); K
+   continuations of each from token ids (prompt + response[:t] + forced token), sampled at
    the rollout temperature by `RolloutEngine.generate_from_ids` in calls of at most
    `probe.batch_size` sequences; each full response (response[:t] + forced + continuation, cut at
    the first stop token and at `rollout.max_new_tokens` tokens, as in training) is graded like a
@@ -26,10 +34,11 @@ from tqdm.auto import tqdm
 from quadrants.config import RunConfig
 from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 from quadrants.objectives.batch import TokenBatch, make_token_batch
-from quadrants.ops.credit import Branches, sample_rest_tokens, top_branches
+from quadrants.ops.credit import Branches, entropy, sample_rest_tokens, top_branches
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import Positions, branching_cost
 from quadrants.rewards.grader import Grader
+from quadrants.rollout.decode import sampling_setup
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Problem
 
@@ -95,10 +104,17 @@ def sample_batch(
 
 @torch.no_grad()
 def next_token_probs(
-    model: nn.Module, rollouts: Rollouts, positions: Positions, *, temperature: float
+    model: nn.Module,
+    rollouts: Rollouts,
+    positions: Positions,
+    *,
+    temperature: float,
+    top_p: float = 1.0,
 ) -> Tensor:
-    """π(·|s_t) = softmax(logits / temperature) before response token t of each
-    position. [N, V] float32 (CPU)."""
+    """π(·|s_t) before response token t of each position, as the engines sample it:
+    softmax(logits / temperature), truncated to the top-p nucleus and renormalised when
+    top_p < 1 (transformers.TopPLogitsWarper, the HF engine's processor). [N, V] float32 (CPU)."""
+    _, warper = sampling_setup(temperature, top_p)
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -118,7 +134,10 @@ def next_token_probs(
             logits_to_keep=1,
             use_cache=False,
         ).logits[0, -1]  # [V]
-        rows.append(torch.softmax(logits.float() / temperature, dim=-1).cpu())
+        scores = logits.float()[None] / temperature  # [1, V]
+        if warper is not None:
+            scores = warper(ids, scores)  # the nucleus; the others -inf
+        rows.append(torch.softmax(scores[0], dim=-1).cpu())
     model.train(was_training)
     return torch.stack(rows)
 
@@ -128,8 +147,15 @@ class BranchOutcomes:
     """Graded continuations of every branch.
 
     Attributes:
-        branches: top tokens and masses ([N, M]; a rest branch that was not rolled out has mass 0).
+        branches: top tokens and masses ([N, M]; a rest branch that was cut, `cut_rest_mass`, has
+            mass 0 here).
         outcomes: [N, M, K] long, the reward class of each continuation (−1: branch not rolled out).
+        forced: [N, M, K] long, the token each continuation was forced to start with (−1: none);
+            the rest branch's K tokens are drawn from π restricted to the rest.
+        cut_rest_mass: [N] float, π_rest of a rest branch that had mass but was not rolled out
+            (`probe.min_rest_mass`), else 0.
+        sampling_entropy: [N] float, the entropy of the truncated π the branches are drawn from
+            (H(o_t | s_t) of the probe's estimand; H_t, the trainer's, is before top-p).
         classes: [C] float, the reward value of each class (ascending).
         rollouts: continuations generated.
         tokens: tokens those continuations generated.
@@ -137,6 +163,9 @@ class BranchOutcomes:
 
     branches: Branches
     outcomes: Tensor
+    forced: Tensor
+    cut_rest_mass: Tensor
+    sampling_entropy: Tensor
     classes: Tensor
     rollouts: int
     tokens: int
@@ -144,23 +173,29 @@ class BranchOutcomes:
 
 def plan_branches(
     probs: Tensor, sampled_tokens: Tensor, cfg: RunConfig, generator: torch.Generator
-) -> tuple[Branches, Tensor]:
-    """Branches of every position and the forced token of every continuation ([N, M, K] long, −1 =
-    not rolled out). The rest branch is rolled out when its mass reaches `probe.min_rest_mass`, or
-    when the sampled token is in it (its pointwise credit needs it)."""
+) -> tuple[Branches, Tensor, Tensor]:
+    """Branches of every position, the forced token of every continuation ([N, M, K] long, −1 =
+    not rolled out) and the rest mass that was cut ([N]).
+
+    The rest branch is rolled out whenever its mass is above 0. Only with `probe.min_rest_mass` > 0
+    is a smaller rest cut (unless the sampled token is in it: its pointwise credit needs it); a cut
+    rest is dropped from the branch masses and returned, so the estimate can account for it
+    (estimates.estimate_credit: the top branches' credit scaled by 1 − π_rest, and the bound
+    ops.credit.rest_cut_bound on what was lost)."""
     probe = cfg.probe
     branches = top_branches(probs, coverage=probe.coverage, max_branches=probe.branches)
     k = probe.continuations
     top = branches.token_ids[:, :, None].expand(-1, -1, k)  # [N, M-1, K]
     rest = sample_rest_tokens(probs, branches, k, generator=generator)  # [N, K]
+    rest_mass = branches.mass[:, -1]
     in_rest = ~(branches.token_ids == sampled_tokens[:, None]).any(-1)
-    keep_rest = (branches.mass[:, -1] >= probe.min_rest_mass) | (
-        in_rest & (branches.mass[:, -1] > 0)
-    )
+    keep_rest = (rest_mass > 0) & ((rest_mass >= probe.min_rest_mass) | in_rest)
     rest = torch.where(keep_rest[:, None], rest, torch.full_like(rest, -1))
     mass = branches.mass.clone()
-    mass[:, -1] = torch.where(keep_rest, mass[:, -1], torch.zeros_like(mass[:, -1]))
-    return Branches(token_ids=branches.token_ids, mass=mass), torch.cat([top, rest[:, None]], 1)
+    mass[:, -1] = torch.where(keep_rest, rest_mass, torch.zeros_like(rest_mass))
+    cut = torch.where(keep_rest, torch.zeros_like(rest_mass), rest_mass)
+    forced = torch.cat([top, rest[:, None]], 1)
+    return Branches(token_ids=branches.token_ids, mass=mass), forced, cut
 
 
 def roll_out_branches(
@@ -181,7 +216,7 @@ def roll_out_branches(
     probe, rollout = cfg.probe, cfg.rollout
     rollouts = sampled.rollouts
     sampled_tokens = rollouts.response_ids[positions.sequence, positions.token]  # [N]
-    branches, forced = plan_branches(probs, sampled_tokens, cfg, generator)
+    branches, forced, cut = plan_branches(probs, sampled_tokens, cfg, generator)
     jobs = torch.nonzero(forced >= 0)  # [J, 3]: (position, branch, continuation)
     cost = branching_cost(
         (forced[:, :, 0] >= 0).sum(-1),
@@ -241,6 +276,9 @@ def roll_out_branches(
     return BranchOutcomes(
         branches=branches,
         outcomes=outcomes,
+        forced=forced,
+        cut_rest_mass=cut,
+        sampling_entropy=entropy(probs.double()),
         classes=classes,
         rollouts=len(prefixes),
         tokens=generated,

@@ -20,10 +20,21 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import DistEnv
-from quadrants.probe.branching import next_token_probs, roll_out_branches, sample_batch
+from quadrants.probe.branching import (
+    BranchOutcomes,
+    next_token_probs,
+    roll_out_branches,
+    sample_batch,
+)
 from quadrants.probe.estimates import PositionCredit, estimate_credit
 from quadrants.probe.plan import Positions, quadrant_index, select_positions
-from quadrants.probe.report import probe_key, probe_metrics, write_credit_csv, write_figures
+from quadrants.probe.report import (
+    probe_key,
+    probe_metrics,
+    write_branches_csv,
+    write_credit_csv,
+    write_figures,
+)
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine
 from quadrants.rollout.hf import stop_token_ids
@@ -40,6 +51,7 @@ class ProbeResult:
     metrics: dict[str, float]
     credit: PositionCredit
     positions: Positions
+    graded: BranchOutcomes | None = None
     files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -84,7 +96,11 @@ def probe_policy(
         generator=generator,
     )
     probs = next_token_probs(
-        model, sampled.rollouts, positions, temperature=cfg.rollout.temperature
+        model,
+        sampled.rollouts,
+        positions,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
     )
     graded = roll_out_branches(
         engine,
@@ -107,19 +123,40 @@ def probe_policy(
         pseudocount=probe.pseudocount,
         generator=generator,
     )
+    prompts = sampled.rollouts.group_ids[positions.sequence]  # [N]: the bootstrap's clusters
     metrics = probe_metrics(
-        credit, positions, num_classes=max(2, graded.classes.numel()), confidence=probe.confidence
+        credit,
+        positions,
+        prompts,
+        num_classes=max(2, graded.classes.numel()),
+        confidence=probe.confidence,
+        resamples=probe.resamples,
+        generator=generator,
     )
     seconds = time.perf_counter() - started
     metrics[probe_key("rollouts")] = float(graded.rollouts)
     metrics[probe_key("tokens")] = float(graded.tokens)
     metrics[probe_key("seconds")] = seconds
     metrics[probe_key("rollouts_per_s")] = graded.rollouts / seconds if seconds > 0 else 0.0
-    result = ProbeResult(metrics=metrics, credit=credit, positions=positions, seconds=seconds)
+    result = ProbeResult(
+        metrics=metrics, credit=credit, positions=positions, graded=graded, seconds=seconds
+    )
     if out_dir is not None:
         token_ids = sampled.rollouts.response_ids[positions.sequence, positions.token]
         result.files.append(
-            write_credit_csv(out_dir / "credit.csv", credit, positions, token_ids, tokenizer)
+            write_credit_csv(
+                out_dir / "credit.csv", credit, positions, token_ids, tokenizer, prompts
+            )
+        )
+        result.files.append(
+            write_branches_csv(
+                out_dir / "branches.csv",
+                graded.branches.mass.double(),
+                graded.outcomes,
+                graded.forced,
+                graded.classes,
+                tokenizer,
+            )
         )
         result.files.extend(
             write_figures(out_dir, credit, positions, num_classes=max(2, graded.classes.numel()))

@@ -50,16 +50,20 @@ def test_tiny_policy_credit_stays_within_its_bounds(base_policy):
     assert (c.cmi_plugin <= c.branch_entropy + 1e-9).all() and (
         c.cmi_plugin <= c.outcome_entropy_plugin + 1e-9
     ).all()
-    # the bias-corrected estimate, within its interval, never exceeds min(H_t, H(r|s_t)) <= ln 2
-    cap = torch.minimum(c.entropy, c.outcome_entropy)
-    assert (c.cmi_low <= cap + 1e-6).all(), list(zip(c.cmi_low.tolist(), cap.tolist()))
-    assert (c.cmi_low <= math.log(2) + 1e-6).all()
-    assert result.metrics["probe/bound_violations"] == 0
-    # near-deterministic tokens carry (almost) no credit: with H_t < 0.01 the top token holds >= 99.9 %
+    # (estimates.check_estimator_bounds raised inside probe_policy had any of these failed; they are
+    # estimator invariants, not findings)
+    assert (c.cmi <= c.outcome_entropy + 1e-9).all() and (c.cmi_low <= math.log(2) + 1e-6).all()
+    # every position with rest mass rolled its rest out (probe.min_rest_mass = 0): no structural
+    # zeros; one branch only where the sampling distribution has a single token
+    assert (c.rest_cut == 0).all()
+    single = c.branches == 1
+    assert (c.sampling_entropy[single] < 1e-6).all() and (c.cmi[single] == 0).all()
+    # near-deterministic tokens carry little credit: with H_t < 0.01 the top token holds >= 99.9 %
     low = c.entropy < 0.01
     assert low.any(), c.entropy.tolist()  # the low-entropy strata of PLR / NLR give such tokens
-    assert (c.cmi[low].abs() < 0.01).all() and (c.cmi_low[low] <= 0.01).all()
-    assert (c.cmi_low <= c.cmi_high).all()
+    assert (c.cmi[low].abs() < 0.02).all()
+    # intervals of a non-negative quantity: ordered, never below 0
+    assert (c.cmi_low <= c.cmi_high).all() and (c.cmi_low >= 0).all()
 
 
 @pytest.mark.slow
@@ -114,6 +118,7 @@ def test_probe_command_on_a_trained_run_directory_writes_the_mlflow_run_table_an
     names = {p.name for p in Path(local).iterdir()}
     assert {
         "credit.csv",
+        "branches.csv",
         "cmi_vs_entropy.png",
         "credit_by_quadrant.png",
         "credit_vs_token_weight.png",

@@ -9,6 +9,7 @@ import torch
 
 from quadrants.ops.credit import (
     bootstrap_interval,
+    cluster_bootstrap_mean,
     cmi,
     correlation_interval,
     entropy,
@@ -19,6 +20,7 @@ from quadrants.ops.credit import (
     plugin_cmi,
     plugin_outcome_entropy,
     pointwise_credit,
+    rest_cut_bound,
     sample_rest_tokens,
     sampled_branch,
     smoothed_outcome_probs,
@@ -310,3 +312,101 @@ def test_correlation_interval():
     # Fisher z: half width 1.96 / sqrt(397) = 0.0984 around atanh(r)
     assert low < 0 < high and high - low == pytest.approx(2 * 0.0984, abs=0.01)
     assert all(math.isnan(v) for v in correlation_interval(x, torch.ones(10), confidence=0.9))
+
+
+def test_rest_mass_is_exactly_the_non_top_tokens_sum():
+    # a top-p truncated π: every token with mass is a top branch -> the rest is exactly 0, not the
+    # float rounding of 1 - (0.6 + 0.3 + 0.1); with one token left out, it is that token's mass
+    probs = torch.softmax(torch.tensor([[2.0, 1.3, 0.2, -float("inf")]]), -1)
+    b = top_branches(probs, coverage=1.0, max_branches=3)
+    assert b.token_ids.tolist() == [[0, 1, 2]] and b.mass[0, -1].item() == 0.0
+    b = top_branches(probs, coverage=1.0, max_branches=2)
+    assert b.mass[0, -1].item() == probs[0, 2].item()
+
+
+def test_rest_cut_bound_by_hand():
+    # π_rest = 0.001, C = 2: h(0.001) = -0.001 ln 0.001 - 0.999 ln 0.999 = 0.0069078 + 0.0009995
+    # = 0.0079073; + 0.001 ln 2 = 0.0006931 -> 0.0086004 (the mass * ln C alone: 0.0006931, 12x less)
+    # π_rest = 0.5, C = 3: h(0.5) = ln 2 = 0.6931472; + 0.5 ln 3 = 0.5493061 -> 1.2424533
+    bound = rest_cut_bound(torch.tensor([0.001, 0.5, 0.0], dtype=torch.float64), 2)
+    torch.testing.assert_close(
+        bound[:1], torch.tensor([0.0086004], dtype=torch.float64), atol=1e-7, rtol=0
+    )
+    assert bound[2].item() == 0.0
+    three = rest_cut_bound(torch.tensor([0.5], dtype=torch.float64), 3)
+    assert three.item() == pytest.approx(1.2424533, abs=1e-7)
+    # it bounds the world: top token p = 0.999 always right (p 0.9), rest 0.001 always wrong
+    # (p 0): I = h(0.8991) - 0.999 h(0.9) = 0.0023 nats, all of it hidden when the rest is cut
+    truth = cmi(torch.tensor([0.999, 0.001], dtype=torch.float64), binary([0.9, 0.0])).item()
+    assert truth == pytest.approx(h(0.999 * 0.9) - 0.999 * h(0.9), abs=1e-12)
+    assert 0.001 * LN2 < truth <= bound[0].item()
+
+
+def test_weighted_correlation_equals_duplicating_the_weighted_points():
+    # weights [2, 1, 1, 1] = the first point twice: x [1, 1, 2, 3, 4], y [1, 1, 3, 2, 4], means 2.2;
+    # dx = dy on the first two (-1.2), then dx [-0.2, 0.8, 1.8], dy [0.8, -0.2, 1.8]
+    # sxy = 1.44 + 1.44 - 0.16 - 0.16 + 3.24 = 5.8; sxx = syy = 1.44 + 1.44 + 0.04 + 0.64 + 3.24 = 6.8
+    # r = 5.8 / 6.8 = 0.8529412; n_eff = 5^2 / (4 + 1 + 1 + 1) = 3.571 < 4 -> no interval
+    x, y = torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([1.0, 3.0, 2.0, 4.0])
+    r, low, high = correlation_interval(x, y, confidence=0.9, weights=torch.tensor([2.0, 1, 1, 1]))
+    assert math.isnan(r)  # n_eff 3.57 < 4
+    x2 = torch.cat([x, x + 10])  # two copies shifted: weights [2, 1, 1, 1] twice, n_eff 7.14
+    y2 = torch.cat([y, y + 10])
+    w2 = torch.tensor([2.0, 1, 1, 1, 2, 1, 1, 1])
+    dup_x = torch.cat([x2[:1], x2[:5], x2[4:]])  # the weight-2 points twice
+    dup_y = torch.cat([y2[:1], y2[:5], y2[4:]])
+    r, low, high = correlation_interval(x2, y2, confidence=0.9, weights=w2)
+    r_dup, _, _ = correlation_interval(dup_x, dup_y, confidence=0.9)
+    assert r == pytest.approx(r_dup, abs=1e-12)
+    # Fisher z with n_eff = 10^2 / 14 = 7.142857: half width 1.6448536 / sqrt(4.142857) = 0.8081
+    z = math.atanh(r)
+    assert low == pytest.approx(math.tanh(z - 0.80812), abs=1e-4)
+    assert high == pytest.approx(math.tanh(z + 0.80812), abs=1e-4)
+    # equal weights give the unweighted correlation
+    assert correlation_interval(x2, y2, confidence=0.9, weights=torch.full((8,), 3.0))[0] == (
+        pytest.approx(correlation_interval(x2, y2, confidence=0.9)[0], abs=1e-12)
+    )
+    # the hand numbers: the 5 duplicated points, unweighted
+    r5 = correlation_interval(
+        torch.tensor([1.0, 1, 2, 3, 4]), torch.tensor([1.0, 1, 3, 2, 4]), confidence=0.9
+    )[0]
+    assert r5 == pytest.approx(5.8 / 6.8, abs=1e-12)
+
+
+def test_cluster_bootstrap_resamples_prompts_not_positions():
+    # prompt A: two positions with value 0 (weight 1 each); prompt B: one position, value 1, weight 2.
+    # mean = (0 + 0 + 2 * 1) / 4 = 0.5. A resample draws 2 prompts: AA -> 0 (prob 1/4), BB -> 1
+    # (1/4), AB -> 0.5 (1/2): the 5 % and 95 % quantiles of 400 resamples are 0 and 1. A position
+    # bootstrap would see 3 positions and give other values (1/3 etc.); these are the only three.
+    values = torch.tensor([0.0, 0.0, 1.0])
+    weights = torch.tensor([1.0, 1.0, 2.0])
+    mean, low, high = cluster_bootstrap_mean(
+        values,
+        weights,
+        torch.tensor([7, 7, 9]),
+        resamples=400,
+        confidence=0.9,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert (mean, low, high) == (0.5, 0.0, 1.0)
+    # one prompt: no interval; a constant value: a zero-width interval at it
+    assert math.isnan(
+        cluster_bootstrap_mean(
+            values, weights, torch.zeros(3, dtype=torch.long), resamples=50, confidence=0.9
+        )[1]
+    )
+    assert cluster_bootstrap_mean(
+        torch.full((3,), 0.25), weights, torch.tensor([0, 1, 2]), resamples=50, confidence=0.9
+    ) == (0.25, 0.25, 0.25)
+    # a non-negative quantity's interval is clipped at 0; the mean is not
+    neg = torch.tensor([-0.02, 0.01, -0.01, 0.0])
+    mean, low, high = cluster_bootstrap_mean(
+        neg,
+        torch.ones(4),
+        torch.arange(4),
+        resamples=200,
+        confidence=0.9,
+        floor=0.0,
+        generator=torch.Generator().manual_seed(1),
+    )
+    assert mean == pytest.approx(-0.005) and low == 0.0 and high >= 0.0
