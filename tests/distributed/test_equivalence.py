@@ -11,7 +11,7 @@ sum that FSDP2 adds up, and the behaviour pass groups rows differently. Toleranc
 - metrics built from log-prob differences (|log mu - log pi_old| max, per-quadrant |dlogp|): atol
   1e-5, log-probs reach ~15 nats where a float32 ulp is ~1e-6 (observed <= 5.7e-6);
 - the gradient norm: rtol 1e-5 (a sum of two partial sums; observed ~1e-6 relative);
-- parameters after 2 steps: `worker.parameter_atol` (3e-6, 1.2e-5 with micro-batches; attention
+- parameters after 2 steps: `worker.parameter_atol` (1.2e-5; attention
   key biases 2e-5, see there).
 
 `PHR_micro` runs PHR with micro-batches of 4 sequences (2 per rank): the rows without a kept token
