@@ -274,46 +274,49 @@ def dlogp_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: Path) -> l
 def entropy_prediction(history: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Per run and quadrant, how well Cui et al.'s covariance term predicts the measured entropy
     change over steps: Pearson and Spearman correlation of −cov (`train/quadrant/<Q>/cov`, the
-    predicted direction: a positive covariance lowers the entropy) with `entropy_change`.
+    predicted direction: a positive covariance lowers the entropy) with `entropy_change`; the same
+    for the per-state estimate −cov_state (`*_state` columns, NaN where it was not logged).
 
     Args:
         history: run_id, key, step, value (analysis.load.histories).
         runs: run_id, row, seed.
 
     Returns:
-        run_id, row, seed, quadrant, steps (points with both metrics), pearson, spearman (NaN with
-        fewer than 3 points or a constant series).
+        run_id, row, seed, quadrant, steps (points with cov and entropy_change), pearson,
+        spearman, pearson_state, spearman_state (NaN with fewer than 3 points or a constant
+        series).
     """
     rows = []
     for run in runs.itertuples(index=False):
         mine = history[history["run_id"] == run.run_id]
         for q in QUADRANTS:
-            pair = _paired_points(mine, q)
-            pearson = spearman = math.nan
-            if len(pair) >= 3 and pair["predicted"].std() > 0 and pair["measured"].std() > 0:
-                pearson = float(pair["predicted"].corr(pair["measured"]))
-                spearman = float(pair["predicted"].corr(pair["measured"], method="spearman"))
-            rows.append(
-                {
-                    "run_id": run.run_id,
-                    "row": run.row,
-                    "seed": run.seed,
-                    "quadrant": q,
-                    "steps": len(pair),
-                    "pearson": pearson,
-                    "spearman": spearman,
-                }
-            )
-    return pd.DataFrame(
-        rows, columns=["run_id", "row", "seed", "quadrant", "steps", "pearson", "spearman"]
+            row = {"run_id": run.run_id, "row": run.row, "seed": run.seed, "quadrant": q}
+            for predictor, suffix in (("cov", ""), ("cov_state", "_state")):
+                pair = _paired_points(mine, q, predictor)
+                if not suffix:
+                    row["steps"] = len(pair)
+                row[f"pearson{suffix}"], row[f"spearman{suffix}"] = _correlations(pair)
+            rows.append(row)
+    columns = ["run_id", "row", "seed", "quadrant", "steps", "pearson", "spearman"]
+    return pd.DataFrame(rows, columns=[*columns, "pearson_state", "spearman_state"])
+
+
+def _correlations(pair: pd.DataFrame) -> tuple[float, float]:
+    """(Pearson, Spearman) of predicted with measured; NaN with < 3 points or a constant one."""
+    if len(pair) < 3 or not (pair["predicted"].std() > 0 and pair["measured"].std() > 0):
+        return math.nan, math.nan
+    return (
+        float(pair["predicted"].corr(pair["measured"])),
+        float(pair["predicted"].corr(pair["measured"], method="spearman")),
     )
 
 
-def _paired_points(history: pd.DataFrame, q: str) -> pd.DataFrame:
-    """step, predicted (−cov), measured (entropy_change) of one run's quadrant, steps with both."""
+def _paired_points(history: pd.DataFrame, q: str, predictor: str = "cov") -> pd.DataFrame:
+    """step, predicted (−`predictor`: cov or cov_state), measured (entropy_change) of one run's
+    quadrant, the steps with both."""
     series = {
         name: history[history["key"] == f"train/quadrant/{q}/{stat}"].set_index("step")["value"]
-        for name, stat in (("predicted", "cov"), ("measured", "entropy_change"))
+        for name, stat in (("predicted", predictor), ("measured", "entropy_change"))
     }
     pair = pd.concat(series, axis=1, join="inner").dropna()
     pair["predicted"] = -pair["predicted"]

@@ -19,6 +19,14 @@ token sets S_q (the four quadrants, whose union is every response token):
 
     cov_q = Σ_{t ∈ S_q} cov_t / N,        Σ_q cov_q = mean_t cov_t    (the batch covariance).
 
+The batch centring compares tokens of different states. Within one state, E_{a ~ π(·|s)} log π(a|s)
+= −H(s), so a one-sample estimate of the per-state covariance that needs no batch mean is
+
+    cov_state_t = (log π_t + H_t) · A_t,      E_a[(log π(a|s) + H(s)) A(s, a)] = Cov_a(log π, A)
+
+(exactly, whatever E_a[A]; H_t the behaviour entropy of the token's step, at the same temperature
+as log π_t). It is logged beside the paper's term (`cov_state`), as a second predictor.
+
 The measured side is the change of each token's full-vocabulary entropy, the updated policy's minus
 the behaviour policy's, on the same tokens: ΔH_t = H_new,t − H_old,t. Its part per set is
 frac_q · mean_{t ∈ S_q} ΔH_t (frac_q = |S_q| / N), and the four parts sum to the change of the
@@ -55,6 +63,30 @@ def covariance_by_set(
         [Q] float32; all 0 when there are no response tokens.
     """
     cov = token_covariance(advantages.float(), logp.float(), response_mask)  # [B, T]
+    total = response_mask.sum().clamp_min(1)
+    return torch.stack([(cov * (s & response_mask)).sum() for s in sets]) / total
+
+
+def state_covariance_by_set(
+    advantages: Tensor,
+    logp: Tensor,
+    entropy: Tensor,
+    response_mask: Tensor,
+    sets: Sequence[Tensor],
+) -> Tensor:
+    """Σ_{t ∈ S_q} (log π_t + H_t) A_t / N for each set: the per-state covariance estimate.
+
+    Args:
+        advantages: [B, T] float, the applied advantage (as in `covariance_by_set`).
+        logp: [B, T] float, behaviour log-probs of the sampled tokens.
+        entropy: [B, T] float, behaviour entropy of each token's step (nats).
+        response_mask: [B, T] bool, N tokens.
+        sets: Q masks [B, T] bool.
+
+    Returns:
+        [Q] float32; all 0 when there are no response tokens.
+    """
+    cov = (logp.float() + entropy.float()) * advantages.float() * response_mask  # [B, T]
     total = response_mask.sum().clamp_min(1)
     return torch.stack([(cov * (s & response_mask)).sum() for s in sets]) / total
 

@@ -19,6 +19,7 @@ QUADRANT_STATS = (
     "dlogp_abs_se",
     "cov",
     "cov_share",
+    "cov_state",
     "dentropy",
     "dentropy_se",
     "entropy_change",

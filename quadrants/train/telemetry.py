@@ -9,7 +9,12 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import TokenBatch
-from quadrants.ops.entropy_change import covariance_by_set, entropy_change, signed_shares
+from quadrants.ops.entropy_change import (
+    covariance_by_set,
+    entropy_change,
+    signed_shares,
+    state_covariance_by_set,
+)
 from quadrants.ops.quadrants import Quadrant
 from quadrants.ops.subsample import ratio_mean_se
 from quadrants.tracking import keys
@@ -23,7 +28,8 @@ def quadrant_telemetry(
     trained: Tensor | None = None,
 ) -> dict[str, float]:
     """token_frac, entropy_mean, adv_mass (Σ of the sequence advantage over the quadrant's tokens),
-    Cui et al.'s covariance term `cov` with its signed `cov_share` (ops/entropy_change.py) and, when
+    Cui et al.'s covariance term `cov` with its signed `cov_share` and the per-state estimate
+    `cov_state` (ops/entropy_change.py) and, when
     the post-update pass ran, mean |Δ log-prob| and mean entropy change `dentropy` of each
     quadrant with their standard errors over the measured rows (ops.subsample: 0 when every row was
     measured), and `entropy_change` = token_frac · dentropy, the quadrant's part of the change of
@@ -53,6 +59,13 @@ def quadrant_telemetry(
         applied, batch.old_logp, batch.response_mask, [batch.quadrants[q] for q in Quadrant]
     )
     share = signed_shares(cov)
+    cov_state = state_covariance_by_set(
+        applied,
+        batch.old_logp,
+        batch.entropy,
+        batch.response_mask,
+        [batch.quadrants[q] for q in Quadrant],
+    )
     dentropy = None
     if entropy_after is not None:
         dentropy = entropy_change(
@@ -71,6 +84,7 @@ def quadrant_telemetry(
             out[keys.quadrant(q.value, "dlogp_abs_se")] = se.item()
         out[keys.quadrant(q.value, "cov")] = cov[i].item()
         out[keys.quadrant(q.value, "cov_share")] = share[i].item()
+        out[keys.quadrant(q.value, "cov_state")] = cov_state[i].item()
         if dentropy is not None:
             mean, se = ratio_mean_se(dentropy, mask[rows], batch.batch_size)
             out[keys.quadrant(q.value, "dentropy")] = mean.item()

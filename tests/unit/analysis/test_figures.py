@@ -128,7 +128,7 @@ def test_report_html_embeds_figures_and_tables(tmp_path):
 def _entropy_history() -> tuple[pd.DataFrame, pd.DataFrame]:
     """One run, 4 steps. PHR: cov [1, 2, 3, 4], entropy_change [-0.1, -0.3, -0.2, -0.4];
     NHR: cov [0, 0, 0, 0] (constant -> no correlation); PLR and NLR: entropy_change only at steps
-    1-2 (2 points with both metrics -> too few)."""
+    1-2 (2 points with both metrics -> too few); PHR also cov_state [4, 1, 2, 3]."""
     rows = []
 
     def log(q, stat, values, steps=(1, 2, 3, 4)):
@@ -139,6 +139,7 @@ def _entropy_history() -> tuple[pd.DataFrame, pd.DataFrame]:
 
     log("PHR", "cov", [1.0, 2.0, 3.0, 4.0])
     log("PHR", "entropy_change", [-0.1, -0.3, -0.2, -0.4])
+    log("PHR", "cov_state", [4.0, 1.0, 2.0, 3.0])
     log("NHR", "cov", [0.0] * 4)
     log("NHR", "entropy_change", [0.1, 0.2, 0.1, 0.3])
     for q in ("PLR", "NLR"):
@@ -161,6 +162,12 @@ def test_entropy_prediction_correlations_by_hand():
     assert table.loc["PHR", "spearman"] == pytest.approx(0.8, abs=1e-12)
     assert math.isnan(table.loc["NHR", "pearson"])  # constant prediction
     assert table.loc["PLR", "steps"] == 2 and math.isnan(table.loc["PLR", "spearman"])
+    # PHR's -cov_state = [-4, -1, -2, -3]: deviations -1.5, 1.5, 0.5, -0.5 against 0.15, -0.05,
+    # 0.05, -0.15: Σ dx dy = -0.225 - 0.075 + 0.025 + 0.075 = -0.2, / sqrt(5 * 0.05) = -0.4;
+    # ranks x [1, 4, 3, 2], y [4, 2, 3, 1]: Σ d² = 9 + 4 + 0 + 1 = 14, 1 - 6 * 14 / 60 = -0.4
+    assert table.loc["PHR", "pearson_state"] == pytest.approx(-0.4, abs=1e-12)
+    assert table.loc["PHR", "spearman_state"] == pytest.approx(-0.4, abs=1e-12)
+    assert table.drop(index="PHR")["pearson_state"].isna().all()  # no cov_state logged
 
 
 def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):

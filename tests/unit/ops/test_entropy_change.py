@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quadrants.ops.entropy_change import covariance_by_set, entropy_change, signed_shares
+from quadrants.ops.entropy_change import (
+    covariance_by_set,
+    entropy_change,
+    signed_shares,
+    state_covariance_by_set,
+)
 
 # B = 2 sequences x T = 3 tokens; the second row is 2 tokens long, (1, 2) is padding (N = 5)
 MASK = torch.tensor([[True, True, True], [True, True, False]])
@@ -67,3 +72,13 @@ def test_entropy_change_on_the_mask():
     mask = torch.tensor([[True, True, False]])
     # 1 - 1.5 = -0.5, 2 - 1 = 1, padding 0
     assert entropy_change(after, before, mask).tolist() == [[-0.5, 1.0, 0.0]]
+
+
+def test_state_covariance_by_hand():
+    # entropy H = [[0.5, 1.0, 2.0], [1.0, 3.0, 9.0]] (9 on padding: ignored)
+    # (logp + H) A: (0,0) (-1 + 0.5) * 1 = -0.5   (0,1) (-2 + 1) * 1 = -1   (0,2) (-3 + 2) * 1 = -1
+    #               (1,0) (-1 + 1) * -1 = 0       (1,1) (-4 + 3) * -1 = 1
+    # per set / N = 5: (-0.5 - 1) / 5 = -0.3, -1 / 5 = -0.2, 0, 1 / 5 = 0.2
+    entropy = torch.tensor([[0.5, 1.0, 2.0], [1.0, 3.0, 9.0]])
+    parts = state_covariance_by_set(ADV, LOGP, entropy, MASK, sets())
+    assert parts.tolist() == pytest.approx([-0.3, -0.2, 0.0, 0.2], abs=1e-6)

@@ -119,6 +119,9 @@ def test_covariance_term_and_measured_entropy_change_by_hand():
     out = quadrant_telemetry(cov_batch(), dlogp, None, after)
     assert stats(out, "cov") == pytest.approx([0.125, 0.0, 0.0, 0.125], abs=1e-6)
     assert stats(out, "cov_share") == pytest.approx([0.5, 0.0, 0.0, 0.5], abs=1e-6)
+    # cov_state = (logp + H) A / 4: (0,0) (-1 + 1) 0.5 = 0, (0,1) (-2 + 0) 0.5 = -1,
+    # (1,0) (-3 + 0) -0.5 = 1.5, (1,1) (-2 + 0) -0.5 = 1 -> PHR 0, PLR -0.25, NHR 0, NLR 0.625
+    assert stats(out, "cov_state") == pytest.approx([0.0, -0.25, 0.0, 0.625], abs=1e-6)
     assert stats(out, "dentropy") == pytest.approx([-0.5, 0.25, 0.0, 0.25], abs=1e-6)
     assert stats(out, "dentropy_se") == [0.0] * 4  # every row measured
     assert stats(out, "entropy_change") == pytest.approx([-0.125, 0.0625, 0.0, 0.125], abs=1e-6)
