@@ -236,7 +236,7 @@ def _figures(
     quadrant_keys = [
         f"train/quadrant/{q}/{stat}"
         for q in figures.QUADRANTS
-        for stat in ("dlogp_abs", "cov", "entropy_change")
+        for stat in ("dlogp_abs", "cov", "cov_state", "entropy_change")
     ]
     history = load.histories(
         client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *quadrant_keys]
@@ -265,7 +265,7 @@ def _figures(
     files += _figure(
         messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir
     )
-    files += _figure(
+    drawn = _figure(
         messages,
         "entropy_change_by_quadrant",
         figures.entropy_change_by_quadrant,
@@ -273,6 +273,11 @@ def _figures(
         frame,
         fig_dir,
     )
+    if drawn:  # the correlations of the figure's titles, per run and quadrant
+        prediction = figures.entropy_prediction(history, frame).drop(columns="run_id")
+        path = out_dir / "entropy_prediction.csv"
+        prediction.to_csv(path, index=False)
+        files += [*drawn, path]
     curves, sources = pass_at_k_by_run(client, runset, points)
     curve_frame = frame
     if (

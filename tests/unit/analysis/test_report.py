@@ -43,6 +43,7 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
         "samples.html",
         "report.md",
         "report.html",
+        "entropy_prediction.csv",
     }
     expected |= {f"figures/{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg")}
     written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
@@ -50,6 +51,15 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     for name in expected:
         assert (out / name).stat().st_size > 0, name
     assert (out / "figures" / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the study logs cov = 0.1 step (i + 1) and entropy_change = -0.01 step (i + 1): -cov and the
+    # change rise together with the step, correlation 1 in every run and quadrant
+    prediction = (out / "entropy_prediction.csv").read_text().splitlines()
+    assert prediction[0] == (
+        "row,seed,quadrant,steps,pearson,spearman,pearson_state,spearman_state"
+    )
+    assert len(prediction) == 1 + 4 * len(study_store["runs"]) and all(
+        ",3,1.0,1.0,," in line for line in prediction[1:]
+    )
     assert (out / "figures" / "train_entropy.svg").read_text().lstrip().startswith("<?xml")
     logged = {f.path for f in client.list_artifacts(parent, "analysis")}
     assert {
