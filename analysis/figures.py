@@ -327,7 +327,7 @@ def entropy_change_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: P
     """Per run, one panel per quadrant over steps: the measured entropy change of the quadrant's
     tokens (its part of the batch's mean entropy change, nats, left axis, quadrant colour) against
     Cui et al.'s prediction −cov (right axis, black dashed: the scale is not predicted), titled with
-    their Pearson correlation over steps."""
+    their Pearson correlation over steps and that of the per-state estimate −cov_state."""
     measured = {f"train/quadrant/{q}/entropy_change" for q in QUADRANTS}
     present = runs[runs["run_id"].isin(history.loc[history["key"].isin(measured), "run_id"])]
     if present.empty:
@@ -347,8 +347,11 @@ def entropy_change_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: P
             twin = ax.twinx()
             twin.plot(pair["step"], pair["predicted"], color="black", linestyle="--", linewidth=1)
             twin.set_ylabel("−cov (predicted)", fontsize=8)
-            r = scores.loc[(run.run_id, q), "pearson"]
-            ax.set_title(f"{run.row} s{run.seed} · {q}: r = {r:.2f}", fontsize=9)
+            r, r_state = scores.loc[(run.run_id, q), ["pearson", "pearson_state"]]
+            label = run.row if len(run.row) <= 24 else run.row[:23] + "…"
+            ax.set_title(
+                f"{label} s{run.seed} · {q}\nr = {r:.2f} (cov_state: {r_state:.2f})", fontsize=9
+            )
             ax.set_xlabel("training step")
             ax.grid(alpha=0.3)
     return _save(fig, out, "entropy_change_by_quadrant")

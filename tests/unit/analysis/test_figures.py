@@ -186,10 +186,10 @@ def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
     ]
     titles = [ax.get_title() for ax in drawn["fig"].axes if ax.get_title()]
     assert titles == [
-        "all s0 · PHR: r = 0.80",
-        "all s0 · PLR: r = nan",
-        "all s0 · NHR: r = nan",
-        "all s0 · NLR: r = nan",
+        "all s0 · PHR\nr = 0.80 (cov_state: -0.40)",
+        "all s0 · PLR\nr = nan (cov_state: nan)",
+        "all s0 · NHR\nr = nan (cov_state: nan)",
+        "all s0 · NLR\nr = nan (cov_state: nan)",
     ]
     phr = drawn["fig"].axes[0]
     assert list(phr.lines[1].get_ydata()) == pytest.approx([-0.1, -0.3, -0.2, -0.4])
