@@ -271,6 +271,92 @@ def dlogp_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: Path) -> l
     return _save(fig, out, "dlogp_abs_by_quadrant")
 
 
+def entropy_prediction(history: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run and quadrant, how well Cui et al.'s covariance term predicts the measured entropy
+    change over steps: Pearson and Spearman correlation of −cov (`train/quadrant/<Q>/cov`, the
+    predicted direction: a positive covariance lowers the entropy) with `entropy_change`; the same
+    for the per-state estimate −cov_state (`*_state` columns, NaN where it was not logged).
+
+    Args:
+        history: run_id, key, step, value (analysis.load.histories).
+        runs: run_id, row, seed.
+
+    Returns:
+        run_id, row, seed, quadrant, steps (points with cov and entropy_change), pearson,
+        spearman, pearson_state, spearman_state (NaN with fewer than 3 points or a constant
+        series).
+    """
+    rows = []
+    for run in runs.itertuples(index=False):
+        mine = history[history["run_id"] == run.run_id]
+        for q in QUADRANTS:
+            row = {"run_id": run.run_id, "row": run.row, "seed": run.seed, "quadrant": q}
+            for predictor, suffix in (("cov", ""), ("cov_state", "_state")):
+                pair = _paired_points(mine, q, predictor)
+                if not suffix:
+                    row["steps"] = len(pair)
+                row[f"pearson{suffix}"], row[f"spearman{suffix}"] = _correlations(pair)
+            rows.append(row)
+    columns = ["run_id", "row", "seed", "quadrant", "steps", "pearson", "spearman"]
+    return pd.DataFrame(rows, columns=[*columns, "pearson_state", "spearman_state"])
+
+
+def _correlations(pair: pd.DataFrame) -> tuple[float, float]:
+    """(Pearson, Spearman) of predicted with measured; NaN with < 3 points or a constant one."""
+    if len(pair) < 3 or not (pair["predicted"].std() > 0 and pair["measured"].std() > 0):
+        return math.nan, math.nan
+    return (
+        float(pair["predicted"].corr(pair["measured"])),
+        float(pair["predicted"].corr(pair["measured"], method="spearman")),
+    )
+
+
+def _paired_points(history: pd.DataFrame, q: str, predictor: str = "cov") -> pd.DataFrame:
+    """step, predicted (−`predictor`: cov or cov_state), measured (entropy_change) of one run's
+    quadrant, the steps with both."""
+    series = {
+        name: history[history["key"] == f"train/quadrant/{q}/{stat}"].set_index("step")["value"]
+        for name, stat in (("predicted", predictor), ("measured", "entropy_change"))
+    }
+    pair = pd.concat(series, axis=1, join="inner").dropna()
+    pair["predicted"] = -pair["predicted"]
+    return pair.reset_index()
+
+
+def entropy_change_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: Path) -> list[Path]:
+    """Per run, one panel per quadrant over steps: the measured entropy change of the quadrant's
+    tokens (its part of the batch's mean entropy change, nats, left axis, quadrant colour) against
+    Cui et al.'s prediction −cov (right axis, black dashed: the scale is not predicted), titled with
+    their Pearson correlation over steps and that of the per-state estimate −cov_state."""
+    measured = {f"train/quadrant/{q}/entropy_change" for q in QUADRANTS}
+    present = runs[runs["run_id"].isin(history.loc[history["key"].isin(measured), "run_id"])]
+    if present.empty:
+        raise ValueError(
+            "no run logged train/quadrant/<Q>/entropy_change (train.measure_dlogp): "
+            "cannot draw entropy_change_by_quadrant"
+        )
+    scores = entropy_prediction(history, present).set_index(["run_id", "quadrant"])
+    fig, axes = _grid(4 * len(present), 3.4, 2.6)
+    for i, run in enumerate(present.itertuples(index=False)):
+        mine = history[history["run_id"] == run.run_id]
+        for ax, q in zip(axes[4 * i : 4 * i + 4], QUADRANTS):
+            pair = _paired_points(mine, q)
+            ax.axhline(0.0, color="0.6", linewidth=0.6)
+            ax.plot(pair["step"], pair["measured"], color=QUADRANT_COLORS[q], linewidth=1.4)
+            ax.set_ylabel("measured ΔH (nats)", fontsize=8)
+            twin = ax.twinx()
+            twin.plot(pair["step"], pair["predicted"], color="black", linestyle="--", linewidth=1)
+            twin.set_ylabel("−cov (predicted)", fontsize=8)
+            r, r_state = scores.loc[(run.run_id, q), ["pearson", "pearson_state"]]
+            label = run.row if len(run.row) <= 24 else run.row[:23] + "…"
+            ax.set_title(
+                f"{label} s{run.seed} · {q}\nr = {r:.2f} (cov_state: {r_state:.2f})", fontsize=9
+            )
+            ax.set_xlabel("training step")
+            ax.grid(alpha=0.3)
+    return _save(fig, out, "entropy_change_by_quadrant")
+
+
 def token_arrays(records: Sequence[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(advantage, entropy) per response token of sample records (each token carries
     its response's advantage)."""

@@ -233,8 +233,14 @@ def _figures(
     """Every figure and the sample page; appends a message for each one skipped."""
     files: list[Path] = []
     frame = _run_frame(runset, table)
-    dlogp_keys = [f"train/quadrant/{q}/dlogp_abs" for q in figures.QUADRANTS]
-    history = load.histories(client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *dlogp_keys])
+    quadrant_keys = [
+        f"train/quadrant/{q}/{stat}"
+        for q in figures.QUADRANTS
+        for stat in ("dlogp_abs", "cov", "cov_state", "entropy_change")
+    ]
+    history = load.histories(
+        client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *quadrant_keys]
+    )
     fig_dir = out_dir / "figures"
     for key, stem, label in (
         (TRAIN_SOLVE_RATE, "train_solve_rate", "training solve rate"),
@@ -259,6 +265,19 @@ def _figures(
     files += _figure(
         messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir
     )
+    drawn = _figure(
+        messages,
+        "entropy_change_by_quadrant",
+        figures.entropy_change_by_quadrant,
+        history,
+        frame,
+        fig_dir,
+    )
+    if drawn:  # the correlations of the figure's titles, per run and quadrant
+        prediction = figures.entropy_prediction(history, frame).drop(columns="run_id")
+        path = out_dir / "entropy_prediction.csv"
+        prediction.to_csv(path, index=False)
+        files += [*drawn, path]
     curves, sources = pass_at_k_by_run(client, runset, points)
     curve_frame = frame
     if (

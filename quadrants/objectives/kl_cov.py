@@ -40,5 +40,8 @@ def kl_cov(
         "selected_frac": token_fraction(selected, mask),
         "ratio_mean": masked_mean(ratio.detach(), mask),
         "kl_cov_penalty": masked_mean(penalty.detach(), mask),
+        # selected tokens at logπ = logπ_old exactly: penalty and gradient 0 (torch's d|x|/dx is
+        # sgn(x), 0 at 0: pytorch tools/autograd/derivatives.yaml). 1 with one update per step
+        "penalty_inert_frac": token_fraction(policy.logp.detach() == batch.old_logp, selected),
     }
     return ObjectiveOutput((-adv * ratio + penalty) * mask, metrics)

@@ -11,7 +11,19 @@ from __future__ import annotations
 # steps MLflow already has.
 SENTINEL = "tracking/step_logged"
 
-QUADRANT_STATS = ("token_frac", "entropy_mean", "adv_mass", "dlogp_abs", "dlogp_abs_se")
+QUADRANT_STATS = (
+    "token_frac",
+    "entropy_mean",
+    "adv_mass",
+    "dlogp_abs",
+    "dlogp_abs_se",
+    "cov",
+    "cov_share",
+    "cov_state",
+    "dentropy",
+    "dentropy_se",
+    "entropy_change",
+)
 
 
 def train(name: str) -> str:

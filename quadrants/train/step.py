@@ -202,20 +202,20 @@ def update_policy(
     return mean_metrics(per_update), sum(grad_norms) / max(len(grad_norms), 1)
 
 
-def measure_dlogp(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[Tensor, Tensor]:
-    """|log π_after − log π_old| per token after the update, on `train.dlogp_rows` sequences drawn
-    with the step's seed (None = ops.subsample.auto_rows, 0 = all): one extra no-grad pass over
-    them. ([n, T], rows [n] long)."""
+def measure_dlogp(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[Tensor, Tensor, Tensor]:
+    """|log π_after − log π_old| per token and the updated policy's entropy after the update, on
+    `train.dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 =
+    all): one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
     cfg = ctx.cfg
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step) + 1)
     wanted = cfg.train.dlogp_rows
     if wanted is None:  # auto: 1/16 of the rows, at least 2 and at least one per rank
         wanted = auto_rows(batch.batch_size, minimum=max(2, ctx.dist.world_size))
     rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
-    after, _ = no_grad_pass(
+    after, entropy = no_grad_pass(
         ctx, ctx.model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
     )
-    return (after - batch.old_logp[rows]).abs() * batch.response_mask[rows], rows
+    return (after - batch.old_logp[rows]).abs() * batch.response_mask[rows], entropy, rows
 
 
 def rollout_metrics(
@@ -296,13 +296,15 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     collected = replace(collected, rollouts=replace(collected.rollouts, linear_outputs=None))
     objective_metrics, grad_norm = update_policy(ctx, batch, step, is_weights, replay)
     t2 = time.perf_counter()
-    dlogp, dlogp_rows = (
-        measure_dlogp(ctx, batch, step) if ctx.cfg.train.measure_dlogp else (None, None)
+    dlogp, entropy_after, dlogp_rows = (
+        measure_dlogp(ctx, batch, step) if ctx.cfg.train.measure_dlogp else (None, None, None)
     )
     ctx.engine.sync_weights(ctx.model)
     t3 = time.perf_counter()
     metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
-    metrics.update(quadrant_telemetry(batch, dlogp, dlogp_rows))
+    keep = ctx.loss_settings.quadrant.keep  # the covariance term counts trained tokens only
+    trained = None if keep is None else batch.quadrants.union(keep)
+    metrics.update(quadrant_telemetry(batch, dlogp, dlogp_rows, entropy_after, trained))
     if is_weights is not None:
         weight_mean, capped_frac = is_weight_stats(
             is_weights, batch.response_mask, cap=ctx.cfg.rollout.mismatch_cap

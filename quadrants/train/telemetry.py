@@ -9,22 +9,39 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import TokenBatch
+from quadrants.ops.entropy_change import (
+    covariance_by_set,
+    entropy_change,
+    signed_shares,
+    state_covariance_by_set,
+)
 from quadrants.ops.quadrants import Quadrant
 from quadrants.ops.subsample import ratio_mean_se
 from quadrants.tracking import keys
 
 
 def quadrant_telemetry(
-    batch: TokenBatch, dlogp_abs: Tensor | None = None, dlogp_rows: Tensor | None = None
+    batch: TokenBatch,
+    dlogp_abs: Tensor | None = None,
+    dlogp_rows: Tensor | None = None,
+    entropy_after: Tensor | None = None,
+    trained: Tensor | None = None,
 ) -> dict[str, float]:
-    """token_frac, entropy_mean, adv_mass (Σ of the sequence advantage over the quadrant's tokens)
-    and, when the post-update log-probs were measured, mean |Δ log-prob| for each quadrant with its
-    standard error over the measured rows (ops.subsample: 0 when every row was measured).
+    """token_frac, entropy_mean, adv_mass (Σ of the sequence advantage over the quadrant's tokens),
+    Cui et al.'s covariance term `cov` with its signed `cov_share` and the per-state estimate
+    `cov_state` (ops/entropy_change.py) and, when
+    the post-update pass ran, mean |Δ log-prob| and mean entropy change `dentropy` of each
+    quadrant with their standard errors over the measured rows (ops.subsample: 0 when every row was
+    measured), and `entropy_change` = token_frac · dentropy, the quadrant's part of the change of
+    the batch's mean token entropy.
 
     Args:
         batch: the step's full rollout batch.
         dlogp_abs: [n, T] float |logp_after − old_logp| of rows `dlogp_rows`, or None.
         dlogp_rows: [n] long, the batch rows measured; None = every row (n = B).
+        entropy_after: [n, T] float, the updated policy's entropy on those rows, or None.
+        trained: [B, T] bool, the tokens the update trained (quadrant isolation's keep set);
+            None = every response token. The covariance takes the advantage as 0 elsewhere.
 
     Returns:
         flat metric dict; an empty quadrant reports zeros.
@@ -37,7 +54,24 @@ def quadrant_telemetry(
         if dlogp_rows is None
         else dlogp_rows
     )
-    for q in Quadrant:
+    applied = adv if trained is None else adv * trained
+    cov = covariance_by_set(
+        applied, batch.old_logp, batch.response_mask, [batch.quadrants[q] for q in Quadrant]
+    )
+    share = signed_shares(cov)
+    cov_state = state_covariance_by_set(
+        applied,
+        batch.old_logp,
+        batch.entropy,
+        batch.response_mask,
+        [batch.quadrants[q] for q in Quadrant],
+    )
+    dentropy = None
+    if entropy_after is not None:
+        dentropy = entropy_change(
+            entropy_after, batch.entropy[rows], batch.response_mask[rows]
+        )  # [n, T]
+    for i, q in enumerate(Quadrant):
         mask = batch.quadrants[q]
         count = mask.sum()
         denom = count.clamp_min(1)
@@ -48,6 +82,14 @@ def quadrant_telemetry(
             mean, se = ratio_mean_se(dlogp_abs, mask[rows], batch.batch_size)
             out[keys.quadrant(q.value, "dlogp_abs")] = mean.item()
             out[keys.quadrant(q.value, "dlogp_abs_se")] = se.item()
+        out[keys.quadrant(q.value, "cov")] = cov[i].item()
+        out[keys.quadrant(q.value, "cov_share")] = share[i].item()
+        out[keys.quadrant(q.value, "cov_state")] = cov_state[i].item()
+        if dentropy is not None:
+            mean, se = ratio_mean_se(dentropy, mask[rows], batch.batch_size)
+            out[keys.quadrant(q.value, "dentropy")] = mean.item()
+            out[keys.quadrant(q.value, "dentropy_se")] = se.item()
+            out[keys.quadrant(q.value, "entropy_change")] = (mean * count / total).item()
     return out
 
 

@@ -153,7 +153,8 @@ def sample_file(directory: Path, step: int, advantage_sign: float) -> Path:
 
 @pytest.fixture(scope="module")
 def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """The study of the module docstring, with training curves, dlogp telemetry, samples, one (n, c) table."""
+    """The study of the module docstring, with training curves, dlogp and entropy-change telemetry,
+    samples, one (n, c) table."""
     directory = tmp_path_factory.mktemp("study")
     uri, client = new_store(template_db, directory)
     exp_id, parent = make_parent(client, directory)
@@ -167,8 +168,13 @@ def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> 
                 Metric("train/entropy", 0.5 / step, 0, step),
             ]
             curves += [
-                Metric(f"train/quadrant/{q}/dlogp_abs", 10.0 ** -(i + step), 0, step)
+                Metric(f"train/quadrant/{q}/{stat}", value, 0, step)
                 for i, q in enumerate(("PHR", "PLR", "NHR", "NLR"))
+                for stat, value in (
+                    ("dlogp_abs", 10.0 ** -(i + step)),
+                    ("cov", 0.1 * step * (i + 1)),
+                    ("entropy_change", -0.01 * step * (i + 1)),
+                )
             ]
         client.log_batch(run_id, metrics=curves)
         local = directory / "local" / run_id

@@ -123,3 +123,78 @@ def test_report_html_embeds_figures_and_tables(tmp_path):
     assert "src='data:image/png;base64,iVBORw0KGgp4eXo='" in page  # base64 of the 11 bytes above
     assert "<li>note</li>" in page and "<script" not in page
     assert markdown_block("") == ""
+
+
+def _entropy_history() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One run, 4 steps. PHR: cov [1, 2, 3, 4], entropy_change [-0.1, -0.3, -0.2, -0.4];
+    NHR: cov [0, 0, 0, 0] (constant -> no correlation); PLR and NLR: entropy_change only at steps
+    1-2 (2 points with both metrics -> too few); PHR also cov_state [4, 1, 2, 3]."""
+    rows = []
+
+    def log(q, stat, values, steps=(1, 2, 3, 4)):
+        rows.extend(
+            {"run_id": "a", "key": f"train/quadrant/{q}/{stat}", "step": s, "value": v}
+            for s, v in zip(steps, values)
+        )
+
+    log("PHR", "cov", [1.0, 2.0, 3.0, 4.0])
+    log("PHR", "entropy_change", [-0.1, -0.3, -0.2, -0.4])
+    log("PHR", "cov_state", [4.0, 1.0, 2.0, 3.0])
+    log("NHR", "cov", [0.0] * 4)
+    log("NHR", "entropy_change", [0.1, 0.2, 0.1, 0.3])
+    for q in ("PLR", "NLR"):
+        log(q, "cov", [1.0, 2.0, 3.0, 4.0])
+        log(q, "entropy_change", [0.1, 0.2], steps=(1, 2))
+    return pd.DataFrame(rows), pd.DataFrame({"run_id": ["a"], "row": ["all"], "seed": ["0"]})
+
+
+def test_entropy_prediction_correlations_by_hand():
+    # PHR: predicted -cov = [-1, -2, -3, -4] (mean -2.5, deviations 1.5, 0.5, -0.5, -1.5),
+    # measured [-0.1, -0.3, -0.2, -0.4] (mean -0.25, deviations 0.15, -0.05, 0.05, -0.15):
+    # Σ dx dy = 0.225 - 0.025 - 0.025 + 0.225 = 0.4; Σ dx² = 5; Σ dy² = 0.05
+    # Pearson = 0.4 / sqrt(5 * 0.05) = 0.4 / 0.5 = 0.8
+    # Spearman: ranks x [4, 3, 2, 1], y [4, 2, 3, 1] -> Σ d² = 0 + 1 + 1 + 0 = 2,
+    # 1 - 6 * 2 / (4 * 15) = 0.8
+    history, runs = _entropy_history()
+    table = figures.entropy_prediction(history, runs).set_index("quadrant")
+    assert table.loc["PHR", "steps"] == 4
+    assert table.loc["PHR", "pearson"] == pytest.approx(0.8, abs=1e-12)
+    assert table.loc["PHR", "spearman"] == pytest.approx(0.8, abs=1e-12)
+    assert math.isnan(table.loc["NHR", "pearson"])  # constant prediction
+    assert table.loc["PLR", "steps"] == 2 and math.isnan(table.loc["PLR", "spearman"])
+    # PHR's -cov_state = [-4, -1, -2, -3]: deviations -1.5, 1.5, 0.5, -0.5 against 0.15, -0.05,
+    # 0.05, -0.15: Σ dx dy = -0.225 - 0.075 + 0.025 + 0.075 = -0.2, / sqrt(5 * 0.05) = -0.4;
+    # ranks x [1, 4, 3, 2], y [4, 2, 3, 1]: Σ d² = 9 + 4 + 0 + 1 = 14, 1 - 6 * 14 / 60 = -0.4
+    assert table.loc["PHR", "pearson_state"] == pytest.approx(-0.4, abs=1e-12)
+    assert table.loc["PHR", "spearman_state"] == pytest.approx(-0.4, abs=1e-12)
+    assert table.drop(index="PHR")["pearson_state"].isna().all()  # no cov_state logged
+
+
+def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
+    history, runs = _entropy_history()
+    drawn = {}
+    save = figures._save
+    monkeypatch.setattr(
+        figures,
+        "_save",
+        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
+    )
+    paths = figures.entropy_change_by_quadrant(history, runs, tmp_path)
+    assert [p.name for p in paths] == [
+        "entropy_change_by_quadrant.png",
+        "entropy_change_by_quadrant.svg",
+    ]
+    titles = [ax.get_title() for ax in drawn["fig"].axes if ax.get_title()]
+    assert titles == [
+        "all s0 · PHR\nr = 0.80 (cov_state: -0.40)",
+        "all s0 · PLR\nr = nan (cov_state: nan)",
+        "all s0 · NHR\nr = nan (cov_state: nan)",
+        "all s0 · NLR\nr = nan (cov_state: nan)",
+    ]
+    phr = drawn["fig"].axes[0]
+    assert list(phr.lines[1].get_ydata()) == pytest.approx([-0.1, -0.3, -0.2, -0.4])
+    plt.close(drawn["fig"])
+    with pytest.raises(ValueError, match="no run logged train/quadrant/<Q>/entropy_change"):
+        figures.entropy_change_by_quadrant(
+            history[history["key"].str.endswith("/cov")], runs, tmp_path
+        )

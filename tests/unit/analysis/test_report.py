@@ -14,6 +14,7 @@ FIGURES = (
     "train_solve_rate",
     "train_entropy",
     "dlogp_abs_by_quadrant",
+    "entropy_change_by_quadrant",
     "pass_at_k",
     "token_advantage_hist",
     "entropy_pos_vs_neg",
@@ -42,6 +43,7 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
         "samples.html",
         "report.md",
         "report.html",
+        "entropy_prediction.csv",
     }
     expected |= {f"figures/{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg")}
     written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
@@ -49,6 +51,15 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     for name in expected:
         assert (out / name).stat().st_size > 0, name
     assert (out / "figures" / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the study logs cov = 0.1 step (i + 1) and entropy_change = -0.01 step (i + 1): -cov and the
+    # change rise together with the step, correlation 1 in every run and quadrant
+    prediction = (out / "entropy_prediction.csv").read_text().splitlines()
+    assert prediction[0] == (
+        "row,seed,quadrant,steps,pearson,spearman,pearson_state,spearman_state"
+    )
+    assert len(prediction) == 1 + 4 * len(study_store["runs"]) and all(
+        ",3,1.0,1.0,," in line for line in prediction[1:]
+    )
     assert (out / "figures" / "train_entropy.svg").read_text().lstrip().startswith("<?xml")
     logged = {f.path for f in client.list_artifacts(parent, "analysis")}
     assert {
@@ -98,6 +109,8 @@ def test_missing_figure_data_is_reported_not_drawn(template_db, tmp_path):
         "skipped train_solve_rate: no run logged 'train/solve_rate': cannot draw train_solve_rate",
         "skipped train_entropy: no run logged 'train/entropy': cannot draw train_entropy",
         "skipped dlogp_abs_by_quadrant: no run logged train/quadrant/<Q>/dlogp_abs: cannot draw dlogp_abs",
+        "skipped entropy_change_by_quadrant: no run logged train/quadrant/<Q>/entropy_change "
+        "(train.measure_dlogp): cannot draw entropy_change_by_quadrant",
         "skipped token_advantage_hist: no sample artifacts in any run: cannot draw advantage histograms",
         "skipped entropy_pos_vs_neg: no sample artifacts in any run: cannot draw entropy distributions",
         "skipped samples.html: no run has sample artifacts (tracking.log_samples_every)",

@@ -78,3 +78,17 @@ def test_kl_cov_validation(params, pattern):
     assert math.isclose(
         get_objective("kl_cov").defaults()["fraction"], 2e-3
     )  # a fraction, not a percent
+
+
+def test_kl_cov_is_the_plain_policy_gradient_at_the_first_update():
+    # ratio 1 everywhere (logp = old_logp exactly, as on a step's first update): the penalty
+    # coef * |logp - old| is 0 and so is its gradient (d|x|/dx = sgn(0) = 0), whatever the
+    # selection: d/dlogp = -A r / 6 = -A / 6 with A = +2 / -2, and every selected token is inert
+    tb, logp = cov_batch([[1.0] * 4, [1.0] * 4])
+    loss, metrics = run("kl_cov", tb, logp, fraction=0.5, coef=1.0)
+    close(grad_of(loss, logp), [[-2 / 6, -2 / 6, -2 / 6, 0.0], [2 / 6, 2 / 6, 2 / 6, 0.0]])
+    close(metrics["penalty_inert_frac"], 1.0)
+    # ratio 2 (a later update): no selected token is inert
+    tb, logp = cov_batch(RATIOS)
+    _, metrics = run("kl_cov", tb, logp, fraction=0.5)
+    close(metrics["penalty_inert_frac"], 0.0)

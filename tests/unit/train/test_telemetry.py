@@ -87,3 +87,65 @@ def test_dlogp_from_a_row_subsample_and_its_standard_error():
         full[keys.quadrant("NLR", "dlogp_abs")] == pytest.approx(0.2)
         and full[keys.quadrant("NLR", "dlogp_abs_se")] == 0.0
     )
+
+
+def cov_batch():
+    # the batch of `batch([1, 0])` with old log-probs [[-1, -2], [-3, -2]]: advantages +0.5 / -0.5,
+    # PHR = {(0,0)}, PLR = {(0,1)}, NLR = {(1,0), (1,1)}, NHR empty
+    return make_token_batch(
+        sequences=torch.zeros(2, 3, dtype=torch.long),
+        attention_mask=torch.ones(2, 3, dtype=torch.bool),
+        response_mask=torch.ones(2, 2, dtype=torch.bool),
+        old_logp=torch.tensor([[-1.0, -2.0], [-3.0, -2.0]]),
+        entropy=torch.tensor([[1.0, 0.0], [0.0, 0.0]]),
+        rewards=torch.tensor([1.0, 0.0]),
+        group_ids=torch.tensor([0, 0]),
+        normalize_std=False,
+    )
+
+
+def stats(out, stat):
+    return [out[keys.quadrant(q, stat)] for q in ("PHR", "PLR", "NHR", "NLR")]
+
+
+def test_covariance_term_and_measured_entropy_change_by_hand():
+    # mean A = 0, mean logp = -2; cov_t = A (logp + 2): (0,0) 0.5 * 1 = 0.5, (0,1) 0,
+    # (1,0) -0.5 * -1 = 0.5, (1,1) 0; per quadrant / N = 4: PHR 0.125, PLR 0, NHR 0, NLR 0.125
+    # entropy after [[0.5, 0.25], [0, 0.5]] - before [[1, 0], [0, 0]] = ΔH [[-0.5, 0.25], [0, 0.5]]
+    # dentropy: PHR -0.5, PLR 0.25, NHR 0, NLR (0 + 0.5) / 2 = 0.25
+    # entropy_change = token_frac * dentropy: -0.125, 0.0625, 0, 0.125 (sum 0.0625 = mean ΔH)
+    dlogp = torch.zeros(2, 2)
+    after = torch.tensor([[0.5, 0.25], [0.0, 0.5]])
+    out = quadrant_telemetry(cov_batch(), dlogp, None, after)
+    assert stats(out, "cov") == pytest.approx([0.125, 0.0, 0.0, 0.125], abs=1e-6)
+    assert stats(out, "cov_share") == pytest.approx([0.5, 0.0, 0.0, 0.5], abs=1e-6)
+    # cov_state = (logp + H) A / 4: (0,0) (-1 + 1) 0.5 = 0, (0,1) (-2 + 0) 0.5 = -1,
+    # (1,0) (-3 + 0) -0.5 = 1.5, (1,1) (-2 + 0) -0.5 = 1 -> PHR 0, PLR -0.25, NHR 0, NLR 0.625
+    assert stats(out, "cov_state") == pytest.approx([0.0, -0.25, 0.0, 0.625], abs=1e-6)
+    assert stats(out, "dentropy") == pytest.approx([-0.5, 0.25, 0.0, 0.25], abs=1e-6)
+    assert stats(out, "dentropy_se") == [0.0] * 4  # every row measured
+    assert stats(out, "entropy_change") == pytest.approx([-0.125, 0.0625, 0.0, 0.125], abs=1e-6)
+    # no post-update pass: the covariance is logged, the measured change is not
+    bare = quadrant_telemetry(cov_batch())
+    assert stats(bare, "cov") == stats(out, "cov")
+    assert keys.quadrant("PHR", "dentropy") not in bare
+
+
+def test_covariance_term_counts_only_trained_tokens():
+    # quadrant=PHR: the applied advantage is [[0.5, 0], [0, 0]], mean 0.125; mean logp -2
+    # cov_t: (0,0) 0.375 * 1 = 0.375, (0,1) 0, (1,0) -0.125 * -1 = 0.125, (1,1) 0
+    # / 4: PHR 0.09375, NLR 0.03125; shares 0.75 and 0.25
+    tb = cov_batch()
+    out = quadrant_telemetry(tb, trained=tb.quadrants.union(["PHR"]))
+    assert stats(out, "cov") == pytest.approx([0.09375, 0.0, 0.0, 0.03125], abs=1e-6)
+    assert stats(out, "cov_share") == pytest.approx([0.75, 0.0, 0.0, 0.25], abs=1e-6)
+
+
+def test_entropy_change_from_a_row_subsample():
+    # row 1 only (of 2), entropy after [0, 0.5]: NLR dentropy 0.25, SE 0 (one row),
+    # entropy_change = 0.5 * 0.25 = 0.125; PHR/PLR unmeasured -> 0
+    out = quadrant_telemetry(
+        cov_batch(), torch.zeros(1, 2), torch.tensor([1]), torch.tensor([[0.0, 0.5]])
+    )
+    assert stats(out, "dentropy") == pytest.approx([0.0, 0.0, 0.0, 0.25], abs=1e-6)
+    assert stats(out, "entropy_change") == pytest.approx([0.0, 0.0, 0.0, 0.125], abs=1e-6)
