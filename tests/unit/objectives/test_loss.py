@@ -179,6 +179,8 @@ VARIANTS = [(name, OVERRIDES.get(name, {})) for name in known_objectives()] + [
     ("dapo", {"dynamic_sampling": False}),
     ("forking", {"rho": 0.3, "scope": "mini_batch", "denominator": "all_response_tokens"}),
     ("forking", {"rho": 0.3, "scope": "mini_batch", "entropy_source": "current"}),
+    ("gspo", {"clip_low": 0.2, "clip_high": 0.2}),  # wide enough that responses keep gradient
+    ("cispo", {"clip_low": 0.2}),
 ]
 
 

@@ -13,12 +13,14 @@ from quadrants.objectives.registry import (
 )
 
 BUILTINS = [
+    "cispo",
     "clip_cov",
     "dapo",
     "entroadv",
     "entroreg",
     "forking",
     "grpo",
+    "gspo",
     "hapo",
     "kl_cov",
     "w_reinforce",
