@@ -13,6 +13,7 @@ from quadrants.objectives.registry import (
 )
 
 BUILTINS = [
+    "archer",
     "cispo",
     "clip_cov",
     "dapo",

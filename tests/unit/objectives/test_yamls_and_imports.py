@@ -3,7 +3,7 @@
 - Each `sweeps/objective/<name>.yaml` restates its objective's signature defaults, exactly (they are
   kept in the YAML so that `objective.params.alpha=0.5` overrides an existing key on the command
   line, which Hydra's struct mode requires); the keys outside `params` are the schema's defaults,
-  except where a method's recipe fixes one (RECIPE_KEYS: GSPO's per-response mean).
+  except where a method's recipe fixes one (RECIPE_KEYS: GSPO's per-response mean, Archer's KL).
 - An objective module imports only ops/, the shared objective modules and the registry, never a
   sibling objective, and the registry's lazy import of builtin.py (self-registration) is the only
   edge that closes a cycle inside quadrants/objectives/.
@@ -26,6 +26,7 @@ from quadrants.objectives.registry import get_objective, known_objectives
 # keys outside `params` that a method's own recipe sets (each stated in its YAML and docs/science.md)
 RECIPE_KEYS = {
     "gspo": {"loss_agg": "seq-mean-token-mean"},  # GSPO Eq. 5; verl's gspo hard-codes it
+    "archer": {"kl_coef": 0.001},  # the low-entropy tokens' KL (the authors' kl_loss_coef)
 }
 YAMLS = sorted(p.stem for p in (CONFIG_DIR / "objective").glob("*.yaml"))
 PACKAGE = Path(objectives_pkg.__file__).parent

@@ -82,3 +82,12 @@ def verl_losses(*names: str) -> dict[str, Any]:
         "Any": Any,
     }
     return load_functions(core, ["agg_loss", *names], namespace)
+
+
+def archer_functions(*names: str) -> dict[str, Any]:
+    """ArcherCodeR's own functions (its fork of verl's core_algos) from its source."""
+    core = upstream_file("QUADRANTS_ARCHER_SRC", "verl/trainer/ppo/core_algos.py")
+    functional = core.parent.parent.parent / "utils" / "torch_functional.py"
+    helpers = load_functions(functional, ["masked_sum", "masked_mean"], {"torch": torch})
+    namespace = {"torch": torch, "verl_F": SimpleNamespace(**helpers)}
+    return load_functions(core, list(names), namespace)
