@@ -183,6 +183,7 @@ VARIANTS = [(name, OVERRIDES.get(name, {})) for name in known_objectives()] + [
     ("cispo", {"clip_low": 0.2}),
     ("archer", {"entropy_source": "behaviour", "scope": "mini_batch"}),
     ("archer", {"high_entropy_kl_scale": 0.5, "kl_normaliser": "response_tokens"}),
+    ("steer", {"mapping": "exponential", "weight_max": 1.0}),
 ]
 
 

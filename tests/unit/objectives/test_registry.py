@@ -24,6 +24,7 @@ BUILTINS = [
     "gspo",
     "hapo",
     "kl_cov",
+    "steer",
     "w_reinforce",
 ]
 

@@ -9,7 +9,8 @@ few names the function body refers to. Nothing of upstream is vendored here, and
 Where the source comes from:
 - verl: `$QUADRANTS_VERL_SRC` (a checkout's root), else an installed `verl` package located with
   importlib's find_spec (found, not imported);
-- ArcherCodeR (its package is also named `verl`): `$QUADRANTS_ARCHER_SRC` only.
+- ArcherCodeR and STEER (forks of verl, their packages also named `verl`): `$QUADRANTS_ARCHER_SRC`
+  and `$QUADRANTS_STEER_SRC` only.
 A test skips, naming the variable to set, when the source is absent. The commits compared are
 recorded in docs/science.md.
 """
@@ -87,6 +88,15 @@ def verl_losses(*names: str) -> dict[str, Any]:
 def archer_functions(*names: str) -> dict[str, Any]:
     """ArcherCodeR's own functions (its fork of verl's core_algos) from its source."""
     core = upstream_file("QUADRANTS_ARCHER_SRC", "verl/trainer/ppo/core_algos.py")
+    functional = core.parent.parent.parent / "utils" / "torch_functional.py"
+    helpers = load_functions(functional, ["masked_sum", "masked_mean"], {"torch": torch})
+    namespace = {"torch": torch, "verl_F": SimpleNamespace(**helpers)}
+    return load_functions(core, list(names), namespace)
+
+
+def steer_functions(*names: str) -> dict[str, Any]:
+    """STEER's own functions (its fork of verl's core_algos) from its source."""
+    core = upstream_file("QUADRANTS_STEER_SRC", "verl/trainer/ppo/core_algos.py")
     functional = core.parent.parent.parent / "utils" / "torch_functional.py"
     helpers = load_functions(functional, ["masked_sum", "masked_mean"], {"torch": torch})
     namespace = {"torch": torch, "verl_F": SimpleNamespace(**helpers)}
