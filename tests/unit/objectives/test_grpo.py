@@ -8,7 +8,17 @@ from quadrants.objectives.registry import get_objective, known_objectives, resol
 from .helpers import GRPO_RATIOS, batch, close, grad_of, grpo_batch, logp_for_ratios, run
 
 # the objectives that clip the importance ratio (and so take verl's dual clip, clip_ratio_c)
-CLIPPED = ["grpo", "dapo", "hapo", "entroreg", "forking", "entroadv", "clip_cov", "steer"]
+CLIPPED = [
+    "grpo",
+    "dapo",
+    "hapo",
+    "entroreg",
+    "forking",
+    "entroadv",
+    "clip_cov",
+    "steer",
+    "adaptive_entropy",
+]
 
 
 def test_batch_statistics_of_the_shared_batch():

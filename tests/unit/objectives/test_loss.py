@@ -184,6 +184,10 @@ VARIANTS = [(name, OVERRIDES.get(name, {})) for name in known_objectives()] + [
     ("archer", {"entropy_source": "behaviour", "scope": "mini_batch"}),
     ("archer", {"high_entropy_kl_scale": 0.5, "kl_normaliser": "response_tokens"}),
     ("steer", {"mapping": "exponential", "weight_max": 1.0}),
+    (
+        "adaptive_entropy",
+        {"coef_init": 0.004, "dynamic_sampling": True},
+    ),  # the bonus on from step 0
 ]
 
 

@@ -13,6 +13,7 @@ from quadrants.objectives.registry import (
 )
 
 BUILTINS = [
+    "adaptive_entropy",
     "archer",
     "cispo",
     "clip_cov",
