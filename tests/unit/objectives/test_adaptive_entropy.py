@@ -10,6 +10,7 @@ from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import get_objective, resolve_objective
 
 from .helpers import GRPO_RATIOS, close, grad_of, grpo_batch, logp_for_ratios
+from .upstream import skywork_functions
 
 # grpo_batch with GRPO_RATIOS and clip 0.2/0.2: surrogate sum -1.6 over 5 tokens -> -0.32.
 # Current entropy [[1, 0, 0.5], [1, 0, pad]]: mean over the 5 response tokens 2.5 / 5 = 0.5.
@@ -102,3 +103,35 @@ def test_state_is_no_config_key_and_restores_from_a_checkpoint():
 def test_validation_names_the_key(params, pattern):
     with pytest.raises(ValueError, match=pattern):
         resolve_objective("adaptive_entropy", params)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"target": 0.5, "delta": 0.002, "coef_max": 0.01, "coef_init": 0.004}],
+)
+def test_controller_matches_the_authors_on_the_same_entropies(params):
+    """SkyworkAI/Skywork-OR1 verl/trainer/ppo/core_algos.py EntController, stepped on the same
+    seeded entropy sequence as ours (200 steps wandering around the target; the second setting
+    reaches both c_min and c_max, the defaults c_min only); its
+    `value` and `entropy_loss_enabled` after each step are our `coef` and `enabled`."""
+    theirs_cls = skywork_functions("EntController")["EntController"]
+    spec, full = resolve_objective("adaptive_entropy", params)
+    ours = with_initial_state(spec, full)
+    theirs = theirs_cls(
+        init_ent_coef=full["coef_init"],
+        max_ent_coef=full["coef_max"],
+        min_ent_coef=full["coef_min"],
+        delta_ent_coef=full["delta"],
+        target_ent=full["target"],
+        use_adapt_ent=True,
+    )
+    g = torch.Generator().manual_seed(0)
+    walk = full["target"] + 0.3 * torch.randn(200, generator=g).cumsum(0) / 10
+    worst = 0.0
+    for e in walk.tolist():
+        theirs.update(e)
+        advance_state(spec, ours, {"o/current_entropy": e}, prefix="o/")
+        assert ours[STATE_KEY]["enabled"] == theirs.entropy_loss_enabled
+        worst = max(worst, abs(ours[STATE_KEY]["coef"] - theirs.value))
+    assert worst < 1e-12
+    print(f"adaptive_entropy controller vs Skywork-OR1: largest difference {worst:.3g}")

@@ -9,8 +9,8 @@ few names the function body refers to. Nothing of upstream is vendored here, and
 Where the source comes from:
 - verl: `$QUADRANTS_VERL_SRC` (a checkout's root), else an installed `verl` package located with
   importlib's find_spec (found, not imported);
-- ArcherCodeR and STEER (forks of verl, their packages also named `verl`): `$QUADRANTS_ARCHER_SRC`
-  and `$QUADRANTS_STEER_SRC` only.
+- ArcherCodeR, STEER and Skywork-OR1 (forks of verl, their packages also named `verl`):
+  `$QUADRANTS_ARCHER_SRC`, `$QUADRANTS_STEER_SRC` and `$QUADRANTS_SKYWORK_SRC` only.
 A test skips, naming the variable to set, when the source is absent. The commits compared are
 recorded in docs/science.md.
 """
@@ -46,9 +46,11 @@ def upstream_file(env: str, relpath: str, package: str | None = None) -> Path:
 
 
 def load_functions(path: Path, names: list[str], namespace: dict[str, Any]) -> dict[str, Any]:
-    """Execute the top-level functions `names` of `path` in `namespace`; return them by name."""
+    """Execute the top-level functions (or classes) `names` of `path` in `namespace`; return them
+    by name."""
     tree = ast.parse(path.read_text())
-    found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    kinds = (ast.FunctionDef, ast.ClassDef)
+    found = [n for n in tree.body if isinstance(n, kinds) and n.name in names]
     missing = sorted(set(names) - {n.name for n in found})
     if missing:
         pytest.fail(f"{path} defines no function {missing}")
@@ -101,3 +103,11 @@ def steer_functions(*names: str) -> dict[str, Any]:
     helpers = load_functions(functional, ["masked_sum", "masked_mean"], {"torch": torch})
     namespace = {"torch": torch, "verl_F": SimpleNamespace(**helpers)}
     return load_functions(core, list(names), namespace)
+
+
+def skywork_functions(*names: str) -> dict[str, Any]:
+    """Skywork-OR1's own functions and classes (its fork of verl's core_algos) from its source."""
+    import numpy as np
+
+    core = upstream_file("QUADRANTS_SKYWORK_SRC", "verl/trainer/ppo/core_algos.py")
+    return load_functions(core, list(names), {"torch": torch, "np": np})
