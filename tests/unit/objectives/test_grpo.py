@@ -18,6 +18,7 @@ CLIPPED = [
     "clip_cov",
     "steer",
     "adaptive_entropy",
+    "ktae",
 ]
 
 

@@ -25,6 +25,7 @@ BUILTINS = [
     "gspo",
     "hapo",
     "kl_cov",
+    "ktae",
     "steer",
     "w_reinforce",
 ]

@@ -9,8 +9,8 @@ few names the function body refers to. Nothing of upstream is vendored here, and
 Where the source comes from:
 - verl: `$QUADRANTS_VERL_SRC` (a checkout's root), else an installed `verl` package located with
   importlib's find_spec (found, not imported);
-- ArcherCodeR, STEER and Skywork-OR1 (forks of verl, their packages also named `verl`):
-  `$QUADRANTS_ARCHER_SRC`, `$QUADRANTS_STEER_SRC` and `$QUADRANTS_SKYWORK_SRC` only.
+- ArcherCodeR, STEER, Skywork-OR1 and KTAE (forks of verl, their packages also named `verl`):
+  `$QUADRANTS_ARCHER_SRC`, `$QUADRANTS_STEER_SRC`, `$QUADRANTS_SKYWORK_SRC`, `$QUADRANTS_KTAE_SRC`.
 A test skips, naming the variable to set, when the source is absent. The commits compared are
 recorded in docs/science.md.
 """
@@ -111,3 +111,9 @@ def skywork_functions(*names: str) -> dict[str, Any]:
 
     core = upstream_file("QUADRANTS_SKYWORK_SRC", "verl/trainer/ppo/core_algos.py")
     return load_functions(core, list(names), {"torch": torch, "np": np})
+
+
+def ktae_functions(*names: str) -> dict[str, Any]:
+    """KTAE's own key-token code (verl/workers/actor/compute_key_tokens.py) from its source."""
+    path = upstream_file("QUADRANTS_KTAE_SRC", "verl/workers/actor/compute_key_tokens.py")
+    return load_functions(path, list(names), {"torch": torch})
