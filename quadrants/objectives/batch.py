@@ -126,11 +126,15 @@ class ObjectiveOutput:
         denominator_mask: [B, T] bool or None. Tokens this objective wants counted in the normaliser
             (None = every response token). DAPO's dynamic sampling drops constant-reward groups
             here; forking with `denominator="selected_tokens"` renormalises over its selection.
+        kl_weight: [B, T] float or None. Per-token weight on the step's KL to the reference policy
+            (`objective.kl_coef`); None = 1 everywhere. Archer weights the KL of high- and
+            low-entropy tokens apart.
     """
 
     per_token_loss: Tensor
     metrics: dict[str, Tensor]
     denominator_mask: Tensor | None = None
+    kl_weight: Tensor | None = None
 
 
 def token_advantages(batch: TokenBatch) -> Tensor:

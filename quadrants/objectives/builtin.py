@@ -8,7 +8,9 @@ import pkgutil
 import quadrants.objectives as _package
 
 # modules that hold shared pieces rather than an objective
-SHARED = frozenset({"__init__", "batch", "builtin", "common", "loss", "metrics", "registry"})
+SHARED = frozenset(
+    {"__init__", "batch", "builtin", "common", "control", "loss", "metrics", "registry"}
+)
 
 for _module in pkgutil.iter_modules(_package.__path__):  # sorted by name
     if _module.name not in SHARED:

@@ -96,6 +96,8 @@ def compute_loss(
         # only on the tokens the objective counts: a group DAPO dropped, or a token forking did not
         # select, is out of the batch for the KL too
         kl = kl_penalty(policy.logp, batch.ref_logp, settings.kl_estimator) * denominator  # [B, T]
+        if out.kl_weight is not None:  # the objective's own per-token KL weights (Archer)
+            kl = kl * out.kl_weight
         per_token = per_token + settings.kl_coef * kl
         metrics["kl_ref"] = masked_mean(kl.detach(), denominator)
     keep = settings.quadrant.keep

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch
+from quadrants.objectives.control import STATE_KEY, ObjectiveController
 
 
 class TokenObjective(Protocol):
@@ -45,6 +46,8 @@ class ObjectiveSpec:
             policy output, so no gradient either (a clipped surrogate of a token advantage that is
             0 wherever Â is: −0·r = 0 for every ratio r). Rows with Â = 0 (GRPO's constant groups)
             then run without grad when the step adds no KL (train/accumulate.py).
+        controller: the objective's state across optimizer steps (objectives/control.py), or
+            None for the stateless ones; its state reaches the objective as `state`.
     """
 
     name: str
@@ -54,6 +57,7 @@ class ObjectiveSpec:
     recomputed_old_logp: bool = False
     batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False
     zero_advantage_inert: bool | Callable[[Mapping[str, Any]], bool] = False
+    controller: ObjectiveController | None = None
 
     def wants_entropy(self, params: Mapping[str, Any]) -> bool:
         return (
@@ -70,7 +74,11 @@ class ObjectiveSpec:
 
     def parameters(self) -> dict[str, inspect.Parameter]:
         sig = inspect.signature(self.fn)
-        return {n: p for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        return {
+            n: p
+            for n, p in sig.parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and n != STATE_KEY  # not a config key
+        }
 
     def defaults(self) -> dict[str, Any]:
         return {
@@ -91,6 +99,7 @@ def register_objective(
     recomputed_old_logp: bool = False,
     batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False,
     zero_advantage_inert: bool | Callable[[Mapping[str, Any]], bool] = False,
+    controller: ObjectiveController | None = None,
 ) -> Callable[[TokenObjective], TokenObjective]:
     """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
 
@@ -105,6 +114,7 @@ def register_objective(
             recomputed_old_logp,
             batch_denominator,
             zero_advantage_inert,
+            controller,
         )
         return fn
 

@@ -73,9 +73,13 @@ def save_checkpoint(
     keep: int = 2,
     rng: dict[str, Any] | None = None,
     unlogged_metrics: dict[int, dict[str, float]] | None = None,
+    objective_state: dict[str, float] | None = None,
 ) -> Path:
     """Write the checkpoint after `step` completed steps atomically; prune older
     ones. Returns its path.
+
+    `objective_state`: the objective's state for the next step (objectives/control.py), when it
+    has one; a resumed run continues with it.
 
     `rng`: the RNG states to store (default: the current ones), e.g. those at the end of `step` when
     the process has already gone on into the next step (a checkpoint written on a signal).
@@ -94,6 +98,7 @@ def save_checkpoint(
             keep=keep,
             rng=rng,
             unlogged_metrics=unlogged_metrics,
+            objective_state=objective_state,
         )
     except (
         BaseException
@@ -115,6 +120,7 @@ def _save(
     keep: int,
     rng: dict[str, Any] | None,
     unlogged_metrics: dict[int, dict[str, float]] | None,
+    objective_state: dict[str, float] | None = None,
 ) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
@@ -135,6 +141,8 @@ def _save(
         "rng": rng if rng is not None else rng_state(),
         "unlogged_metrics": dict(unlogged_metrics or {}),
     }
+    if objective_state is not None:
+        state["objective_state"] = dict(objective_state)
     with open(tmp / "state.pt", "wb") as f:
         torch.save(state, f)
         f.flush()

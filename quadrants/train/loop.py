@@ -30,6 +30,12 @@ from quadrants.config import RunConfig
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
+from quadrants.objectives.control import (
+    STATE_KEY,
+    advance_state,
+    restore_state,
+    with_initial_state,
+)
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.ops.quadrants import QuadrantSettings
@@ -90,6 +96,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
+    params = with_initial_state(spec, params)  # an adaptive objective's state (objectives/control)
     model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
     ref_model = None
     if cfg.objective.kl_coef > 0:
@@ -206,6 +213,7 @@ def _resume(
     if checkpoint is None:
         return 0, known_id, {}
     restore(checkpoint, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler)
+    restore_state(ctx.params, checkpoint.state.get("objective_state"))
     ctx.engine.sync_weights(ctx.model)  # a separate engine (vLLM) still holds the starting weights
     log.info("resumed from %s (step %d)", checkpoint.path, checkpoint.step)
     return (
@@ -298,6 +306,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 step = index + 1
                 output = train_step(ctx, index)
                 metrics = output.metrics
+                advance_state(ctx.spec, ctx.params, metrics, prefix=keys.objective(""))
                 if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
                     metrics.update(_evaluate(ctx, step, tracker))
                 if cfg.probe.every and step % cfg.probe.every == 0:
@@ -346,6 +355,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                             scheduler=ctx.scheduler,
                             run_id=tracker.run_id,
                             keep=cfg.checkpoint.keep,
+                            objective_state=ctx.params.get(STATE_KEY),
                         )
                 line = _step_line(step, total, metrics)
                 bar.set_postfix_str(line.split(" ", 2)[2])
@@ -390,6 +400,7 @@ def stop_if_disk_full(
                     scheduler=ctx.scheduler,
                     run_id=tracker.run_id,
                     keep=ctx.cfg.checkpoint.keep,
+                    objective_state=ctx.params.get(STATE_KEY),
                     unlogged_metrics={step: metrics},
                 )
                 saved = f"step {step} is checkpointed with its metrics"
@@ -416,6 +427,7 @@ def _signal_save(ctx: StepContext, run_dir: Path | None, tracker: Tracker):
         scheduler=ctx.scheduler,
         run_id=tracker.run_id,
         keep=cfg.checkpoint.keep,
+        objective_state=ctx.params.get(STATE_KEY),
     )
 
 

@@ -8,7 +8,18 @@ from quadrants.objectives.registry import get_objective, known_objectives, resol
 from .helpers import GRPO_RATIOS, batch, close, grad_of, grpo_batch, logp_for_ratios, run
 
 # the objectives that clip the importance ratio (and so take verl's dual clip, clip_ratio_c)
-CLIPPED = ["grpo", "dapo", "hapo", "entroreg", "forking", "entroadv", "clip_cov"]
+CLIPPED = [
+    "grpo",
+    "dapo",
+    "hapo",
+    "entroreg",
+    "forking",
+    "entroadv",
+    "clip_cov",
+    "steer",
+    "adaptive_entropy",
+    "ktae",
+]
 
 
 def test_batch_statistics_of_the_shared_batch():
@@ -117,9 +128,12 @@ def test_dual_clip_on_every_clipped_objective(name):
     # token-mean over 2 tokens: (-2.4 + 6) / 2 = 1.8 (off: (-2.4 + 8) / 2 = 2.8); dual_clip_frac 1/2
     # The entropy-based objectives see entropy 0 everywhere, so their advantages are plain A.
     tb = batch(entropy=[[0.0], [0.0]], rewards=[2.0, -2.0], group_ids=[0, 0])
-    extra = {"entroreg": {"beta": 0.0}, "forking": {"rho": 1.0}, "clip_cov": {"fraction": 0.0}}.get(
-        name, {}
-    )
+    extra = {
+        "entroreg": {"beta": 0.0},
+        "forking": {"rho": 1.0},
+        "clip_cov": {"fraction": 0.0},
+        "steer": {"weight_min": 1.0, "weight_max": 1.0},  # weights 1: the plain clipped loss
+    }.get(name, {})
     common = dict(clip_low=0.2, clip_high=0.2, **extra)
     entropy = torch.zeros(2, 1)
     loss, metrics = run(
@@ -127,16 +141,27 @@ def test_dual_clip_on_every_clipped_objective(name):
     )
     close(loss, 1.8)
     close(metrics["dual_clip_frac"], 0.5)
-    loss, metrics = run(name, tb, logp_for_ratios(tb, [[4.0], [4.0]]), entropy, **common)
+    # off (null; STEER's default is the authors' c = 10, so it is switched off by name)
+    loss, metrics = run(
+        name, tb, logp_for_ratios(tb, [[4.0], [4.0]]), entropy, clip_ratio_c=None, **common
+    )
     close(loss, 2.8)
     assert "dual_clip_frac" not in metrics
 
 
+NOT_TOKEN_RATIO_CLIP = {"gspo", "cispo"}
+# two clip ranges (low_/high_clip_*) and a dual clip; tests/unit/objectives/test_archer.py has its own
+TWO_CLIP_RANGES = {"archer"}
+
+
 def test_clipped_objectives_are_the_ones_with_a_dual_clip():
-    # every registered objective that clips the ratio (has clip_low) has clip_ratio_c, a new one included
+    # every registered objective with PPO's token-ratio clip (has clip_low) has clip_ratio_c, a new one
+    # included; GSPO clips one ratio per response and CISPO a detached weight, and neither the papers
+    # nor verl's losses give those a dual clip
     with_c = {n for n in known_objectives() if "clip_ratio_c" in get_objective(n).parameters()}
     clipping = {n for n in known_objectives() if "clip_low" in get_objective(n).parameters()}
-    assert with_c == clipping == set(CLIPPED)
+    assert with_c - TWO_CLIP_RANGES == clipping - NOT_TOKEN_RATIO_CLIP == set(CLIPPED)
+    assert NOT_TOKEN_RATIO_CLIP <= clipping
     assert not {"kl_cov", "w_reinforce"} & with_c
 
 

@@ -179,6 +179,15 @@ VARIANTS = [(name, OVERRIDES.get(name, {})) for name in known_objectives()] + [
     ("dapo", {"dynamic_sampling": False}),
     ("forking", {"rho": 0.3, "scope": "mini_batch", "denominator": "all_response_tokens"}),
     ("forking", {"rho": 0.3, "scope": "mini_batch", "entropy_source": "current"}),
+    ("gspo", {"clip_low": 0.2, "clip_high": 0.2}),  # wide enough that responses keep gradient
+    ("cispo", {"clip_low": 0.2}),
+    ("archer", {"entropy_source": "behaviour", "scope": "mini_batch"}),
+    ("archer", {"high_entropy_kl_scale": 0.5, "kl_normaliser": "response_tokens"}),
+    ("steer", {"mapping": "exponential", "weight_max": 1.0}),
+    (
+        "adaptive_entropy",
+        {"coef_init": 0.004, "dynamic_sampling": True},
+    ),  # the bonus on from step 0
 ]
 
 
@@ -277,7 +286,10 @@ def test_tokens_outside_the_denominator_carry_no_loss(name, params, loss_agg):
         expected = aggregate_loss(out.per_token_loss * denominator, denominator, loss_agg)
         loss, _ = _loss(name, params, tb, logp, entropy, None, loss_agg, 0.05)
         torch.testing.assert_close(
-            loss, expected + 0.05 * _kl_term(tb, logp, denominator, loss_agg), rtol=0, atol=1e-6
+            loss,
+            expected + 0.05 * _kl_term(tb, logp, denominator, loss_agg, out.kl_weight),
+            rtol=0,
+            atol=1e-6,
         )
         leaves = (logp, entropy) if spec.wants_entropy(full) else (logp,)
         for grad in torch.autograd.grad(
@@ -289,11 +301,14 @@ def test_tokens_outside_the_denominator_carry_no_loss(name, params, loss_agg):
         assert dropped_somewhere  # the invariant was exercised on a real dropped group
 
 
-def _kl_term(tb, logp, denominator, loss_agg):
-    # the reference KL (k3), on the denominator tokens only, aggregated like the loss
+def _kl_term(tb, logp, denominator, loss_agg, kl_weight=None):
+    # the reference KL (k3), on the denominator tokens only, times the objective's per-token KL
+    # weights where it has them (Archer), aggregated like the loss
     from quadrants.ops.kl import kl_penalty
 
     kl = kl_penalty(logp, tb.ref_logp, "k3") * denominator
+    if kl_weight is not None:
+        kl = kl * kl_weight
     return aggregate_loss(kl, denominator, loss_agg)
 
 

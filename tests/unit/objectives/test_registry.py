@@ -13,14 +13,20 @@ from quadrants.objectives.registry import (
 )
 
 BUILTINS = [
+    "adaptive_entropy",
+    "archer",
+    "cispo",
     "clip_cov",
     "dapo",
     "entroadv",
     "entroreg",
     "forking",
     "grpo",
+    "gspo",
     "hapo",
     "kl_cov",
+    "ktae",
+    "steer",
     "w_reinforce",
 ]
 

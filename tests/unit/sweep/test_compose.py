@@ -20,6 +20,7 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 EXPECTED_JOBS = {
     "quadrant_isolation": 8,  # 4 quadrants x 2 seeds
     "baselines": 16,  # 8 objectives x 2 seeds
+    "baselines_2026": 16,  # DAPO, HAPO and 6 new methods x 2 seeds
     "hapo_alpha": 10,  # 5 alphas x 2 seeds
     "hapo_ablation": 10,  # full + 4 "w/o" x 2 seeds
     "paper_quadrants_qwen7b": 8,

@@ -45,7 +45,7 @@ META = torch.device("meta")
 CPU = torch.device("cpu")
 NO_CUDA = not torch.cuda.is_available()
 # objectives that need values on the meta device: top-k counts via .item() (covered by harness 2)
-NEEDS_VALUES_ON_META = {"clip_cov", "kl_cov"}
+NEEDS_VALUES_ON_META = {"clip_cov", "kl_cov", "ktae"}
 
 # 4 sequences in 2 groups, 3 response tokens each; the last token of sequence 3 is padding
 B, T = 4, 3
@@ -125,10 +125,15 @@ def test_objective_on_meta_inputs_stays_on_meta(name, settings):
 
 @pytest.mark.parametrize("name", sorted(NEEDS_VALUES_ON_META))
 def test_objectives_that_need_values_say_so_on_meta(name):
-    """clip_cov and kl_cov count their selection with .item(): the one meta limitation, not a device
-    mismatch (harness 2 runs them fully)."""
-    spec, params = resolve_objective(name, {"fraction": 0.2})
-    with pytest.raises(RuntimeError, match=r"item\(\) cannot be called on meta tensors"):
+    """clip_cov and kl_cov count their selection with .item(), ktae its groups and token ids: the
+    one meta limitation, not a device mismatch (harness 2 runs them fully)."""
+    spec, params = resolve_objective(
+        name, {"fraction": 0.2} if name in ("clip_cov", "kl_cov") else {}
+    )
+    # .item() (clip_cov, kl_cov); torch.unique has no meta kernel (ktae)
+    with pytest.raises(
+        (RuntimeError, NotImplementedError), match=r"cannot be called on meta tensors|Meta tensors"
+    ):
         compute_loss(
             spec, params, batch_to(cpu_batch(), META), policy_on(META, False), LossSettings()
         )
@@ -215,7 +220,7 @@ def test_batch_and_telemetry_make_no_device_less_tensors(rule, value):
 @pytest.mark.parametrize("name", known_objectives())
 def test_every_objective_makes_no_device_less_tensors(name, settings):
     spec, params = resolve_objective(
-        name, {"fraction": 0.2} if name in NEEDS_VALUES_ON_META else {}
+        name, {"fraction": 0.2} if name in ("clip_cov", "kl_cov") else {}
     )
     batch, policy, is_weights = (
         cpu_batch(),

@@ -1,0 +1,114 @@
+"""Adaptive entropy control (Skywork-OR1, He et al. 2025, arXiv 2505.22312 §3): an entropy bonus
+whose coefficient is steered, step by step, towards a target entropy.
+
+    loss_t = surrogate_t − c_k · 1[e_{k−1} < target] · H_t          (H_t: current policy, with grad)
+    after step k, with e_k the step's mean current-policy entropy:
+        c_{k+1} = clip(c_k + Δ if e_k < target else c_k − Δ, c_min, c_max)
+
+so the bonus is on only while the entropy is below the target, and its weight grows the longer it
+stays there. Defaults: the authors' scripts (SkyworkAI/Skywork-OR1 @ 64e96af,
+or1_scripts/train/7b_8k.sh: target 0.2, Δ 1e-4, c in [0, 0.005], c₀ = entropy_coeff 0; the rule is
+`EntController` in verl/trainer/ppo/core_algos.py). Their loss is verl's PPO loss with its default
+clip 0.2 (their scripts set none) and no group filter in the loss: `clip_low`/`clip_high` 0.2,
+`dynamic_sampling` off.
+
+The coefficient and the on/off flag are the objective's state (`quadrants/objectives/control.py`):
+the loop advances them once per optimizer step from the step's reduced `current_entropy` and stores
+them in every checkpoint (the authors' trainer does not, so their resumed runs restart from c₀).
+Called without a state (a test, one call) the objective uses the initial one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.common import drop_constant_groups, validate_clip
+from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.registry import check_range, register_objective
+from quadrants.ops.aggregation import masked_mean
+from quadrants.ops.surrogate import clipped_surrogate
+
+
+class EntropyController:
+    """Skywork-OR1's EntController: one step of Δ towards the target entropy, within bounds."""
+
+    def initial(self, params: Mapping[str, Any]) -> dict[str, float]:
+        return {"coef": float(params["coef_init"]), "enabled": 1.0}
+
+    def update(
+        self, state: Mapping[str, float], metrics: Mapping[str, float], params: Mapping[str, Any]
+    ) -> dict[str, float]:
+        below = metrics["current_entropy"] < params["target"]
+        coef = state["coef"] + (params["delta"] if below else -params["delta"])
+        coef = min(max(coef, params["coef_min"]), params["coef_max"])
+        return {"coef": float(coef), "enabled": float(below)}
+
+
+def validate_adaptive_entropy(
+    *,
+    target: float,
+    delta: float,
+    coef_min: float,
+    coef_max: float,
+    coef_init: float,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None = None,
+    **_: object,
+) -> None:
+    validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
+    check_range("target", target, low=0.0)
+    check_range("delta", delta, low=0.0)
+    check_range("coef_min", coef_min, low=0.0)
+    check_range("coef_max", coef_max, low=coef_min)
+    check_range("coef_init", coef_init, low=coef_min, high=coef_max)
+
+
+@register_objective(
+    "adaptive_entropy",
+    needs_entropy=True,
+    validate=validate_adaptive_entropy,
+    batch_denominator=True,
+    controller=EntropyController(),
+)
+def adaptive_entropy(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    *,
+    target: float = 0.2,
+    delta: float = 1e-4,
+    coef_min: float = 0.0,
+    coef_max: float = 0.005,
+    coef_init: float = 0.0,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    clip_ratio_c: float | None = None,
+    dynamic_sampling: bool = False,
+    state: Mapping[str, float] | None = None,
+) -> ObjectiveOutput:
+    if policy.entropy is None:
+        raise ValueError(
+            "adaptive_entropy needs the current policy's entropy (PolicyOutput.entropy is None)"
+        )
+    if state is None:
+        state = EntropyController().initial({"coef_init": coef_init})
+    coef = state["coef"] * state["enabled"]
+    mask = batch.response_mask
+    terms = clipped_surrogate(
+        policy.logp,
+        batch.old_logp,
+        token_advantages(batch),
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
+    )
+    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
+    metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
+    metrics["entropy_coef"] = terms.ratio.new_tensor(state["coef"])
+    metrics["entropy_bonus_on"] = terms.ratio.new_tensor(state["enabled"])
+    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
+    return ObjectiveOutput(
+        (terms.per_token_loss - coef * policy.entropy) * mask, metrics, denominator_mask
+    )

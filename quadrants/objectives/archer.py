@@ -1,0 +1,154 @@
+"""Archer (Wang et al. 2025, arXiv 2507.15778, "Stabilizing Knowledge, Promoting Reasoning:
+Dual-Token Constraints for RLVR"): one update, two constraints by token entropy.
+
+Within each response, tokens whose entropy is above its `quantile` (0.8) are high-entropy (the
+reasoning "forks"), the rest low-entropy (knowledge). Both stay in the update; none is masked out:
+
+    low-entropy  t:  PPO clip [1 − 0.2, 1 + 0.2] and a KL to the reference, objective.kl_coef 0.001
+    high-entropy t:  PPO clip [1 − 0.5, 1 + 0.5] and no KL (`high_entropy_kl_scale` 0)
+    dual clip c = 10 on negative advantages
+
+Defaults are the authors' training script (wizard-III/ArcherCodeR,
+scripts/train/run_archer_qwen2.5_1.5b_code.sh: token_entropy_quantile 0.8, low 0.2/0.2, high
+0.5/0.5, kl_loss_coef 0.001 low_var_kl (our k3), high_entropy_kl_loss_scale_coef 0,
+clip_ratio_c 10, token-mean, no group filtering). The KL coefficient is the step's
+`objective.kl_coef` (0.001 in `sweeps/objective/archer.yaml`, so the reference model is loaded);
+this objective only weights it per token (`ObjectiveOutput.kl_weight`).
+
+Open choices, each named:
+- `scope`: `response` (a quantile per response, torch.nanquantile over its tokens, as the authors'
+  dp_actor.py) or `mini_batch` (one quantile over the batch's response tokens).
+- `entropy_source`: `current` (the updating policy's entropy, detached, recomputed each pass: the
+  authors' code) or `behaviour` (the rollout policy's, fixed for the step).
+- `kl_normaliser`: `entropy_group` (the authors': each group's KL is averaged over that group's own
+  tokens, agg_loss(kld, low_mask) + agg_loss(kld, high_mask); exact under token-mean, counted in the
+  batch this objective is called on, as theirs per micro-batch) or `response_tokens` (one KL
+  averaged over all response tokens, as every other objective's).
+- `high_entropy_kl_scale`: the high-entropy tokens' KL weight relative to objective.kl_coef (the
+  authors' is an absolute coefficient; both are 0 in their recipe).
+A token exactly at the quantile is low-entropy (the authors' `<=`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.batch import fraction as token_fraction
+from quadrants.objectives.common import validate_clip
+from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.registry import check_range, register_objective
+from quadrants.ops.quadrants import masked_quantile
+from quadrants.ops.surrogate import clipped_surrogate
+
+SCOPES = ("response", "mini_batch")
+ENTROPY_SOURCES = ("current", "behaviour")
+KL_NORMALISERS = ("entropy_group", "response_tokens")
+
+
+def validate_archer(
+    *,
+    quantile: float,
+    scope: str,
+    entropy_source: str,
+    kl_normaliser: str,
+    high_entropy_kl_scale: float,
+    low_clip_low: float,
+    low_clip_high: float,
+    high_clip_low: float,
+    high_clip_high: float,
+    clip_ratio_c: float | None,
+    **_: object,
+) -> None:
+    check_range("quantile", quantile, low=0.0, high=1.0)
+    for key, value, allowed in (
+        ("scope", scope, SCOPES),
+        ("entropy_source", entropy_source, ENTROPY_SOURCES),
+        ("kl_normaliser", kl_normaliser, KL_NORMALISERS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{key}={value!r} is unknown; choose one of {list(allowed)}")
+    check_range("high_entropy_kl_scale", high_entropy_kl_scale, low=0.0)
+    for prefix, low, high in (
+        ("low", low_clip_low, low_clip_high),
+        ("high", high_clip_low, high_clip_high),
+    ):
+        check_range(f"{prefix}_clip_low", low, low=0.0, high=1.0, high_open=True)
+        check_range(f"{prefix}_clip_high", high, low=0.0)
+    validate_clip(clip_low=0.0, clip_high=0.0, clip_ratio_c=clip_ratio_c)
+
+
+def _needs_current_entropy(params: Mapping[str, Any]) -> bool:
+    return params.get("entropy_source") == "current"
+
+
+def high_entropy_mask(
+    entropy: Tensor, response_mask: Tensor, *, quantile: float, scope: str
+) -> Tensor:
+    """[B, T] bool: response tokens whose entropy is above the `quantile` of their response
+    (scope="response") or of the batch's response tokens (scope="mini_batch")."""
+    if scope == "response":
+        masked = torch.where(response_mask, entropy.float(), torch.nan)
+        threshold = torch.nanquantile(masked, quantile, dim=-1, keepdim=True)  # [B, 1]
+    else:
+        threshold = masked_quantile(entropy, response_mask, quantile)
+    return (entropy > threshold) & response_mask
+
+
+@register_objective(
+    "archer",
+    needs_entropy=_needs_current_entropy,
+    validate=validate_archer,
+    zero_advantage_inert=True,
+)
+def archer(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    *,
+    quantile: float = 0.8,
+    scope: str = "response",
+    entropy_source: str = "current",
+    low_clip_low: float = 0.2,
+    low_clip_high: float = 0.2,
+    high_clip_low: float = 0.5,
+    high_clip_high: float = 0.5,
+    clip_ratio_c: float | None = 10.0,
+    high_entropy_kl_scale: float = 0.0,
+    kl_normaliser: str = "entropy_group",
+) -> ObjectiveOutput:
+    mask = batch.response_mask
+    if entropy_source == "current":
+        if policy.entropy is None:
+            raise ValueError("archer with entropy_source='current' needs PolicyOutput.entropy")
+        entropy = policy.entropy.detach()
+    else:
+        entropy = batch.entropy
+    high = high_entropy_mask(entropy, mask, quantile=quantile, scope=scope)  # [B, T]
+    low = mask & ~high
+    adv = token_advantages(batch)
+    kwargs = {"clip_ratio_c": clip_ratio_c}
+    low_terms = clipped_surrogate(
+        policy.logp, batch.old_logp, adv, clip_low=low_clip_low, clip_high=low_clip_high, **kwargs
+    )
+    high_terms = clipped_surrogate(
+        policy.logp, batch.old_logp, adv, clip_low=high_clip_low, clip_high=high_clip_high, **kwargs
+    )
+    per_token = torch.where(high, high_terms.per_token_loss, low_terms.per_token_loss)
+    metrics = surrogate_metrics(low_terms, low, dual_clip=clip_ratio_c is not None)
+    metrics = {f"low_entropy/{k}": v for k, v in metrics.items()}
+    for k, v in surrogate_metrics(high_terms, high, dual_clip=clip_ratio_c is not None).items():
+        metrics[f"high_entropy/{k}"] = v
+    metrics["high_entropy_frac"] = token_fraction(high, mask)
+    tokens = mask.sum().float()
+    if kl_normaliser == "entropy_group":  # Σ_group kl / |group| under token-mean's 1/|tokens|
+        low_w = tokens / low.sum().clamp_min(1)
+        high_w = high_entropy_kl_scale * tokens / high.sum().clamp_min(1)
+    else:
+        low_w = torch.ones_like(tokens)
+        high_w = torch.full_like(tokens, high_entropy_kl_scale)
+    kl_weight = torch.where(high, high_w, torch.where(low, low_w, torch.zeros_like(low_w)))
+    return ObjectiveOutput(per_token * mask, metrics, kl_weight=kl_weight.detach())
