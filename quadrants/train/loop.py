@@ -90,10 +90,14 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
-    model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    # sharded: only rank 0 reads the weights, the others build the model on the meta device and
+    # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
+    weights = dist_env.is_main or not dist_env.sharded
+    load = dict(dtype=cfg.model.dtype, seed=cfg.seed, weights=weights)
+    model, tokenizer = load_policy(cfg.model.name_or_path, **load)
     ref_model = None
     if cfg.objective.kl_coef > 0:
-        ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
+        ref_model, _ = load_policy(cfg.model.name_or_path, **load)
         ref_model.requires_grad_(False).eval()
     # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
     # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
