@@ -165,6 +165,40 @@ def free_cached_memory() -> None:
         torch.accelerator.empty_cache()
 
 
+def llm_arguments(
+    settings: VLLMSettings, model_source: str, *, sleeps: bool, dummy: bool
+) -> dict[str, Any]:
+    """The keyword arguments of `vllm.LLM(...)` for one rank's engine.
+
+    Never a `data_parallel_size`: with several trainer ranks each builds an independent engine in
+    the existing world (`distributed_executor_backend="external_launcher"`, as TRL does), so no
+    engine step waits for another rank (module docstring, "Several trainer ranks").
+    `sleeps`: sleep mode is available and asked for; `dummy`: start on dummy weights (the first
+    sync loads them)."""
+    kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
+    arguments: dict[str, Any] = dict(
+        model=model_source,
+        tokenizer=model_source,
+        dtype=settings.dtype,
+        seed=settings.seed,
+        logprobs_mode="processed_logprobs",
+        # not the model's: its extra EOS ids, max_new_tokens, penalties
+        generation_config="vllm",
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        kv_cache_memory_bytes=kv_bytes,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        enforce_eager=settings.enforce_eager,
+        enable_sleep_mode=sleeps,
+        max_model_len=settings.max_model_len,
+        load_format="dummy" if dummy else "auto",
+    )
+    if settings.external_launcher:
+        # no data_parallel_size: each rank's engine is independent; with one, every engine step
+        # all-reduces over the ranks
+        arguments["distributed_executor_backend"] = "external_launcher"
+    return arguments
+
+
 def import_vllm() -> Any:
     """The vllm module, or an ImportError that says how to get it."""
     try:
@@ -224,28 +258,10 @@ class VLLMEngine:
             settings.in_process or settings.external_launcher
         ):  # vLLM's external launcher requires it
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        launcher: dict[str, Any] = {}
-        if settings.external_launcher:
-            # no data_parallel_size: each rank's engine is independent (module docstring, "Several
-            # trainer ranks"); with one, every engine step all-reduces over the ranks
-            launcher = dict(distributed_executor_backend="external_launcher")
-        kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
         self.llm = vllm.LLM(
-            model=model_source,
-            tokenizer=model_source,
-            dtype=settings.dtype,
-            seed=settings.seed,
-            logprobs_mode="processed_logprobs",
-            # not the model's: its extra EOS ids, max_new_tokens, penalties
-            generation_config="vllm",
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_bytes,
-            tensor_parallel_size=settings.tensor_parallel_size,
-            enforce_eager=settings.enforce_eager,
-            enable_sleep_mode=self.sleeps,
-            max_model_len=settings.max_model_len,
-            load_format="dummy" if self._scratch is not None else "auto",
-            **launcher,
+            **llm_arguments(
+                settings, model_source, sleeps=self.sleeps, dummy=self._scratch is not None
+            )
         )
         self._asleep: set[str] = set()  # "weights", "kv_cache" while sleeping
         self._weights_discarded = False  # level-2 sleep dropped them; only a sync restores them
