@@ -190,9 +190,10 @@ class EvalConfig:
     ks: list[int] = field(default_factory=list)  # Pass@k also at these k (each <= every n)
     data_dir: str | None = None  # None: the data home, $QUADRANTS_DATA or ~/.cache/quadrants/data
     source: str = "local"  # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
-    batch_size: int = (
-        256  # sequences (prompts x n) per generate call, benchmarks and the held-out check
-    )
+    # sequences (prompts x n) per generate call, benchmarks and the held-out check; None = as many
+    # as the engine's KV cache holds at the longest prompt + max_new_tokens (vLLM), 256 for an
+    # engine without one (HF) (quadrants/eval/sizing.py)
+    batch_size: int | None = None
     confidence: float = 0.95  # of the normal interval around each mean (value +/- z * stderr)
     # `python -m quadrants.evaluate TARGET`: a run dir (its newest checkpoint), a checkpoint dir,
     # a local model dir, "tiny", or a hub id; None = model.name_or_path

@@ -268,6 +268,16 @@ class VLLMEngine:
         if self._scratch is not None:
             self.sync_weights(model)
 
+    def kv_cache_tokens(self) -> int | None:
+        """Tokens the engine's KV cache holds: `num_gpu_blocks x block_size` of its cache config,
+        which the engine core sets once it has allocated the cache (`vllm/v1/engine/core.py`,
+        `EngineCore._initialize_kv_caches`; the multiprocess client copies it back,
+        `vllm/v1/engine/core_client.py`). None before that. Sizes evaluation calls
+        (quadrants/eval/sizing.py)."""
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        blocks = cache.num_gpu_blocks
+        return int(blocks) * int(cache.block_size) if blocks else None
+
     def generate_from_ids(self, prompts: list[list[int]], sampling: SamplingSettings) -> Rollouts:
         """`generate` from token-id prefixes (RolloutEngine.generate_from_ids): each goes to vLLM as
         `TokensPrompt(prompt_token_ids=...)`, exactly as the trainer's ids. Branching repeats a

@@ -48,6 +48,7 @@ def main(out: Path) -> None:
             "data_parallel_rank": parallel.data_parallel_rank,
             "distributed_executor_backend": parallel.distributed_executor_backend,
             "world_size": parallel.world_size,  # vLLM's: tensor x pipeline parallel of one engine
+            "kv_cache_tokens": engine.kv_cache_tokens(),  # what sizes evaluation calls
         }
         everyone = gather_objects(mine, env)
     finally:
