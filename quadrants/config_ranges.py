@@ -185,6 +185,7 @@ NO_RANGE: dict[str, str] = {
     "train.precision": "a name, checked by validate_config",
     "train.allow_pure_bf16": "a flag",
     "train.activation_checkpointing": "a flag",
+    "train.offload_optimizer": "a flag; refused with train.device=cpu (validate_config)",
     "rollout.vllm.dtype": "a dtype name, checked by validate_config",
 }
 

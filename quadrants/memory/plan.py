@@ -29,7 +29,7 @@ tests/unit/memory/test_plan.py checks the extrapolation against a full trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from transformers import PretrainedConfig
 
@@ -66,6 +66,8 @@ class PlanInputs:
     vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
     gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
     reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
+    # train.offload_optimizer: AdamW's states in host memory except during the optimizer step
+    offload_optimizer: bool = False
     # torch's caching allocator reserves this share of the trainer's peak beyond it
     # (cluster.allocator_headroom); counted by `Plan.needed`, not in the phases
     allocator_headroom: float = 0.0
@@ -209,7 +211,8 @@ def host_per_node(parameters: int, ranks: int, *, pinned: int, copies: int = 1) 
       and a KL reference), which go to the GPU before the engine first sleeps; the other ranks
       build the model on the meta device and receive their shards from rank 0
       (quadrants/distributed/collectives.py, `fill_from_rank0`);
-    - the engine asleep: every rank's `pinned` weights at sleep level 1 (0 at level 2).
+    - the steps: every rank's `pinned` bytes, its engine's weights at sleep level 1 (0 at level 2)
+      and its offloaded optimizer states (train.offload_optimizer).
 
     vLLM reads its own weights from the checkpoint on every rank, one tensor at a time from the
     page cache (shared by the ranks of a node, reclaimable; on NFS or Lustre vLLM prefetches the
@@ -227,7 +230,14 @@ def make_plan(inputs: PlanInputs) -> Plan:
     asleep = dict(vllm_weights=engine.asleep_weights, kv_cache=engine.asleep_kv) if engine else {}
     reference = step.parameters * inputs.reference_dtype_bytes // inputs.world_size
     ref = dict(reference=reference)
-    update = max(step.update, step.optimizer, key=lambda f: f.total)
+    resident, no_grad, forward_backward = step.resident, step.no_grad, step.update
+    offloaded = 0
+    if inputs.offload_optimizer:  # AdamW's states on the host but for the step itself
+        offloaded = step.resident.optimizer
+        resident, no_grad, forward_backward = (
+            replace(f, optimizer=0) for f in (resident, no_grad, forward_backward)
+        )
+    update = max(forward_backward, step.optimizer, key=lambda f: f.total)
     load = Footprint(parameters=step.resident.parameters)
     largest = _largest_parameter(inputs.config) * (engine.dtype_bytes if engine else 2)
     push = (
@@ -237,15 +247,15 @@ def make_plan(inputs: PlanInputs) -> Plan:
     )
     phases = [
         PhasePeak("load", load, **awake, **ref),
-        PhasePeak("rollout", step.resident, **awake, **ref),
-        PhasePeak("behaviour pass", step.no_grad, **asleep, **ref),
+        PhasePeak("rollout", resident, **awake, **ref),
+        PhasePeak("behaviour pass", no_grad, **asleep, **ref),
         PhasePeak("update", update, **asleep, **ref),
-        PhasePeak("weight push", step.resident, **push, **ref),
+        PhasePeak("weight push", resident, **push, **ref),
     ]
     host = host_per_node(
         step.parameters,
         inputs.gpus_per_node,
-        pinned=engine.host_pinned if engine else 0,
+        pinned=(engine.host_pinned if engine else 0) + offloaded,
         copies=2 if inputs.reference_dtype_bytes else 1,
     )
     vocab = int(inputs.config.vocab_size)
@@ -317,7 +327,7 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
     out.append(
         f"host memory per node ({i.gpus_per_node} ranks): {plan.host_per_node / 1e9:.0f} GB "
         f"({HOST_BASE_GIB:g} GiB process base per rank, and the larger of rank 0's bf16 load copy "
-        "and every rank's engine weights pinned at sleep level 1)"
+        "and every rank's engine weights pinned at sleep level 1 and offloaded optimizer states)"
     )
     out.append(
         f"the fused LM head's buffers: {gib(plan.head_buffers)} GiB (2 x chunk x vocab float32, "
