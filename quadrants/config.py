@@ -136,6 +136,9 @@ class TrainConfig:
     # pure bf16 with AdamW rounds every small update away; refused unless this is true
     allow_pure_bf16: bool = False
     activation_checkpointing: bool = False  # recompute each decoder layer in backward
+    # AdamW's states to host memory between optimizer steps (rollouts, evaluation, behaviour pass,
+    # forward and backward), back for the step (quadrants/train/offload.py); GPU runs only
+    offload_optimizer: bool = False
     epochs: int = 1  # passes over each rollout batch
     lr: float = 1e-4
     weight_decay: float = 0.0
@@ -190,9 +193,10 @@ class EvalConfig:
     ks: list[int] = field(default_factory=list)  # Pass@k also at these k (each <= every n)
     data_dir: str | None = None  # None: the data home, $QUADRANTS_DATA or ~/.cache/quadrants/data
     source: str = "local"  # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
-    batch_size: int = (
-        256  # sequences (prompts x n) per generate call, benchmarks and the held-out check
-    )
+    # sequences (prompts x n) per generate call, benchmarks and the held-out check; None = as many
+    # as the engine's KV cache holds at the longest prompt + max_new_tokens (vLLM), 256 for an
+    # engine without one (HF) (quadrants/eval/sizing.py)
+    batch_size: int | None = None
     confidence: float = 0.95  # of the normal interval around each mean (value +/- z * stderr)
     # `python -m quadrants.evaluate TARGET`: a run dir (its newest checkpoint), a checkpoint dir,
     # a local model dir, "tiny", or a hub id; None = model.name_or_path

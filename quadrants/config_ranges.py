@@ -106,7 +106,7 @@ RANGES: dict[str, Range] = {
     "eval.max_new_tokens": _AT_LEAST_ONE,
     "eval.limit": Range(1, null=True, why="null = every problem"),
     "eval.ks": _AT_LEAST_ONE,
-    "eval.batch_size": _AT_LEAST_ONE,
+    "eval.batch_size": Range(1, null=True, why="null = sized from the engine's KV cache"),
     "eval.confidence": Range(0, 1, low_open=True, high_open=True),
     "probe.prompts": _AT_LEAST_ONE,
     "probe.positions": _AT_LEAST_ONE,
@@ -185,6 +185,7 @@ NO_RANGE: dict[str, str] = {
     "train.precision": "a name, checked by validate_config",
     "train.allow_pure_bf16": "a flag",
     "train.activation_checkpointing": "a flag",
+    "train.offload_optimizer": "a flag; refused with train.device=cpu (validate_config)",
     "rollout.vllm.dtype": "a dtype name, checked by validate_config",
 }
 

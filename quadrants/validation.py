@@ -202,6 +202,12 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
             f"{list(CPU_MATMULS)}"
         )
     validate_device(cfg.train.device)
+    if cfg.train.offload_optimizer and cfg.train.device == "cpu":
+        raise ValueError(
+            "train.offload_optimizer=true moves AdamW's states from the GPU to host memory between "
+            "optimizer steps, but train.device=cpu keeps them in host memory already: there is "
+            "nothing to free. Use train.offload_optimizer=false on a CPU, or train.device=cuda"
+        )
     validate_eval(cfg.eval, cfg.task, files=files)
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)

@@ -404,6 +404,61 @@ def rollout_replica(model: nn.Module, env: DistEnv) -> nn.Module:
     return copy.deepcopy(model) if env.sharded else model
 
 
+def on_meta(model: nn.Module) -> bool:
+    """Whether `model` was built on the meta device (shapes only: `load_policy(weights=False)`)."""
+    return any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+
+
+@torch.no_grad()
+def fill_from_rank0(
+    model: nn.Module, full_state: dict[str, Tensor], env: DistEnv, device: torch.device
+) -> None:
+    """Give every rank's shards of the FSDP2-sharded `model` rank 0's values. A collective.
+
+    `full_state`: on rank 0 its whole state dict, taken before sharding (its full tensors); on
+    the other ranks `{}` (torch/distributed/checkpoint/state_dict.py: with `broadcast_from_rank0`
+    only rank 0's dict is read; torch/distributed/_state_dict_utils.py `_broadcast_state_dict`
+    sends one tensor at a time and each rank keeps its own shard of it). A rank whose model is on
+    the meta device first allocates its shards, empty, on `device` (`to_empty`; FSDP2 keeps tied
+    parameters tied). Buffers are not sharded, and non-persistent ones (rotary `inv_freq`) are in
+    no state dict: each is broadcast from rank 0 as is. So only rank 0 ever reads the weights
+    file, and one full copy exists per job, not per rank.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    if env.is_main and on_meta(model):
+        raise ValueError("rank 0 must hold the loaded weights to fill the other ranks from")
+    if on_meta(model):
+        model.to_empty(device=device)
+    set_model_state_dict(
+        model,
+        full_state if env.is_main else {},
+        options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+    )
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
+
+
+@torch.no_grad()
+def fill_replica(replica: nn.Module, model: nn.Module, device: torch.device) -> None:
+    """Give a rollout replica (`rollout_replica`, taken before sharding: on the meta device on a
+    rank that did not read the weights) the filled sharded `model`'s values: parameters and
+    persistent buffers gathered one at a time (`copy_weights`, a collective), every buffer
+    copied. Tied parameters are re-tied after `to_empty` (a plain module's `_apply` gives each
+    module its own new parameter)."""
+    from quadrants.rollout.weights import copy_weights
+
+    if on_meta(replica):
+        replica.to_empty(device=device)
+        tie = getattr(replica, "tie_weights", None)
+        if tie is not None:
+            tie()
+    copy_weights(replica, model)
+    own = dict(replica.named_buffers())
+    for name, buffer in model.named_buffers():
+        own[name].copy_(buffer)
+
+
 # --- collectives
 # -----------------------------------------------------------------------------------
 

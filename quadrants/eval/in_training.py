@@ -13,6 +13,7 @@ from quadrants.config import RunConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.eval.heldout import heldout_metrics
 from quadrants.eval.runner import evaluate_in_training
+from quadrants.eval.sizing import call_size
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Task
@@ -49,13 +50,24 @@ def evaluate_policy(
     problems = (
         cfg.eval.problems if cfg.eval.limit is None else min(cfg.eval.problems, cfg.eval.limit)
     )
+    heldout = task.heldout(problems)
     metrics = heldout_metrics(
         engine,
         grader,
-        task.heldout(problems),
+        heldout,
         sampling,
         task.name,
-        batch_prompts=max(1, cfg.eval.batch_size // cfg.eval.samples),
+        batch_prompts=max(
+            1,
+            call_size(
+                engine,
+                [p.prompt for p in heldout],
+                cfg.eval.batch_size,
+                cfg.eval.max_new_tokens,
+                dist,
+            )
+            // cfg.eval.samples,
+        ),
         dist=dist,
         extra_ks=list(cfg.eval.ks),
     )

@@ -91,8 +91,11 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
         raise ValueError(
             f"eval.limit={eval_cfg.limit} is out of range; allowed: >= 1, or null for all problems"
         )
-    if eval_cfg.batch_size < 1:
-        raise ValueError(f"eval.batch_size={eval_cfg.batch_size} is out of range; allowed: >= 1")
+    if eval_cfg.batch_size is not None and eval_cfg.batch_size < 1:
+        raise ValueError(
+            f"eval.batch_size={eval_cfg.batch_size} is out of range; allowed: >= 1, or null to "
+            "size each generate call from the engine's KV cache"
+        )
     if not 0 < eval_cfg.confidence < 1:
         raise ValueError(f"eval.confidence={eval_cfg.confidence} is out of range; allowed: (0, 1)")
     if not 0 < eval_cfg.top_p <= 1:

@@ -10,7 +10,8 @@ The same `run_suite` serves both callers:
   step, files under ``<outputs>/<study>/eval/<target>/<time>/``.
 
 Sampling is the config's (``eval.temperature``, ``eval.top_p``, ``eval.max_new_tokens``); each
-generate call holds about ``eval.batch_size`` sequences (prompts x n) and is seeded (`call_seeds`:
+generate call holds about ``eval.batch_size`` sequences (prompts x n; unset: as many as the
+engine's KV cache holds, eval/sizing.py) and is seeded (`call_seeds`:
 no two samples of a problem share a seed), so a run is reproducible. Metrics and files are described
 in `quadrants.eval.results`.
 """
@@ -38,6 +39,7 @@ from quadrants.eval.results import (
     suite_metrics,
     write_benchmark,
 )
+from quadrants.eval.sizing import call_size
 from quadrants.eval.target import EvalTarget, load_target_policy
 from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.rewards.grader import Grader, grader_workers
@@ -161,13 +163,21 @@ def grade_benchmark(
 ) -> BenchmarkResult:
     """Generate ``plan.samples`` answers for every problem of `plan` and grade them.
 
-    A generate call holds at most ``eval.batch_size`` sequences (`generate_calls`), seeded by
+    A generate call holds at most ``eval.batch_size`` sequences, or as many as the engine's KV cache
+    holds when that is unset (eval/sizing.py; `generate_calls`), seeded by
     `call_seeds` (distinct seeds for all samples of a problem, also with vLLM). With `dist` sharded,
     call i is made by rank i % W and every rank gets every call's samples (a collective: every rank
     calls this), so the result is the one-process result.
     """
     dist = dist or DistEnv()
-    calls = generate_calls(len(plan.problems), plan.samples, eval_cfg.batch_size)
+    size = call_size(
+        engine,
+        [p.prompt for p in plan.problems],
+        eval_cfg.batch_size,
+        eval_cfg.max_new_tokens,
+        dist,
+    )
+    calls = generate_calls(len(plan.problems), plan.samples, size)
     seeds = call_seeds(calls, seed)
     bar = tqdm(
         total=len(dealt(len(calls), dist)),

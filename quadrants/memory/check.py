@@ -71,6 +71,7 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
             _DTYPE_BYTES.get(cfg.model.dtype, 4) if cfg.objective.kl_coef > 0 else 0
         ),
         allocator_headroom=cfg.cluster.allocator_headroom,
+        offload_optimizer=cfg.train.offload_optimizer,
     )
 
 

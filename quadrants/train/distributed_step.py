@@ -27,9 +27,12 @@ from quadrants.distributed.collectives import (
     all_gather_rows,
     check_layout,
     dealt,
+    fill_from_rank0,
+    fill_replica,
     gather_objects,
     generation_block,
     in_call_order,
+    on_meta,
     rollout_replica,
     row_share,
     shard_model,
@@ -240,9 +243,15 @@ def prepare_policy(
     this rank), shard them over the ranks, and start the rollout engine `rollout.engine` names
     (quadrants/rollout/registry.py) on the placed policy. An engine that asks for a replica (the HF
     engine) samples from the policy itself in one plain process, from a full per-rank copy on the
-    same device when sharded, taken here before sharding. The modules are moved before
-    `fully_shard`, so each rank's shards and its rollout copy are on `cuda:<LOCAL_RANK>` with CUDA
-    (not run here) and the CPU otherwise (`.to` of a CPU module to the CPU is a no-op).
+    same device when sharded, taken here before sharding.
+
+    Sharded, only rank 0 needs the weights: the other ranks may pass the model on the meta device
+    (`load_policy(weights=False)`, as `build_context` does), and every rank's shards (and replica)
+    are filled from rank 0's values (`fill_from_rank0`), whatever the others passed.
+
+    The modules are moved before `fully_shard`, so each rank's shards and its rollout copy are on
+    `cuda:<LOCAL_RANK>` with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the
+    CPU is a no-op).
 
     The parameters are stored in `train.precision`'s dtype (train/precision.py): float32 for fp32
     and bf16-mixed whatever `model.dtype` they were read in (a bf16 checkpoint cast up exactly),
@@ -254,19 +263,37 @@ def prepare_policy(
     kind = get_engine(cfg.rollout.engine)
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
     precision = resolve_precision(cfg.train.precision, device)
-    model = model.to(device=device, dtype=precision.param_dtype)
+    model = _place(model, device, precision.param_dtype)
     if ref_model is not None:  # frozen: the policy's dtype, so that its forward is the policy's
-        ref_model = ref_model.to(device=device, dtype=precision.param_dtype)
+        ref_model = _place(ref_model, device, precision.param_dtype)
     options = dict(
         precision=precision,
         reshard_after_forward=cfg.distributed.reshard_after_forward,
         device=device,
     )
+    # rank 0's full tensors, to fill every rank's shards from (the other ranks: on the meta device)
+    full = model.state_dict() if env.sharded and env.is_main else {}
+    full_ref = ref_model.state_dict() if env.sharded and env.is_main and ref_model else {}
     replica = rollout_replica(model, env) if kind.replica_for_ranks else None
     model = shard_model(
         model, env, activation_checkpointing=cfg.train.activation_checkpointing, **options
     )
+    if env.sharded:
+        fill_from_rank0(model, full, env, device)
+        del full  # rank 0's full copy: only its shards remain
+        if replica is not None:
+            fill_replica(replica, model, device)
     if env.sharded and ref_model is not None:
         ref_model = shard_model(ref_model, env, **options)
+        fill_from_rank0(ref_model, full_ref, env, device)
+        del full_ref
     engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
     return model, ref_model, engine
+
+
+def _place(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """`model` on `device` in `dtype`; a model on the meta device (a rank that did not read the
+    weights) only cast: its shards are allocated on `device` when filled (`fill_from_rank0`)."""
+    if on_meta(model):
+        return model.to(dtype=dtype)
+    return model.to(device=device, dtype=dtype)

@@ -53,6 +53,7 @@ from quadrants.train.allocator import retain_freed_memory
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
 from quadrants.train.context import PassSettings
 from quadrants.train.distributed_step import prepare_policy
+from quadrants.train.offload import OptimizerOffload
 from quadrants.train.precision import resolve_precision
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
@@ -97,10 +98,14 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     params = with_initial_state(spec, params)  # an adaptive objective's state (objectives/control)
-    model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    # sharded: only rank 0 reads the weights, the others build the model on the meta device and
+    # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
+    weights = dist_env.is_main or not dist_env.sharded
+    load = dict(dtype=cfg.model.dtype, seed=cfg.seed, weights=weights)
+    model, tokenizer = load_policy(cfg.model.name_or_path, **load)
     ref_model = None
     if cfg.objective.kl_coef > 0:
-        ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
+        ref_model, _ = load_policy(cfg.model.name_or_path, **load)
         ref_model.requires_grad_(False).eval()
     # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
     # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
@@ -265,6 +270,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
         ctx = build_context(cfg, grader)
         try:
             first, known_id, unlogged = _resume(ctx, run_dir)
+            offload = _optimizer_offload(ctx)  # train.offload_optimizer: states to the host
             result.resumed_from = first
             add_tags = getattr(tracker, "add_tags", None)  # MLflow: tags the run is created with
             if add_tags is not None:
@@ -299,12 +305,14 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             for index in checkpointed_steps(
                 bar,
                 optimizer=ctx.optimizer,
-                save=_signal_save(ctx, run_dir, tracker),
+                save=_signal_save(ctx, run_dir, tracker, offload),
                 first_step=first,
                 is_saved=lambda s: has_checkpoint(run_dir, s),
             ):
                 step = index + 1
                 output = train_step(ctx, index)
+                if offload is not None:  # until the next optimizer step (its pre-hook loads them)
+                    offload.offload()
                 metrics = output.metrics
                 advance_state(ctx.spec, ctx.params, metrics, prefix=keys.objective(""))
                 if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
@@ -347,16 +355,17 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                     )
                     if run_dir is not None and checkpoint_now:
                         _write_run_id(run_dir, tracker.run_id)
-                        save_checkpoint(
-                            run_dir,
-                            step,
-                            model=ctx.model,
-                            optimizer=ctx.optimizer,
-                            scheduler=ctx.scheduler,
-                            run_id=tracker.run_id,
-                            keep=cfg.checkpoint.keep,
-                            objective_state=ctx.params.get(STATE_KEY),
-                        )
+                        with _states_on_device(offload):
+                            save_checkpoint(
+                                run_dir,
+                                step,
+                                model=ctx.model,
+                                optimizer=ctx.optimizer,
+                                scheduler=ctx.scheduler,
+                                run_id=tracker.run_id,
+                                keep=cfg.checkpoint.keep,
+                                objective_state=ctx.params.get(STATE_KEY),
+                            )
                 line = _step_line(step, total, metrics)
                 bar.set_postfix_str(line.split(" ", 2)[2])
                 if bar.disable:
@@ -412,23 +421,54 @@ def stop_if_disk_full(
         ) from None
 
 
-def _signal_save(ctx: StepContext, run_dir: Path | None, tracker: Tracker):
+def _signal_save(
+    ctx: StepContext, run_dir: Path | None, tracker: Tracker, offload: OptimizerOffload | None
+):
     """How a SLURM signal / SIGTERM checkpoints the last completed step (None:
     checkpoints are off)."""
     cfg = ctx.cfg
     if run_dir is None or not cfg.checkpoint.every:
         return None
-    return lambda step, rng: save_checkpoint(
-        run_dir,
-        step,
-        model=ctx.model,
-        optimizer=ctx.optimizer,
-        rng=rng,
-        scheduler=ctx.scheduler,
-        run_id=tracker.run_id,
-        keep=cfg.checkpoint.keep,
-        objective_state=ctx.params.get(STATE_KEY),
-    )
+
+    def save(step: int, rng: Any) -> None:
+        with _states_on_device(offload):
+            save_checkpoint(
+                run_dir,
+                step,
+                model=ctx.model,
+                optimizer=ctx.optimizer,
+                rng=rng,
+                scheduler=ctx.scheduler,
+                run_id=tracker.run_id,
+                keep=cfg.checkpoint.keep,
+                objective_state=ctx.params.get(STATE_KEY),
+            )
+
+    return save
+
+
+def _optimizer_offload(ctx: StepContext) -> OptimizerOffload | None:
+    """train.offload_optimizer on an accelerator: the optimizer's states offloaded now (after a
+    resume restored them to the device) and between its steps (quadrants/train/offload.py). A run
+    whose device resolved to the CPU (train.device=auto without a GPU) has nothing to free."""
+    if not ctx.cfg.train.offload_optimizer:
+        return None
+    if ctx.device.type == "cpu":
+        log.info("train.offload_optimizer: the states already live in host memory on the CPU")
+        return None
+    offload = OptimizerOffload(ctx.optimizer, ctx.device)
+    offload.offload()
+    return offload
+
+
+@contextmanager
+def _states_on_device(offload: OptimizerOffload | None) -> Iterator[None]:
+    """The optimizer's states on the training device inside the block (a checkpoint save)."""
+    if offload is None:
+        yield
+    else:
+        with offload.loaded():
+            yield
 
 
 def _fmt(metrics: dict[str, float]) -> str:

@@ -11,7 +11,7 @@ from quadrants.config import VLLMConfig
 from quadrants.launch.hydra_setup import compose_run_config, preflight
 from quadrants.memory.architecture import model_config
 from quadrants.memory.check import check_memory, plan_inputs
-from quadrants.memory.plan import PlanInputs, trainer_trace
+from quadrants.memory.plan import GiB, PlanInputs, host_per_node, trainer_trace
 from quadrants.memory.trace import TraceSpec, trace_step
 from quadrants.memory.vllm_share import vllm_share
 
@@ -75,6 +75,23 @@ def test_vllm_share_by_hand():
     # a fixed KV cache: 2 GiB whatever the GPU
     fixed = vllm_share(VLLMConfig(kv_cache_gib=2.0, dtype="float32"), 10**9, 80)
     assert (fixed.weights, fixed.kv_cache) == (4 * gb, 2 * 2**30)
+
+
+def test_host_memory_per_node_by_hand():
+    """Only rank 0 reads the checkpoint (one bf16 copy on the host), every rank has its process base,
+    and at sleep level 1 every rank pins its engine's weights. 7B = 7.62e9 parameters, 8 ranks:
+    base 8 x 4 GiB = 34.36 GB;
+    level 2 (nothing pinned): + 7.62e9 x 2 B = 15.24 GB -> 49.60 GB (each rank loading its own
+    copy, as before: 8 x (4 GiB + 15.24 GB) = 156.28 GB);
+    level 1 (15.24 GB pinned per rank): + max(15.24, 8 x 15.24 = 121.92) GB -> 156.28 GB;
+    with a KL reference at level 2: + 2 x 15.24 GB -> 64.84 GB."""
+    p, base = 7_620_000_000, 8 * 4 * GiB
+    assert host_per_node(p, 8, pinned=0) == base + 15_240_000_000
+    assert round(host_per_node(p, 8, pinned=0) / 1e9, 2) == 49.60
+    assert host_per_node(p, 8, pinned=15_240_000_000) == base + 121_920_000_000
+    assert host_per_node(p, 8, pinned=0, copies=2) == base + 30_480_000_000
+    # one process (a run on one GPU): its own copy, or its pinned weights, whichever is larger
+    assert host_per_node(p, 1, pinned=0) == 4 * GiB + 15_240_000_000
 
 
 def test_rows_per_micro_batch_come_from_the_token_budget():

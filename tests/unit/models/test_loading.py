@@ -42,6 +42,30 @@ def test_local_directory_round_trip(tmp_path, monkeypatch):
     torch.testing.assert_close(loaded.lm_head.weight, model.lm_head.weight, rtol=0, atol=0)
 
 
+def test_without_weights_the_model_is_built_on_meta_from_the_directory(tmp_path, monkeypatch):
+    """`weights=False` (the ranks other than 0 of a sharded run): the same architecture, dtype and
+    generation config, every tensor on the meta device, and the weights file is never opened (it is
+    deleted here before the load)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = random_tiny_policy(0, **SMALL)
+    model.generation_config.eos_token_id = [2, 7]  # what only generation_config.json says
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    for weights_file in tmp_path.glob("*.safetensors"):
+        weights_file.unlink()
+    meta, meta_tokenizer = load_policy(str(tmp_path), dtype="bfloat16", weights=False)
+    assert all(t.is_meta for t in (*meta.parameters(), *meta.buffers()))
+    shapes = {k: (tuple(v.shape), v.dtype) for k, v in meta.state_dict().items()}
+    assert shapes == {k: (tuple(v.shape), torch.bfloat16) for k, v in model.state_dict().items()}
+    assert meta.lm_head.weight is meta.model.embed_tokens.weight  # tied, as the tiny config says
+    assert meta.generation_config.eos_token_id == [2, 7]
+    assert meta_tokenizer.padding_side == "left" and not meta.training
+    with pytest.raises(OSError):  # with weights the load needs the file just deleted
+        load_policy(str(tmp_path))
+    random_meta, _ = load_policy("tiny-random", weights=False)
+    assert all(p.is_meta for p in random_meta.parameters())
+
+
 def test_missing_path_says_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="save_pretrained"):
         load_policy(str(tmp_path / "nowhere"))

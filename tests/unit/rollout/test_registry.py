@@ -73,6 +73,30 @@ def test_vllm_refuses_tensor_parallel_engines_with_several_ranks():
     get_engine("vllm").validate(cfg, 2)
 
 
+def test_no_vllm_engine_gets_a_data_parallel_group_for_any_world_size():
+    """What reaches `vllm.LLM(...)` (`llm_arguments` of the settings the registry builds for a rank):
+    never a `data_parallel_size` (with one above 1 every engine step all-reduces over the ranks and
+    ranks with fewer generate calls deadlock the others, quadrants/rollout/vllm.py); an engine
+    per rank inside the trainer's world (the external launcher) whenever there are several ranks,
+    one GPU each. That vLLM itself then builds no data-parallel group (its `ParallelConfig`) is
+    checked with vLLM running in the vLLM stage (tests/vllm/test_parallel_config.py)."""
+    from quadrants.rollout.vllm import llm_arguments
+
+    cfg, kind = RunConfig(), get_engine("vllm")
+    for world in range(1, 17):
+        for sleeps, dummy in ((True, False), (False, True)):
+            arguments = llm_arguments(
+                kind.settings(cfg, world), "some/model", sleeps=sleeps, dummy=dummy
+            )
+            assert "data_parallel_size" not in arguments, world
+            assert not any("data_parallel" in key for key in arguments), world
+            launcher = arguments.get("distributed_executor_backend")
+            assert launcher == ("external_launcher" if world > 1 else None), world
+            assert arguments["tensor_parallel_size"] == 1
+            assert arguments["enable_sleep_mode"] is sleeps
+            assert arguments["load_format"] == ("dummy" if dummy else "auto")
+
+
 def test_the_hf_engine_samples_from_the_policy_or_its_replica():
     torch.set_num_threads(1)
     model, tokenizer = load_policy("tiny-random", seed=0)
