@@ -12,16 +12,21 @@ quadrant: the mean over probes and the range (min–max) of the mean Î, of each
 prompt-bootstrap interval width, of Î/H_t, of the credit share and entropy share; the count of
 single-branch and cut positions; how many probes' intervals hold the mean over all the probes;
 then the design-weighted correlations with the hindsight advantage
-over all tokens and within PHR + NHR.
+over all tokens and within PHR + NHR; then, per quadrant, the positions whose branching rollouts
+all got the same reward (from the `branches.csv` and `credit.csv` beside each `metrics.json`):
+there Î is 0 because the outcome never varied, a measured zero, not one the estimator imposes.
 """
 
 from __future__ import annotations
 
+import csv
 import glob
 import json
 import math
 import statistics
 import sys
+from collections import Counter
+from pathlib import Path
 
 QUADRANTS = ("PHR", "PLR", "NHR", "NLR")
 OBJECTIVES = ("grpo", "hapo", "entroadv", "forking")
@@ -35,12 +40,34 @@ def spread(values: list[float], digits: int = 3) -> str:
     return f"{mean:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
+def constant_outcome_positions(results: Path) -> Counter:
+    """Per quadrant, the probed positions at which every continuation of every branch got the same
+    reward (branches.csv's `n_r=<value>` counts summed over the position's branches)."""
+    with open(results / "branches.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    outcomes: dict[str, Counter] = {}
+    for row in rows:
+        counts = outcomes.setdefault(row["position"], Counter())
+        for key, value in row.items():
+            if key.startswith("n_r="):
+                counts[key] += int(value)
+    with open(results / "credit.csv", newline="") as handle:
+        quadrant = {row["position"]: row["quadrant"] for row in csv.DictReader(handle)}
+    return Counter(
+        quadrant[position]
+        for position, counts in outcomes.items()
+        if sum(1 for n in counts.values() if n > 0) == 1
+    )
+
+
 def main(argv: list[str]) -> None:
     groups: dict[str, list[dict[str, float]]] = {}
+    constant: dict[str, Counter] = {}
     for arg in argv:
         name, pattern = arg.split("=", 1)
         files = sorted(glob.glob(pattern))
         groups[name] = [json.loads(open(f).read()) for f in files]
+        constant[name] = sum((constant_outcome_positions(Path(f).parent) for f in files), Counter())
     print(
         "| policy | probes | quadrant | mean Î (nats) | 90 % prompt-bootstrap width | Î/H_t | "
         "credit share | entropy share | single-branch / cut positions | "
@@ -86,6 +113,15 @@ def main(argv: list[str]) -> None:
             spread([r.get(f"probe/high_entropy_{k}_share", math.nan) for r in runs], 3)
             for k in ("cmi", "entropy", "token")
         ]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print()
+    print("Positions whose branching rollouts all got one reward:")
+    print()
+    print("| policy | " + " | ".join(QUADRANTS) + " |")
+    print("|---|" + "---|" * len(QUADRANTS))
+    for name, runs in groups.items():
+        totals = [sum(int(r.get(f"probe/{q}/positions", 0)) for r in runs) for q in QUADRANTS]
+        cells = [f"{constant[name][q]} of {n}" for q, n in zip(QUADRANTS, totals)]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
