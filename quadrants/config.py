@@ -161,10 +161,6 @@ class TrainConfig:
     # policy forwards run the responses in at most this many length buckets, each cut after its
     # longest row's last token (quadrants/ops/length_buckets.py); 1 = one call per forward
     length_buckets: int = 4
-    # the first update after a rollout replays the fast decode's projection outputs instead of
-    # recomputing its forward's matrix multiplies, where that is exact (quadrants/train/replay.py)
-    # and the outputs take at most this many MiB; 0 = always recompute
-    decode_replay_mb: float = 4096
     device: str = "auto"  # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
 
 

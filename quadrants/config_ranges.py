@@ -97,7 +97,6 @@ RANGES: dict[str, Range] = {
     "cluster.prompt_tokens": Range(1, why="the longest prompt the memory plan sizes a row for"),
     "train.dlogp_rows": Range(0, null=True, why="null = auto (1/16 of the rows), 0 = every row"),
     "train.length_buckets": Range(1, why="1 = every response in one call, cut to the longest"),
-    "train.decode_replay_mb": Range(0, why="0 = the update always recomputes its forward"),
     "eval.every": Range(0, why="0 = only before and after training"),
     "eval.problems": Range(0, why="0 = no held-out evaluation"),
     "eval.samples": _AT_LEAST_ONE,

@@ -35,7 +35,6 @@ from torch import Tensor, nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from quadrants.models.replay import Replay, checkpoints_activations, projections_replayed
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.ops.length_buckets import length_buckets, response_spans
@@ -117,6 +116,14 @@ def _head_passes_hidden(head: nn.Linear | None) -> Iterator[None]:
         del head.forward
 
 
+def checkpoints_activations(model: nn.Module) -> bool:
+    """transformers' activation checkpointing flag (`is_gradient_checkpointing` before v5)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if name in dir(type(model)):
+            return bool(getattr(model, name))
+    return False
+
+
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     """[B, L] bool -> [B, L] long positions counting only attended tokens (0 on left padding)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
@@ -133,7 +140,6 @@ def response_logprobs(
     with_entropy: bool,
     share_prompts: str = "auto",
     max_buckets: int = MAX_LENGTH_BUCKETS,
-    replay: Replay | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropy) of the response tokens under `model` at `temperature`.
 
@@ -149,8 +155,6 @@ def response_logprobs(
             longest row's last real token (ops/length_buckets.py); 1: one call, still cut after
             the batch's last real token. Under FSDP every rank must pass the same value, and 1
             (the number of calls must not depend on a rank's rows).
-        replay: the decode's projection outputs for these rows (models/replay.py): every call's
-            projections return them instead of multiplying; None: the plain forward.
 
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
@@ -182,7 +186,6 @@ def response_logprobs(
                 response_length,
                 *shared,
                 buckets,
-                replay,
                 **passes,
             )
         else:
@@ -193,7 +196,6 @@ def response_logprobs(
                     sequences[rows, : prompt_length + length],
                     attention_mask[rows, : prompt_length + length],
                     length,
-                    replay=None if replay is None else replay.select(rows),
                     **passes,
                 )
                 for rows, length in buckets
@@ -257,7 +259,6 @@ def _plain_logprobs(
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
-    replay: Replay | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """`response_logprobs` of rows that each carry their prompt: one forward over [B, P + T - 1]
     (the last token is a target only: no position after it reads it)."""
@@ -273,11 +274,9 @@ def _plain_logprobs(
     head = fused_head(model)
     if head is not None:
         with _head_reduces(head, targets, temperature, chunk_size):
-            with projections_replayed(model, replay, 0, end):
-                reduced = model(**inputs).logits  # [B, T, 2]
+            reduced = model(**inputs).logits  # [B, T, 2]
         return reduced[..., 0], reduced[..., 1] if with_entropy else None
-    with projections_replayed(model, replay, 0, end):
-        logits = model(**inputs).logits  # position P-1+t predicts response token t
+    logits = model(**inputs).logits  # position P-1+t predicts response token t
     logits = logits[:, logits.shape[1] - response_length :]  # [B, T, V]
     return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
 
@@ -325,7 +324,6 @@ def _shared_prompt_logprobs(
     first: Tensor,
     copies: Tensor,
     buckets: list[tuple[Tensor, int]],
-    replay: Replay | None,
     *,
     temperature: float,
     chunk_size: int,
@@ -341,12 +339,7 @@ def _shared_prompt_logprobs(
     prompt_mask = attention_mask[first, :prompt_length].long()  # [U, P]
     cache = DynamicCache(config=model.config)
     head = fused_head(model)
-    with (
-        _head_passes_hidden(head),
-        projections_replayed(
-            model, None if replay is None else replay.select(first), 0, prompt_length
-        ),
-    ):
+    with _head_passes_hidden(head):
         last = model(
             input_ids=sequences[first, :prompt_length],
             attention_mask=prompt_mask,
@@ -378,16 +371,12 @@ def _shared_prompt_logprobs(
             logits_to_keep=0,  # every position fed
         )
         prefix = last.index_select(0, prompts)
-        replayed = projections_replayed(
-            model, None if replay is None else replay.select(rows), prompt_length, fed
-        )
         if head is not None:
-            with _head_reduces(head, targets, temperature, chunk_size, prefix=prefix), replayed:
+            with _head_reduces(head, targets, temperature, chunk_size, prefix=prefix):
                 reduced = model(**inputs).logits  # [n, t, 2]
             parts.append((reduced[..., 0], reduced[..., 1] if with_entropy else None))
             continue
-        with replayed:
-            logits = torch.cat([prefix, model(**inputs).logits], dim=1)[:, : targets.shape[1]]
+        logits = torch.cat([prefix, model(**inputs).logits], dim=1)[:, : targets.shape[1]]
         parts.append(
             logprobs_and_entropy(
                 logits, targets, temperature, chunk_size, with_entropy=with_entropy

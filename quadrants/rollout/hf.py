@@ -38,7 +38,6 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from quadrants.models.replay import OutputStorage
 from quadrants.rollout.decode import HF_DECODES, sample
 from quadrants.rollout.device import model_device
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
@@ -110,7 +109,6 @@ class HFEngine:
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.decode = decode
         self._said_why_not_fast = False
-        self._storage: OutputStorage | None = None  # where the fast decode records outputs
 
     def sync_weights(self, model: nn.Module) -> None:
         if model is not self.model:
@@ -137,11 +135,8 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         device = model_device(self.model)
-        linear_outputs = None
         if self.decode != "generate":
-            sampler = self._sampler()
-            asked = sampling.record_outputs_mb if self.logprobs else 0.0
-            decoded = sampler(
+            decoded = self._sampler()(
                 self.model,
                 prompt_ids.to(device),
                 prompt_mask.to(device),
@@ -151,16 +146,8 @@ class HFEngine:
                 stop_ids=self.stop_ids,
                 pad_id=self.tokenizer.pad_token_id,
                 record=self.logprobs,
-                **(
-                    {"record_outputs_mb": asked, "storage": self._storage}
-                    if sampler is sample_fast and asked
-                    else {}
-                ),
             )
             response_ids, logp, entropy = decoded.tokens, decoded.logp, decoded.entropy
-            linear_outputs = decoded.linear_outputs
-            if linear_outputs is not None:  # lent again to the next rollout that records
-                self._storage = linear_outputs.storage
         else:
             response_ids, logp = self._generate(
                 prompt_ids.to(device), prompt_mask.to(device), sampling
@@ -184,7 +171,6 @@ class HFEngine:
             group_ids=group_ids,
             finished=finished,
             behaviour_entropy=None if entropy is None else entropy * response_mask,
-            linear_outputs=linear_outputs,
         )
 
     def _sampler(self):
