@@ -25,7 +25,6 @@ are. Other models take the logits and reduce them in row chunks (ops/entropy.py)
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -177,55 +176,29 @@ def response_logprobs(
             even_if_distinct=share_prompts == "always",
         )
     )
-    with grouped_heads_in_sdpa(sequences.device):
-        if shared is not None:
-            parts = _shared_prompt_logprobs(
+    if shared is not None:
+        parts = _shared_prompt_logprobs(
+            model,
+            sequences,
+            attention_mask,
+            response_length,
+            *shared,
+            buckets,
+            **passes,
+        )
+    else:
+        prompt_length = sequences.shape[1] - response_length
+        parts = [
+            _plain_logprobs(
                 model,
-                sequences,
-                attention_mask,
-                response_length,
-                *shared,
-                buckets,
+                sequences[rows, : prompt_length + length],
+                attention_mask[rows, : prompt_length + length],
+                length,
                 **passes,
             )
-        else:
-            prompt_length = sequences.shape[1] - response_length
-            parts = [
-                _plain_logprobs(
-                    model,
-                    sequences[rows, : prompt_length + length],
-                    attention_mask[rows, : prompt_length + length],
-                    length,
-                    **passes,
-                )
-                for rows, length in buckets
-            ]
+            for rows, length in buckets
+        ]
     return _assemble(parts, buckets, response_length)
-
-
-FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
-
-
-@contextmanager
-def grouped_heads_in_sdpa(device: torch.device) -> Iterator[None]:
-    """On the CPU, transformers' SDPA attention hands grouped key/value heads to torch's kernel
-    (`enable_gqa`) while inside, instead of repeating them to the query heads first.
-
-    transformers repeats them whenever there is a mask, because CUDA's fused kernels take no mask
-    with grouped heads; torch's CPU flash kernel does. The result is the same to the bit, and the
-    repeat and its backward (a sum over the copies) are gone: 4.4 against 5.8 ms forward + backward
-    per layer on the tiny workload's [64, 4, 31, 64] queries (docs/performance.md). Done through
-    transformers' own switch, the environment variable TRANSFORMERS_SDPA_FORCE_GQA, which it reads
-    at every attention call; an explicit setting of it is left alone. Elsewhere nothing changes.
-    """
-    if device.type != "cpu" or FORCE_GQA in os.environ:
-        yield
-        return
-    os.environ[FORCE_GQA] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop(FORCE_GQA, None)
 
 
 def _assemble(

@@ -29,7 +29,7 @@ from transformers import DynamicCache, TopPLogitsWarper
 from transformers.cache_utils import DynamicLayer
 
 # the HF engine's decode paths (rollout.hf_decode; quadrants/rollout/hf.py says what each does)
-HF_DECODES = ("fast", "loop", "generate")
+HF_DECODES = ("auto", "fast", "loop", "generate")
 
 
 class PreallocatedLayer(DynamicLayer):

@@ -41,8 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from quadrants.models.linears import PLAIN_LINEARS
-from quadrants.ops.matmul import onednn_linear, routes
+from quadrants.cpu.linears import PLAIN_LINEARS
+from quadrants.cpu.matmul import onednn_linear, routes
 from quadrants.rollout.decode import (
     Decoded,
     PreallocatedLayer,
@@ -165,7 +165,7 @@ class FastDecoder:
         self.rotary = body.rotary_emb
         self.final_norm = body.norm
         self.lm_head = model.lm_head
-        # whether every multiply of the step goes through oneDNN (train.cpu_matmul), asked once:
+        # whether every multiply of the step goes through oneDNN (train.cpu.matmul), asked once:
         # the weights and the hidden states share the model's dtype and device
         self.onednn = routes(self.lm_head.weight, self.lm_head.weight)
         first = body.layers[0].self_attn
