@@ -18,7 +18,6 @@ class SampledRollout:
         tokens: [B, T] long, the sampled responses.
         response_mask: [B, T] bool, up to and including each row's first stop token.
         logp, entropy: [B, T] float, the sampler's (with `record`), else None.
-        linear_outputs: the decode's projection outputs (with `record_outputs_mb`), else None.
     """
 
     prompt_ids: Tensor
@@ -27,7 +26,6 @@ class SampledRollout:
     response_mask: Tensor
     logp: Tensor | None
     entropy: Tensor | None
-    linear_outputs: object = None
 
 
 def sampled_rollout(
@@ -39,13 +37,9 @@ def sampled_rollout(
     new_tokens: int,
     seed: int,
     record: bool = False,
-    record_outputs_mb: float = 0.0,
-    storage=None,
 ) -> SampledRollout:
     """One rollout of `prompts` arithmetic prompts x `group` samples with the HF engine's fast
-    decode at temperature 1 (seeded), so its response lengths are the model's own; with
-    `record_outputs_mb`, the decode records its projection outputs (into `storage` when it fits,
-    quadrants/models/replay.py)."""
+    decode at temperature 1 (seeded), so its response lengths are the model's own."""
     from quadrants.rollout.fast_decode import sample_fast
     from quadrants.rollout.hf import stop_token_ids
 
@@ -67,8 +61,6 @@ def sampled_rollout(
         stop_ids=stops.tolist(),
         pad_id=tokenizer.pad_token_id,
         record=record,
-        record_outputs_mb=record_outputs_mb,
-        storage=storage,
     )
     model.train()
     stop = torch.isin(decoded.tokens, stops).long()
@@ -80,7 +72,6 @@ def sampled_rollout(
         response_mask,
         decoded.logp,
         decoded.entropy,
-        decoded.linear_outputs,
     )
 
 

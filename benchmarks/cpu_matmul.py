@@ -1,4 +1,4 @@
-"""float32 CPU linear maps: torch's default (MKL) against oneDNN (ops/matmul.py), interleaved.
+"""float32 CPU linear maps: torch's default (MKL) against oneDNN (cpu/matmul.py), interleaved.
 
 For each shape, the forward x·Wᵀ and the two gradients g·W and gᵀx, timed alternately with
 `train.cpu_matmul=torch` and `onednn` in the same process, round after round; each figure is the
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from quadrants.ops.matmul import cpu_vendor, linear, linear_grads, set_cpu_matmul
+from quadrants.cpu.matmul import cpu_vendor, linear, linear_grads, set_cpu_matmul
 
 SHAPES = {  # name: (rows, in features, out features)
     "tiny decode gate-up": (64, 256, 1376),

@@ -49,7 +49,7 @@ CASES = [  # (model, precision, checkpointing, rows, seq_len, response tokens)
 ]
 INFORMATIONAL = {4}
 # glibc returns blocks over 64 KiB to the OS when freed, so the RSS follows the live tensors (with
-# its defaults, and with the trainer's train.retain_freed_mb, freed blocks stay resident)
+# its defaults, and with the trainer's train.cpu.retain_freed_mb, freed blocks stay resident)
 CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
 TOLERANCE = 0.15
 

@@ -8,7 +8,7 @@ the first variant (paired: rounds run minutes apart on a noisy machine, so a rat
 is steadier than a ratio of medians), and each phase's median.
 
     python benchmarks/settings_ab.py --variant default \\
-        --variant "no-retain::train.retain_freed_mb=0" \\
+        --variant "no-retain::train.cpu.retain_freed_mb=0" \\
         --variant "spin-300k:GOMP_SPINCOUNT=300000" [--workload tiny] [--rounds 6]
 
 A variant is NAME[:ENV=VALUE,...[:KEY=VALUE,...]]: environment variables for its process, on top of

@@ -45,11 +45,10 @@ import tempfile
 import time
 from pathlib import Path
 
-# The environment as the user started the script, taken before anything here imports quadrants
-# (whose import sets GOMP_SPINCOUNT, quadrants/__init__.py): each child starts from it, as a user's
-# own process would, so TRL's child runs with libgomp's default spin count and quadrants' child
-# sets its own when it imports quadrants. (Until this was noticed, TRL's child inherited
-# quadrants' setting from this process.)
+# The environment as the user started the script: each child starts from it, as a user's own
+# process would, so TRL's child runs with libgomp's default spin count, and quadrants' child with
+# the variables `python -m quadrants.sweep` starts a CPU run with (train.cpu.omp_spincount,
+# quadrants/cpu/openmp.py), added in `main`.
 USER_ENV = dict(os.environ)
 
 WORKLOADS = {
@@ -346,6 +345,11 @@ def main() -> None:
     rounds: dict[str, list[float]] = {"trl": [], "quadrants": []}
     extra: dict[str, list[float]] = {"trl generate": []}
     constant = {"trl": 0.0, "quadrants": 0.0}  # the largest fraction of groups without variance
+    from quadrants.config import CpuConfig
+    from quadrants.cpu.openmp import spin_environment
+
+    quadrants_env = spin_environment(CpuConfig().omp_spincount, USER_ENV)
+    print(f"quadrants' child starts with {quadrants_env or 'the environment as it is'}")
     with tempfile.TemporaryDirectory() as tmp:
         setup_path = Path(tmp) / "setup.json"
         setup_path.write_text(json.dumps(prepare(args.workload, Path(tmp), args.steps)))
@@ -353,7 +357,8 @@ def main() -> None:
             order = ("trl", "quadrants") if r % 2 == 0 else ("quadrants", "trl")
             for system in order:
                 python = args.trl_python if system == "trl" else sys.executable
-                result = run_child(python, system, setup_path, args)
+                extra_env = {} if system == "trl" else quadrants_env
+                result = run_child(python, system, setup_path, args, extra_env)
                 rounds[system].append(steady(result["step_s"]))
                 constant[system] = max(constant[system], result["constant_groups"])
                 if system == "trl":

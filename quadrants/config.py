@@ -74,9 +74,10 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 48
-    # the HF engine's decode: fast (fused step, finished rows dropped; Llama-family models, others
-    # take loop) | loop (draws exactly generate's tokens) | generate (rollout/hf.py)
-    hf_decode: str = "fast"
+    # the HF engine's decode: auto (fast on the CPU, generate elsewhere) | fast (fused step,
+    # finished rows dropped; Llama-family models, others take loop) | loop (draws exactly
+    # generate's tokens) | generate (rollout/hf.py)
+    hf_decode: str = "auto"
     # train–inference mismatch: truncated importance weights min(π_old/μ_engine, cap) on the
     # per-token loss, per token or per sequence (ops/mismatch.py); none = only logged
     mismatch_correction: str = "none"  # none | token | sequence
@@ -116,6 +117,26 @@ class AdvantageConfig:
 
 
 @dataclass
+class CpuConfig:
+    """Settings that apply only when train.device resolves to the CPU (quadrants/cpu)."""
+
+    # float32 CPU matrix multiplies (decode, update, no-grad passes): torch (MKL) | onednn | auto
+    # (oneDNN on x86 processors that are not Intel's, where MKL skips its AVX-512 kernels;
+    # quadrants/cpu/matmul.py)
+    matmul: str = "auto"
+    # glibc keeps freed blocks up to this many MiB in the trainer process instead of returning them
+    # to the OS at every step (quadrants/cpu/allocator.py); 0 = glibc's own thresholds
+    retain_freed_mb: int = 1024
+    # transformers hands grouped key/value heads to torch's SDPA kernel as they are
+    # (quadrants/cpu/sdpa.py); false = it repeats them to the query heads first
+    sdpa_grouped_heads: bool = True
+    # idle OpenMP threads spin this many times before sleeping; `python -m quadrants.sweep` starts a
+    # CPU run's process with GOMP_SPINCOUNT set to it unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is
+    # set (quadrants/cpu/openmp.py); null = libgomp's default (300,000)
+    omp_spincount: int | None = 1000
+
+
+@dataclass
 class TrainConfig:
     steps: int = 60
     prompts_per_step: int = 16
@@ -147,13 +168,8 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     entropy_chunk_size: int = 256
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
-    # glibc keeps freed blocks up to this many MiB in the trainer process instead of returning them
-    # to the OS at every step (quadrants/train/allocator.py); 0 = glibc's own thresholds
-    retain_freed_mb: int = 1024
-    # float32 CPU matrix multiplies (decode, update, no-grad passes): torch (MKL) | onednn | auto
-    # (oneDNN on x86 processors that are not Intel's, where MKL skips its AVX-512 kernels;
-    # quadrants/ops/matmul.py)
-    cpu_matmul: str = "auto"
+    # what a run on the CPU tunes (quadrants/cpu); ignored on any other device
+    cpu: CpuConfig = field(default_factory=CpuConfig)
     measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
     # sequences in that pass (a seeded subsample, standard error logged); null = auto (1/16 of
     # the step's sequences, at least 2 and at least one per rank: ~4 % of a step); 0 = all
@@ -164,10 +180,6 @@ class TrainConfig:
     # policy forwards run the responses in at most this many length buckets, each cut after its
     # longest row's last token (quadrants/ops/length_buckets.py); 1 = one call per forward
     length_buckets: int = 4
-    # the first update after a rollout replays the fast decode's projection outputs instead of
-    # recomputing its forward's matrix multiplies, where that is exact (quadrants/train/replay.py)
-    # and the outputs take at most this many MiB; 0 = always recompute
-    decode_replay_mb: float = 4096
     device: str = "auto"  # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
 
 

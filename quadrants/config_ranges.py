@@ -86,9 +86,10 @@ RANGES: dict[str, Range] = {
     "train.entropy_chunk_size": _AT_LEAST_ONE,
     "train.threads": Range(0, why="0 = torch's default"),
     "task.grader_workers": Range(0, why="0 = one per CPU the task holds, less one"),
-    "train.retain_freed_mb": Range(
+    "train.cpu.retain_freed_mb": Range(
         0, 2047, why="0 = glibc's own thresholds; mallopt takes a C int of bytes"
     ),
+    "train.cpu.omp_spincount": Range(0, null=True, why="null = libgomp's default"),
     "train.micro_batch_size": Range(0, why="0 = the whole mini-batch in one forward/backward"),
     "train.micro_batch_tokens": Range(0, why="0 = off (train.micro_batch_size decides)"),
     "train.forward_tokens": Range(0, why="0 = off"),
@@ -97,7 +98,6 @@ RANGES: dict[str, Range] = {
     "cluster.prompt_tokens": Range(1, why="the longest prompt the memory plan sizes a row for"),
     "train.dlogp_rows": Range(0, null=True, why="null = auto (1/16 of the rows), 0 = every row"),
     "train.length_buckets": Range(1, why="1 = every response in one call, cut to the longest"),
-    "train.decode_replay_mb": Range(0, why="0 = the update always recomputes its forward"),
     "eval.every": Range(0, why="0 = only before and after training"),
     "eval.problems": Range(0, why="0 = no held-out evaluation"),
     "eval.samples": _AT_LEAST_ONE,
@@ -148,7 +148,9 @@ NO_RANGE: dict[str, str] = {
     "prompt.instruction": "free text (null = the format's own instruction)",
     "rollout.engine": "a name, checked against the registered engines (rollout/registry.py)",
     "rollout.mismatch_correction": "a name, checked against ops.mismatch (validate_rollout_engine)",
-    "rollout.hf_decode": "a choice of fast, loop, generate, checked by validate_rollout_engine",
+    "rollout.hf_decode": (
+        "a choice of auto, fast, loop, generate, checked by validate_rollout_engine"
+    ),
     "rollout.vllm.enforce_eager": "a flag",
     "rollout.vllm.sleep_level": "a choice of 0, 1, 2, checked by validate_rollout_engine",
     "rollout.vllm.in_process": "a flag",
@@ -169,7 +171,8 @@ NO_RANGE: dict[str, str] = {
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
-    "train.cpu_matmul": "a choice of auto, torch, onednn, checked by validate_config",
+    "train.cpu.matmul": "a choice of auto, torch, onednn, checked by validate_config",
+    "train.cpu.sdpa_grouped_heads": "a flag",
     "train.device": "a device name, checked by rollout.device.validate_device",
     "eval.benchmarks": "benchmark names and sample counts, checked by eval.plan.validate_eval",
     "eval.data_dir": "a directory, checked by eval.plan.validate_eval when benchmarks are local",

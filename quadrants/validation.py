@@ -19,13 +19,13 @@ from quadrants.config import (
     TrainConfig,
 )
 from quadrants.config_ranges import check_ranges
+from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.distributed.collectives import validate_distributed_config
 from quadrants.eval.plan import suite, validate_eval
 from quadrants.models.source import check_model_source
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
-from quadrants.ops.matmul import BACKENDS as CPU_MATMULS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
@@ -196,9 +196,9 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
             f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "
             "one of ['auto', 'always']"
         )
-    if cfg.train.cpu_matmul not in CPU_MATMULS:
+    if cfg.train.cpu.matmul not in CPU_MATMULS:
         raise ValueError(
-            f"train.cpu_matmul={cfg.train.cpu_matmul!r} is unknown; choose one of "
+            f"train.cpu.matmul={cfg.train.cpu.matmul!r} is unknown; choose one of "
             f"{list(CPU_MATMULS)}"
         )
     validate_device(cfg.train.device)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from quadrants.cpu import tune_for
 from quadrants.distributed.collectives import DistEnv, dealt, run_dealt
 from quadrants.eval.plan import BenchmarkPlan, build_plans
 from quadrants.eval.results import (
@@ -41,7 +42,6 @@ from quadrants.eval.results import (
 )
 from quadrants.eval.sizing import call_size
 from quadrants.eval.target import EvalTarget, load_target_policy
-from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
@@ -458,7 +458,6 @@ def run_evaluation(
 
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    set_cpu_matmul(cfg.train.cpu_matmul)
     directory = eval_dir(cfg, target)
     directory.mkdir(parents=True, exist_ok=True)
     own_tracker = tracker is None
@@ -474,9 +473,9 @@ def run_evaluation(
     tracker.log_params(provenance.params(files_read()))
     try:
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
-        model = model.to(
-            resolve_device(cfg.train.device)
-        )  # generation on train.device; results on the CPU
+        device = resolve_device(cfg.train.device)
+        tune_for(device, cfg.train.cpu, [model])  # nothing unless device is the CPU
+        model = model.to(device)  # generation on train.device; results on the CPU
         with Grader(
             num_workers=_grader_workers(cfg.task.grader_workers),
             timeout_s=GRADER_TIMEOUT_S,

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
@@ -26,6 +28,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from quadrants.config import RunConfig
+from quadrants.cpu.openmp import spin_environment
 from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
@@ -223,6 +226,9 @@ REMOVED_KEYS = {
         "FSDP2's MixedPrecisionPolicy when sharded) or train.precision=fp32"
     ),
     "distributed.activation_checkpointing": "train.activation_checkpointing=true",
+    # the CPU-only settings have their own section (quadrants/cpu)
+    "train.cpu_matmul": "train.cpu.matmul (auto | torch | onednn)",
+    "train.retain_freed_mb": "train.cpu.retain_freed_mb",
 }
 
 
@@ -306,6 +312,29 @@ def launcher_target(argv: list[str]) -> str:
             fixed, lambda: compose(config_name="config", overrides=fixed, return_hydra_config=True)
         )
     return str(base.hydra.launcher.get("_target_", ""))
+
+
+def cpu_run_environment(argv: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables the command's process must start with to run its jobs on this machine's CPU
+    as `train.cpu` says (`train.cpu.omp_spincount`, quadrants/cpu/openmp.py); {} when it only
+    prints, submits to SLURM, trains on a GPU (train.device=cuda, or auto with CUDA available),
+    or the environment already decides. A config that does not compose gives {} (preflight then
+    names the problem)."""
+    if prints_only(argv):
+        return {}
+    register()
+    fixed = [o for o in _overrides(argv) if "," not in o.split("=", 1)[-1]]
+    try:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            base = compose(config_name="config", overrides=fixed, return_hydra_config=True)
+    except Exception:  # preflight reports it
+        return {}
+    if str(base.hydra.launcher.get("_target_", "")) == SLURM_LAUNCHER:
+        return {}  # the jobs run on the cluster's nodes, with their own environment
+    device = str(base.train.device)
+    if device == "cuda" or device == "auto" and torch.cuda.is_available():
+        return {}
+    return spin_environment(base.train.cpu.omp_spincount, environ)
 
 
 def launcher_ranks(launcher: DictConfig) -> int:

@@ -11,6 +11,7 @@ resumes the same runs.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import hydra
@@ -18,6 +19,7 @@ from omegaconf import DictConfig
 
 from quadrants.launch.hydra_setup import (
     CONFIG_DIR,
+    cpu_run_environment,
     hydra_argv,
     launcher_target,
     name_runs_by_swept_keys,
@@ -39,10 +41,18 @@ def _hydra_main(cfg: DictConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from_command_line = argv is None
     argv = hydra_argv(
         list(sys.argv[1:] if argv is None else argv)
     )  # Hydra's flags may stand anywhere
     argv = name_runs_by_swept_keys(with_sweep_id(argv))
+    if from_command_line:
+        # libgomp reads its spin count when torch loads, long before now: a CPU run starts the
+        # command again with it set (quadrants/cpu/openmp.py); the new process finds it set
+        extra = cpu_run_environment(argv, os.environ)
+        if extra:
+            command = [sys.executable, "-m", "quadrants.sweep", *sys.argv[1:]]
+            os.execve(sys.executable, command, {**os.environ, **extra})
     try:
         jobs = preflight(argv)
     except ValueError as err:

@@ -57,8 +57,8 @@ from torch import nn
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
 import quadrants.ops.fused_head as fused_head_module
+from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.models.policy import _plain_logprobs
-from quadrants.ops.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.train.precision import resolve_precision
 
 GiB = 2**30

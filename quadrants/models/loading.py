@@ -30,7 +30,6 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from quadrants.models.linears import route_linears
 from quadrants.models.smollm2 import NAME as SMOLLM2
 from quadrants.models.smollm2 import ensure_smollm2
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source, looks_like_path
@@ -83,7 +82,6 @@ def load_policy(
         else:
             model = _meta_model(source, torch_dtype, local_only)
     _prepare_tokenizer(tokenizer, model)
-    route_linears(model)  # its linear layers follow train.cpu_matmul (models/linears.py)
     model.eval()
     return model, tokenizer
 

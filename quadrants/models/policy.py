@@ -25,7 +25,6 @@ are. Other models take the logits and reduce them in row chunks (ops/entropy.py)
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -35,7 +34,6 @@ from torch import Tensor, nn
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from quadrants.models.replay import Replay, checkpoints_activations, projections_replayed
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.ops.length_buckets import length_buckets, response_spans
@@ -117,6 +115,14 @@ def _head_passes_hidden(head: nn.Linear | None) -> Iterator[None]:
         del head.forward
 
 
+def checkpoints_activations(model: nn.Module) -> bool:
+    """transformers' activation checkpointing flag (`is_gradient_checkpointing` before v5)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if name in dir(type(model)):
+            return bool(getattr(model, name))
+    return False
+
+
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     """[B, L] bool -> [B, L] long positions counting only attended tokens (0 on left padding)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
@@ -133,7 +139,6 @@ def response_logprobs(
     with_entropy: bool,
     share_prompts: str = "auto",
     max_buckets: int = MAX_LENGTH_BUCKETS,
-    replay: Replay | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropy) of the response tokens under `model` at `temperature`.
 
@@ -149,8 +154,6 @@ def response_logprobs(
             longest row's last real token (ops/length_buckets.py); 1: one call, still cut after
             the batch's last real token. Under FSDP every rank must pass the same value, and 1
             (the number of calls must not depend on a rank's rows).
-        replay: the decode's projection outputs for these rows (models/replay.py): every call's
-            projections return them instead of multiplying; None: the plain forward.
 
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
@@ -173,57 +176,29 @@ def response_logprobs(
             even_if_distinct=share_prompts == "always",
         )
     )
-    with grouped_heads_in_sdpa(sequences.device):
-        if shared is not None:
-            parts = _shared_prompt_logprobs(
+    if shared is not None:
+        parts = _shared_prompt_logprobs(
+            model,
+            sequences,
+            attention_mask,
+            response_length,
+            *shared,
+            buckets,
+            **passes,
+        )
+    else:
+        prompt_length = sequences.shape[1] - response_length
+        parts = [
+            _plain_logprobs(
                 model,
-                sequences,
-                attention_mask,
-                response_length,
-                *shared,
-                buckets,
-                replay,
+                sequences[rows, : prompt_length + length],
+                attention_mask[rows, : prompt_length + length],
+                length,
                 **passes,
             )
-        else:
-            prompt_length = sequences.shape[1] - response_length
-            parts = [
-                _plain_logprobs(
-                    model,
-                    sequences[rows, : prompt_length + length],
-                    attention_mask[rows, : prompt_length + length],
-                    length,
-                    replay=None if replay is None else replay.select(rows),
-                    **passes,
-                )
-                for rows, length in buckets
-            ]
+            for rows, length in buckets
+        ]
     return _assemble(parts, buckets, response_length)
-
-
-FORCE_GQA = "TRANSFORMERS_SDPA_FORCE_GQA"
-
-
-@contextmanager
-def grouped_heads_in_sdpa(device: torch.device) -> Iterator[None]:
-    """On the CPU, transformers' SDPA attention hands grouped key/value heads to torch's kernel
-    (`enable_gqa`) while inside, instead of repeating them to the query heads first.
-
-    transformers repeats them whenever there is a mask, because CUDA's fused kernels take no mask
-    with grouped heads; torch's CPU flash kernel does. The result is the same to the bit, and the
-    repeat and its backward (a sum over the copies) are gone: 4.4 against 5.8 ms forward + backward
-    per layer on the tiny workload's [64, 4, 31, 64] queries (docs/performance.md). Done through
-    transformers' own switch, the environment variable TRANSFORMERS_SDPA_FORCE_GQA, which it reads
-    at every attention call; an explicit setting of it is left alone. Elsewhere nothing changes.
-    """
-    if device.type != "cpu" or FORCE_GQA in os.environ:
-        yield
-        return
-    os.environ[FORCE_GQA] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop(FORCE_GQA, None)
 
 
 def _assemble(
@@ -257,7 +232,6 @@ def _plain_logprobs(
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
-    replay: Replay | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """`response_logprobs` of rows that each carry their prompt: one forward over [B, P + T - 1]
     (the last token is a target only: no position after it reads it)."""
@@ -273,11 +247,9 @@ def _plain_logprobs(
     head = fused_head(model)
     if head is not None:
         with _head_reduces(head, targets, temperature, chunk_size):
-            with projections_replayed(model, replay, 0, end):
-                reduced = model(**inputs).logits  # [B, T, 2]
+            reduced = model(**inputs).logits  # [B, T, 2]
         return reduced[..., 0], reduced[..., 1] if with_entropy else None
-    with projections_replayed(model, replay, 0, end):
-        logits = model(**inputs).logits  # position P-1+t predicts response token t
+    logits = model(**inputs).logits  # position P-1+t predicts response token t
     logits = logits[:, logits.shape[1] - response_length :]  # [B, T, V]
     return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
 
@@ -325,7 +297,6 @@ def _shared_prompt_logprobs(
     first: Tensor,
     copies: Tensor,
     buckets: list[tuple[Tensor, int]],
-    replay: Replay | None,
     *,
     temperature: float,
     chunk_size: int,
@@ -341,12 +312,7 @@ def _shared_prompt_logprobs(
     prompt_mask = attention_mask[first, :prompt_length].long()  # [U, P]
     cache = DynamicCache(config=model.config)
     head = fused_head(model)
-    with (
-        _head_passes_hidden(head),
-        projections_replayed(
-            model, None if replay is None else replay.select(first), 0, prompt_length
-        ),
-    ):
+    with _head_passes_hidden(head):
         last = model(
             input_ids=sequences[first, :prompt_length],
             attention_mask=prompt_mask,
@@ -378,16 +344,12 @@ def _shared_prompt_logprobs(
             logits_to_keep=0,  # every position fed
         )
         prefix = last.index_select(0, prompts)
-        replayed = projections_replayed(
-            model, None if replay is None else replay.select(rows), prompt_length, fed
-        )
         if head is not None:
-            with _head_reduces(head, targets, temperature, chunk_size, prefix=prefix), replayed:
+            with _head_reduces(head, targets, temperature, chunk_size, prefix=prefix):
                 reduced = model(**inputs).logits  # [n, t, 2]
             parts.append((reduced[..., 0], reduced[..., 1] if with_entropy else None))
             continue
-        with replayed:
-            logits = torch.cat([prefix, model(**inputs).logits], dim=1)[:, : targets.shape[1]]
+        logits = torch.cat([prefix, model(**inputs).logits], dim=1)[:, : targets.shape[1]]
         parts.append(
             logprobs_and_entropy(
                 logits, targets, temperature, chunk_size, with_entropy=with_entropy

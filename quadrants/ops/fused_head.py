@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from quadrants.cpu.matmul import linear
 from quadrants.ops.entropy import DEFAULT_CHUNK_SIZE, _check
-from quadrants.ops.matmul import linear
 
 
 def _chunk_log_probs(
@@ -36,7 +36,7 @@ def _chunk_log_probs(
 ) -> Tensor:
     """log softmax((h W^T + b) / τ) of one chunk, [n, V] float32, in place in the logits' buffer
     (logsumexp needs one more [n, V] temporary while it runs)."""
-    z = linear(hidden, weight, bias).float()  # through oneDNN where train.cpu_matmul says
+    z = linear(hidden, weight, bias).float()  # through oneDNN where train.cpu.matmul says
     z.div_(temperature)
     return z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))
 

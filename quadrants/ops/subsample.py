@@ -22,9 +22,8 @@ def auto_rows(population: int, minimum: int = 2) -> int:
     """The default subsample size: ceil(N / 16), at least `minimum` (2, so that a standard error
     exists), never more than N. N = 64 -> 4, N = 16 -> 2, N = 4096 -> 256.
 
-    Why 1/16: the pass is a no-grad forward over the rows. Once the update replays the decode's
-    forward (quadrants/train/replay.py) it costs a no-grad forward less than it did, so the pass
-    over one row in 8 had grown to 5 % of the tiny workload's step (18.7 ms of 376); one in 16
+    Why 1/16: the pass is a no-grad forward over the rows; over one row in 8 it took 5 % of the
+    tiny workload's step (18.7 ms of 376, measured when the update was at its fastest); one in 16
     takes 13.4 ms, 3.6 % (docs/performance.md)."""
     return min(population, max(minimum, -(-population // AUTO_FRACTION)))
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from quadrants.ops.matmul import set_cpu_matmul
+from quadrants.cpu import tune_for
 from quadrants.probe.measure import ProbeResult, probe_policy
 from quadrants.probe.report import (
     format_summary,
@@ -76,7 +76,6 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
 
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    set_cpu_matmul(cfg.train.cpu_matmul)
     directory = probe_dir(cfg, target)
     directory.mkdir(parents=True, exist_ok=True)
     own_tracker = tracker is None
@@ -102,7 +101,9 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
     try:
         torch.manual_seed(cfg.seed)
         model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
-        model = model.to(resolve_device(cfg.train.device))
+        device = resolve_device(cfg.train.device)
+        tune_for(device, cfg.train.cpu, [model])  # nothing unless device is the CPU
+        model = model.to(device)
         task = make_run_task(
             cfg, tokenizer
         )  # the run's task in the run's prompt format, as training renders it

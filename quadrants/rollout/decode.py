@@ -28,10 +28,8 @@ from torch import Tensor, nn
 from transformers import DynamicCache, TopPLogitsWarper
 from transformers.cache_utils import DynamicLayer
 
-from quadrants.models.replay import LinearOutputs
-
 # the HF engine's decode paths (rollout.hf_decode; quadrants/rollout/hf.py says what each does)
-HF_DECODES = ("fast", "loop", "generate")
+HF_DECODES = ("auto", "fast", "loop", "generate")
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -80,13 +78,11 @@ def preallocated_cache(config, capacity: int) -> DynamicCache:
 @dataclass(frozen=True)
 class Decoded:
     """Tokens and what the sampler saw. tokens [B, T] long (pad after EOS); logp, entropy [B, T]
-    float32 (0 after a sequence's EOS; None when not recorded); linear_outputs: the projections'
-    outputs (the fast decode, when asked; quadrants/models/replay.py), else None."""
+    float32 (0 after a sequence's EOS; None when not recorded)."""
 
     tokens: Tensor
     logp: Tensor | None
     entropy: Tensor | None
-    linear_outputs: LinearOutputs | None = None
 
 
 def step_logp_entropy(logits: Tensor, tokens: Tensor, temperature: float) -> tuple[Tensor, Tensor]:

@@ -14,22 +14,16 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from quadrants.models.replay import LinearOutputs
-
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """How to sample. temperature 0 means greedy; top_p 1.0 means no nucleus truncation.
-    `record_outputs_mb` > 0 asks an engine that can (the HF engine's fast decode) to keep its
-    projections' outputs for the update to replay (`Rollouts.linear_outputs`), when they take at
-    most that many MiB."""
+    """How to sample. temperature 0 means greedy; top_p 1.0 means no nucleus truncation."""
 
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 64
     seed: int | None = None
-    record_outputs_mb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -52,10 +46,6 @@ class Rollouts:
             distribution at the sampling temperature (before top-p truncation), 0 on padding;
             recorded by engines that see every step's distribution (the HF engine), None otherwise
             (vLLM).
-        linear_outputs: the decode's projection outputs, on the model's device (recorded when
-            `SamplingSettings.record_outputs_mb` asked and the engine could;
-            quadrants/models/replay.py), else None. Only valid for these rows in this layout: a
-            Rollouts built from others (concatenated, selected) leaves it None.
     """
 
     prompt_ids: Tensor
@@ -67,7 +57,6 @@ class Rollouts:
     group_ids: Tensor
     finished: Tensor
     behaviour_entropy: Tensor | None = None
-    linear_outputs: LinearOutputs | None = None
 
 
 class RolloutEngine(Protocol):

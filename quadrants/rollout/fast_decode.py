@@ -17,8 +17,6 @@ every finished sequence still computed to the last token. Here:
   whose frequencies follow the length), queries and keys rotated in one call, and attention over
   the preallocated cache written in place, its scores scaled and masked in the same batched
   multiply;
-- while recording for decode replay (quadrants/models/replay.py), each projection multiplies
-  straight into the record's column;
 - a sequence that has produced its stop token is removed from the batch as soon as an eighth of the
   batch has finished (`COMPACT_FRACTION`), so the work follows the tokens still being sampled.
 
@@ -37,16 +35,14 @@ module in training mode); the engine then uses `decode.sample`.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from quadrants.models.linears import PLAIN_LINEARS
-from quadrants.models.replay import LinearOutputs, OutputStorage, recording_prompts
-from quadrants.ops.matmul import onednn_linear, routes
+from quadrants.cpu.linears import PLAIN_LINEARS
+from quadrants.cpu.matmul import onednn_linear, routes
 from quadrants.rollout.decode import (
     Decoded,
     PreallocatedLayer,
@@ -169,7 +165,7 @@ class FastDecoder:
         self.rotary = body.rotary_emb
         self.final_norm = body.norm
         self.lm_head = model.lm_head
-        # whether every multiply of the step goes through oneDNN (train.cpu_matmul), asked once:
+        # whether every multiply of the step goes through oneDNN (train.cpu.matmul), asked once:
         # the weights and the hidden states share the model's dtype and device
         self.onednn = routes(self.lm_head.weight, self.lm_head.weight)
         first = body.layers[0].self_attn
@@ -211,44 +207,15 @@ class FastDecoder:
         )
         key_mask[:, : prompt_mask.shape[1]].masked_fill_(~prompt_mask, float("-inf"))
         self.key_mask = key_mask[:, None, None, :].repeat(1, self.kv_heads, 1, 1)
-        self.outputs: LinearOutputs | None = None
-        self.rows: Tensor | None = None
-        self.every_row = False  # rows is 0..B-1 in order (no row dropped yet)
-
-    def record(self, outputs: LinearOutputs) -> None:
-        """From the next `step` on, write every projection's output into `outputs`: the column of
-        the position fed, its first b rows for the b sequences still decoding, in their order here
-        (the slots say which sequence each row is, once `keep` has dropped some)."""
-        rows = outputs.slots.shape[1]
-        self.outputs, self.every_row = outputs, True
-        self.rows = torch.arange(rows, device=outputs.slots.device)
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         return onednn_linear(x, weight, bias) if self.onednn else F.linear(x, weight, bias)
-
-    def _project(
-        self, x: Tensor, weight: Tensor, bias: Tensor | None, record: str, layer: int
-    ) -> Tensor:
-        """`F.linear(x, weight, bias)` [b, features]; while recording, computed straight into rows
-        [0, b) of column `length` of the record's `record` buffer of `layer` (qkv, o, gate_up or
-        down; the result is then a view of the record)."""
-        if self.outputs is None:
-            return self._linear(x, weight, bias)
-        buffer = getattr(self.outputs, record)[layer]
-        out = buffer[self.length, : x.shape[0]]  # [b, features], contiguous
-        if self.onednn:  # oneDNN has no out= form: a copy of b x features
-            return out.copy_(onednn_linear(x, weight, bias))
-        if bias is None:
-            return torch.mm(x, weight.t(), out=out)
-        return torch.addmm(bias, x, weight.t(), out=out)
 
     def keep(self, rows: Tensor) -> None:
         """Continue with `rows` (indices into the current batch) only."""
         self.keys = [k.index_select(0, rows) for k in self.keys]
         self.values = [v.index_select(0, rows) for v in self.values]
         self.key_mask = self.key_mask.index_select(0, rows)
-        if self.rows is not None:
-            self.rows, self.every_row = self.rows[rows], False
 
     def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """Logits [b, V] (the model's dtype) after feeding `tokens` [b] at `positions` [b]."""
@@ -268,9 +235,7 @@ class FastDecoder:
         mask = self.key_mask[..., :end].reshape(rows * kv_heads, 1, end)
         for index, layer in enumerate(self.layers):
             hidden = rms_norm(x, layer.norm_in.weight, layer.norm_in.variance_epsilon)
-            qkv = self._project(
-                hidden, layer.qkv_weight, layer.qkv_bias, "qkv", index
-            )  # [b, (H+2K)d]
+            qkv = self._linear(hidden, layer.qkv_weight, layer.qkv_bias)  # [b, (H+2K)d]
             # q and k rotated together: [b, H + K, d]
             rotated = rotate(qkv[:, : (heads + kv_heads) * d].view(rows, -1, d), cos, sin)
             self.keys[index][:, :, self.length] = rotated[:, heads:]
@@ -283,16 +248,12 @@ class FastDecoder:
             scores = torch.baddbmm(mask, grouped, keys.transpose(1, 2), alpha=self.scaling)
             probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(values.dtype)
             attended = torch.bmm(probs, values).view(rows, heads * d)  # [b, H d]
-            x.add_(self._project(attended, layer.o_proj.weight, layer.o_proj.bias, "o", index))
+            x.add_(self._linear(attended, layer.o_proj.weight, layer.o_proj.bias))
             hidden = rms_norm(x, layer.norm_post.weight, layer.norm_post.variance_epsilon)
-            gate_up = self._project(
-                hidden, layer.gate_up_weight, layer.gate_up_bias, "gate_up", index
-            )  # [b, 2 MLP]
+            gate_up = self._linear(hidden, layer.gate_up_weight, layer.gate_up_bias)  # [b, 2 MLP]
             gate, up = gate_up[:, : self.intermediate], gate_up[:, self.intermediate :]
             act = F.silu(gate) * up
-            x.add_(self._project(act, layer.down_proj.weight, layer.down_proj.bias, "down", index))
-        if self.outputs is not None and not self.every_row:  # sequence rows[i] wrote row i
-            self.outputs.slots[self.length, self.rows] = torch.arange(rows, device=self.rows.device)
+            x.add_(self._linear(act, layer.down_proj.weight, layer.down_proj.bias))
         self.length = end
         hidden = rms_norm(x, self.final_norm.weight, self.final_norm.variance_epsilon)
         return self._linear(hidden, self.lm_head.weight, self.lm_head.bias)
@@ -310,41 +271,23 @@ def sample_fast(
     stop_ids: list[int],
     pad_id: int,
     record: bool,
-    record_outputs_mb: float = 0.0,
-    storage: OutputStorage | None = None,
 ) -> Decoded:
     """`decode.sample`'s contract (same arguments, same Decoded) with the fused step and finished
-    rows removed; `fast_decode_unsupported(model)` must be None.
-
-    With `record_outputs_mb` > 0, every projection's output of the prefill and of each step is
-    kept in `Decoded.linear_outputs` (quadrants/models/replay.py), when they take at most that many
-    MiB; the update's forward can then replay them. They are written into `storage` when it fits
-    the batch (an earlier call's `Decoded.linear_outputs.storage`, whose outputs this overwrites),
-    else into new storage."""
+    rows removed; `fast_decode_unsupported(model)` must be None."""
     record_at, top_p_warper = sampling_setup(temperature, top_p)
     batch = prompt_ids.shape[0]
     columns = prompt_ids.shape[1] + max_new_tokens
-    outputs = None
-    if record_outputs_mb > 0 and OutputStorage.nbytes(model, batch, columns) <= (
-        record_outputs_mb * 2**20
-    ):
-        if storage is None or not storage.fits(model, batch, columns):
-            storage = OutputStorage(model, batch, columns)
-        outputs = storage.lend(prompt_ids, columns)
     # each distinct prompt is prefilled once (a group's G rows share one) and its cache copied
     distinct, copies = torch.unique(
         torch.cat([prompt_ids, prompt_mask.long()], dim=1), dim=0, return_inverse=True
     )  # [U, 2P], [B]
     unique_ids = distinct[:, : prompt_ids.shape[1]]
     unique_mask = distinct[:, prompt_ids.shape[1] :]  # [U, P] long
-    with contextlib.nullcontext() if outputs is None else recording_prompts(model, outputs, copies):
-        out, positions, cache = prefill(model, unique_ids, unique_mask, columns)
+    out, positions, cache = prefill(model, unique_ids, unique_mask, columns)
     if not all(isinstance(layer, PreallocatedLayer) for layer in cache.layers):
         raise ValueError("the fast decode needs full-attention layers (fast_decode_unsupported)")
     decoder = FastDecoder(model, cache.layers, unique_mask.bool())
     decoder.keep(copies)  # [U, ...] -> [B, ...]
-    if outputs is not None:
-        decoder.record(outputs)
     logits = out.logits[:, -1].float()[copies]  # [b, V]
     position = positions[copies, -1]  # [b]
     rows = torch.arange(batch, device=prompt_ids.device)  # the original index of each row
@@ -377,5 +320,5 @@ def sample_fast(
         logits = decoder.step(next_tokens, position).float()
     tokens = tokens[:, :steps]
     if not record:
-        return Decoded(tokens, None, None, outputs)
-    return Decoded(tokens, logps[:, :steps], entropies[:, :steps], outputs)
+        return Decoded(tokens, None, None)
+    return Decoded(tokens, logps[:, :steps], entropies[:, :steps])

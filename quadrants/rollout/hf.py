@@ -3,7 +3,9 @@
 Because the engine samples from the very module being trained, `sync_weights` has nothing to copy.
 
 Decoding (`decode`, the config key `rollout.hf_decode`):
-- `fast` (default): for Llama-family models (Llama, Qwen2) the fused step with finished rows dropped
+- `auto` (default): `fast` when the model is on the CPU, `generate` on any other device (the fast
+  decode and the loop were written and measured for the CPU and have not been run on a GPU).
+- `fast`: for Llama-family models (Llama, Qwen2) the fused step with finished rows dropped
   (quadrants/rollout/fast_decode.py), the same per-token distributions as `loop` to float tolerance;
   any other model takes `loop`, said once in the log.
 - `loop`: the engine's own loop (quadrants/rollout/decode.py), which draws for a fixed seed exactly
@@ -38,7 +40,6 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from quadrants.models.replay import OutputStorage
 from quadrants.rollout.decode import HF_DECODES, sample
 from quadrants.rollout.device import model_device
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
@@ -85,8 +86,8 @@ class HFEngine:
     Args:
         logprobs: record behaviour log-probs and entropy (training); False returns zero log-probs
             and no entropy (evaluation needs texts).
-        decode: `fast` (default), `loop` or `generate` (module docstring); `generate` records
-            log-probs but no entropy.
+        decode: `auto` (default: `fast` on the CPU, `generate` elsewhere), `fast`, `loop` or
+            `generate` (module docstring); `generate` records log-probs but no entropy.
     """
 
     def __init__(
@@ -95,7 +96,7 @@ class HFEngine:
         tokenizer: PreTrainedTokenizerBase,
         *,
         logprobs: bool = True,
-        decode: str = "fast",
+        decode: str = "auto",
     ) -> None:
         if decode not in HF_DECODES:
             raise ValueError(f"rollout.hf_decode={decode!r} is unknown; choose one of {HF_DECODES}")
@@ -110,7 +111,6 @@ class HFEngine:
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.decode = decode
         self._said_why_not_fast = False
-        self._storage: OutputStorage | None = None  # where the fast decode records outputs
 
     def sync_weights(self, model: nn.Module) -> None:
         if model is not self.model:
@@ -137,11 +137,8 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         device = model_device(self.model)
-        linear_outputs = None
-        if self.decode != "generate":
-            sampler = self._sampler()
-            asked = sampling.record_outputs_mb if self.logprobs else 0.0
-            decoded = sampler(
+        if self.decode_on(device) != "generate":
+            decoded = self._sampler()(
                 self.model,
                 prompt_ids.to(device),
                 prompt_mask.to(device),
@@ -151,16 +148,8 @@ class HFEngine:
                 stop_ids=self.stop_ids,
                 pad_id=self.tokenizer.pad_token_id,
                 record=self.logprobs,
-                **(
-                    {"record_outputs_mb": asked, "storage": self._storage}
-                    if sampler is sample_fast and asked
-                    else {}
-                ),
             )
             response_ids, logp, entropy = decoded.tokens, decoded.logp, decoded.entropy
-            linear_outputs = decoded.linear_outputs
-            if linear_outputs is not None:  # lent again to the next rollout that records
-                self._storage = linear_outputs.storage
         else:
             response_ids, logp = self._generate(
                 prompt_ids.to(device), prompt_mask.to(device), sampling
@@ -184,12 +173,17 @@ class HFEngine:
             group_ids=group_ids,
             finished=finished,
             behaviour_entropy=None if entropy is None else entropy * response_mask,
-            linear_outputs=linear_outputs,
         )
 
+    def decode_on(self, device: torch.device) -> str:
+        """The decode path for a model on `device`: `decode`, with `auto` resolved."""
+        if self.decode != "auto":
+            return self.decode
+        return "fast" if device.type == "cpu" else "generate"
+
     def _sampler(self):
-        """`sample_fast` when `decode` is fast and the model takes it, else `decode.sample`."""
-        if self.decode != "fast":
+        """`sample_fast` when the decode is fast and the model takes it, else `decode.sample`."""
+        if self.decode_on(model_device(self.model)) != "fast":
             return sample
         why_not = fast_decode_unsupported(self.model)
         if why_not is None:

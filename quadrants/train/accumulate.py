@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from quadrants.models.replay import Replay
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import ObjectiveSpec
@@ -85,7 +84,7 @@ def rows_with_gradient(
 
 
 def backward_minibatch(
-    ctx: StepContext, mini: TokenBatch, is_weights: Tensor | None, replay: Replay | None = None
+    ctx: StepContext, mini: TokenBatch, is_weights: Tensor | None
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Back-propagate the mini-batch's loss (gradients accumulate into the parameters' .grad).
 
@@ -94,9 +93,6 @@ def backward_minibatch(
     ranks add idle rows to the grad pass until both passes split evenly (`_equal_shares`); with
     micro-batches, whose size is a multiple of the ranks (collectives.check_layout), each grad pass
     then splits evenly too.
-
-    `replay` (the mini-batch's rows' recorded decode outputs, train/replay.py): every forward
-    here, with grad or without, replays its projections.
 
     Returns:
         (loss [] detached, objective metrics).
@@ -136,19 +132,17 @@ def backward_minibatch(
             valued = [torch.nonzero(~carried).squeeze(1)]  # theirs from the grad pass
     if not split and carried is None:
         with ctx.precision.autocast(ctx.device):
-            policy = sharded_policy_output(ctx.dist, ctx.model, mini, replay=replay, **passes)
+            policy = sharded_policy_output(ctx.dist, ctx.model, mini, **passes)
         loss, metrics = compute_loss(
             ctx.spec, ctx.params, mini, policy, ctx.loss_settings, is_weights=is_weights
         )
         loss.backward()
         return loss.detach(), metrics
-    logp, entropy = _detached_values(ctx, mini, valued, passes, replay)
+    logp, entropy = _detached_values(ctx, mini, valued, passes)
     loss, metrics, draws = None, {}, None
     for index in with_grad:
         with ctx.precision.autocast(ctx.device):
-            part = sharded_policy_output(
-                ctx.dist, ctx.model, mini.select(index), replay=_rows(replay, index), **passes
-            )
+            part = sharded_policy_output(ctx.dist, ctx.model, mini.select(index), **passes)
         policy = PolicyOutput(
             _splice(logp, part.logp, index),
             None if entropy is None else _splice(entropy, part.entropy, index),
@@ -212,12 +206,8 @@ def _equal_shares(carried: Tensor, world_size: int) -> Tensor:
     return carried.index_fill(0, idle, True)
 
 
-def _rows(replay: Replay | None, index: Tensor) -> Replay | None:
-    return None if replay is None else replay.select(index)
-
-
 def _detached_values(
-    ctx: StepContext, mini: TokenBatch, groups: list[Tensor], passes: dict, replay: Replay | None
+    ctx: StepContext, mini: TokenBatch, groups: list[Tensor], passes: dict
 ) -> tuple[Tensor, Tensor | None]:
     """The current policy's log-probs (and entropy) of the rows in `groups`, one no-grad pass per
     group, in the mini-batch's row order ([B, T] each; rows in no group are left unset)."""
@@ -228,9 +218,7 @@ def _detached_values(
         for rows in groups:
             if rows.numel() == 0:
                 continue
-            part = sharded_policy_output(
-                ctx.dist, ctx.model, mini.select(rows), replay=_rows(replay, rows), **passes
-            )
+            part = sharded_policy_output(ctx.dist, ctx.model, mini.select(rows), **passes)
             logp = _splice(logp, part.logp, rows)
             if entropy is not None:
                 entropy = _splice(entropy, part.entropy, rows)  # type: ignore[arg-type]

@@ -39,7 +39,6 @@ from quadrants.distributed.collectives import (
     splice,
 )
 from quadrants.models.policy import behaviour_pass, response_logprobs
-from quadrants.models.replay import Replay
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
@@ -196,13 +195,9 @@ def sharded_policy_output(
     chunk_size: int,
     with_entropy: bool,
     max_buckets: int = 1,
-    replay: Replay | None = None,
 ) -> PolicyOutput:
     """The policy's log-probs (and entropy) over the whole mini-batch, differentiable on this rank's
-    rows only; the loss computed from it is the global loss and its gradient is this rank's part.
-    `replay` (one process only, train/replay.py): the decode's projection outputs of the rows."""
-    if replay is not None and env.sharded:
-        raise ValueError("a decode replay needs one process (quadrants/train/replay.py)")
+    rows only; the loss computed from it is the global loss and its gradient is this rank's part."""
     if not env.sharded:
         logp, entropy = response_logprobs(
             model,
@@ -213,7 +208,6 @@ def sharded_policy_output(
             chunk_size=chunk_size,
             with_entropy=with_entropy,
             max_buckets=max_buckets,
-            replay=replay,
         )
         return PolicyOutput(logp, entropy)
     share = row_share(mini.batch_size, env)

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig
+from quadrants.cpu import tune_for
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
@@ -37,7 +38,6 @@ from quadrants.objectives.control import (
     with_initial_state,
 )
 from quadrants.objectives.registry import resolve_objective
-from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rollout.device import resolve_device
@@ -49,7 +49,6 @@ from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
-from quadrants.train.allocator import retain_freed_memory
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
 from quadrants.train.context import PassSettings
 from quadrants.train.distributed_step import prepare_policy
@@ -107,6 +106,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     if cfg.objective.kl_coef > 0:
         ref_model, _ = load_policy(cfg.model.name_or_path, **load)
         ref_model.requires_grad_(False).eval()
+    tune_for(device, cfg.train.cpu, [model, ref_model])  # nothing unless device is the CPU
     # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
     # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
     model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
@@ -255,8 +255,6 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     tracker = tracker or NullTracker()
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    retain_freed_memory(cfg.train.retain_freed_mb)
-    log.info("CPU matrix multiplies: %s", set_cpu_matmul(cfg.train.cpu_matmul))
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else None
     if run_dir is not None:

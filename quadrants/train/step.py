@@ -15,7 +15,6 @@ from torch import Tensor, nn
 
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import reduce_metrics
-from quadrants.models.replay import Replay
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
@@ -30,7 +29,6 @@ from quadrants.train.context import Collected, StepContext
 from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass
 from quadrants.train.micro_batches import row_lengths, token_groups
 from quadrants.train.refill import collect_with_refill, correctness, refill_seed
-from quadrants.train.replay import decode_replay, record_budget_mb
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
 
@@ -68,7 +66,6 @@ def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
         top_p=cfg.rollout.top_p,
         max_new_tokens=cfg.rollout.max_new_tokens,
         seed=seed,
-        record_outputs_mb=record_budget_mb(ctx),
     )
     # blocks of prompts dealt to ranks, gathered; one plain process without
     # distributed.prompts_per_generate is one block with the round's seed (block_seed(s, 0) = s)
@@ -158,14 +155,11 @@ def update_policy(
     batch: TokenBatch,
     step: int,
     is_weights: Tensor | None = None,
-    replay: Replay | None = None,
 ) -> tuple[dict[str, float], float]:
     """`epochs` passes of shuffled mini-batch updates. Returns (mean metrics, mean grad norm).
 
     `is_weights` [B, T]: the mismatch correction's per-token weights (None = off),
-    sliced with each mini-batch. `replay`: the decode's projection outputs of the batch's rows
-    (train/replay.py), replayed by the first mini-batch's forward only (the weights it was
-    recorded with change at its optimizer step).
+    sliced with each mini-batch.
     """
     cfg = ctx.cfg
     generator = torch.Generator().manual_seed(step_seed(cfg.seed, step))
@@ -184,9 +178,7 @@ def update_policy(
                 ctx,
                 batch.select(index),
                 None if is_weights is None else is_weights[index],
-                replay=None if replay is None else replay.select(index),
             )
-            replay = None
             grad_norms.append(
                 float(
                     torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.train.max_grad_norm)
@@ -291,10 +283,7 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     )
     t1 = time.perf_counter()
     is_weights = mismatch_weights(ctx.cfg, collected.rollouts, batch)
-    replay = decode_replay(ctx, collected.rollouts)
-    # the recorded outputs are the batch's size again: free them with the update
-    collected = replace(collected, rollouts=replace(collected.rollouts, linear_outputs=None))
-    objective_metrics, grad_norm = update_policy(ctx, batch, step, is_weights, replay)
+    objective_metrics, grad_norm = update_policy(ctx, batch, step, is_weights)
     t2 = time.perf_counter()
     dlogp, entropy_after, dlogp_rows = (
         measure_dlogp(ctx, batch, step) if ctx.cfg.train.measure_dlogp else (None, None, None)
@@ -315,7 +304,6 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
     metrics[keys.train("step")] = float(step + 1)
     metrics[keys.train("grad_norm")] = grad_norm
-    metrics[keys.train("decode_replay")] = float(replay is not None)
     metrics[keys.train("lr")] = ctx.optimizer.param_groups[0]["lr"]
     metrics[keys.timing("rollout")] = collected.generate_s
     metrics[keys.timing("reward")] = collected.grade_s

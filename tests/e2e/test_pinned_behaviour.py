@@ -39,7 +39,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from quadrants.ops.matmul import auto_backend, cpu_vendor, onednn_available
+from quadrants.cpu.matmul import auto_backend, cpu_vendor, onednn_available
 
 PIN_FILE = Path(__file__).with_name("pinned") / "behaviour.json"
 WRITE = os.environ.get("QUADRANTS_PIN_WRITE") == "1"
@@ -144,7 +144,7 @@ def observed(cwd: Path) -> dict[str, dict]:
 
 def cpu_capability() -> str:
     """The machine kind bit-for-bit equality needs: torch's CPU capability, the matmul backend
-    that train.cpu_matmul=auto picks here (ops/matmul.py; the runs use the default), and torch."""
+    that train.cpu_matmul=auto picks here (cpu/matmul.py; the runs use the default), and torch."""
     vendor = auto_backend(cpu_vendor(), platform.machine(), onednn_available())
     return f"{torch.backends.cpu.get_cpu_capability()} matmul {vendor} torch {torch.__version__}"
 

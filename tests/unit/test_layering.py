@@ -27,41 +27,45 @@ ALLOWED: dict[str, frozenset[str]] = {
     # leaves
     "config": frozenset(),  # the schema: dataclasses only
     "config_ranges": frozenset(),  # the numeric ranges of the schema's keys
-    "ops": frozenset(),  # pure tensor math
+    # what a run on the CPU tunes (quadrants/cpu): oneDNN linear maps, allocator, SDPA, OpenMP
+    "cpu": frozenset(),
+    "ops": frozenset({"cpu"}),  # pure tensor math (the fused head's multiply: cpu/matmul.py)
     "rewards": frozenset(),  # text in, float out
     "home": frozenset(),  # where the user's files live: the cache root and the data home
     # the research core and the data
-    "objectives": frozenset({"ops"}),
+    "objectives": frozenset({"cpu", "ops"}),
     "tasks": frozenset({"rewards", "home"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
-    "models": frozenset({"ops", "tasks", "home"}),
-    "tracking": frozenset({"config", "ops"}),
-    "rollout": frozenset({"config", "ops", "models"}),  # an engine starts from its config section
+    "models": frozenset({"cpu", "ops", "tasks", "home"}),
+    "tracking": frozenset({"config", "cpu", "ops"}),
+    "rollout": frozenset(
+        {"config", "cpu", "ops", "models"}
+    ),  # an engine starts from its config section
     # process groups and collectives (ops: through the leaf train/precision.py, below)
-    "distributed": frozenset({"config", "ops", "rollout"}),
+    "distributed": frozenset({"config", "cpu", "ops", "rollout"}),
     # the memory plan: traces the policy's forward (models) sharded as the trainer shards it
     # (distributed) and sizes the engine (config)
-    "memory": frozenset({"config", "ops", "models", "distributed"}),
+    "memory": frozenset({"config", "cpu", "ops", "models", "distributed"}),
     # components that use the ones above
     "eval": frozenset(
-        {"config", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
+        {"config", "cpu", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
     ),
     "probe": frozenset(
-        {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
+        {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
         | {"distributed"}
     ),
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(
-        {"config", "config_ranges", "ops", "objectives", "rewards", "tasks", "models", "rollout"}
-        | {"distributed", "eval", "probe"}
+        {"config", "config_ranges", "cpu", "ops", "objectives", "rewards", "tasks", "models"}
+        | {"rollout", "distributed", "eval", "probe"}
     ),
     "train": frozenset(
-        {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
+        {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
         | {"distributed", "eval", "probe", "validation"}
     ),
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, the CLIs
     "launch": frozenset(
-        {"config", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
+        {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
         | {"distributed", "eval", "probe", "validation", "train", "home", "memory"}
     ),
     "entry": frozenset({"launch"}),  # the thin `python -m` modules, which nothing imports

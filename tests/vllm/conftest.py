@@ -16,12 +16,6 @@ SKIP_REASON = (
 )
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "vllm: needs vLLM (opt-in stage tests/vllm/run.sh; skipped elsewhere)"
-    )
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not VLLM_MISSING:
         return

@@ -9,14 +9,13 @@ responses.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from torch import nn
 from transformers.integrations import sdpa_attention
 
-from quadrants.models.policy import FORCE_GQA, fused_head, response_logprobs, shared_prompts
+from quadrants.cpu.sdpa import FORCE_GQA
+from quadrants.models.policy import fused_head, response_logprobs, shared_prompts
 from quadrants.ops.length_buckets import length_buckets, response_spans
 from tests.unit.small_models import small_llama, small_qwen2
 
@@ -240,13 +239,12 @@ def test_one_token_responses_and_none(build, share) -> None:
 @pytest.mark.parametrize("share", ["auto", "never"])
 def test_grouped_heads_in_sdpa_equal_the_repeated_ones(share, monkeypatch) -> None:
     """Qwen2 with 4 query heads on 2 key/value heads: the forward that hands the grouped heads to
-    torch's kernel (the default on the CPU) gives the log-probs, entropies and every gradient of
-    the one that repeats them (transformers' own path, forced by an explicit
-    TRANSFORMERS_SDPA_FORCE_GQA=0) to 1e-6 (gradients relative to each parameter's largest
-    entry: the backward sums the repeated heads in another order); the switch is set only inside
-    the call."""
+    torch's kernel (TRANSFORMERS_SDPA_FORCE_GQA=1, which the CPU tuning sets: quadrants/cpu/sdpa.py)
+    gives the log-probs, entropies and every gradient of the one that repeats them (transformers'
+    own path, TRANSFORMERS_SDPA_FORCE_GQA=0) to 1e-6 (gradients relative to each parameter's largest
+    entry: the backward sums the repeated heads in another order)."""
     sequences, mask = _batch()
-    assert FORCE_GQA not in os.environ
+    monkeypatch.setenv(FORCE_GQA, "1")
     seen = []
     real = sdpa_attention.use_gqa_in_sdpa
     monkeypatch.setattr(
@@ -256,12 +254,10 @@ def test_grouped_heads_in_sdpa_equal_the_repeated_ones(share, monkeypatch) -> No
     )
     grouped = _logp_entropy_grads(_qwen2(), sequences, mask, 4, share_prompts=share)
     assert seen and all(seen)
-    assert FORCE_GQA not in os.environ
     monkeypatch.setenv(FORCE_GQA, "0")
     seen.clear()
     repeated = _logp_entropy_grads(_qwen2(), sequences, mask, 4, share_prompts=share)
     assert seen and not any(seen)
-    assert os.environ[FORCE_GQA] == "0"
     for a, b in zip(grouped[:3], repeated[:3]):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     assert grouped[3].keys() == repeated[3].keys()

@@ -155,12 +155,12 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
             r"train.behaviour_pass='never' is unknown; choose one of \['auto', 'always'\]",
         ),
         (
-            ["train.cpu_matmul=mkl"],
-            r"train.cpu_matmul='mkl' is unknown; choose one of \['auto', 'torch', 'onednn'\]",
+            ["train.cpu.matmul=mkl"],
+            r"train.cpu.matmul='mkl' is unknown; choose one of \['auto', 'torch', 'onednn'\]",
         ),
         (
             ["rollout.hf_decode=beam"],
-            r"rollout.hf_decode='beam' is unknown; choose one of \['fast', 'loop', 'generate'\]",
+            r"rollout.hf_decode='beam' is unknown; choose one of \['auto', 'fast', 'loop', 'generate'\]",
         ),
         (
             ["train.micro_batch_size=-2"],

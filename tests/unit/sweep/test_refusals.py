@@ -54,6 +54,12 @@ def closed_port() -> int:
             ["distributed.activation_checkpointing=true"],
             r"was removed; use train.activation_checkpointing=true",
         ),
+        # the CPU-only settings moved to train.cpu.*
+        (["train.cpu_matmul=onednn"], r"train.cpu_matmul was removed; use train.cpu.matmul"),
+        (
+            ["train.retain_freed_mb=0"],
+            r"train.retain_freed_mb was removed; use train.cpu.retain_freed_mb",
+        ),
         # pure bf16 with AdamW rounds a small update away: refused unless allowed
         (
             ["model.dtype=bfloat16", "train.precision=bf16"],

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from quadrants.config import RunConfig
+from quadrants.cpu.linears import route_linears
+from quadrants.cpu.matmul import cpu_matmul, onednn_available, routes, set_cpu_matmul
 from quadrants.models.loading import load_policy
-from quadrants.ops.matmul import cpu_matmul, onednn_available, routes, set_cpu_matmul
 from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.loop import fused_optimizer_applies
 from quadrants.train.precision import resolve_precision
@@ -62,6 +63,7 @@ def one_step(precision: str, lr: float = 1e-6):
     Returns (loss, gradients as float32, fraction of the weights with a non-zero gradient that the
     step changed, the dtype of AdamW's first moment)."""
     base, _ = load_policy("tiny-random", seed=0)
+    route_linears(base)  # as the CPU tuning does (quadrants/cpu): the linears follow the backend
     batch = seeded_batch(base)
     resolved = resolve_precision(precision, CPU)
     model = copy.deepcopy(base).to(resolved.param_dtype)
@@ -101,7 +103,7 @@ def test_one_step_at_lr_1e_6_moves_the_weights_under_bf16_mixed_only():
 def test_bf16_mixed_loss_and_gradient_agree_with_fp32(backend):
     """The same update in bf16-mixed and fp32: loss within 1e-3, every gradient within 5 % of its
     norm (bf16 keeps 8 bits, 0.4 % per rounding; measured worst 1.9 %), and not equal: the compute
-    is bf16. With `train.cpu_matmul=onednn` the same holds (that its linears leave oneDNN under
+    is bf16. With `train.cpu.matmul=onednn` the same holds (that its linears leave oneDNN under
     autocast is shown directly by test_onednn_never_routes_under_autocast)."""
     if backend == "onednn" and not onednn_available():
         pytest.skip("this torch build has no oneDNN linear op")

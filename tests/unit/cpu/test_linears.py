@@ -1,4 +1,4 @@
-"""models/linears.py: a policy's plain linear layers follow train.cpu_matmul, with the same
+"""cpu/linears.py: a policy's plain linear layers follow train.cpu_matmul, with the same
 parameters, state-dict keys and outputs (to float rounding)."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ import pytest
 import torch
 from torch import nn
 
-from quadrants.models.linears import PLAIN_LINEARS, RoutedLinear, route_linears
+from quadrants.cpu import matmul
+from quadrants.cpu.linears import PLAIN_LINEARS, RoutedLinear, route_linears
+from quadrants.cpu.matmul import onednn_available, set_cpu_matmul
 from quadrants.models.tiny import random_tiny_policy
-from quadrants.ops import matmul
-from quadrants.ops.matmul import onednn_available, set_cpu_matmul
 
 
 @pytest.fixture
 def backend(monkeypatch):
-    monkeypatch.setattr(matmul, "_chosen", None)
+    monkeypatch.setattr(matmul, "_chosen", "torch")
     return set_cpu_matmul
 
 

@@ -1,4 +1,4 @@
-"""The trainer's allocator setting (quadrants/train/allocator.py), on the real glibc.
+"""The trainer's allocator setting (quadrants/cpu/allocator.py), on the real glibc.
 
 Each case runs in a fresh interpreter (mallopt changes the whole process). What is measured: the
 page faults of allocating a 48 MiB block with glibc's malloc, writing every byte and freeing it,
@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-from quadrants.train.allocator import MAX_RETAIN_MB, retain_freed_memory
+from quadrants.cpu.allocator import MAX_RETAIN_MB, retain_freed_memory
 
 PROBE = """
 import ctypes, json, resource, sys
-from quadrants.train.allocator import retain_freed_memory
+from quadrants.cpu.allocator import retain_freed_memory
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]

@@ -1,4 +1,4 @@
-"""ops/matmul.py: float32 CPU linear maps through oneDNN, equal to F.linear up to float rounding,
+"""cpu/matmul.py: float32 CPU linear maps through oneDNN, equal to F.linear up to float rounding,
 forward and gradients; the backend choice; what falls back to F.linear."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from quadrants.ops import matmul
-from quadrants.ops.matmul import (
+from quadrants.cpu import matmul
+from quadrants.cpu.matmul import (
     auto_backend,
     cpu_vendor,
     linear,
@@ -24,7 +24,7 @@ needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this torch has
 @pytest.fixture
 def backend(monkeypatch):
     """Set the process's backend for one test; the choice before it comes back after."""
-    monkeypatch.setattr(matmul, "_chosen", None)
+    monkeypatch.setattr(matmul, "_chosen", "torch")
     return set_cpu_matmul
 
 
@@ -181,13 +181,13 @@ def test_cpu_vendor(tmp_path):
 
 
 def test_unknown_backend_names_the_key_and_the_choices(backend):
-    with pytest.raises(ValueError, match=r"train\.cpu_matmul.*'auto', 'torch', 'onednn'.*'mkl'"):
+    with pytest.raises(ValueError, match=r"train\.cpu\.matmul.*'auto', 'torch', 'onednn'.*'mkl'"):
         backend("mkl")
 
 
 def test_onednn_asked_for_without_it(backend, monkeypatch):
     """An explicit onednn where the build lacks it fails with what to use instead."""
     monkeypatch.setattr(matmul, "onednn_available", lambda: False)
-    with pytest.raises(ValueError, match="train.cpu_matmul=torch or auto"):
+    with pytest.raises(ValueError, match="train.cpu.matmul=torch or auto"):
         backend("onednn")
     assert backend("auto") == "torch"

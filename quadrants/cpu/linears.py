@@ -1,6 +1,6 @@
-"""A model's plain `nn.Linear` layers compute through `quadrants.ops.matmul.linear`, so that a
+"""A model's plain `nn.Linear` layers compute through `quadrants.cpu.matmul.linear`, so that a
 policy's forwards (the update's, the no-grad passes', HF `generate`'s) use the CPU matmul backend
-that `train.cpu_matmul` chose: oneDNN on processors where torch's MKL default is slow.
+that `train.cpu.matmul` chose: oneDNN on processors where torch's MKL default is slow.
 
 `route_linears` swaps each plain `nn.Linear`'s class for `RoutedLinear`, a subclass whose forward
 is `linear(input, weight, bias)`: the same parameters, state-dict keys and `isinstance`, and where
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from quadrants.ops.matmul import linear
+from quadrants.cpu.matmul import linear
 
 
 class RoutedLinear(nn.Linear):
-    """`nn.Linear` through `quadrants.ops.matmul.linear`."""
+    """`nn.Linear` through `quadrants.cpu.matmul.linear`."""
 
     def forward(self, input: Tensor) -> Tensor:  # noqa: A002 (nn.Linear's own name)
         return linear(input, self.weight, self.bias)

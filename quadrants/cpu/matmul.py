@@ -8,7 +8,7 @@ small Qwen2's decode and update (e.g. [1984, 256] x [256, 688]: 1.43 against 3.2
 accumulation (largest errors against float64 1.4–2.1x MKL's: 5.8e-5 against 3.5e-5 on that shape;
 float32 rounding, not reduced precision, which would be ~1e-2 relative).
 
-Backends (`train.cpu_matmul`):
+Backends (`train.cpu.matmul`):
 - `torch`: `F.linear` and `torch.matmul`, unchanged.
 - `onednn`: float32 CPU linear maps through oneDNN's matmul (`torch.ops.mkldnn._linear_pointwise`,
   the op torch's own compiler emits), forward and both gradients.
@@ -33,7 +33,8 @@ from torch import Tensor
 
 BACKENDS = ("auto", "torch", "onednn")
 TRANSPOSED_WEIGHT_GRAD_ROWS = 1024  # see linear_grads
-_chosen: str | None = None  # the resolved backend ("torch" or "onednn"); None = not yet resolved
+# the backend in use, "torch" or "onednn": torch's own until the CPU tuning (quadrants/cpu) sets it
+_chosen = "torch"
 
 
 def onednn_available() -> bool:
@@ -70,12 +71,12 @@ def set_cpu_matmul(backend: str) -> str:
     one ("torch" or "onednn")."""
     global _chosen
     if backend not in BACKENDS:
-        raise ValueError(f"train.cpu_matmul must be one of {list(BACKENDS)}, got {backend!r}")
+        raise ValueError(f"train.cpu.matmul must be one of {list(BACKENDS)}, got {backend!r}")
     available = onednn_available()
     if backend == "onednn" and not available:
         raise ValueError(
-            "train.cpu_matmul=onednn, but this torch build has no oneDNN linear op "
-            "(torch.ops.mkldnn._linear_pointwise); use train.cpu_matmul=torch or auto"
+            "train.cpu.matmul=onednn, but this torch build has no oneDNN linear op "
+            "(torch.ops.mkldnn._linear_pointwise); use train.cpu.matmul=torch or auto"
         )
     if backend == "auto":
         backend = auto_backend(cpu_vendor(), platform.machine(), available)
@@ -84,8 +85,8 @@ def set_cpu_matmul(backend: str) -> str:
 
 
 def cpu_matmul() -> str:
-    """The backend in use ("torch" or "onednn"), resolving `auto` on first use."""
-    return _chosen if _chosen is not None else set_cpu_matmul("auto")
+    """The backend in use ("torch" or "onednn"): "torch" unless `set_cpu_matmul` chose oneDNN."""
+    return _chosen
 
 
 def routes(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
@@ -93,7 +94,7 @@ def routes(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> bool:
     a CPU autocast (under `train.precision=bf16-mixed` F.linear is autocast's to cast to bf16; the
     oneDNN call would bypass it and multiply in float32). A CUDA tensor never routes."""
     return (
-        cpu_matmul() == "onednn"
+        _chosen == "onednn"
         and x.device.type == "cpu"
         and not torch.is_autocast_enabled("cpu")
         and x.dtype == weight.dtype == torch.float32
