@@ -1,7 +1,7 @@
 """float32 CPU linear maps: torch's default (MKL) against oneDNN (cpu/matmul.py), interleaved.
 
 For each shape, the forward x·Wᵀ and the two gradients g·W and gᵀx, timed alternately with
-`train.cpu_matmul=torch` and `onednn` in the same process, round after round; each figure is the
+`train.cpu.matmul=torch` and `onednn` in the same process, round after round; each figure is the
 median over rounds, with oneDNN's ratio to torch. The shapes are the multiplies of the two workloads
 of benchmarks/vs_trl.py: the tiny Qwen2 (hidden 256, MLP 688, q-k-v 512) in the decode (64 rows)
 and the update (1,984 response positions), and SmolLM2-135M (hidden 576, MLP 1536, vocabulary
