@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -25,6 +26,7 @@ from transformers import (
 )
 
 from quadrants.models.linears import route_linears
+from quadrants.models.lora import apply_lora
 from quadrants.models.smollm2 import NAME as SMOLLM2
 from quadrants.models.smollm2 import ensure_smollm2
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source, looks_like_path
@@ -40,6 +42,7 @@ def load_policy(
     dtype: str = "float32",
     cache_root: Path | str | None = None,
     seed: int = 0,
+    lora: Any = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A causal LM and its tokenizer.
 
@@ -48,6 +51,8 @@ def load_policy(
         dtype: "float32", "bfloat16" or "float16".
         cache_root: where "tiny" is cached (default `$QUADRANTS_CACHE` or `~/.cache/quadrants`).
         seed: initial weights of "tiny-random" (ignored otherwise).
+        lora: `model.lora` (quadrants.config.LoraConfig); when enabled, LoRA adapters are put into
+            the loaded model in place (models/lora.py) and only they require grad.
 
     Returns:
         (model, tokenizer): the model in eval mode with the requested dtype; the tokenizer
@@ -72,6 +77,8 @@ def load_policy(
         )
     _prepare_tokenizer(tokenizer, model)
     route_linears(model)  # its linear layers follow train.cpu_matmul (models/linears.py)
+    if lora is not None and lora.enabled:
+        apply_lora(model, lora)  # after routing: the adapters wrap the routed layers
     model.eval()
     return model, tokenizer
 

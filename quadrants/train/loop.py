@@ -30,6 +30,7 @@ from quadrants.config import RunConfig
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
+from quadrants.models.lora import trainable_parameters
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.matmul import set_cpu_matmul
 from quadrants.ops.quadrants import QuadrantSettings
@@ -51,7 +52,7 @@ from quadrants.train.precision import resolve_precision
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
 from quadrants.train.step import StepContext, train_step
-from quadrants.validation import loss_settings, validate_config
+from quadrants.validation import check_lora_ranks, loss_settings, validate_config
 
 log = logging.getLogger("quadrants.train")
 
@@ -90,16 +91,21 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
-    model, tokenizer = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    check_lora_ranks(cfg, dist_env.world_size)
+    model, tokenizer = load_policy(
+        cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed, lora=cfg.model.lora
+    )
     ref_model = None
-    if cfg.objective.kl_coef > 0:
+    # the KL reference: a frozen copy of the base, or under LoRA the policy itself with its
+    # adapters switched off (train/step.py `reference_logprobs`)
+    if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled:
         ref_model, _ = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype, seed=cfg.seed)
         ref_model.requires_grad_(False).eval()
     # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
     # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
     model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        trainable_parameters(model),  # all of them, or under LoRA the adapters only
         lr=cfg.train.lr,
         weight_decay=cfg.train.weight_decay,
         betas=tuple(cfg.train.betas),
