@@ -247,3 +247,25 @@ def test_resume_after_step_1_equals_an_uninterrupted_run(tmp_path: Path):
     untimed = [k for k in whole_2 if not k.startswith(("time/", "perf/", "system/"))]
     assert "train/reward_mean" in untimed and "train/grad_norm" in untimed
     assert {k: resumed_2[k] for k in untimed} == {k: whole_2[k] for k in untimed}
+
+
+def test_hydra_composes_model_lora_and_refuses_before_anything_is_queued():
+    """The keys compose from the command line (Hydra's structured config), and the refusals run
+    in preflight: rollout=vllm for every run, launcher=slurm_ddp (8 ranks) for the multi-rank one."""
+    from quadrants.launch.hydra_setup import compose_run_config, preflight
+
+    cfg = compose_run_config(
+        [
+            "model.lora.enabled=true",
+            "model.lora.rank=8",
+            "model.lora.target_modules=[q_proj,v_proj]",
+        ],
+        files=False,
+    )
+    assert cfg.model.lora.enabled and cfg.model.lora.rank == 8
+    assert list(cfg.model.lora.target_modules) == ["q_proj", "v_proj"]
+    assert cfg.model.lora.alpha == 32.0 and cfg.model.lora.dropout == 0.0  # the defaults
+    with pytest.raises(ValueError, match="model.lora.enabled=true with rollout.engine='vllm'"):
+        preflight(["model.lora.enabled=true", "rollout=vllm"])
+    with pytest.raises(ValueError, match="with 8 ranks"):
+        preflight(["-m", "model.lora.enabled=true", "launcher=slurm_ddp"])
