@@ -15,12 +15,29 @@ from typing import Any
 
 
 @dataclass
+class LoraConfig:
+    # LoRA adapters on the policy through peft (quadrants/models/lora.py, docs/lora.md): only the
+    # adapters train; the KL reference is the same base with the adapters switched off. Defaults:
+    # verl's LoRA recipe (target_modules all-linear, alpha = 2 x rank;
+    # verl docs/advance/ppo_lora.rst) with no dropout (a dropout makes the update's forward
+    # differ from the behaviour pass)
+    enabled: bool = False
+    rank: int = 16  # r, the adapters' inner dimension
+    alpha: float = 32.0  # the update is scaled by alpha / rank
+    dropout: float = 0.0  # on the adapters' input, in the update's forward only
+    # peft's target_modules: "all-linear" (every linear layer but the LM head) or a list of module
+    # names (e.g. [q_proj, v_proj])
+    target_modules: Any = "all-linear"
+
+
+@dataclass
 class ModelConfig:
     # "tiny" = the embedded warm-started policy; "tiny-random" = random init (tests); else a local
     # path or a Hugging Face model id.
     name_or_path: str = "tiny"
     # the dtype the weights are read in; the trainer's parameters then follow train.precision
     dtype: str = "float32"
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass

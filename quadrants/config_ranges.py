@@ -53,6 +53,9 @@ _PROBABILITY_MASS = Range(0, 1, low_open=True)  # top_p
 
 RANGES: dict[str, Range] = {
     "seed": _NON_NEGATIVE,
+    "model.lora.rank": _AT_LEAST_ONE,
+    "model.lora.alpha": _POSITIVE,
+    "model.lora.dropout": Range(0, 1, high_open=True),
     "task.heldout_size": Range(
         0, why="0 = no held-out split, refused where the evaluation needs one (validate_config)"
     ),
@@ -139,6 +142,8 @@ NO_RANGE: dict[str, str] = {
         "a name or a path: a local path must exist (models.source.check_model_source)"
     ),
     "model.dtype": "a dtype name, checked when the model is loaded (models.loading)",
+    "model.lora.enabled": "a flag",
+    "model.lora.target_modules": "all-linear or module names, checked by models.lora",
     "task.name": "a name, checked against the registered tasks (tasks.validate_task)",
     "task.params": "the task's keyword arguments, checked by tasks.validate_task",
     "task.answer_extraction": (

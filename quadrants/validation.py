@@ -22,6 +22,7 @@ from quadrants.config_ranges import check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.distributed.collectives import validate_distributed_config
 from quadrants.eval.plan import suite, validate_eval
+from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.source import check_model_source
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import resolve_objective
@@ -154,6 +155,33 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
             )
 
 
+def validate_lora(cfg: RunConfig) -> None:
+    """`model.lora` against the rest of the run: what LoRA is not built for yet is refused here,
+    naming the key and the fix (the number of ranks: `check_lora_ranks`)."""
+    lora = cfg.model.lora
+    if not lora.enabled:
+        return
+    lora_target_modules(lora.target_modules)
+    if cfg.rollout.engine != "hf":
+        raise ValueError(
+            f"model.lora.enabled=true with rollout.engine={cfg.rollout.engine!r}: handing LoRA "
+            "adapters (or merged weights) to vLLM is not built yet; use rollout.engine=hf, or "
+            "model.lora.enabled=false"
+        )
+
+
+def check_lora_ranks(cfg: RunConfig, world_size: int) -> None:
+    """LoRA trains in one process for now: FSDP2 over the adapted model (frozen base and trainable
+    adapters in the same module) is not built. Run at compose time for a multi-rank launcher
+    (launcher=slurm_ddp) and again when the trainer starts."""
+    if cfg.model.lora.enabled and world_size > 1:
+        raise ValueError(
+            f"model.lora.enabled=true with {world_size} ranks: LoRA trains in a single process "
+            "for now (FSDP2 over the adapted model is not built); use one rank per run "
+            "(launcher=local or launcher=slurm), or model.lora.enabled=false"
+        )
+
+
 def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     """Fail fast, naming the key and the allowed values, before any model or job is started.
 
@@ -161,6 +189,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     """
     check_ranges(cfg)
     check_model_source("model.name_or_path", cfg.model.name_or_path)
+    validate_lora(cfg)
     try:
         resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     except ValueError as err:

@@ -153,7 +153,9 @@ def load_target_policy(target: EvalTarget, *, dtype: str, seed: int = 0) -> tupl
 
     from quadrants.models.loading import load_policy
 
-    model, tokenizer = load_policy(target.model, dtype=target.dtype or dtype, seed=seed)
+    model, tokenizer = load_policy(
+        target.model, dtype=target.dtype or dtype, seed=seed, lora=_run_lora(target)
+    )
     if target.checkpoint is not None:
         shards = target.checkpoint.parent / _SHARDS_DIR
         if shards.is_dir():
@@ -163,6 +165,15 @@ def load_target_policy(target: EvalTarget, *, dtype: str, seed: int = 0) -> tupl
             model.load_state_dict(state["model"])
         model.eval()
     return model, tokenizer
+
+
+def _run_lora(target: EvalTarget) -> Any:
+    """The training run's `model.lora` for a checkpoint of a LoRA run (its adapters are loaded
+    into the same layers), else None."""
+    from quadrants.config import LoraConfig
+
+    lora = ((target.run_config or {}).get("model") or {}).get("lora") or {}
+    return LoraConfig(**lora) if lora.get("enabled") else None
 
 
 def _load_sharded_model(directory: Path, model: Any) -> None:

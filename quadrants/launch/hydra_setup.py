@@ -33,7 +33,7 @@ from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
 from quadrants.rollout.registry import get_engine
-from quadrants.validation import validate_config
+from quadrants.validation import check_lora_ranks, validate_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "sweeps"  # the repository's sweeps/
 _HYDRA_FLAGS_WITHOUT_JOBS = (
@@ -273,6 +273,7 @@ def preflight(argv: list[str]) -> int:
                 ranks > 1
             ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
                 _checked(job, lambda run=run: check_layout(run, ranks))
+                _checked(job, lambda run=run: check_lora_ranks(run, ranks))
             # the memory plan against cluster.gpu_memory_gb (jobs that differ only in seed,
             # objective or quadrant share one trace)
             _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))

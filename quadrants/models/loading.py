@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -30,6 +31,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from quadrants.models.lora import apply_lora
 from quadrants.models.smollm2 import NAME as SMOLLM2
 from quadrants.models.smollm2 import ensure_smollm2
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source, looks_like_path
@@ -46,6 +48,7 @@ def load_policy(
     cache_root: Path | str | None = None,
     seed: int = 0,
     weights: bool = True,
+    lora: Any = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A causal LM and its tokenizer.
 
@@ -56,6 +59,8 @@ def load_policy(
         seed: initial weights of "tiny-random" (ignored otherwise).
         weights: False: the model on the meta device, built from its config (and its generation
             config read as `from_pretrained` reads it), no weights read.
+        lora: `model.lora` (quadrants.config.LoraConfig); when enabled, LoRA adapters are put into
+            the loaded model in place (models/lora.py) and only they require grad.
 
     Returns:
         (model, tokenizer): the model in eval mode with the requested dtype; the tokenizer
@@ -82,6 +87,8 @@ def load_policy(
         else:
             model = _meta_model(source, torch_dtype, local_only)
     _prepare_tokenizer(tokenizer, model)
+    if lora is not None and lora.enabled:
+        apply_lora(model, lora)  # the adapters wrap the base's linear layers (models/lora.py)
     model.eval()
     return model, tokenizer
 

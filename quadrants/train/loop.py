@@ -31,6 +31,7 @@ from quadrants.cpu import tune_for
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
+from quadrants.models.lora import trainable_parameters
 from quadrants.objectives.control import (
     STATE_KEY,
     advance_state,
@@ -57,7 +58,7 @@ from quadrants.train.precision import resolve_precision
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
 from quadrants.train.step import StepContext, train_step
-from quadrants.validation import loss_settings, validate_config
+from quadrants.validation import check_lora_ranks, loss_settings, validate_config
 
 log = logging.getLogger("quadrants.train")
 
@@ -97,13 +98,16 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     device = resolve_device(cfg.train.device, dist_env.local_rank)
     spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     params = with_initial_state(spec, params)  # an adaptive objective's state (objectives/control)
+    check_lora_ranks(cfg, dist_env.world_size)
     # sharded: only rank 0 reads the weights, the others build the model on the meta device and
     # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
     weights = dist_env.is_main or not dist_env.sharded
     load = dict(dtype=cfg.model.dtype, seed=cfg.seed, weights=weights)
-    model, tokenizer = load_policy(cfg.model.name_or_path, **load)
+    model, tokenizer = load_policy(cfg.model.name_or_path, lora=cfg.model.lora, **load)
     ref_model = None
-    if cfg.objective.kl_coef > 0:
+    # the KL reference: a frozen copy of the base, or under LoRA the policy itself with its
+    # adapters switched off (train/step.py `reference_logprobs`)
+    if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled:
         ref_model, _ = load_policy(cfg.model.name_or_path, **load)
         ref_model.requires_grad_(False).eval()
     tune_for(device, cfg.train.cpu, [model, ref_model])  # nothing unless device is the CPU
@@ -111,7 +115,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
     model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        trainable_parameters(model),  # all of them, or under LoRA the adapters only
         lr=cfg.train.lr,
         weight_decay=cfg.train.weight_decay,
         betas=tuple(cfg.train.betas),

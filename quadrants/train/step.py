@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import reduce_metrics
+from quadrants.models.lora import adapters_disabled
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
@@ -112,6 +113,20 @@ def no_grad_pass(
         )
 
 
+def reference_logprobs(
+    ctx: StepContext, sequences: Tensor, attention_mask: Tensor, length: int
+) -> Tensor | None:
+    """The KL reference's log-probs [B, T] (None without a KL term): the frozen reference model's,
+    or under LoRA the policy's own with its adapters switched off (the base it started from;
+    models/lora.py `adapters_disabled`), so no second copy of the model is held."""
+    if ctx.ref_model is not None:
+        return no_grad_pass(ctx, ctx.ref_model, sequences, attention_mask, length)[0]
+    if ctx.cfg.objective.kl_coef > 0 and ctx.cfg.model.lora.enabled:
+        with adapters_disabled(ctx.model):
+            return no_grad_pass(ctx, ctx.model, sequences, attention_mask, length)[0]
+    return None
+
+
 def build_batch(
     ctx: StepContext, rollouts: Rollouts, rewards: Tensor, correct: Tensor | None = None
 ) -> TokenBatch:
@@ -130,9 +145,7 @@ def build_batch(
         old_logp, entropy = rollouts.behaviour_logp, rollouts.behaviour_entropy
     else:
         old_logp, entropy = no_grad_pass(ctx, ctx.model, sequences, attention_mask, length)
-    ref_logp = None
-    if ctx.ref_model is not None:
-        ref_logp, _ = no_grad_pass(ctx, ctx.ref_model, sequences, attention_mask, length)
+    ref_logp = reference_logprobs(ctx, sequences, attention_mask, length)
     mask = rollouts.response_mask
     return make_token_batch(
         sequences=sequences,
