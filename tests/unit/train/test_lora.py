@@ -16,7 +16,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from quadrants.config import LoraConfig, RunConfig
-from quadrants.models.linears import RoutedLinear
+from quadrants.cpu.linears import RoutedLinear, route_linears
 from quadrants.models.loading import load_policy
 from quadrants.models.lora import adapters_disabled, has_adapters, trainable_parameters
 from quadrants.models.policy import behaviour_pass
@@ -66,10 +66,19 @@ def test_adapters_start_at_the_base_and_only_they_train():
     kv = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
     per_layer = 4 * ((h + h) + 2 * (h + kv) + (h + h) + 2 * (h + i) + (i + h))
     assert sum(p.numel() for p in trainable_parameters(model)) == cfg.num_hidden_layers * per_layer
-    # the routed CPU linears are wrapped (peft dispatches on isinstance nn.Linear), the LM head is
-    # not targeted by all-linear, so the fused head still applies
+    # peft wrapped the plain projections; the LM head is not targeted by all-linear, so the fused
+    # head still applies. The CPU routing (quadrants.cpu.tune_for, after loading) then swaps the
+    # wrapped base layers and the adapters' linears alike, and the adapted output is unchanged
     q = model.model.layers[0].self_attn.q_proj
-    assert type(q.base_layer) is RoutedLinear and type(model.lm_head) is RoutedLinear
+    assert type(q.base_layer) is torch.nn.Linear and type(model.lm_head) is torch.nn.Linear
+    x = torch.randint(3, 60, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(x).logits
+        assert route_linears(model) > 0
+        after = model(x).logits
+    assert type(q.base_layer) is RoutedLinear and type(q.lora_A["default"]) is RoutedLinear
+    assert type(model.lm_head) is RoutedLinear
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
     assert has_adapters(model) and not has_adapters(base)
 
 
