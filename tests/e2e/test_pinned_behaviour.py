@@ -15,7 +15,7 @@ the commit named in that file: a SHA-256 of each parameter's bytes and the exact
 metric value at every step.
 
 The file holds one pin per machine kind (the CPU capability torch reports, the CPU matmul backend
-that train.cpu_matmul=auto picks, and torch's version): bit-for-bit equality holds within a kind.
+that train.cpu.matmul=auto picks, and torch's version): bit-for-bit equality holds within a kind.
 On another kind the kernels round differently, the sampled tokens diverge within a step, and no
 tolerance would mean anything, so the test skips there, naming the kinds it has pins for; record the
 new kind's pin with the command below (it adds that kind and leaves the others).
@@ -144,7 +144,7 @@ def observed(cwd: Path) -> dict[str, dict]:
 
 def cpu_capability() -> str:
     """The machine kind bit-for-bit equality needs: torch's CPU capability, the matmul backend
-    that train.cpu_matmul=auto picks here (cpu/matmul.py; the runs use the default), and torch."""
+    that train.cpu.matmul=auto picks here (cpu/matmul.py; the runs use the default), and torch."""
     vendor = auto_backend(cpu_vendor(), platform.machine(), onednn_available())
     return f"{torch.backends.cpu.get_cpu_capability()} matmul {vendor} torch {torch.__version__}"
 
