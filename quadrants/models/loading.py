@@ -58,7 +58,8 @@ def load_policy(
         cache_root: where "tiny" is cached (default `$QUADRANTS_CACHE` or `~/.cache/quadrants`).
         seed: initial weights of "tiny-random" (ignored otherwise).
         weights: False: the model on the meta device, built from its config (and its generation
-            config read as `from_pretrained` reads it), no weights read.
+            config read as `from_pretrained` reads it), no weights read; "tiny-random", which
+            reads no file, is built from its seed as with True.
         lora: `model.lora` (quadrants.config.LoraConfig); when enabled, LoRA adapters are put into
             the loaded model in place (models/lora.py) and only they require grad.
 
@@ -70,8 +71,13 @@ def load_policy(
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     torch_dtype = _DTYPES[dtype]
     if name_or_path == TINY_RANDOM:
+        # built from `seed` on every rank, whatever `weights` says: there is no file to spare
+        # reading, and rank 0's broadcast fill overwrites it. (Moving it to the meta device here
+        # made the 2-rank gloo run of tests/distributed/test_launch.py abort in a collective with
+        # mismatched sizes; the meta path of real checkpoints, _meta_model, is tested by
+        # tests/distributed/test_rank0_fill.py.)
         model, tokenizer = random_tiny_policy(seed)
-        model = model.to(torch_dtype) if weights else model.to(device="meta", dtype=torch_dtype)
+        model = model.to(torch_dtype)
     else:
         if name_or_path == TINY:
             root = Path(cache_root) if cache_root is not None else None

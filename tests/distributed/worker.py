@@ -47,6 +47,13 @@ CASES: dict[str, dict[str, Any]] = {
     "entroadv": dict(objective="entroadv", params={}),
     "entroreg": dict(objective="entroreg", params={}),
     "w_reinforce": dict(objective="w_reinforce", params={}),
+    # the methods of 2025-26 (objectives/gspo.py ... ktae.py) with their registered defaults
+    "gspo": dict(objective="gspo", params={}),
+    "cispo": dict(objective="cispo", params={}),
+    "archer": dict(objective="archer", params={}),
+    "steer": dict(objective="steer", params={}),
+    "adaptive_entropy": dict(objective="adaptive_entropy", params={}),
+    "ktae": dict(objective="ktae", params={}),
     # rollouts from one colocated vLLM engine per rank (the vLLM stage only: tests/vllm/run.sh). vLLM's
     # teardown ends the process group, so a vLLM case must be the last case of a worker invocation
     "grpo_vllm": dict(objective="grpo", params={}, engine="vllm"),
