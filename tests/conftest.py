@@ -43,6 +43,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[DATA_ENV] = started
 
 
+# The quick tier (`pytest -m quick`, the README's development command): the research core's unit tests
+# (objectives, tensor ops, the layering) that are not marked slow, plus the end-to-end tests marked
+# `quick` in their file (a toy objective trains a step). Heavy tests are marked by folder here and by
+# hand elsewhere (`slurm`, `server`), so that `-m "not slurm and not distributed and not server"`
+# leaves them out.
+QUICK_PATHS = ("tests/unit/objectives/", "tests/unit/ops/", "tests/unit/test_layering.py")
+FOLDER_MARKERS = {"tests/distributed/": "distributed", "tests/slurm/": "slurm"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        where = Path(str(item.path)).resolve().relative_to(root).as_posix()
+        for folder, marker in FOLDER_MARKERS.items():
+            if where.startswith(folder):
+                item.add_marker(marker)
+        if where.startswith(QUICK_PATHS) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.quick)
+
+
 @pytest.fixture
 def fixture_data_dir() -> Path:
     """The session's data home of fixture files."""

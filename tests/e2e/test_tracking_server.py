@@ -26,7 +26,7 @@ import pytest
 
 from quadrants.tracking.mlflow_tracker import SENTINEL_KEY, MlflowTracker
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.server]
 KEYS = tuple(f"train/m{i}" for i in range(5))
 
 

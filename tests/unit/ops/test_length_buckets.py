@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 import torch
 
 from quadrants.ops.length_buckets import _best_splits, length_buckets, response_spans
@@ -50,6 +51,7 @@ def test_the_split_by_hand() -> None:
     assert [(rows.tolist(), length) for rows, length in buckets] == [([1], 2), ([0, 2], 3)]
 
 
+@pytest.mark.slow  # an exhaustive search over every split of many length lists (seconds)
 def test_the_programme_finds_the_least_area_of_every_split() -> None:
     """Exhaustive over every way to cut 1..8 sorted lengths into at most k runs."""
     rng = random.Random(0)
