@@ -55,7 +55,8 @@ def chosen_layers(count: int, layers: str | Sequence[int]) -> list[int]:
         return list(range(count))
     if layers == "last":
         return [count - 1]
-    if not isinstance(layers, str) and isinstance(layers, Sequence):  # a list, or Hydra's ListConfig
+    # a list, or Hydra's ListConfig
+    if not isinstance(layers, str) and isinstance(layers, Sequence):
         wanted = list(layers)
         if wanted and all(isinstance(i, int) for i in wanted):
             out = sorted({i % count for i in wanted if -count <= i < count})
