@@ -71,8 +71,11 @@ def arca(
         clip_ratio_c=clip_ratio_c,
     )
     metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    rows = mask.any(-1)
-    metrics["arca_effective_token_ratio"] = effective_token_ratio(weights, mask)[rows].mean()
-    metrics["arca_weight_gini"] = gini(weights, mask)[rows].mean()
+    rows = mask.any(-1).float()  # responses with tokens; a masked mean (no boolean indexing)
+    count = rows.sum().clamp_min(1)
+    metrics["arca_effective_token_ratio"] = (
+        (effective_token_ratio(weights, mask) * rows).sum() / count
+    ).detach()
+    metrics["arca_weight_gini"] = ((gini(weights, mask) * rows).sum() / count).detach()
     metrics["arca_weight_max"] = weights.max().detach()
     return ObjectiveOutput(terms.per_token_loss * mask, metrics)
