@@ -4,8 +4,8 @@ when the objective is ARCA or `model.lora.residual_telemetry` logs it per quadra
 
 One call, `token_signals`, from the step's batch builder (train/step.py `build_batch`); it returns
 `make_token_batch`'s keyword arguments. Each signal is a no-grad pass over the rows
-(models/token_signals.py), `train.batch_size`-style chunks of `PassSettings.batch_size` rows, under
-the step's autocast; with several ranks each rank computes its equal share of the rows and the
+(models/token_signals.py), in chunks of `PassSettings.batch_size` rows (train.mini_batch_size),
+under the step's autocast; with several ranks each rank computes its equal share of the rows and the
 shares are gathered (distributed/collectives.py), as for the behaviour pass.
 """
 
