@@ -28,6 +28,13 @@ class LoraConfig:
     # peft's target_modules: "all-linear" (every linear layer but the LM head) or a list of module
     # names (e.g. [q_proj, v_proj])
     target_modules: Any = "all-linear"
+    # the adapter residual ||h_adapted - h_base|| per response token (ARCA's credit signal,
+    # quadrants/models/token_signals.py): which entry of transformers' hidden_states it is read at
+    # (0 = embeddings, -1 = the final normed state the LM head reads), and whether it is computed
+    # (two extra no-grad decoder passes per step) and logged per quadrant when the objective is not
+    # ARCA (which always computes it)
+    residual_layer: int = -1
+    residual_telemetry: bool = True
 
 
 @dataclass
@@ -125,6 +132,12 @@ class QuadrantConfig:
     threshold: str = "group_mean"  # group_mean | batch_quantile | fixed
     threshold_value: float | None = None  # q for batch_quantile, tau (nats) for fixed
     denominator: str = "all_response_tokens"  # all_response_tokens | kept_tokens
+    # the per-token value the split thresholds: token_entropy (the next-token distribution's) or
+    # attention_entropy (the attention rows', averaged over heads and `attention_layers`;
+    # quadrants/models/token_signals.py); the threshold rules are the same for both
+    axis: str = "token_entropy"
+    # the layers whose attention entropy is averaged: "all", "last", or a list of layer indices
+    attention_layers: Any = "all"
 
 
 @dataclass

@@ -144,6 +144,11 @@ NO_RANGE: dict[str, str] = {
     "model.dtype": "a dtype name, checked when the model is loaded (models.loading)",
     "model.lora.enabled": "a flag",
     "model.lora.target_modules": "all-linear or module names, checked by models.lora",
+    "model.lora.residual_layer": (
+        "an index into the model's hidden states; its range depends on the model's depth, checked "
+        "by models.token_signals when the residual pass reads it"
+    ),
+    "model.lora.residual_telemetry": "a flag",
     "task.name": "a name, checked against the registered tasks (tasks.validate_task)",
     "task.params": "the task's keyword arguments, checked by tasks.validate_task",
     "task.answer_extraction": (
@@ -166,6 +171,11 @@ NO_RANGE: dict[str, str] = {
     ),
     "objective.kl_estimator": "a name, checked against ops.kl (loss_settings)",
     "quadrant.keep": "quadrant names, checked by ops.quadrants.parse_keep",
+    "quadrant.axis": "a name, checked by validation.validate_signals",
+    "quadrant.attention_layers": (
+        "'all', 'last' or layer indices, checked by validation.validate_signals (and against the "
+        "model's depth by models.token_signals.chosen_layers)"
+    ),
     "quadrant.threshold": "a name, checked by ops.quadrants.validate_threshold",
     "quadrant.threshold_value": (
         "its range depends on quadrant.threshold (validate_threshold checks it)"

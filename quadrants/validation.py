@@ -170,6 +170,35 @@ def validate_lora(cfg: RunConfig) -> None:
         )
 
 
+QUADRANT_AXES = ("token_entropy", "attention_entropy")
+NEEDS_LORA = ("arca",)  # objectives whose signal is the LoRA adapter's residual
+
+
+def validate_signals(cfg: RunConfig) -> None:
+    """`quadrant.axis`, `quadrant.attention_layers` and the objectives that need LoRA, each
+    refusal naming the key and the fix."""
+    axis = cfg.quadrant.axis
+    if axis not in QUADRANT_AXES:
+        raise ValueError(f"quadrant.axis={axis!r} is unknown; choose one of {list(QUADRANT_AXES)}")
+    layers = cfg.quadrant.attention_layers
+    if layers not in ("all", "last") and not (
+        isinstance(layers, (list, tuple))
+        and layers
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+        and len(set(layers)) == len(layers)
+    ):
+        raise ValueError(
+            f"quadrant.attention_layers={layers!r} is not a layer selection; use 'all', 'last', or "
+            "a list of distinct layer indices (negative counts from the last layer)"
+        )
+    if cfg.objective.name in NEEDS_LORA and not cfg.model.lora.enabled:
+        raise ValueError(
+            f"objective.name={cfg.objective.name} assigns credit from the LoRA adapter's residual "
+            "||h_adapted - h_base||, which needs adapters: set model.lora.enabled=true "
+            "(docs/lora.md), or choose another objective"
+        )
+
+
 def check_lora_ranks(cfg: RunConfig, world_size: int) -> None:
     """LoRA trains in one process for now: FSDP2 over the adapted model (frozen base and trainable
     adapters in the same module) is not built. Run at compose time for a multi-rank launcher
@@ -190,6 +219,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     check_ranges(cfg)
     check_model_source("model.name_or_path", cfg.model.name_or_path)
     validate_lora(cfg)
+    validate_signals(cfg)
     try:
         resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     except ValueError as err:

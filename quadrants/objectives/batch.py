@@ -52,6 +52,10 @@ class TokenBatch:
             held the constant groups (not sliced either).
         ref_logp: [B, T] float or None, frozen reference-policy log-probs (only when a KL is on).
         num_rollout_tokens: response tokens in the full rollout batch (N), for global normalisers.
+        adapter_residual: [B, T] float or None, ||h_adapted − h_base||_2 per token under LoRA
+            (models/token_signals.py); None without adapters, where the residual is 0.
+        attention_entropy: [B, T] float or None, the behaviour policy's attention entropy per token
+            (nats; only with `quadrant.axis=attention_entropy`, whose split it is).
     """
 
     sequences: Tensor
@@ -71,6 +75,8 @@ class TokenBatch:
     mixed_entropy_sorted: Tensor
     ref_logp: Tensor | None = None
     num_rollout_tokens: int = 0
+    adapter_residual: Tensor | None = None
+    attention_entropy: Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -164,6 +170,8 @@ def make_token_batch(
     quadrant: QuadrantSettings = PAPER_DEFAULT,
     ref_logp: Tensor | None = None,
     constant_by: Tensor | None = None,
+    attention_entropy: Tensor | None = None,
+    adapter_residual: Tensor | None = None,
 ) -> TokenBatch:
     """Build the step's TokenBatch: advantages, group statistics and the quadrant split, once.
 
@@ -175,14 +183,19 @@ def make_token_batch(
         constant_by: [B] float or None, the graded correctness when the rewards carry a shaping
             term (the overlong penalty), else None (the rewards are the correctness). DAPO's dynamic
             sampling judges a group constant by it, and W-REINFORCE's weights follow it.
+        attention_entropy: [B, T] or None. Given, the quadrant split is by it
+            (`quadrant.axis=attention_entropy`) instead of the token entropy; everything else that
+            reads entropy (HAPO's group statistics, the batch quantiles) keeps the token entropy.
+        adapter_residual: [B, T] or None, stored for ARCA and the telemetry.
     """
     response_mask = response_mask.bool()
     rewards = rewards.float()
     advantages = group_advantages(
         rewards, group_ids, normalize_std=normalize_std, eps=advantage_eps
     )
+    axis = entropy if attention_entropy is None else attention_entropy * response_mask
     masks = split_quadrants(
-        entropy,
+        axis,
         advantages,
         response_mask,
         group_ids,
@@ -212,4 +225,10 @@ def make_token_batch(
         mixed_entropy_sorted=mixed,
         ref_logp=None if ref_logp is None else ref_logp.float(),
         num_rollout_tokens=int(response_mask.sum()),
+        adapter_residual=None
+        if adapter_residual is None
+        else adapter_residual.float() * response_mask,
+        attention_entropy=None
+        if attention_entropy is None
+        else attention_entropy.float() * response_mask,
     )

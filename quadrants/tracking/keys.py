@@ -23,6 +23,8 @@ QUADRANT_STATS = (
     "dentropy",
     "dentropy_se",
     "entropy_change",
+    "attention_entropy_mean",  # with quadrant.axis=attention_entropy
+    "adapter_residual_mean",  # under LoRA: ||h_adapted - h_base||, ARCA's credit signal
 )
 
 

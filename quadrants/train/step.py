@@ -30,6 +30,7 @@ from quadrants.train.context import Collected, StepContext
 from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass
 from quadrants.train.micro_batches import row_lengths, token_groups
 from quadrants.train.refill import collect_with_refill, correctness, refill_seed
+from quadrants.train.signals import token_signals
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
 
@@ -146,6 +147,8 @@ def build_batch(
     else:
         old_logp, entropy = no_grad_pass(ctx, ctx.model, sequences, attention_mask, length)
     ref_logp = reference_logprobs(ctx, sequences, attention_mask, length)
+    # attention entropy (quadrant.axis) and the adapter residual (ARCA, LoRA telemetry)
+    signals = token_signals(ctx, sequences, attention_mask, length)
     mask = rollouts.response_mask
     return make_token_batch(
         sequences=sequences,
@@ -160,6 +163,7 @@ def build_batch(
         quadrant=ctx.quadrant,
         ref_logp=None if ref_logp is None else ref_logp * mask,
         constant_by=correct if cfg.rollout.overlong_buffer else None,
+        **signals,
     )
 
 

@@ -28,6 +28,7 @@ def quadrant_telemetry(
     trained: Tensor | None = None,
 ) -> dict[str, float]:
     """token_frac, entropy_mean, adv_mass (Σ of the sequence advantage over the quadrant's tokens),
+    the means of the attention entropy and of the LoRA adapter residual where the batch holds them,
     Cui et al.'s covariance term `cov` with its signed `cov_share` and the per-state estimate
     `cov_state` (ops/entropy_change.py) and, when
     the post-update pass ran, mean |Δ log-prob| and mean entropy change `dentropy` of each
@@ -78,6 +79,13 @@ def quadrant_telemetry(
         out[keys.quadrant(q.value, "token_frac")] = (count / total).item()
         out[keys.quadrant(q.value, "entropy_mean")] = ((batch.entropy * mask).sum() / denom).item()
         out[keys.quadrant(q.value, "adv_mass")] = (adv * mask).sum().item()
+        # the other per-token signals, next to the entropy, where the step computed them
+        for stat, signal in (
+            ("attention_entropy_mean", batch.attention_entropy),
+            ("adapter_residual_mean", batch.adapter_residual),
+        ):
+            if signal is not None:
+                out[keys.quadrant(q.value, stat)] = ((signal * mask).sum() / denom).item()
         if dlogp_abs is not None:
             mean, se = ratio_mean_se(dlogp_abs, mask[rows], batch.batch_size)
             out[keys.quadrant(q.value, "dlogp_abs")] = mean.item()

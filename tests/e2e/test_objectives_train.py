@@ -15,6 +15,7 @@ from quadrants.rewards.grader import Grader
 from quadrants.tracking import keys
 from quadrants.train.loop import build_context
 from quadrants.train.step import train_step
+from quadrants.validation import NEEDS_LORA
 
 
 def small_config(objective: str, keep: str = "all") -> RunConfig:
@@ -28,6 +29,8 @@ def small_config(objective: str, keep: str = "all") -> RunConfig:
     cfg.eval.problems = 0
     if objective in ("clip_cov", "kl_cov"):
         cfg.objective.params = {"fraction": 0.05}  # so that a 32-sequence batch selects some tokens
+    if objective in NEEDS_LORA:  # ARCA's credit is the LoRA adapter's residual
+        cfg.model.lora.enabled = True
     return cfg
 
 

@@ -1,0 +1,177 @@
+"""No-grad passes for the per-token signals other than the token entropy: the attention entropy
+(`quadrant.axis=attention_entropy`) and the LoRA adapter residual (ARCA, its telemetry).
+
+Both give one value per response token t, read at the position whose output predicts token t
+(sequence position P + t − 1), the position the token's log-prob and entropy come from
+(models/policy.py), so the three signals describe the same distribution. Rows go through the model
+`batch_size` at a time, so memory is bounded by one chunk of rows, never the whole batch.
+
+Attention weights: only the eager attention materialises them. transformers'
+`eager_attention_forward` returns `(attn_output, attn_weights)` and the attention module returns
+both (e.g. transformers/models/qwen2/modeling_qwen2.py `Qwen2Attention.forward`), while the SDPA
+and flash paths return None for the weights (transformers/integrations/sdpa_attention.py
+`sdpa_attention_forward`: `return attn_output, None`). So the pass switches the model to eager
+for its duration with transformers' `set_attn_implementation` (transformers/modeling_utils.py) and
+back after. It does not ask for `output_attentions=True`, which would collect every layer's
+[b, H, L, L] weights until the forward ends (transformers/utils/output_capturing.py
+`capture_outputs`); a forward hook on each chosen layer's attention module reduces that layer's
+weights to [b, T] entropies as soon as they are computed, so one layer's weights live at a time.
+
+Adapter residual: the decoder's last hidden state (by default; `model.lora.residual_layer` picks
+another entry of transformers' `hidden_states`, where 0 is the embeddings and −1 the final,
+normed state the LM head reads: `capture_outputs` ties hidden_states[-1] to `last_hidden_state`)
+with the adapters on, and again with them off (models/lora.py `adapters_disabled`, peft's
+`disable_adapter()`). Only the decoder runs (`get_decoder()`), not the LM head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from quadrants.models.lora import adapters_disabled
+from quadrants.models.policy import position_ids_from_mask
+from quadrants.ops.adapter_credit import residual_norm
+from quadrants.ops.attention_entropy import head_mean_entropy
+
+EAGER = "eager"
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder's layers (`model.model.layers` for the Llama/Qwen2 family)."""
+    layers = getattr(model.get_decoder(), "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__} has no decoder `layers` to read attention from")
+    return layers
+
+
+def chosen_layers(count: int, layers: str | Sequence[int]) -> list[int]:
+    """`quadrant.attention_layers` as layer indices: "all", "last", or a list of indices (negative
+    counts from the end). Raises ValueError naming the key."""
+    if layers == "all":
+        return list(range(count))
+    if layers == "last":
+        return [count - 1]
+    # a list, or Hydra's ListConfig
+    if not isinstance(layers, str) and isinstance(layers, Sequence):
+        wanted = list(layers)
+        if wanted and all(isinstance(i, int) for i in wanted):
+            out = sorted({i % count for i in wanted if -count <= i < count})
+            if len(out) == len(wanted):
+                return out
+    raise ValueError(
+        f"quadrant.attention_layers={layers!r} is not a layer selection for a model of {count} "
+        "layers; use 'all', 'last', or a list of distinct layer indices in "
+        f"[-{count}, {count - 1}]"
+    )
+
+
+@contextmanager
+def eager_attention(model: nn.Module) -> Iterator[None]:
+    """While inside, the model computes attention with transformers' eager implementation."""
+    before = model.config._attn_implementation
+    if before != EAGER:
+        model.set_attn_implementation(EAGER)
+    try:
+        yield
+    finally:
+        if before != EAGER:
+            model.set_attn_implementation(before)
+
+
+def _forward_rows(
+    module: nn.Module, sequences: Tensor, attention_mask: Tensor, **kwargs: object
+) -> object:
+    return module(
+        input_ids=sequences,
+        attention_mask=attention_mask.long(),
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+        **kwargs,
+    )
+
+
+@torch.no_grad()
+def attention_entropy_pass(
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    *,
+    layers: str | Sequence[int] = "all",
+    batch_size: int,
+) -> Tensor:
+    """Per response token, the attention entropy (nats) of the position that predicts it, averaged
+    over the heads of the chosen layers and over those layers. [B, L] -> [B, T] float32."""
+    modules = decoder_layers(model)
+    picked = chosen_layers(len(modules), layers)
+    found: list[Tensor] = []
+
+    def record(_module: nn.Module, _args: object, output: object) -> None:
+        weights = output[1] if isinstance(output, tuple) else None
+        if weights is None:
+            raise RuntimeError("the attention module returned no weights under eager attention")
+        rows = weights[:, :, -response_length - 1 : -1, :]  # [b, H, T, K]
+        found.append(head_mean_entropy(rows))  # [b, T]
+
+    was_training = model.training
+    model.eval()
+    hooks = [modules[i].self_attn.register_forward_hook(record) for i in picked]
+    out = []
+    try:
+        with eager_attention(model):
+            decoder = model.get_decoder()
+            for start in range(0, sequences.shape[0], batch_size):
+                found.clear()
+                rows = slice(start, start + batch_size)
+                _forward_rows(decoder, sequences[rows], attention_mask[rows])
+                out.append(torch.stack(found).mean(0))
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(was_training)
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def adapter_residual_pass(
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    *,
+    layer: int = -1,
+    batch_size: int,
+) -> Tensor:
+    """Per response token, ||h_adapted − h_base||_2 at hidden-state entry `layer` of the position
+    that predicts it (module docstring). [B, L] -> [B, T] float32."""
+    was_training = model.training
+    model.eval()
+    decoder = model.get_decoder()
+    out = []
+    try:
+        for start in range(0, sequences.shape[0], batch_size):
+            rows = slice(start, start + batch_size)
+
+            def state(rows: slice = rows) -> Tensor:
+                hidden = _forward_rows(
+                    decoder, sequences[rows], attention_mask[rows], output_hidden_states=True
+                ).hidden_states
+                if not -len(hidden) <= layer < len(hidden):
+                    raise ValueError(
+                        f"model.lora.residual_layer={layer} is out of range for a model with "
+                        f"{len(hidden)} hidden states; allowed: [-{len(hidden)}, {len(hidden) - 1}]"
+                        " (-1 = the final hidden state)"
+                    )
+                return hidden[layer][:, -response_length - 1 : -1]  # [b, T, d]
+
+            adapted = state()
+            with adapters_disabled(model):
+                base = state()
+            out.append(residual_norm(adapted, base))
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
