@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from quadrants.config import RunConfig
+from quadrants.config import ObjectiveConfig, RunConfig
 from quadrants.models.policy import behaviour_pass
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.objectives.batch import make_token_batch
@@ -61,7 +61,7 @@ def main() -> None:
         rewards=rewards,
         group_ids=torch.arange(b) // args.group,
     )
-    cfg = RunConfig()
+    cfg = RunConfig(objective=ObjectiveConfig(name="grpo"))  # the baseline the ratios divide by
     cfg.train.mini_batch_size = b
     state = {k: v.clone() for k, v in model.state_dict().items()}
 

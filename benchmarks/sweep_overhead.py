@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quadrants.config import RunConfig
+from quadrants.config import ObjectiveConfig, RunConfig
 from quadrants.tracking.mlflow_tracker import MlflowTracker
 from quadrants.train.loop import run_training
 
@@ -84,7 +84,7 @@ def time_to_first_step(model: str, workdir: Path) -> tuple[float, float | None]:
 
 
 def tracking_share(model: str, steps: int, workdir: Path) -> tuple[float, float, int]:
-    cfg = RunConfig()
+    cfg = RunConfig(objective=ObjectiveConfig(name="grpo"))  # the figures in the docs are GRPO's
     cfg.model.name_or_path = model
     cfg.train.steps = steps
     cfg.eval.problems = 0

@@ -1,7 +1,9 @@
 """The run configuration: one dataclass tree, the single schema of the Hydra tree under sweeps/.
 
-Tests and scripts build it directly (`RunConfig()` is the embedded default: the tiny warm-started
-policy on the synthetic arithmetic task, GRPO on all tokens). Hydra composes it from YAML and
+The dataclass defaults below are the one place a default value lives: `RunConfig()` is the same
+run as `python -m quadrants.sweep` with no overrides (the tiny warm-started policy on the synthetic
+arithmetic task, DAPO on all tokens), and the YAML groups under sweeps/ state only what differs
+from them (tests/unit/sweep/test_defaults_once.py checks both). Hydra composes it from YAML and
 registers these classes with its ConfigStore (quadrants/launch/hydra_setup.py), so a misspelled key
 or a wrong type fails at compose time. A leaf: it imports nothing of quadrants. The checks that a
 type cannot express (ranges, names owned by other packages) are in quadrants/validation.py
@@ -118,7 +120,9 @@ class RolloutConfig:
 
 @dataclass
 class ObjectiveConfig:
-    name: str = "grpo"
+    # a registered objective (quadrants/objectives); its hyper-parameters' defaults are its
+    # function's keyword defaults, and `params` overrides them (sweeps/objective/<name>.yaml)
+    name: str = "dapo"
     loss_agg: str = "token-mean"
     params: dict[str, Any] = field(default_factory=dict)
     kl_coef: float = 0.0

@@ -1,5 +1,10 @@
-"""The allowed range of every numeric key of the run configuration, in one
-table, checked at compose time.
+"""The one range type, and the allowed range of every numeric key of the run configuration, in
+one table, checked at compose time.
+
+`Range` is how every numeric bound in quadrants is declared and checked: the keys of `RunConfig`
+here (`RANGES`), the probe's and the evaluation's own checks of them, and every objective's
+hyper-parameters (`objectives.registry.check_range` builds one). Its one error message names the
+key, the value and the allowed interval: `train.lr=-1.0 is out of range; allowed: (0, inf)`.
 
 Every leaf key of `RunConfig` (quadrants/config.py) appears exactly once: in `RANGES` with the
 interval its values must lie in, or in `NO_RANGE` with the reason it has none (a name checked
@@ -19,16 +24,21 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Range:
-    """An interval of allowed values: [low, high] with either end open; None = unbounded."""
+    """An interval of allowed values: [low, high] with either end open; None = unbounded.
+
+    `null=True` accepts None (the key's "not set" value); `why` is said after the interval when
+    the bound is not obvious. (Whole numbers are the schema's types' business: Hydra refuses
+    `train.steps=2.5` when it composes.)
+    """
 
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
-    null: bool = False  # None is allowed too (the key's "not set" value)
-    why: str = ""  # said after the interval in the error, when the bound is not obvious
+    null: bool = False
+    why: str = ""
 
-    def contains(self, value: float) -> bool:
+    def contains(self, value: Any) -> bool:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             return False
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
@@ -44,6 +54,15 @@ class Range:
         right = ")" if self.high is None or self.high_open else "]"
         text = f"{left}{low}, {high}{right}" + (", or null" if self.null else "")
         return f"{text} ({self.why})" if self.why else text
+
+    def check(self, key: str, value: Any) -> None:
+        """Raise ValueError naming `key`, its value and this range unless the value lies in it
+        (each element of a list or tuple value; None only where `null`)."""
+        if value is None and self.null:
+            return
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if any(item is None or not self.contains(item) for item in values):
+            raise ValueError(f"{key}={_show(value)} is out of range; allowed: {self.text()}")
 
 
 _POSITIVE = Range(0, low_open=True)
@@ -219,13 +238,15 @@ def lookup(cfg: Any, key: str) -> Any:
 def check_ranges(cfg: Any) -> None:
     """Raise ValueError naming the first key of `RANGES` whose value is outside its range."""
     for key, allowed in RANGES.items():
-        value = lookup(cfg, key)
-        if value is None and allowed.null:
-            continue
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        for item in values:
-            if item is None or not allowed.contains(item):
-                raise ValueError(f"{key}={_show(value)} is out of range; allowed: {allowed.text()}")
+        allowed.check(key, lookup(cfg, key))
+
+
+def check_section(section: Any, prefix: str) -> None:
+    """`check_ranges` for one section of the config (`cfg.probe` with prefix "probe"), for the
+    commands that validate only the section they use."""
+    for key, allowed in RANGES.items():
+        if key.startswith(prefix + "."):
+            allowed.check(key, lookup(section, key.removeprefix(prefix + ".")))
 
 
 def _show(value: Any) -> str:

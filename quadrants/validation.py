@@ -18,7 +18,7 @@ from quadrants.config import (
     TaskConfig,
     TrainConfig,
 )
-from quadrants.config_ranges import check_ranges
+from quadrants.config_ranges import Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.distributed.collectives import validate_distributed_config
 from quadrants.eval.plan import suite, validate_eval
@@ -71,11 +71,9 @@ def validate_rollout_engine(rollout: RolloutConfig) -> None:
         raise ValueError(
             f"rollout.hf_decode={rollout.hf_decode!r} is unknown; choose one of {list(HF_DECODES)}"
         )
-    if rollout.overlong_buffer > rollout.max_new_tokens:
-        raise ValueError(
-            f"rollout.overlong_buffer={rollout.overlong_buffer} is out of range; allowed: "
-            f"[0, rollout.max_new_tokens={rollout.max_new_tokens}] (0 = no overlong penalty)"
-        )
+    Range(
+        0, rollout.max_new_tokens, why="0 = no overlong penalty; at most rollout.max_new_tokens"
+    ).check("rollout.overlong_buffer", rollout.overlong_buffer)
     if rollout.vllm.sleep_level not in (0, 1, 2):
         raise ValueError(
             f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; "

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from quadrants.config_ranges import Range, check_section
 from quadrants.rewards.rules import AnswerRule
 from quadrants.tasks import known_tasks, make_task
 from quadrants.tasks.base import Problem
@@ -87,34 +88,14 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
         raise ValueError(
             f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}"
         )
-    if eval_cfg.limit is not None and eval_cfg.limit < 1:
-        raise ValueError(
-            f"eval.limit={eval_cfg.limit} is out of range; allowed: >= 1, or null for all problems"
-        )
-    if eval_cfg.batch_size is not None and eval_cfg.batch_size < 1:
-        raise ValueError(
-            f"eval.batch_size={eval_cfg.batch_size} is out of range; allowed: >= 1, or null to "
-            "size each generate call from the engine's KV cache"
-        )
-    if not 0 < eval_cfg.confidence < 1:
-        raise ValueError(f"eval.confidence={eval_cfg.confidence} is out of range; allowed: (0, 1)")
-    if not 0 < eval_cfg.top_p <= 1:
-        raise ValueError(f"eval.top_p={eval_cfg.top_p} is out of range; allowed: (0, 1]")
-    if eval_cfg.max_new_tokens < 1:
-        raise ValueError(
-            f"eval.max_new_tokens={eval_cfg.max_new_tokens} is out of range; allowed: >= 1"
-        )
+    check_section(eval_cfg, "eval")  # the ranges of config_ranges.RANGES (evaluate runs alone)
     known = [*known_benchmarks(), *known_ood_benchmarks(), *known_tasks()]
     for name, samples in suite(eval_cfg, task_cfg).items():
         if name not in known:
             raise ValueError(
                 f"eval.benchmarks: unknown benchmark {name!r}; known benchmarks: {known}"
             )
-        if samples < 1:
-            raise ValueError(
-                f"eval.benchmarks.{name}={samples} is out of range; allowed: >= "
-                "1 samples per problem"
-            )
+        Range(1, why="samples per problem").check(f"eval.benchmarks.{name}", samples)
         too_large = [k for k in eval_cfg.ks if k > samples]
         if too_large:
             raise ValueError(
@@ -124,9 +105,6 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
             )
         if files and eval_cfg.source == "local":
             _check_local_files(name, _data_dir(eval_cfg))
-    bad_ks = [k for k in eval_cfg.ks if k < 1]
-    if bad_ks:
-        raise ValueError(f"eval.ks={list(eval_cfg.ks)}: every k must be >= 1")
 
 
 def _local_files(name: str) -> tuple[str, ...]:

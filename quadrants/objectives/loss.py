@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import Tensor
 
+from quadrants.config_ranges import RANGES
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import ObjectiveSpec
@@ -57,8 +58,7 @@ class LossSettings:
                 f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one "
                 f"of {list(KL_ESTIMATORS)}"
             )
-        if self.kl_coef < 0:
-            raise ValueError(f"objective.kl_coef={self.kl_coef} is out of range; allowed: [0, inf)")
+        RANGES["objective.kl_coef"].check("objective.kl_coef", self.kl_coef)
 
 
 def compute_loss(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from quadrants.config_ranges import Range
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch
 from quadrants.objectives.control import STATE_KEY, ObjectiveController
 
@@ -173,13 +174,6 @@ def check_range(
     low_open: bool = False,
     high_open: bool = False,
 ) -> None:
-    """Raise ValueError naming `key` and its allowed range when `value` falls outside it."""
-    ok = True
-    if low is not None:
-        ok &= value > low if low_open else value >= low
-    if high is not None:
-        ok &= value < high if high_open else value <= high
-    if not ok:
-        lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low}"
-        hi = "inf)" if high is None else f"{high}" + (")" if high_open else "]")
-        raise ValueError(f"{key}={value} is out of range; allowed: {lo}, {hi}")
+    """Raise ValueError naming `key` and its allowed range when `value` falls outside it: the
+    run configuration's one range type (quadrants/config_ranges.py), and so its one message."""
+    Range(low, high, low_open=low_open, high_open=high_open).check(key, value)

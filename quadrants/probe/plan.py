@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from quadrants.config_ranges import check_section
 from quadrants.ops.quadrants import Quadrant, QuadrantMasks
 
 if TYPE_CHECKING:
@@ -25,26 +26,9 @@ QUADRANT_ORDER = tuple(q.value for q in Quadrant)  # PHR, PLR, NHR, NLR
 
 
 def validate_probe(probe: ProbeConfig) -> None:
-    """Fail fast, naming the key and its allowed range."""
-    checks = (
-        ("prompts", probe.prompts >= 1, "[1, inf)"),
-        ("positions", probe.positions >= 1, "[1, inf)"),
-        ("entropy_bins", probe.entropy_bins >= 1, "[1, inf)"),
-        ("branches", probe.branches >= 1, "[1, inf)"),
-        ("coverage", 0 < probe.coverage <= 1, "(0, 1]"),
-        ("continuations", probe.continuations >= 2, "[2, inf) (the jackknife leaves one out)"),
-        ("min_rest_mass", 0 <= probe.min_rest_mass < 1, "[0, 1)"),
-        ("batch_size", probe.batch_size >= 1, "[1, inf)"),
-        ("resamples", probe.resamples >= 10, "[10, inf)"),
-        ("confidence", 0 < probe.confidence < 1, "(0, 1)"),
-        ("pseudocount", probe.pseudocount > 0, "(0, inf) (zero counts must stay finite)"),
-        ("every", probe.every >= 0, "[0, inf)"),
-    )
-    for key, ok, allowed in checks:
-        if not ok:
-            raise ValueError(
-                f"probe.{key}={getattr(probe, key)} is out of range; allowed: {allowed}"
-            )
+    """Fail fast, naming the key and its allowed range (the probe.* rows of
+    config_ranges.RANGES: `python -m quadrants.probe` validates only this section)."""
+    check_section(probe, "probe")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from quadrants.config import (
     CheckpointConfig,
     EvalConfig,
     ModelConfig,
+    ObjectiveConfig,
     RolloutConfig,
     RunConfig,
     TrackingConfig,
@@ -98,6 +99,7 @@ def test_checkpoint_evaluated_afterwards_reproduces_the_in_training_evaluation(t
     run_dir = tmp_path / "outputs" / "quadrants" / "s1" / "quadrant=all,seed=0"
     cfg = RunConfig(
         model=ModelConfig(name_or_path="tiny-random"),
+        objective=ObjectiveConfig(name="grpo"),
         run_dir=str(run_dir),
         train=TrainConfig(steps=1, prompts_per_step=2, threads=1, measure_dlogp=False),
         rollout=RolloutConfig(group_size=2, max_new_tokens=8),

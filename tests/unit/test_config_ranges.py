@@ -195,3 +195,45 @@ def test_an_empty_heldout_split_is_refused_when_the_evaluation_needs_it():
 )
 def test_heldout_size_zero_is_allowed_where_no_split_is_carved(eval_cfg, task_cfg):
     validate_heldout_split(eval_cfg, task_cfg)
+
+
+def test_one_range_type_one_message_for_config_keys_objectives_and_sections():
+    """The run configuration, an objective's hyper-parameter check and a section's own check (the
+    probe command) all raise through Range.check, so the same interval reads the same:
+    (0, inf) for train.lr and for GSPO's max_log_ratio, both open at 0."""
+    from quadrants.config import ProbeConfig
+    from quadrants.config_ranges import check_section
+    from quadrants.objectives.registry import check_range, resolve_objective
+
+    cfg = RunConfig()
+    cfg.train.lr = 0.0
+    with pytest.raises(ValueError) as config_error:
+        validate_config(cfg, files=False)
+    with pytest.raises(ValueError) as objective_error:
+        resolve_objective("gspo", {"max_log_ratio": 0.0})
+    assert str(config_error.value) == "train.lr=0.0 is out of range; allowed: (0, inf)"
+    assert str(objective_error.value) == "max_log_ratio=0.0 is out of range; allowed: (0, inf)"
+    # the objectives' keyword form builds the same Range as the table's row
+    with pytest.raises(ValueError) as keyword_error:
+        check_range("train.lr", 0.0, low=0.0, low_open=True)
+    assert str(keyword_error.value) == str(config_error.value)
+    # a section alone: probe.continuations=1 against [2, inf) and the row's reason
+    with pytest.raises(ValueError) as section_error:
+        check_section(ProbeConfig(continuations=1), "probe")
+    assert str(section_error.value) == (
+        "probe.continuations=1 is out of range; allowed: [2, inf) (the jackknife leaves one out)"
+    )
+    check_section(ProbeConfig(), "probe")  # the defaults lie inside every range
+
+
+def test_overlong_buffer_is_bounded_by_max_new_tokens_through_the_same_type():
+    cfg = RunConfig()
+    cfg.rollout.max_new_tokens, cfg.rollout.overlong_buffer = 48, 49  # 49 > 48: out
+    with pytest.raises(ValueError) as error:
+        validate_config(cfg, files=False)
+    assert str(error.value) == (
+        "rollout.overlong_buffer=49 is out of range; allowed: [0, 48] "
+        "(0 = no overlong penalty; at most rollout.max_new_tokens)"
+    )
+    cfg.rollout.overlong_buffer = 48  # the upper end is closed
+    validate_config(cfg, files=False)

@@ -33,7 +33,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "rewards": frozenset(),  # text in, float out
     "home": frozenset(),  # where the user's files live: the cache root and the data home
     # the research core and the data
-    "objectives": frozenset({"cpu", "ops"}),
+    # (config_ranges: the one range type their hyper-parameter checks declare)
+    "objectives": frozenset({"cpu", "ops", "config_ranges"}),
     "tasks": frozenset({"rewards", "home"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
     "models": frozenset({"cpu", "ops", "tasks", "home"}),
@@ -49,10 +50,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     # components that use the ones above
     "eval": frozenset(
         {"config", "cpu", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
+        | {"config_ranges"}
     ),
     "probe": frozenset(
         {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed"}
+        | {"distributed", "config_ranges"}
     ),
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(

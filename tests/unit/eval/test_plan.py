@@ -66,7 +66,7 @@ def test_k_larger_than_n_is_refused_naming_the_benchmark(data_dir):
         ({"benchmarks": {"gsm8k": 0}}, r"eval.benchmarks.gsm8k=0 is out of range"),
         ({"limit": 0}, r"eval.limit=0 is out of range"),
         ({"source": "s3"}, r"eval.source='s3' is unknown; choose one of \['local', 'hub'\]"),
-        ({"ks": [0]}, r"every k must be >= 1"),
+        ({"ks": [0]}, r"eval.ks=\[0\] is out of range; allowed: \[1, inf\)"),
         ({"batch_size": 0}, r"eval.batch_size=0"),
     ],
 )

@@ -97,7 +97,7 @@ def test_state_is_no_config_key_and_restores_from_a_checkpoint():
         ({"target": -0.1}, r"^target=-0.1 is out of range"),
         ({"delta": -1e-4}, r"^delta=-0.0001 is out of range"),
         ({"coef_max": -1.0}, r"^coef_max=-1.0 is out of range"),
-        ({"coef_init": 0.1}, r"^coef_init=0.1 is out of range; allowed: \[0.0, 0.005\]"),
+        ({"coef_init": 0.1}, r"^coef_init=0.1 is out of range; allowed: \[0, 0.005\]"),
     ],
 )
 def test_validation_names_the_key(params, pattern):

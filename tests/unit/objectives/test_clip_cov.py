@@ -76,7 +76,7 @@ def test_no_candidates_is_the_clipped_surrogate():
 @pytest.mark.parametrize(
     "params, pattern",
     [
-        ({"fraction": 2.0}, r"fraction=2.0 is out of range; allowed: \[0.0, 1.0\]"),
+        ({"fraction": 2.0}, r"fraction=2.0 is out of range; allowed: \[0, 1\]"),
         ({"fraction": -0.1}, r"fraction=-0.1 is out of range"),
         ({"cov_lb": 5.0, "cov_ub": 1.0}, r"cov_lb=5.0 must be < cov_ub=1.0"),
         ({"clip_high": -0.1}, r"clip_high=-0.1 is out of range"),

@@ -97,7 +97,7 @@ def test_forking_current_entropy_source_on_a_mini_batch():
 @pytest.mark.parametrize(
     "params, pattern",
     [
-        ({"rho": 0.0}, r"rho=0.0 is out of range; allowed: \(0.0, 1.0\]"),
+        ({"rho": 0.0}, r"rho=0.0 is out of range; allowed: \(0, 1\]"),
         ({"rho": 1.5}, r"rho=1.5 is out of range"),
         ({"scope": "micro_batch"}, r"scope='micro_batch' is unknown"),
         ({"entropy_source": "current"}, r"entropy_source='current' needs scope='mini_batch'"),

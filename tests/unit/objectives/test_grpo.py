@@ -169,6 +169,6 @@ def test_clipped_objectives_are_the_ones_with_a_dual_clip():
 def test_dual_clip_constant_must_exceed_one(c):
     for name in CLIPPED:
         with pytest.raises(
-            ValueError, match=rf"^clip_ratio_c={c} is out of range; allowed: \(1.0, inf\)$"
+            ValueError, match=rf"^clip_ratio_c={c} is out of range; allowed: \(1, inf\)$"
         ):
             resolve_objective(name, {"clip_ratio_c": c})

@@ -189,10 +189,10 @@ def test_conserve_sequence_keeps_each_response_sum():
             r"alpha/phi = 0.5/1.0 = 0.5 .*allowed: alpha/phi < 0.5 \(2\*alpha/phi < 1 with conserve=sequence\)",
         ),
         ({"alpha": -0.1}, r"alpha=-0.1 is out of range"),
-        ({"phi": 0.0}, r"phi=0.0 is out of range; allowed: \(0.0, inf\)"),
+        ({"phi": 0.0}, r"phi=0.0 is out of range; allowed: \(0, inf\)"),
         ({"conserve": "group"}, r"conserve='group' is unknown"),
         ({"apply_to": ["PHR", "XHR"]}, r"unknown quadrant 'XHR'"),
-        ({"clip_low": 1.0}, r"clip_low=1.0 is out of range; allowed: \[0.0, 1.0\)"),
+        ({"clip_low": 1.0}, r"clip_low=1.0 is out of range; allowed: \[0, 1\)"),
     ],
 )
 def test_hapo_validation(params, pattern):

@@ -67,7 +67,7 @@ def test_kl_cov_gradient_pattern():
 @pytest.mark.parametrize(
     "params, pattern",
     [
-        ({"fraction": 0.0}, r"fraction=0.0 is out of range; allowed: \(0.0, 1.0\]"),
+        ({"fraction": 0.0}, r"fraction=0.0 is out of range; allowed: \(0, 1\]"),
         ({"fraction": 2.0}, r"fraction=2.0 is out of range"),
         ({"coef": -1.0}, r"coef=-1.0 is out of range"),
     ],

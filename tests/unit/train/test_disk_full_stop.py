@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quadrants.config import RunConfig
+from quadrants.config import ObjectiveConfig, RunConfig
 from quadrants.tracking.base import RecordingTracker
 from quadrants.tracking.disk_full import DiskFullError
 from quadrants.train.checkpoint import load_latest
@@ -29,7 +29,7 @@ class FullAtStep(RecordingTracker):
 
 
 def small(run_dir: Path) -> RunConfig:
-    cfg = RunConfig(seed=3, run_dir=str(run_dir))
+    cfg = RunConfig(seed=3, run_dir=str(run_dir), objective=ObjectiveConfig(name="grpo"))
     cfg.model.name_or_path = "tiny-random"
     cfg.train.steps, cfg.train.prompts_per_step, cfg.rollout.group_size = 5, 2, 2
     cfg.rollout.max_new_tokens = cfg.eval.max_new_tokens = 6
