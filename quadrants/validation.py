@@ -156,18 +156,13 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
 
 
 def validate_lora(cfg: RunConfig) -> None:
-    """`model.lora` against the rest of the run: what LoRA is not built for yet is refused here,
-    naming the key and the fix (the number of ranks: `check_lora_ranks`)."""
+    """`model.lora` against the rest of the run: its target modules here, the number of ranks in
+    `check_lora_ranks`. Both engines take LoRA: vLLM receives the merged weights
+    (rollout/weights.py `merged_lora_weights`, docs/lora.md)."""
     lora = cfg.model.lora
     if not lora.enabled:
         return
     lora_target_modules(lora.target_modules)
-    if cfg.rollout.engine != "hf":
-        raise ValueError(
-            f"model.lora.enabled=true with rollout.engine={cfg.rollout.engine!r}: handing LoRA "
-            "adapters (or merged weights) to vLLM is not built yet; use rollout.engine=hf, or "
-            "model.lora.enabled=false"
-        )
 
 
 def check_lora_ranks(cfg: RunConfig, world_size: int) -> None:

@@ -123,7 +123,6 @@ def lora_config() -> RunConfig:
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("rollout.engine", "vllm", r"model.lora.enabled=true with rollout.engine='vllm'.*"),
         ("model.lora.target_modules", [], r"model.lora.target_modules=\[\] is not a module"),
         ("model.lora.rank", 0, r"model.lora.rank=0 is out of range"),
         ("model.lora.dropout", 1.0, r"model.lora.dropout=1.0 is out of range"),
@@ -274,8 +273,8 @@ def test_hydra_composes_model_lora_and_refuses_before_anything_is_queued():
     assert cfg.model.lora.enabled and cfg.model.lora.rank == 8
     assert list(cfg.model.lora.target_modules) == ["q_proj", "v_proj"]
     assert cfg.model.lora.alpha == 32.0 and cfg.model.lora.dropout == 0.0  # the defaults
-    with pytest.raises(ValueError, match="model.lora.enabled=true with rollout.engine='vllm'"):
-        preflight(["model.lora.enabled=true", "rollout=vllm"])
+    # vLLM takes a LoRA policy as merged weights (rollout/weights.py `merged_lora_weights`)
+    assert preflight(["model.lora.enabled=true", "rollout=vllm"]) == 1
     with pytest.raises(ValueError, match="with 8 ranks"):
         preflight(["-m", "model.lora.enabled=true", "launcher=slurm_ddp"])
 
