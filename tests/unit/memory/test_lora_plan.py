@@ -88,8 +88,8 @@ def test_tiny_lora_plan_counts_all_linear_adapters():
 
 def test_the_7b_lora_preset_fits_one_80gb_gpu():
     """sweeps/experiment/paper_quadrants_qwen7b_lora_1gpu.yaml: Qwen2.5-Math-7B with LoRA on one
-    80 GB GPU, vLLM colocated at 0.4 of it. Composed and checked as the sweep does at compose time
-    (the plan refuses a job that does not fit), one process (launcher=slurm). Traces a 7B-wide
-    model at 2 and 3 layers (~30 s on a laptop). Measured 2026-11-26: peak 58.6 GiB in rollout,
-    72.2 GB with the allocator's headroom."""
+    80 GB GPU, a float32 vLLM colocated at 0.45 of it. Composed and checked as the sweep does at
+    compose time (the plan refuses a job that does not fit), one process (launcher=slurm). Traces
+    a 7B-wide model at 2 and 3 layers (30-70 s on a shared laptop). Measured 2026-11-26: peak
+    62.4 GiB in rollout, 76.2 GB with the allocator's headroom."""
     assert preflight(["-m", "experiment=paper_quadrants_qwen7b_lora_1gpu", "launcher=slurm"]) == 8
