@@ -3,6 +3,7 @@ the frozen base held without either, and the 1-GPU 7B LoRA preset fitting 80 GB.
 
 from __future__ import annotations
 
+import pytest
 from transformers import Qwen2Config
 
 from quadrants.launch.hydra_setup import compose_run_config, preflight
@@ -86,6 +87,7 @@ def test_tiny_lora_plan_counts_all_linear_adapters():
     assert plan_for(cfg, 1, 1).trainable == expected
 
 
+@pytest.mark.slow  # in the suite; the trace is shared with test_compose's (one per process)
 def test_the_7b_lora_preset_fits_one_80gb_gpu():
     """sweeps/experiment/paper_quadrants_qwen7b_lora_1gpu.yaml: Qwen2.5-Math-7B with LoRA on one
     80 GB GPU, a float32 vLLM colocated at 0.45 of it. Composed and checked as the sweep does at
