@@ -178,13 +178,24 @@ def _run_lora(target: EvalTarget) -> Any:
 
 def _load_sharded_model(directory: Path, model: Any) -> None:
     """Only the model part of a torch.distributed.checkpoint written by any number of ranks (DCP
-    loads the requested keys; the optimizer shards are not read)."""
+    loads the requested keys; the optimizer shards are not read). A LoRA model (frozen base):
+    only its trainable keys are requested, as a LoRA run saves them
+    (train/distributed_checkpoint.py); the base is the one just loaded from its source."""
     import warnings
 
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        set_model_state_dict,
+    )
 
-    state = {"model": get_model_state_dict(model)}
+    from quadrants.models.lora import has_frozen, without_frozen
+
+    options = None
+    if has_frozen(model):
+        options = StateDictOptions(ignore_frozen_params=True, strict=False)
+    state = {"model": without_frozen(model, get_model_state_dict(model, options=options))}
     with (
         warnings.catch_warnings()
     ):  # DCP warns that it runs in single-process mode without a group: meant
@@ -192,4 +203,4 @@ def _load_sharded_model(directory: Path, model: Any) -> None:
             "ignore", message=".*torch.distributed is (disabled|not initialized|unavailable).*"
         )
         dcp.load(state, checkpoint_id=str(directory))
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=options)

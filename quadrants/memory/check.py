@@ -12,7 +12,9 @@
   `train.forward_tokens // row length` rows (else the mini-batch, as today);
 - the engine: `rollout.engine=vllm` adds its share (memory/vllm_share.py); the HF engine
   generates with the trainer's own model, whose KV cache the plan does not itemise;
-- a KL reference model (`objective.kl_coef > 0`) adds its parameters in `model.dtype`, sharded.
+- a KL reference model (`objective.kl_coef > 0`) adds its parameters in `model.dtype`, sharded;
+  under LoRA there is none (the reference is the policy with its adapters off);
+- `model.lora`: the adapters on a frozen base, traced as the trainer builds them (memory/trace.py).
 
 `check_memory` raises ValueError when the plan's peak exceeds `cluster.gpu_memory_gb`, naming the
 phase and the settings that fix it.
@@ -25,6 +27,8 @@ import math
 from quadrants.config import RunConfig
 from quadrants.memory.architecture import model_config
 from quadrants.memory.plan import Plan, PlanInputs, format_plan, make_plan
+from quadrants.memory.trace import LoraSpec
+from quadrants.models.lora import target_modules as lora_target_modules
 
 DEFAULT_GPU_GB = 80.0  # the engine's share is sized on this when cluster.gpu_memory_gb is null
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -68,10 +72,27 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
         vllm=cfg.rollout.vllm if cfg.rollout.engine == "vllm" else None,
         gpu_memory_gb=cfg.cluster.gpu_memory_gb or DEFAULT_GPU_GB,
         reference_dtype_bytes=(
-            _DTYPE_BYTES.get(cfg.model.dtype, 4) if cfg.objective.kl_coef > 0 else 0
+            _DTYPE_BYTES.get(cfg.model.dtype, 4)
+            if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled
+            else 0
         ),
         allocator_headroom=cfg.cluster.allocator_headroom,
         offload_optimizer=cfg.train.offload_optimizer,
+        lora=lora_spec(cfg),
+    )
+
+
+def lora_spec(cfg: RunConfig) -> LoraSpec | None:
+    """`model.lora` as the trace takes it (None when off)."""
+    lora = cfg.model.lora
+    if not lora.enabled:
+        return None
+    modules = lora_target_modules(lora.target_modules)
+    return LoraSpec(
+        rank=int(lora.rank),
+        alpha=float(lora.alpha),
+        target_modules=modules if isinstance(modules, str) else tuple(modules),
+        dropout=float(lora.dropout),
     )
 
 
@@ -105,7 +126,8 @@ def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
     state = f.parameters + f.gradients + f.optimizer
     fixes = []
     over = needed_bytes(cfg, plan) - budget * 1e9
-    if state > 0.1 * peak.total:  # the trainer's sharded state: more ranks divide it
+    # the trainer's sharded state: more ranks divide it (LoRA trains in one process)
+    if state > 0.1 * peak.total and inputs.lora is None:
         full_state = state * inputs.world_size
         room = budget * 1e9 - (peak.total - state)
         least = f"; at least {math.ceil(full_state / room)}" if room > 0 else ""

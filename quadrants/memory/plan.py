@@ -34,7 +34,15 @@ from dataclasses import dataclass, field, replace
 from transformers import PretrainedConfig
 
 from quadrants.config import VLLMConfig
-from quadrants.memory.trace import KINDS, Footprint, GiB, StepTrace, TraceSpec, trace_step
+from quadrants.memory.trace import (
+    KINDS,
+    Footprint,
+    GiB,
+    LoraSpec,
+    StepTrace,
+    TraceSpec,
+    trace_step,
+)
 from quadrants.memory.vllm_share import vllm_share
 
 # the depths traced (this and one more): the first layer sits between the embedding and the head,
@@ -71,6 +79,8 @@ class PlanInputs:
     # torch's caching allocator reserves this share of the trainer's peak beyond it
     # (cluster.allocator_headroom); counted by `Plan.needed`, not in the phases
     allocator_headroom: float = 0.0
+    # model.lora: adapters trained on a frozen base (memory/trace.py); None: full fine-tuning
+    lora: LoraSpec | None = None
 
     def trace_key(self) -> tuple:
         """What the trainer's trace depends on (plans of one sweep's jobs share one trace)."""
@@ -86,6 +96,7 @@ class PlanInputs:
             self.forward_rows,
             self.chunk_size,
             min(2, max(self.micro_batches, 1)),
+            self.lora,
         )
 
 
@@ -115,7 +126,8 @@ class Plan:
     phases: list[PhasePeak]
     host_per_node: int
     head_buffers: int  # the fused LM head's two [chunk, V] float32 buffers (in activations)
-    parameters: int  # elements of the full-depth model
+    parameters: int  # elements of the full-depth model (its base, without LoRA adapters)
+    trainable: int = 0  # elements the optimizer steps (the adapters under LoRA)
     notes: list[str] = field(default_factory=list)
 
     def _needs(self, phase: PhasePeak) -> float:
@@ -152,6 +164,7 @@ def extrapolate(one: StepTrace, two: StepTrace, layers: int, depth: int = 1) -> 
         no_grad=one.no_grad.scaled(two.no_grad, steps + 1),
         resident=one.resident.scaled(two.resident, steps + 1),
         parameters=one.parameters + (steps + 1) * (two.parameters - one.parameters),
+        trainable=one.trainable + (steps + 1) * (two.trainable - one.trainable),
     )
 
 
@@ -191,6 +204,7 @@ def trace_at(inputs: PlanInputs, layers: int) -> StepTrace:
             checkpointing=inputs.checkpointing,
             chunk_size=inputs.chunk_size,
             micro_batches=min(2, max(inputs.micro_batches, 1)),
+            lora=inputs.lora,
         )
     )
 
@@ -240,11 +254,11 @@ def make_plan(inputs: PlanInputs) -> Plan:
     update = max(forward_backward, step.optimizer, key=lambda f: f.total)
     load = Footprint(parameters=step.resident.parameters)
     largest = _largest_parameter(inputs.config) * (engine.dtype_bytes if engine else 2)
-    push = (
-        dict(vllm_weights=engine.weights, gathered_push=largest if inputs.sharded else 0)
-        if engine
-        else {}
-    )
+    # sharded: one gathered full parameter at a time; LoRA: one merged weight W + scale * B A at a
+    # time in the engine's dtype (rollout/weights.py `merged_lora_weights`), the widest projection
+    merged = _largest_linear(inputs.config) * (engine.dtype_bytes if engine else 2)
+    one_at_a_time = largest if inputs.sharded else merged if inputs.lora is not None else 0
+    push = dict(vllm_weights=engine.weights, gathered_push=one_at_a_time) if engine else {}
     phases = [
         PhasePeak("load", load, **awake, **ref),
         PhasePeak("rollout", resident, **awake, **ref),
@@ -265,7 +279,14 @@ def make_plan(inputs: PlanInputs) -> Plan:
         host_per_node=host,
         head_buffers=2 * inputs.chunk_size * vocab * 4,
         parameters=step.parameters,
+        trainable=step.trainable,
     )
+
+
+def _largest_linear(config: PretrainedConfig) -> int:
+    """Elements of the widest decoder projection (an MLP matrix, or attention's hidden x hidden)."""
+    hidden = int(config.hidden_size)
+    return max(int(config.intermediate_size) * hidden, hidden * hidden)
 
 
 def _largest_parameter(config: PretrainedConfig) -> int:
@@ -304,6 +325,11 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
     widths = [max(len(str(r[c])) for r in [columns, *rows]) for c in range(len(columns))]
     line = lambda r: "  ".join(str(v).rjust(w) for v, w in zip(r, widths, strict=True))  # noqa: E731
     mode = f"FSDP2 over {i.world_size} ranks" if i.sharded else "one process, unsharded"
+    if i.lora is not None:
+        mode += (
+            f", LoRA rank {i.lora.rank} ({plan.trainable / 1e6:.1f} M trainable parameters, "
+            "the base frozen)"
+        )
     head = [
         f"memory plan per GPU, GiB ({plan.parameters / 1e9:.2f} B parameters, {mode}, "
         f"{i.precision}, checkpointing {'on' if i.checkpointing else 'off'})",

@@ -36,6 +36,15 @@ Two corrections, each found by checking the trackers' figures against arithmetic
    gradients outside the tracker), and with two micro-batches, so that the second one runs with
    the first one's gradients held, as every step after the first does.
 
+LoRA (`TraceSpec.lora`): the adapters are put into the traced model by the trainer's own
+`apply_lora` (models/lora.py, peft's `get_peft_model`), so the frozen base weights are held in the
+precision's storage dtype as the trainer holds them (float32 under fp32 and bf16-mixed: the
+trainer casts the whole policy, train/distributed_step.py `prepare_policy`), without gradients,
+and AdamW (built over `trainable_parameters`, as train/loop.py builds it) keeps moments for the
+adapters only. Under autocast the frozen weights are not in autocast's cast cache (it keeps the
+bf16 copies of leaf tensors that require grad only: aten/src/ATen/autocast_mode.cpp
+`cached_cast`), so their bf16 copies are temporaries of each matmul, which the trace sees.
+
 Attention: the trace runs on the CPU, where `scaled_dot_product_attention` picks the CPU flash
 kernel (torch/nn/attention: `_fused_sdp_choice` on CPU), which saves the output and a logsumexp per
 query (O(T) per head), as CUDA's flash and memory-efficient kernels do; no [T, T] score matrix is
@@ -58,6 +67,7 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 import quadrants.ops.fused_head as fused_head_module
 from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
+from quadrants.models.lora import apply_lora, trainable_parameters
 from quadrants.models.policy import _plain_logprobs
 from quadrants.train.precision import resolve_precision
 
@@ -126,6 +136,16 @@ def footprint(snapshot: dict) -> Footprint:
 
 
 @dataclass(frozen=True)
+class LoraSpec:
+    """`model.lora` as the trace takes it (hashable: plans of one sweep share a trace)."""
+
+    rank: int
+    alpha: float
+    target_modules: str | tuple[str, ...]
+    dropout: float = 0.0
+
+
+@dataclass(frozen=True)
 class TraceSpec:
     """What to trace: the architecture, the rank's view of the run and one micro-batch's shape."""
 
@@ -143,6 +163,7 @@ class TraceSpec:
     micro_batches: int = 2
     fake: bool = True  # fake tensors and a fake process group (False: real tensors, here)
     device: str = "cpu"
+    lora: LoraSpec | None = None  # LoRA adapters on the model (None: full fine-tuning)
 
 
 @dataclass
@@ -152,7 +173,8 @@ class StepTrace:
     optimizer: Footprint  # peak of the AdamW step
     no_grad: Footprint  # peak of one no-grad forward
     resident: Footprint  # between steps: parameters and optimizer states (gradients released)
-    parameters: int  # elements of the traced model
+    parameters: int  # elements of the traced base model (the adapters not counted)
+    trainable: int = 0  # elements the optimizer steps (all of them, or the LoRA adapters)
 
 
 @contextmanager
@@ -166,6 +188,30 @@ def _every_row_carries_gradient() -> Iterator[None]:
         yield
     finally:
         fused_head_module._rows_with_gradient = original
+
+
+@contextmanager
+def _adapters_built_in_place() -> Iterator[None]:
+    """peft moves each new adapter to its base layer's device and dtype with `Module.to`, twice
+    (peft/tuners/tuners_utils.py `BaseTunerLayer._move_adapter_to_device_of_base_layer`, and the
+    "dispatch to correct device" loop of peft/tuners/lora/model.py `LoraModel._replace_module`),
+    which fails on fake parameters (`Module._apply` swaps a fake parameter with
+    `torch.utils.swap_tensors`, which refuses it). The trace builds the adapters on the base
+    layer's device and in its dtype already (the default device and dtype set around them), so
+    while inside the moves are skipped: `_replace_module` keeps only its `setattr` of the new
+    module."""
+    from peft.tuners.lora.model import LoraModel
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    move = BaseTunerLayer._move_adapter_to_device_of_base_layer
+    replace_module = LoraModel._replace_module
+    BaseTunerLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
+    LoraModel._replace_module = lambda self, parent, name, new, child: setattr(parent, name, new)
+    try:
+        yield
+    finally:
+        BaseTunerLayer._move_adapter_to_device_of_base_layer = move
+        LoraModel._replace_module = replace_module
 
 
 @contextmanager
@@ -309,10 +355,15 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float32
     with torch.device(spec.device):
         model = build_model(spec.config, spec.layers, dtype)
-    elements = sum(p.numel() for p in model.parameters())
+        elements = sum(p.numel() for p in model.parameters())
+        if spec.lora is not None:
+            if spec.sharded:
+                raise ValueError("LoRA trains in one process: the plan traces it unsharded")
+            with _default_dtype(dtype), _adapters_built_in_place():
+                apply_lora(model, spec.lora)
     model.train()
     shard(model, mesh, spec)  # sharded or not: checkpointing is enabled there, as the trainer does
-    params = list(model.parameters())
+    params = trainable_parameters(model)  # under LoRA the adapters only, as the trainer's AdamW
     optimizer = _adamw(params, spec.sharded)
     _step_with_zero_grads(params, optimizer)
     vocab = spec.config.vocab_size
@@ -324,7 +375,7 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     def tracker():
         if spec.sharded:
             return FSDPMemTracker(model, optimizer)
-        plain = MemTracker()
+        plain = _FrozenAwareMemTracker() if spec.lora is not None else MemTracker()
         plain.track_external(model, optimizer)
         return plain
 
@@ -365,7 +416,42 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
         no_grad=no_grad,
         resident=resident,
         parameters=elements,
+        trainable=sum(p.numel() for p in params),
     )
+
+
+def _frozen_aware_tracker_class():
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+
+    class FrozenAwareMemTracker(MemTracker):
+        """torch's MemTracker with gradient hooks on the parameters that require grad only: its
+        module pre-forward hook registers one on every parameter of every module
+        (torch/distributed/_tools/mem_tracker.py `_track_module_params_and_buffers`), which raises
+        on a frozen one ("cannot register a hook on a tensor that doesn't require gradient"), as
+        LoRA's base weights are. The hooks (hook and post-accumulate hook, as torch installs them)
+        only file the gradients under "gradient"; a frozen parameter has none."""
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            out = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+            if not install_grad_hooks:
+                return out
+
+            def on_grad(grad: torch.Tensor) -> None:
+                self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+            for param in module.parameters():
+                if param.requires_grad and self._param_to_grad_hook_handles.get(param) is None:
+                    self._param_to_grad_hook_handles[param] = (
+                        param.register_hook(on_grad),
+                        param.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad)),
+                    )
+            return out
+
+    return FrozenAwareMemTracker
+
+
+def _FrozenAwareMemTracker():  # noqa: N802 - builds the tracker (torch's class imported lazily)
+    return _frozen_aware_tracker_class()()
 
 
 def _trace_optimizer(model, optimizer, spec: TraceSpec, MemTracker, tracker) -> Footprint:

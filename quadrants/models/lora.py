@@ -112,3 +112,23 @@ def trainable_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The parameters the optimizer steps: those that require grad (all of them without LoRA,
     only the adapters with it)."""
     return [p for p in model.parameters() if p.requires_grad]
+
+
+def has_frozen(model: nn.Module) -> bool:
+    """Whether some of `model`'s parameters do not train (LoRA's base)."""
+    return any(not p.requires_grad for p in model.parameters())
+
+
+def without_frozen(model: nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """`state` (a model state dict) less every entry that is a frozen parameter's storage: what a
+    LoRA checkpoint holds. torch's `StateDictOptions(ignore_frozen_params=True)` drops a frozen
+    parameter under the one name `named_parameters` gives it
+    (torch/distributed/checkpoint/state_dict.py `_get_model_state_dict`), and a tied weight's
+    second name (`lm_head.weight`, tied to `model.embed_tokens.weight`) stays; this drops that
+    too. One process (plain tensors): LoRA is not sharded."""
+    frozen = {p.data_ptr() for p in model.parameters() if not p.requires_grad}
+    if not frozen:
+        return state
+    return {
+        k: v for k, v in state.items() if not (hasattr(v, "data_ptr") and v.data_ptr() in frozen)
+    }

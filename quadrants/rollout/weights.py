@@ -32,13 +32,47 @@ def full_weights(
     An FSDP2-sharded entry (a DTensor) is all-gathered when it is reached, so every rank must
     consume the iterator to the end, in the same order, at the same point of the step; only one full
     tensor exists at a time (not a full copy of the model). A plain module's tensors pass through,
-    detached, without a copy."""
-    for name, tensor in model.state_dict().items():
+    detached, without a copy.
+
+    A policy with LoRA adapters (models/lora.py) gives its merged weights under the base model's
+    names (`merged_lora_weights`), so an engine that loads the base architecture (vLLM) receives
+    the adapted policy."""
+    from quadrants.models.lora import has_adapters
+
+    entries = merged_lora_weights(model) if has_adapters(model) else model.state_dict().items()
+    for name, tensor in entries:
         if isinstance(tensor, DTensor):
             tensor = tensor.full_tensor()
         if dtype is not None and tensor.is_floating_point():
             tensor = tensor.to(dtype)
         yield name, tensor.detach()
+
+
+@torch.no_grad()
+def merged_lora_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of the adapted policy as a plain model of the base architecture: every
+    adapted linear's weight is W + delta, delta from peft's own `lora.Linear.get_delta_weight`
+    (peft/tuners/lora/layer.py: `transpose(B @ A, fan_in_fan_out) * scaling`, summed over the
+    active adapters), under the base layer's name (".base_layer" dropped); the adapters' own
+    entries (lora_A, lora_B) are left out. One merged weight exists at a time, and the trainer's
+    weights are never modified: peft's `merge_adapter` / `unmerge_adapter` (TRL's route) add and
+    then subtract delta in place, which in floating point does not restore W exactly. An adapter
+    switched off (`adapters_disabled`) or merged already gives W as it is."""
+    from peft.tuners.lora import LoraLayer
+
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    for name, tensor in model.state_dict().items():
+        if ".lora_" in name:
+            continue
+        owner, marker, leaf = name.partition(".base_layer.")
+        if marker:
+            layer = layers[owner]
+            if leaf == "weight" and not layer.disable_adapters and not layer.merged:
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A:
+                        tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+            name = f"{owner}.{leaf}"
+        yield name, tensor
 
 
 @torch.no_grad()

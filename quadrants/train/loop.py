@@ -335,7 +335,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                             tracker,
                         )
                     )
-                with stop_if_disk_full(ctx, run_dir, tracker, step, metrics):
+                with stop_if_disk_full(ctx, run_dir, tracker, step, metrics, offload):
                     tracker.log_metrics(metrics, step=step)
                     result.last_step = metrics
                     every = cfg.tracking.log_samples_every
@@ -357,17 +357,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                     )
                     if run_dir is not None and checkpoint_now:
                         _write_run_id(run_dir, tracker.run_id)
-                        with _states_on_device(offload):
-                            save_checkpoint(
-                                run_dir,
-                                step,
-                                model=ctx.model,
-                                optimizer=ctx.optimizer,
-                                scheduler=ctx.scheduler,
-                                run_id=tracker.run_id,
-                                keep=cfg.checkpoint.keep,
-                                objective_state=ctx.params.get(STATE_KEY),
-                            )
+                        _save(ctx, run_dir, step, tracker, offload)
                 line = _step_line(step, total, metrics)
                 bar.set_postfix_str(line.split(" ", 2)[2])
                 if bar.disable:
@@ -388,7 +378,12 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
 
 @contextmanager
 def stop_if_disk_full(
-    ctx: StepContext, run_dir: Path | None, tracker: Tracker, step: int, metrics: dict[str, float]
+    ctx: StepContext,
+    run_dir: Path | None,
+    tracker: Tracker,
+    step: int,
+    metrics: dict[str, float],
+    offload: OptimizerOffload | None = None,
 ) -> Iterator[None]:
     """Recording step `step` (its metrics, samples, checkpoint) ran out of disk: try to checkpoint
     the step with its metrics inside (a resumed run logs them), then stop with one DiskFullError
@@ -403,17 +398,7 @@ def stop_if_disk_full(
         saved = "checkpoints are off"
         if run_dir is not None and ctx.cfg.checkpoint.every:
             try:
-                save_checkpoint(
-                    run_dir,
-                    step,
-                    model=ctx.model,
-                    optimizer=ctx.optimizer,
-                    scheduler=ctx.scheduler,
-                    run_id=tracker.run_id,
-                    keep=ctx.cfg.checkpoint.keep,
-                    objective_state=ctx.params.get(STATE_KEY),
-                    unlogged_metrics={step: metrics},
-                )
+                _save(ctx, run_dir, step, tracker, offload, unlogged_metrics={step: metrics})
                 saved = f"step {step} is checkpointed with its metrics"
             except Exception as again:  # noqa: BLE001 - the first error is the one to report
                 saved = f"its checkpoint could not be written either ({type(again).__name__})"
@@ -421,6 +406,33 @@ def stop_if_disk_full(
             path,
             f"stopped at step {step}: {saved}; free space and run the same command again to resume",
         ) from None
+
+
+def _save(
+    ctx: StepContext,
+    run_dir: Path,
+    step: int,
+    tracker: Tracker,
+    offload: OptimizerOffload | None,
+    **extra: Any,
+) -> None:
+    """The one way the loop writes a checkpoint (every `checkpoint.every` steps, on a signal, and
+    on a full disk): the optimizer's states brought back to the device first when
+    train.offload_optimizer keeps them on the host (the full-disk save used to write them without
+    that), then `save_checkpoint` with the run's objective state. `extra`: `rng` (a signal's RNG
+    states) or `unlogged_metrics` (a full disk's)."""
+    with _states_on_device(offload):
+        save_checkpoint(
+            run_dir,
+            step,
+            model=ctx.model,
+            optimizer=ctx.optimizer,
+            scheduler=ctx.scheduler,
+            run_id=tracker.run_id,
+            keep=ctx.cfg.checkpoint.keep,
+            objective_state=ctx.params.get(STATE_KEY),
+            **extra,
+        )
 
 
 def _signal_save(
@@ -433,18 +445,7 @@ def _signal_save(
         return None
 
     def save(step: int, rng: Any) -> None:
-        with _states_on_device(offload):
-            save_checkpoint(
-                run_dir,
-                step,
-                model=ctx.model,
-                optimizer=ctx.optimizer,
-                rng=rng,
-                scheduler=ctx.scheduler,
-                run_id=tracker.run_id,
-                keep=cfg.checkpoint.keep,
-                objective_state=ctx.params.get(STATE_KEY),
-            )
+        _save(ctx, run_dir, step, tracker, offload, rng=rng)
 
     return save
 

@@ -60,9 +60,11 @@ def test_lora_trains_two_steps_resumes_and_evaluates(smollm2_dir, tmp_path):
     }
     assert kl[1] == 0.0 and kl[2] > 0.0
 
-    # the checkpoint: base weights as loaded, adapters trained, AdamW over the adapters only
+    # the checkpoint: the adapters only (the base is read from its source on resume), trained,
+    # AdamW over the adapters only
     dcp_to_torch_save(run_dir / "checkpoints" / "step_0000002" / "model_optim", tmp_path / "s.pt")
     state = torch.load(tmp_path / "s.pt", weights_only=False)
+    assert all(".lora_" in n for n in state["model"])  # no base weight, tied LM head included
     lora_b = [n for n in state["model"] if ".lora_B." in n]
     assert len(lora_b) == 30 * 7  # 30 layers x q, k, v, o, gate, up, down
     assert any(state["model"][n].abs().max() > 0 for n in lora_b)  # B starts at 0

@@ -316,3 +316,31 @@ def test_generate_from_ids_continues_token_prefixes(engine, policy):
     # one prefix repeated (a branch's K continuations), n = 1, one seed: independent draws, not copies
     repeated = engine.generate_from_ids([prefixes[0]] * 6, dataclasses.replace(SAMPLED, n=1))
     assert len({tuple(row.tolist()) for row in repeated.response_ids}) > 1
+
+
+def test_a_lora_policy_reaches_vllm_as_merged_weights(engine, policy):
+    """LoRA with vLLM: the engine (started on the base) receives the adapted policy as merged
+    weights (rollout/weights.py `merged_lora_weights`), and its log-probs are those of the adapted
+    model's own forward within LOGP_TOL. The adapters' B matrices are set non-zero first (peft
+    starts them at zero, which would make the test pass with no merge at all)."""
+    from quadrants.config import LoraConfig
+    from quadrants.models.lora import apply_lora
+
+    base, _ = policy
+    model = apply_lora(copy.deepcopy(base), LoraConfig(enabled=True, rank=4, alpha=8.0))
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+    before = engine.generate(PROMPTS, SAMPLED)
+    try:
+        engine.sync_weights(model)
+        after = engine.generate(PROMPTS, SAMPLED)
+        assert not torch.equal(after.response_ids, before.response_ids)
+        _, largest = logp_abs_diff(
+            after.behaviour_logp, trainer_logp(model, after, 1.0), after.response_mask
+        )
+        assert largest.item() <= LOGP_TOL
+    finally:
+        engine.sync_weights(base)

@@ -24,6 +24,7 @@ EXPECTED_JOBS = {
     "hapo_alpha": 10,  # 5 alphas x 2 seeds
     "hapo_ablation": 10,  # full + 4 "w/o" x 2 seeds
     "paper_quadrants_qwen7b": 8,
+    "paper_quadrants_qwen7b_lora_1gpu": 8,  # LoRA, one GPU per run (launcher=local or slurm)
     "paper_main_qwen7b": 6,
     "paper_main_dsr1p5b": 4,
     "smollm2_arithmetic": 1,  # one run; the quadrant sweep is `-m ... quadrant=PHR,NHR,PLR,NLR`

@@ -66,3 +66,48 @@ def test_stop_checkpoints_the_unrecorded_step_and_the_resume_logs_it_once(tmp_pa
     run_training(small(tmp_path / "plain"), plain)
     assert dict(plain.history)[3]["train/reward_mean"] == again.history[0][1]["train/reward_mean"]
     assert dict(plain.history)[3]["train/entropy"] == again.history[0][1]["train/entropy"]
+
+
+def test_the_full_disk_save_brings_offloaded_optimizer_states_back_first(
+    tmp_path: Path, monkeypatch
+):
+    """train.offload_optimizer keeps AdamW's states on the host between steps; every checkpoint
+    save (train/loop.py `_save`) loads them onto the device first, the full-disk one included
+    (it did not before). Real parts: the tiny model, AdamW after one step, the offload with the
+    CPU standing in for the device (real copies, as tests/unit/train/test_offload.py), the real
+    save_checkpoint, observed by a wrapper that records whether the states were on the host when
+    it was called. What only a GPU shows: that the states are then on the GPU, not in host memory."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import quadrants.train.loop as loop
+    from quadrants.models.tiny import random_tiny_policy
+    from quadrants.train.offload import OptimizerOffload
+
+    model, _ = random_tiny_policy(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(3, 100, (2, 8), generator=torch.Generator().manual_seed(1))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    offload = OptimizerOffload(optimizer, torch.device("cpu"))
+    assert offload.offload() > 0 and offload.on_host
+    cfg = RunConfig()
+    cfg.checkpoint.every = 1
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    ctx = SimpleNamespace(cfg=cfg, model=model, optimizer=optimizer, scheduler=scheduler, params={})
+    on_host_at_save = []
+    real_save = loop.save_checkpoint
+
+    def recording_save(*args, **kwargs):
+        on_host_at_save.append(offload.on_host)
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "save_checkpoint", recording_save)
+    tracker = RecordingTracker()
+    with pytest.raises(DiskFullError, match="step 1 is checkpointed with its metrics"):
+        with loop.stop_if_disk_full(ctx, tmp_path, tracker, 1, {"m": 1.0}, offload):
+            raise DiskFullError(tmp_path / "spool")
+    assert on_host_at_save == [False]  # loaded for the save
+    assert offload.on_host  # and offloaded again after it
+    assert load_latest(tmp_path).state["unlogged_metrics"] == {1: {"m": 1.0}}
