@@ -136,6 +136,28 @@ def attention_entropy_pass(
     return torch.cat(out)
 
 
+def _hidden_state_at(decoder: nn.Module, layer: int) -> tuple[nn.Module | None, int]:
+    """Where transformers' `hidden_states[layer]` comes from, without asking for all of them:
+    (the module whose output it is, that output's index) or (None, -1) for the last entry, which
+    the decoder returns as `last_hidden_state`. hidden_states is [embeddings, the output of
+    layer 0, ..., of layer n-2, the normed output of layer n-1] (n + 1 entries;
+    transformers/utils/output_capturing.py `capture_outputs` replaces the last layer's raw output
+    by `last_hidden_state`). Raises ValueError naming the key when `layer` is out of range."""
+    layers = decoder.layers
+    count = len(layers) + 1
+    if not -count <= layer < count:
+        raise ValueError(
+            f"model.lora.residual_layer={layer} is out of range for a model with {count} hidden "
+            f"states; allowed: [-{count}, {count - 1}] (-1 = the final hidden state)"
+        )
+    index = layer % count
+    if index == count - 1:
+        return None, -1
+    if index == 0:
+        return decoder.embed_tokens, 0
+    return layers[index - 1], index
+
+
 @torch.no_grad()
 def adapter_residual_pass(
     model: nn.Module,
@@ -147,31 +169,36 @@ def adapter_residual_pass(
     batch_size: int,
 ) -> Tensor:
     """Per response token, ||h_adapted − h_base||_2 at hidden-state entry `layer` of the position
-    that predicts it (module docstring). [B, L] -> [B, T] float32."""
+    that predicts it (module docstring). Only that one hidden state is kept: a forward hook on the
+    module that outputs it, or the decoder's `last_hidden_state` for −1 (asking transformers for
+    `output_hidden_states` would keep all n + 1 of them for the chunk). [B, L] -> [B, T] float32."""
     was_training = model.training
     model.eval()
     decoder = model.get_decoder()
+    source, _ = _hidden_state_at(decoder, layer)
+    caught: list[Tensor] = []
+
+    def catch(_module: nn.Module, _args: object, output: object) -> None:
+        caught.append(output[0] if isinstance(output, tuple) else output)
+
+    hook = None if source is None else source.register_forward_hook(catch)
     out = []
     try:
         for start in range(0, sequences.shape[0], batch_size):
             rows = slice(start, start + batch_size)
 
             def state(rows: slice = rows) -> Tensor:
-                hidden = _forward_rows(
-                    decoder, sequences[rows], attention_mask[rows], output_hidden_states=True
-                ).hidden_states
-                if not -len(hidden) <= layer < len(hidden):
-                    raise ValueError(
-                        f"model.lora.residual_layer={layer} is out of range for a model with "
-                        f"{len(hidden)} hidden states; allowed: [-{len(hidden)}, {len(hidden) - 1}]"
-                        " (-1 = the final hidden state)"
-                    )
-                return hidden[layer][:, -response_length - 1 : -1]  # [b, T, d]
+                caught.clear()
+                last = _forward_rows(decoder, sequences[rows], attention_mask[rows])
+                hidden = last.last_hidden_state if source is None else caught[0]
+                return hidden[:, -response_length - 1 : -1]  # [b, T, d]
 
             adapted = state()
             with adapters_disabled(model):
                 base = state()
             out.append(residual_norm(adapted, base))
     finally:
+        if hook is not None:
+            hook.remove()
         model.train(was_training)
     return torch.cat(out)

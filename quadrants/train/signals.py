@@ -4,9 +4,10 @@ when the objective is ARCA or `model.lora.residual_telemetry` logs it per quadra
 
 One call, `token_signals`, from the step's batch builder (train/step.py `build_batch`); it returns
 `make_token_batch`'s keyword arguments. Each signal is a no-grad pass over the rows
-(models/token_signals.py), in chunks of `PassSettings.batch_size` rows (train.mini_batch_size),
-under the step's autocast; with several ranks each rank computes its equal share of the rows and the
-shares are gathered (distributed/collectives.py), as for the behaviour pass.
+(models/token_signals.py), in chunks of `train.forward_tokens` tokens when set (else
+`train.mini_batch_size` rows), under the step's autocast; with several ranks each rank computes its
+equal share of the rows and the shares are gathered (distributed/collectives.py), as for the
+behaviour pass.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def token_signals(
     asks for them; {} when it asks for neither."""
     cfg = ctx.cfg
     out: dict[str, Tensor] = {}
-    rows = ctx.passes.batch_size
+    rows = chunk_rows(ctx.passes.batch_size, ctx.passes.forward_tokens, sequences.shape[1])
     if cfg.quadrant.axis == "attention_entropy":
         layers = cfg.quadrant.attention_layers
         out["attention_entropy"] = _over_ranks(
@@ -68,6 +69,12 @@ def token_signals(
             attention_mask,
         )
     return out
+
+
+def chunk_rows(batch_size: int, forward_tokens: int, width: int) -> int:
+    """Rows per call of a signal pass: as many [width]-token rows as `train.forward_tokens` holds
+    (at least one) when it is set, the behaviour pass's budget; else `train.mini_batch_size`."""
+    return max(1, forward_tokens // width) if forward_tokens > 0 else batch_size
 
 
 def _over_ranks(

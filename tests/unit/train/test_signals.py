@@ -138,3 +138,15 @@ def test_hydra_composes_the_attention_axis():
     cfg = compose_run_config(["quadrant.axis=attention_entropy", "quadrant.attention_layers=[-1]"])
     assert cfg.quadrant.axis == "attention_entropy"
     assert list(cfg.quadrant.attention_layers) == [-1]
+
+
+def test_signal_passes_chunk_by_the_forward_token_budget():
+    """A 7B preset's 256-row mini-batch of 3,328-token rows must not go through a signal pass at
+    once: with train.forward_tokens=65536 a call takes 65536 // 3328 = 19 rows (19 x 3328 = 63,232
+    tokens; 20 rows would be 66,560 > 65,536); a budget below one row still takes 1 row; without a
+    budget, train.mini_batch_size rows."""
+    from quadrants.train.signals import chunk_rows
+
+    assert chunk_rows(256, 65536, 3328) == 19
+    assert chunk_rows(256, 100, 3328) == 1
+    assert chunk_rows(256, 0, 3328) == 256
