@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quadrants.eval.agreement import (
+from benchmarks.agreement import (
     audit_gold_parses,
     completion_for,
     different_value_partners,
