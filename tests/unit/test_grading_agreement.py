@@ -1,4 +1,5 @@
-"""Equivalent forms, value keys and partners of the grading-agreement check, by hand."""
+"""Equivalent forms, value keys and partners of the grading-agreement check (benchmarks/agreement.py,
+which benchmarks/grading_agreement.py runs over whole benchmarks), by hand."""
 
 from __future__ import annotations
 
