@@ -1,10 +1,5 @@
-"""Finished runs -> paper-style tables and figures.
+"""`python -m analysis`: an alias of `python -m quadrants.analysis`, kept for the documented
+command.
 
-`python -m analysis` reads an MLflow store, selects a sweep (or an experiment, a parent run, tags),
-and writes the comparison table (Markdown, CSV, LaTeX), the figures (PNG, SVG), an HTML page of
-sample responses and a paired comparison, then logs all of it on the sweep's parent run.
-
-Modules: `load` (MLflow -> pandas), `stats` (mean and CI over seeds), `tables` (the comparison table
-and its renderings), `paired` (method A - method B), `figures` (matplotlib), `samples_html`,
-`report` (one call that does everything), `__main__` (the command line).
-"""
+The analysis itself (MLflow runs -> tables, figures, reports) is the package `quadrants.analysis`;
+its command line lives in quadrants/launch/analysis.py."""

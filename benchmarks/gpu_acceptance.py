@@ -43,8 +43,8 @@ import torch.distributed as dist
 
 from quadrants.memory.architecture import shipped_config
 from quadrants.memory.trace import GiB, TraceSpec, build_model, policy_loss, trace_step
+from quadrants.ops.precision import resolve_precision
 from quadrants.train.micro_batches import pack_by_tokens as library_packing
-from quadrants.train.precision import resolve_precision
 
 # bf16 dense tensor-core peak of an H100 SXM (NVIDIA's datasheet, without sparsity)
 H100_BF16_TFLOPS = 989.0

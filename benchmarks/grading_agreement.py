@@ -1,6 +1,6 @@
 """Grading agreement on every benchmark: equivalent forms of a gold graded correct, others' wrong.
 
-For each problem, its gold answer is written in equivalent forms (`quadrants.eval.agreement`:
+For each problem, its gold answer is written in equivalent forms (`benchmarks/agreement.py`:
 verbatim, ``27.0``, exact decimal <-> fraction, degree signs and units dropped or added,
 ``\\text{}`` removed, ``\\dfrac``, comma spacing, ...) and boxed in a short sentence; every form
 must be graded correct. The gold of another problem with a different value must be graded wrong.
@@ -26,12 +26,13 @@ import sys
 import time
 from collections import Counter
 
-from quadrants.eval.agreement import (
+from agreement import (
     AgreementReport,
     GoldParseFinding,
     audit_gold_parses,
     run_agreement,
 )
+
 from quadrants.eval.self_check import SelfCheckReport, reference_self_check
 from quadrants.rewards.grader import Grader
 from quadrants.tasks.benchmarks import known_benchmarks, load_benchmark

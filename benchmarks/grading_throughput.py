@@ -36,7 +36,8 @@ import random
 import time
 from pathlib import Path
 
-from quadrants.eval.agreement import completion_for, different_value_partners
+from agreement import completion_for, different_value_partners
+
 from quadrants.rewards.grader import Grader
 from quadrants.tasks.benchmarks import default_data_dir, get_spec, known_benchmarks, load_benchmark
 

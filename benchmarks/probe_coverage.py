@@ -2,7 +2,7 @@
 worlds (branch masses π and success rates p given, so I(o_t; r | s_t) is known exactly).
 
 Each repetition draws K outcomes per branch from Bernoulli(p_v), as graded continuations would be,
-and runs the probe's own estimators (quadrants.ops.credit: jackknife_cmi, bootstrap_interval with
+and runs the probe's own estimators (quadrants.probe.credit: jackknife_cmi, bootstrap_interval with
 the probe's defaults: add-1/2 smoothing, 200 resamples) on them; the interval is clipped at 0 as the
 probe clips it (probe/estimates.py). Printed per world and K: the truth, the mean estimate and its
 standard error over repetitions, the share of 90 % intervals that contain the truth (with its
@@ -38,7 +38,7 @@ def main() -> None:
 
     import torch
 
-    from quadrants.ops.credit import bootstrap_interval, cmi, jackknife_cmi, outcome_counts
+    from quadrants.probe.credit import bootstrap_interval, cmi, jackknife_cmi, outcome_counts
 
     torch.set_num_threads(1)
     print(

@@ -298,7 +298,7 @@ class TrackingConfig:
 
 @dataclass
 class DistributedConfig:
-    # Used by `torchrun -m quadrants.train.distributed_main` / srun (distributed/collectives.py);
+    # Used by `torchrun -m quadrants.distributed_main` / srun (distributed/collectives.py);
     # a plain single process ignores all but prompts_per_generate.
     backend: str = "auto"  # auto (nccl when CUDA is available, else gloo) | gloo | nccl
     # prompts per generate call; block b goes to rank b % world. null = prompts_per_step / world

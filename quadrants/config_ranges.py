@@ -207,7 +207,7 @@ NO_RANGE: dict[str, str] = {
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
     "train.cpu.matmul": "a choice of auto, torch, onednn, checked by validate_config",
     "train.cpu.sdpa_grouped_heads": "a flag",
-    "train.device": "a device name, checked by rollout.device.validate_device",
+    "train.device": "a device name, checked by quadrants/device.py validate_device",
     "eval.benchmarks": "benchmark names and sample counts, checked by eval.plan.validate_eval",
     "eval.data_dir": "a directory, checked by eval.plan.validate_eval when benchmarks are local",
     "eval.source": "a name, checked by eval.plan.validate_eval",

@@ -20,6 +20,7 @@ from quadrants.config import (
 )
 from quadrants.config_ranges import Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
+from quadrants.device import validate_device
 from quadrants.distributed.collectives import validate_distributed_config
 from quadrants.eval.plan import suite, validate_eval
 from quadrants.models.lora import target_modules as lora_target_modules
@@ -28,18 +29,17 @@ from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
+from quadrants.ops.precision import PRECISIONS
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
-from quadrants.rollout.device import validate_device
 from quadrants.rollout.registry import get_engine
 from quadrants.rollout.weights import WEIGHT_DTYPES
 from quadrants.tasks import known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
-from quadrants.train.precision import PRECISIONS
 
 
 def loss_settings(

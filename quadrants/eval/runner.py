@@ -451,8 +451,8 @@ def run_evaluation(
     """
     import torch
 
+    from quadrants.device import resolve_device
     from quadrants.eval.generation import TextEngine
-    from quadrants.rollout.device import resolve_device
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.tracking.setup import tracking_uri
 

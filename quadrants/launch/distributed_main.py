@@ -1,9 +1,9 @@
 """One training run over several ranks: `torchrun` locally, `srun` on SLURM.
 
-    torchrun --standalone --nproc-per-node 2 -m quadrants.train.distributed_main \\
+    torchrun --standalone --nproc-per-node 2 -m quadrants.distributed_main \\
         objective=grpo train.threads=1
     # inside an sbatch job
-    srun --ntasks 2 python -m quadrants.train.distributed_main objective=grpo
+    srun --ntasks 2 python -m quadrants.distributed_main objective=grpo
 
 Overrides are those of `python -m quadrants.sweep` for a single run (no `-m`): the same Hydra tree,
 the same sweep id and run directory (`<outputs>/<study>/<sweep_id>/default`), so re-running the same
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # Hydra's flags may stand anywhere, as with quadrants.sweep
     if any(a in ("-m", "--multirun") for a in flags):
         sys.exit(
-            "quadrants.train.distributed_main runs ONE training run over several ranks; a sweep of "
+            "quadrants.distributed_main runs ONE training run over several ranks; a sweep of "
             "distributed runs is `python -m quadrants.sweep -m ... launcher=slurm_ddp`"
         )
     show = _shown_config(flags)
@@ -93,7 +93,7 @@ def _shown_config(flags: list[str]) -> bool:
             index += 1
         else:
             sys.exit(
-                f"quadrants.train.distributed_main: {' '.join(flags[index : index + 2])!r} "
+                f"quadrants.distributed_main: {' '.join(flags[index : index + 2])!r} "
                 "is not supported; it takes overrides, and `--cfg job` [--resolve] to "
                 "print the composed config"
             )

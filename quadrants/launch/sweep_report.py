@@ -31,9 +31,9 @@ def report_on_parent(
     )
     if out_dir is None:
         return 0
-    # the report is analysis/'s (a layer above): imported only here, at the end of a sweep
-    from analysis.load import Selection
-    from analysis.report import ReportOptions, build_report
+    # the report is quadrants.analysis's: imported only here, at the end of a sweep
+    from quadrants.analysis.load import Selection
+    from quadrants.analysis.report import ReportOptions, build_report
 
     report = build_report(
         Selection(tracking_uri, study, sweep_id, parent_run_id), out_dir, ReportOptions()

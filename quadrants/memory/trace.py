@@ -69,7 +69,7 @@ import quadrants.ops.fused_head as fused_head_module
 from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.models.lora import apply_lora, trainable_parameters
 from quadrants.models.policy import _plain_logprobs
-from quadrants.train.precision import resolve_precision
+from quadrants.ops.precision import resolve_precision
 
 GiB = 2**30
 
@@ -287,7 +287,7 @@ def shard(model: nn.Module, mesh, spec: TraceSpec) -> nn.Module:
 
 
 def _autocast(spec: TraceSpec):
-    """The context the trainer runs every forward in (train/precision.py): bf16 autocast under
+    """The context the trainer runs every forward in (ops/precision.py): bf16 autocast under
     bf16-mixed, one process or sharded alike; nothing otherwise."""
     return resolve_precision(spec.precision, torch.device(spec.device)).autocast(
         torch.device(spec.device)

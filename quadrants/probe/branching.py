@@ -12,7 +12,7 @@ grade the continuations.
    apply_top_k_top_p: `probs_sum <= 1 - p` masked, the top token kept); its FlashInfer kernel on
    CUDA samples the nucleus without materialising it, which only a GPU run can compare. No engine
    applies a top-k (hf.py passes top_k=0, vllm.py top_k=-1), so there is none to mirror.
-3. `roll_out_branches`: for every position, the top branches (ops.credit.top_branches) and the rest
+3. `roll_out_branches`: for every position, the top branches (credit.top_branches) and the rest
    branch (rolled out whenever it has mass; its tokens drawn from the same truncated π); K
    continuations of each from token ids (prompt + response[:t] + forced token), sampled at
    the rollout temperature by `RolloutEngine.generate_from_ids` in calls of at most
@@ -34,8 +34,8 @@ from tqdm.auto import tqdm
 from quadrants.config import RunConfig
 from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 from quadrants.objectives.batch import TokenBatch, make_token_batch
-from quadrants.ops.credit import Branches, entropy, sample_rest_tokens, top_branches
 from quadrants.ops.quadrants import QuadrantSettings
+from quadrants.probe.credit import Branches, entropy, sample_rest_tokens, top_branches
 from quadrants.probe.plan import Positions, branching_cost
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.decode import sampling_setup
@@ -181,7 +181,7 @@ def plan_branches(
     is a smaller rest cut (unless the sampled token is in it: its pointwise credit needs it); a cut
     rest is dropped from the branch masses and returned, so the estimate can account for it
     (estimates.estimate_credit: the top branches' credit scaled by 1 − π_rest, and the bound
-    ops.credit.rest_cut_bound on what was lost)."""
+    probe.credit.rest_cut_bound on what was lost)."""
     probe = cfg.probe
     branches = top_branches(probs, coverage=probe.coverage, max_branches=probe.branches)
     k = probe.continuations

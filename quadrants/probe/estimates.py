@@ -17,7 +17,8 @@ from torch import Tensor
 
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.registry import resolve_objective
-from quadrants.ops.credit import (
+from quadrants.probe.branching import BranchOutcomes, SampledBatch
+from quadrants.probe.credit import (
     bootstrap_interval,
     entropy,
     hindsight_advantage,
@@ -30,7 +31,6 @@ from quadrants.ops.credit import (
     rest_cut_bound,
     sampled_branch,
 )
-from quadrants.probe.branching import BranchOutcomes, SampledBatch
 from quadrants.probe.plan import Positions
 
 OBJECTIVES = ("grpo", "hapo", "entroadv", "forking")
@@ -66,7 +66,7 @@ class PositionCredit:
     top_mass: mass of the top branches; rest_mass: mass of the rest branch rolled out (0 if not);
     rest_cut: π_rest of a rest branch that was cut (`probe.min_rest_mass`; 0 by default and
     wherever the rest was rolled out); rest_bound: the credit that cut can have hidden,
-    h(π_rest) + π_rest ln C (ops.credit.rest_cut_bound; 0 where nothing was cut); branches:
+    h(π_rest) + π_rest ln C (probe.credit.rest_cut_bound; 0 where nothing was cut); branches:
     branches rolled out (long); credit: pointwise c_t; reward: r_i of the response;
     polarity: sign of the response's GRPO advantage (+1, −1, 0 in a constant group); advantage: the
     hindsight token advantage E[r|s_t,o_t] − E[r|s_t]; weights: objective name

@@ -3,7 +3,7 @@
 
 One probe: sample the population (branching.sample_batch), choose positions (plan.select_positions),
 branch and grade (branching.roll_out_branches), estimate (estimates.estimate_credit), report
-(report.*). The standalone command (`python -m quadrants.probe TARGET`) is probe/runner.py.
+(report.*). The standalone command (`python -m quadrants.probe TARGET`) is launch/probe.py.
 """
 
 from __future__ import annotations

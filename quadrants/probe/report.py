@@ -4,7 +4,7 @@ branches `branches.csv`, and three figures.
 Metrics (means are design-weighted, plan.py, so they estimate all probed-population tokens; `Q` is
 PHR, PLR, NHR, NLR or `all`):
 - `probe/Q/cmi_mean` (+ `_low`, `_high`): mean jackknifed Î, nats, with a percentile interval at
-  `confidence` from a cluster bootstrap over the probe's prompts (ops.credit.cluster_bootstrap_mean:
+  `confidence` from a cluster bootstrap over the probe's prompts (credit.cluster_bootstrap_mean:
   positions of one prompt move together), clipped at 0 (the CMI is non-negative).
 - `probe/Q/cmi_over_entropy_mean`: mean Î / H_t over positions with H_t >= 0.01 nats (how tight the
   entropy bound is); `probe/Q/cmi_over_cap_mean`: mean Î / min(H_t, Ĥ(r|s_t)) over positions where
@@ -26,7 +26,7 @@ PHR, PLR, NHR, NLR or `all`):
   response a harmful token has c_t > 0 while every objective pushes it down; hence also
   `probe/corr_signed/<objective>`, with polarity x c_t (polarity = sign of the response's
   advantage), and `probe/corr_advantage/<objective>`, with the hindsight token advantage
-  E[r|s_t,o_t] − E[r|s_t] (ops.credit.hindsight_advantage). The same three within the high-entropy
+  E[r|s_t,o_t] − E[r|s_t] (probe.credit.hindsight_advantage). The same three within the high-entropy
   (PHR + NHR) tokens only: `probe/corr_high/...`, `probe/corr_signed_high/...`,
   `probe/corr_advantage_high/...` (a mask that zeroes low-entropy tokens wins the all-token
   correlation just by zeroing tokens whose credit is structurally small; within the high-entropy
@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quadrants.ops.credit import cluster_bootstrap_mean, correlation_interval, outcome_counts
+from quadrants.probe.credit import cluster_bootstrap_mean, correlation_interval, outcome_counts
 from quadrants.probe.estimates import PositionCredit
 from quadrants.probe.plan import QUADRANT_ORDER, Positions
 
@@ -215,7 +215,7 @@ def write_branches_csv(
     (0.. top tokens by probability, the last column is the rest), `kind` (top | rest), `token_id`
     (−1 for the rest), `token_text`, `mass` (π of the branch as the estimate used it, full
     precision), `n_r=<value>` (how many of its continuations got each reward value) and, for the
-    rest, `rest_tokens` (the K token ids its continuations started from). ops.credit.jackknife_cmi
+    rest, `rest_tokens` (the K token ids its continuations started from). probe.credit.jackknife_cmi
     on one position's (mass, counts) is credit.csv's `cmi` (times 1 − rest_cut): docs/probe.md."""
     num_classes = classes.numel()
     counts = outcome_counts(outcomes, num_classes).long()  # [N, M, C]

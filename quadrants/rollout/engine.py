@@ -8,7 +8,7 @@ b answers prompt `group_ids[b]`; the n samples of one prompt are consecutive.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -57,6 +57,23 @@ class Rollouts:
     group_ids: Tensor
     finished: Tensor
     behaviour_entropy: Tensor | None = None
+
+
+def rollouts_to(rollouts: Rollouts, device: torch.device) -> Rollouts:
+    """The same rollouts with every tensor on `device` (no copy when already there)."""
+    return replace(
+        rollouts,
+        prompt_ids=rollouts.prompt_ids.to(device),
+        prompt_mask=rollouts.prompt_mask.to(device),
+        response_ids=rollouts.response_ids.to(device),
+        response_mask=rollouts.response_mask.to(device),
+        behaviour_logp=rollouts.behaviour_logp.to(device),
+        group_ids=rollouts.group_ids.to(device),
+        finished=rollouts.finished.to(device),
+        behaviour_entropy=None
+        if rollouts.behaviour_entropy is None
+        else rollouts.behaviour_entropy.to(device),
+    )
 
 
 class RolloutEngine(Protocol):

@@ -40,8 +40,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from quadrants.device import model_device
 from quadrants.rollout.decode import HF_DECODES, sample
-from quadrants.rollout.device import model_device
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.fast_decode import fast_decode_unsupported, sample_fast
 from quadrants.rollout.weights import copy_weights
@@ -81,7 +81,7 @@ class SampledLogprobs(LogitsProcessor):
 
 class HFEngine:
     """RolloutEngine over `model.generate`, on the model's device; the Rollouts it returns are on
-    the CPU (quadrants.rollout.device: the step moves them to the training device once).
+    the CPU (quadrants.device: the step moves them to the training device once).
 
     Args:
         logprobs: record behaviour log-probs and entropy (training); False returns zero log-probs

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from quadrants.objectives.registry import ObjectiveSpec
+from quadrants.ops.precision import resolve_precision
 from quadrants.rollout.engine import Rollouts
 from quadrants.rollout.registry import get_engine
-from quadrants.train.precision import resolve_precision
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig

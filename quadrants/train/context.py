@@ -14,11 +14,11 @@ from quadrants.config import RolloutConfig, RunConfig, TrainConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import ObjectiveSpec
+from quadrants.ops.precision import FP32, Precision
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts
 from quadrants.tasks.base import Task
-from quadrants.train.precision import FP32, Precision
 
 
 @dataclass(frozen=True)

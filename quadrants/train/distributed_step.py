@@ -40,10 +40,10 @@ from quadrants.distributed.collectives import (
 )
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
+from quadrants.ops.precision import resolve_precision
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.rollout.registry import get_engine
-from quadrants.train.precision import resolve_precision
 
 if TYPE_CHECKING:
     from quadrants.config import RunConfig
@@ -251,7 +251,7 @@ def prepare_policy(
     and bf16-mixed whatever `model.dtype` they were read in (a bf16 checkpoint cast up exactly),
     bfloat16 for pure bf16. The replica is taken after the cast: the HF engine samples from the
     trainer's parameters in their stored dtype."""
-    from quadrants.rollout.device import resolve_device
+    from quadrants.device import resolve_device
 
     check_layout(cfg, env.world_size)
     kind = get_engine(cfg.rollout.engine)

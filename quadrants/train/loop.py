@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig
 from quadrants.cpu import tune_for
+from quadrants.device import resolve_device
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
@@ -39,9 +40,9 @@ from quadrants.objectives.control import (
     with_initial_state,
 )
 from quadrants.objectives.registry import resolve_objective
+from quadrants.ops.precision import resolve_precision
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader, grader_workers
-from quadrants.rollout.device import resolve_device
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.prompts import make_renderer
@@ -54,7 +55,6 @@ from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, sav
 from quadrants.train.context import PassSettings
 from quadrants.train.distributed_step import prepare_policy
 from quadrants.train.offload import OptimizerOffload
-from quadrants.train.precision import resolve_precision
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
 from quadrants.train.step import StepContext, train_step

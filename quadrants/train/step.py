@@ -21,8 +21,7 @@ from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_
 from quadrants.ops.overlong import overlong_penalty
 from quadrants.ops.subsample import auto_rows, sample_rows
 from quadrants.rewards.grader import Outcome
-from quadrants.rollout.device import rollouts_to
-from quadrants.rollout.engine import Rollouts, SamplingSettings
+from quadrants.rollout.engine import Rollouts, SamplingSettings, rollouts_to
 from quadrants.tracking import keys
 from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.behaviour import engine_behaviour_is_exact

@@ -1,4 +1,4 @@
-"""`torchrun -m quadrants.train.distributed_main` end to end: 2 gloo ranks train and checkpoint into
+"""`torchrun -m quadrants.distributed_main` end to end: 2 gloo ranks train and checkpoint into
 one MLflow run (real SQLite store), then the same command with one process resumes it: the same run
 directory, the same MLflow run, every step logged exactly once. The tiny *random* model keeps it fast
 (its rewards are all 0: this tests launching, tracking and resuming, not learning)."""
@@ -47,7 +47,7 @@ def launch(cwd, ranks: int, *overrides: str) -> subprocess.CompletedProcess:
         "TOKENIZERS_PARALLELISM": "false",
     }
     return subprocess.run(
-        [*prefix, "quadrants.train.distributed_main", *COMMON, *overrides],
+        [*prefix, "quadrants.distributed_main", *COMMON, *overrides],
         cwd=cwd,
         capture_output=True,
         text=True,

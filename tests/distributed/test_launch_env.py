@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RunConfig
+from quadrants.device import resolve_device
 from quadrants.distributed.collectives import (
     check_layout,
     export_rendezvous,
     generation_block,
     launch_info,
 )
-from quadrants.rollout.device import resolve_device
 
 
 def test_torchrun_environment():

@@ -41,8 +41,8 @@ def gradients(case: str, sharded: bool) -> dict[str, torch.Tensor]:
     process group that is already up)."""
     from quadrants.distributed.collectives import current, shard_model
     from quadrants.models.loading import load_policy
+    from quadrants.ops.precision import resolve_precision
     from quadrants.train.accumulate import backward_minibatch
-    from quadrants.train.precision import resolve_precision
     from tests.unit.train.test_accumulate import context, seeded_batch
 
     precision_name, checkpointing, tokens, keep = CASES[case]

@@ -55,7 +55,7 @@ def test_sigterm_to_every_rank_checkpoints_the_last_step_and_one_process_resumes
                 "--nproc-per-node",
                 "2",
                 "-m",
-                "quadrants.train.distributed_main",
+                "quadrants.distributed_main",
                 *COMMON,
                 "train.steps=200",
             ],
@@ -94,7 +94,7 @@ def test_sigterm_to_every_rank_checkpoints_the_last_step_and_one_process_resumes
         [
             sys.executable,
             "-m",
-            "quadrants.train.distributed_main",
+            "quadrants.distributed_main",
             *COMMON,
             f"train.steps={step + 1}",
         ],

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from quadrants.eval.results import benchmark_metrics, read_counts
 from quadrants.tasks.ood import GRAPHWIZ_TASKS
-from quadrants.tasks.ood_samples import write_ood_samples
+from tests.ood_samples import write_ood_samples
 
 
 @pytest.mark.slow

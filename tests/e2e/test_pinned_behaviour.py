@@ -5,7 +5,7 @@ modules around cannot make this test pass or fail by itself):
 
 - every objective: ``python -m quadrants.sweep -m objective=<all>`` (joblib launcher);
 - the four-quadrant sweep: ``python -m quadrants.sweep -m quadrant=PHR,NHR,PLR,NLR``;
-- a 2-rank run: ``torchrun --standalone --nproc-per-node 2 -m quadrants.train.distributed_main``.
+- a 2-rank run: ``torchrun --standalone --nproc-per-node 2 -m quadrants.distributed_main``.
 
 For every run it reads, from the on-disk formats users rely on, (a) the step-2 checkpoint's model
 parameters (``checkpoints/step_0000002/model_optim``, a torch.distributed checkpoint) and (b) every
@@ -93,7 +93,7 @@ def two_ranks(cwd: Path, *overrides: str) -> None:
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     _run(
         cwd,
-        [*torchrun, "--nproc-per-node", "2", "-m", "quadrants.train.distributed_main"]
+        [*torchrun, "--nproc-per-node", "2", "-m", "quadrants.distributed_main"]
         + [*SMALL, *overrides],
     )
 

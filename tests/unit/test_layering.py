@@ -2,8 +2,10 @@
 
 Every module of `quadrants/` is parsed with `ast` and every import is an edge: top level, inside a
 function (lazy imports), under `if TYPE_CHECKING:`, absolute and relative. A module belongs to a
-component: its subpackage (`quadrants/eval/runner.py` -> `eval`) or, for a module at the top level,
-its own name (`quadrants/config.py` -> `config`). `ALLOWED` below is the layering: which components a
+component, read from its place alone (no per-module exception): its subpackage
+(`quadrants/eval/runner.py` -> `eval`); for a module at the top level, its own name
+(`quadrants/config.py` -> `config`; the `python -m quadrants.<command>` aliases are each their own
+component, allowed to import `launch` only); a package's `__main__.py` is `entry`. `ALLOWED` below is the layering: which components a
 component may import besides itself. It is itself acyclic (checked), so it orders the components.
 
 The one cycle allowed is the objective registry's self-registration: `registry.get_objective` imports
@@ -22,6 +24,10 @@ import quadrants
 
 PACKAGE = Path(quadrants.__file__).resolve().parent
 
+# the `python -m quadrants.<command>` modules at the package's top level: thin aliases of a command
+# line in launch/ (test_entry_modules_are_thin_aliases)
+ENTRY_COMMANDS = ("sweep", "submit", "plan", "status", "evaluate", "data", "distributed_main")
+
 # component -> the components it may import (besides itself); bottom to top
 ALLOWED: dict[str, frozenset[str]] = {
     # leaves
@@ -29,7 +35,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "config_ranges": frozenset(),  # the numeric ranges of the schema's keys
     # what a run on the CPU tunes (quadrants/cpu): oneDNN linear maps, allocator, SDPA, OpenMP
     "cpu": frozenset(),
-    "ops": frozenset({"cpu"}),  # pure tensor math (the fused head's multiply: cpu/matmul.py)
+    "device": frozenset(),  # where a run's tensors live (train.device): torch only
+    # pure tensor math (the fused head's multiply: cpu/matmul.py); the trainer's precision
+    "ops": frozenset({"cpu"}),
     "rewards": frozenset(),  # text in, float out
     "home": frozenset(),  # where the user's files live: the cache root and the data home
     # the research core and the data
@@ -40,57 +48,45 @@ ALLOWED: dict[str, frozenset[str]] = {
     "models": frozenset({"cpu", "ops", "tasks", "home"}),
     "tracking": frozenset({"config", "cpu", "ops"}),
     "rollout": frozenset(
-        {"config", "cpu", "ops", "models"}
+        {"config", "cpu", "device", "ops", "models"}
     ),  # an engine starts from its config section
-    # process groups and collectives (ops: through the leaf train/precision.py, below)
-    "distributed": frozenset({"config", "cpu", "ops", "rollout"}),
+    # process groups and collectives (ops/precision.py: the sharding's mixed precision)
+    "distributed": frozenset({"config", "cpu", "device", "ops", "rollout"}),
     # the memory plan: traces the policy's forward (models) sharded as the trainer shards it
     # (distributed) and sizes the engine (config)
     "memory": frozenset({"config", "cpu", "ops", "models", "distributed"}),
     # components that use the ones above
     "eval": frozenset(
-        {"config", "cpu", "ops", "rewards", "tasks", "models", "tracking", "rollout", "distributed"}
-        | {"config_ranges"}
+        {"config", "cpu", "device", "ops", "rewards", "tasks", "models", "tracking", "rollout"}
+        | {"distributed", "config_ranges"}
     ),
+    # finished runs in MLflow -> tables and figures (the benchmark averages of eval/metrics.py)
+    "analysis": frozenset({"eval", "tracking"}),
     "probe": frozenset(
         {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
         | {"distributed", "config_ranges"}
     ),
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(
-        {"config", "config_ranges", "cpu", "ops", "objectives", "rewards", "tasks", "models"}
-        | {"rollout", "distributed", "eval", "probe"}
+        {"config", "config_ranges", "cpu", "device", "ops", "objectives", "rewards", "tasks"}
+        | {"models", "rollout", "distributed", "eval", "probe"}
     ),
     "train": frozenset(
-        {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "eval", "probe", "validation"}
+        {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
+        | {"rollout", "distributed", "eval", "probe", "validation"}
     ),
-    # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, the CLIs
+    # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, every
+    # command line (sweep, submit, plan, status, evaluate, data, distributed_main, probe, analysis)
     "launch": frozenset(
-        {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "eval", "probe", "validation", "train", "home", "memory"}
+        {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
+        | {"rollout", "distributed", "eval", "analysis", "probe", "validation", "train", "home"}
+        | {"memory"}
     ),
-    "entry": frozenset({"launch"}),  # the thin `python -m` modules, which nothing imports
+    # a package's `__main__` (`python -m quadrants.probe`, `python -m quadrants.analysis`): an alias
+    "entry": frozenset({"launch"}),
+    # the top-level `python -m quadrants.<command>` aliases, which nothing imports
+    **{command: frozenset({"launch"}) for command in ENTRY_COMMANDS},
     "root": frozenset(),  # quadrants/__init__.py
-}
-
-# modules whose component is not their directory's
-COMPONENT_OF_MODULE: dict[str, str] = {
-    # `python -m quadrants.X` targets, kept where the documented commands name them
-    "quadrants.sweep": "entry",
-    "quadrants.submit": "entry",
-    "quadrants.plan": "entry",
-    "quadrants.status": "entry",
-    "quadrants.evaluate": "entry",
-    "quadrants.data": "entry",
-    "quadrants.probe.__main__": "entry",
-    "quadrants.train.distributed_main": "entry",
-    # the trainer's precision: a torch-only leaf (a script with torch alone imports it), used by
-    # the sharding in distributed/ below train/
-    "quadrants.train.precision": "ops",
-    # the standalone probe command (`python -m quadrants.probe`): it sets a target up as training
-    # does (the run's task and rollout engine), so it sits above train/
-    "quadrants.probe.runner": "launch",
 }
 
 # the only import edges allowed to close a cycle
@@ -150,9 +146,13 @@ def import_graph(package: Path) -> dict[str, dict[str, int]]:
 
 
 def component(module: str) -> str:
-    if module in COMPONENT_OF_MODULE:
-        return COMPONENT_OF_MODULE[module]
+    """A module's component, read from where it lies: a package's `__main__` is an entry (the
+    target of `python -m quadrants.<package>`); a module inside a subpackage belongs to the
+    subpackage (`quadrants/eval/runner.py` -> `eval`); a module at the top level is its own component
+    (`quadrants/config.py` -> `config`); `quadrants/__init__.py` is `root`."""
     parts = module.split(".")
+    if parts[-1] == "__main__":
+        return "entry"
     return parts[1] if len(parts) > 1 else "root"
 
 
@@ -315,3 +315,32 @@ def test_the_exception_covers_only_the_registrys_self_registration():
     for cycle in cycles(import_graph(PACKAGE), frozenset()):
         assert {"quadrants.objectives.registry", "quadrants.objectives.builtin"} <= set(cycle)
         assert all(module.startswith("quadrants.objectives.") for module in cycle)
+
+
+def test_entry_modules_are_thin_aliases():
+    """Every `python -m` target inside the package (the top-level commands and the packages'
+    `__main__`) is an alias: one `from quadrants.launch.<x> import main` and the `__main__` guard,
+    so that each command line lives in launch/; and no module imports one."""
+    graph = import_graph(PACKAGE)
+    entries = {m for m in graph if component(m) == "entry" or component(m) in ENTRY_COMMANDS}
+    # the seven top-level commands and the two packages' `__main__` (probe, analysis)
+    assert {f"quadrants.{c}" for c in ENTRY_COMMANDS} | {
+        "quadrants.probe.__main__",
+        "quadrants.analysis.__main__",
+    } == entries
+    files = module_files(PACKAGE)
+    for module in sorted(entries):
+        tree = ast.parse(files[module][0].read_text())
+        body = [n for n in tree.body if not isinstance(n, ast.Expr)]  # the docstring
+        launch = [n for n in body if isinstance(n, ast.ImportFrom)]
+        assert len(launch) == 1, module
+        assert launch[0].module.startswith("quadrants.launch."), module
+        assert [a.name for a in launch[0].names] == ["main"], module
+        rest = [n for n in body if not isinstance(n, ast.ImportFrom)]
+        assert all(
+            isinstance(n, ast.If) or (isinstance(n, ast.Import) and n.names[0].name == "sys")
+            for n in rest
+        ), module
+        assert sum(isinstance(n, ast.If) for n in rest) == 1, module
+    importers = [(m, t) for m, targets in graph.items() for t in targets if t in entries]
+    assert importers == []

@@ -203,7 +203,7 @@ def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(scope="module")
 def study_frames(study_store: dict):
     """(runset, eval points) of the study's sweep sw1, read back through analysis.load."""
-    from analysis import load
+    from quadrants.analysis import load
 
     client = study_store["client"]
     runset = load.select_runs(client, load.Selection(study_store["uri"], "study", "sw1"))

@@ -8,9 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import load, tables
-from analysis.__main__ import main
-from analysis.tables import build_table
+from quadrants.analysis import load, tables
+from quadrants.analysis.tables import build_table
+from quadrants.launch.analysis import main
 
 from .conftest import eval_metrics, make_child, make_parent, new_store
 

@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from analysis import figures
-from analysis.report_html import markdown_block, render_report
+from quadrants.analysis import figures
+from quadrants.analysis.report_html import markdown_block, render_report
 
 
 def test_mean_band_by_hand():

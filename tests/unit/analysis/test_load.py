@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from mlflow.entities import Metric
 
-from analysis import load, tables
-from analysis.report import pass_at_k_by_run
+from quadrants.analysis import load, tables
+from quadrants.analysis.report import pass_at_k_by_run
 
 from .conftest import eval_metrics, make_child, make_parent, new_store
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from analysis import paired
+from quadrants.analysis import paired
 
 T1 = math.tan(math.pi * 0.475)
 

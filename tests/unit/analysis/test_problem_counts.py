@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from mlflow.entities import Metric
 
-from analysis import load, tables
-from analysis.report import ReportOptions, build_report
+from quadrants.analysis import load, tables
+from quadrants.analysis.report import ReportOptions, build_report
 
 from .conftest import eval_metrics, make_child, make_parent, new_store
 

@@ -3,8 +3,8 @@ vLLM version difference here), and stays quiet when they agree or predate proven
 
 from __future__ import annotations
 
-from analysis.__main__ import main
-from analysis.provenance import provenance_warnings
+from quadrants.analysis.provenance import provenance_warnings
+from quadrants.launch.analysis import main
 
 from .conftest import eval_metrics, make_child, make_parent, new_store
 

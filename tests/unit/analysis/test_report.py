@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis import load
-from analysis.__main__ import main
-from analysis.report import ReportOptions, build_report
+from quadrants.analysis import load
+from quadrants.analysis.report import ReportOptions, build_report
+from quadrants.launch.analysis import main
 
 from .conftest import eval_metrics, make_child, make_parent, new_store
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from analysis.stats import seed_estimate, t_quantile
+from quadrants.analysis.stats import seed_estimate, t_quantile
 
 # closed forms of the t quantile: df=1 is Cauchy, tan(pi (p - 1/2)); df=2 is (2p-1)/sqrt(2p(1-p))
 T1 = math.tan(math.pi * 0.475)  # 95 %, one degree of freedom: 12.7062...

@@ -11,8 +11,8 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import tables
-from analysis.tables import build_table
+from quadrants.analysis import tables
+from quadrants.analysis.tables import build_table
 
 T1 = math.tan(math.pi * 0.475)
 

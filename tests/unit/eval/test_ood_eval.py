@@ -23,7 +23,7 @@ from quadrants.eval.runner import SuiteReport, format_table, grade_benchmark
 from quadrants.models.loading import load_policy
 from quadrants.rewards.choice import ChoiceRule
 from quadrants.rewards.grader import Grader
-from quadrants.tasks.ood_samples import write_ood_samples
+from tests.ood_samples import write_ood_samples
 
 
 def problem(pid: str, outcomes: list[str], *, group: str, chance: float) -> ProblemResult:

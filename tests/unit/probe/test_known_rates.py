@@ -24,8 +24,8 @@ import torch
 
 from quadrants.config import ProbeConfig, RolloutConfig, RunConfig
 from quadrants.objectives.batch import make_token_batch
-from quadrants.ops.credit import cmi, entropy, jackknife_cmi, top_branches
 from quadrants.probe.branching import SampledBatch, plan_branches, roll_out_branches
+from quadrants.probe.credit import cmi, entropy, jackknife_cmi, top_branches
 from quadrants.probe.estimates import estimate_credit
 from quadrants.probe.plan import Positions
 from quadrants.probe.report import probe_metrics, read_branches, write_branches_csv

@@ -1,5 +1,5 @@
 """Hydra's flags (`--cfg job`, `--resolve`, ...) may stand before or after the overrides, for every
-entry point: quadrants.sweep, quadrants.submit and quadrants.train.distributed_main (issue 14)."""
+entry point: quadrants.sweep, quadrants.submit and quadrants.distributed_main (issue 14)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(
-    "module", ["quadrants.sweep", "quadrants.submit", "quadrants.train.distributed_main"]
+    "module", ["quadrants.sweep", "quadrants.submit", "quadrants.distributed_main"]
 )
 def test_cfg_job_after_the_overrides(module):
     # the issue's command, on the default (tiny) tree so no benchmark data is needed: the flags after

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from quadrants.eval.agreement import run_agreement
+from benchmarks.agreement import run_agreement
 from quadrants.rewards.grader import Grader
 from quadrants.tasks.base import Problem, Task
 from quadrants.tasks.benchmarks import (

@@ -21,7 +21,7 @@ from quadrants.tasks.ood import (
     known_ood_benchmarks,
     load_ood_benchmark,
 )
-from quadrants.tasks.ood_samples import GPQA_ROWS, write_ood_samples
+from tests.ood_samples import GPQA_ROWS, write_ood_samples
 
 
 @pytest.fixture

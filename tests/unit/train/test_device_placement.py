@@ -1,4 +1,4 @@
-"""Device placement (quadrants/rollout/device.py), checked on a CPU-only machine.
+"""Device placement (quadrants/device.py), checked on a CPU-only machine.
 
 Real CUDA could not be run here (no GPU, CPU-only torch build), so these tests check the two things
 a CPU can check:
@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from quadrants.config import RunConfig
+from quadrants.device import model_device, resolve_device
 from quadrants.distributed.collectives import init_distributed, pick_backend
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
 from quadrants.objectives.loss import LossSettings, compute_loss
@@ -35,8 +36,7 @@ from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.quadrants import Quadrant, QuadrantMasks, QuadrantSettings
 from quadrants.rewards.grader import Outcome
-from quadrants.rollout.device import model_device, resolve_device, rollouts_to
-from quadrants.rollout.engine import Rollouts
+from quadrants.rollout.engine import Rollouts, rollouts_to
 from quadrants.train.step import rollout_metrics
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 from quadrants.validation import validate_config

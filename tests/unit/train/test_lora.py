@@ -4,7 +4,7 @@ micro-batching accumulates the unsplit adapter gradient; every objective trains 
 isolation; a run killed after step 1 and resumed equals an uninterrupted 2-step run.
 
 CPU only. What only a GPU can show: the same under bf16-mixed autocast on CUDA (the adapters are
-stored in float32 like every trainer parameter, train/precision.py), and the memory saved."""
+stored in float32 like every trainer parameter, ops/precision.py), and the memory saved."""
 
 from __future__ import annotations
 

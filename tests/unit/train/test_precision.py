@@ -1,4 +1,4 @@
-"""train.precision (quadrants/train/precision.py): bf16-mixed keeps float32 parameters and AdamW
+"""train.precision (quadrants/ops/precision.py): bf16-mixed keeps float32 parameters and AdamW
 states and learns at lr 1e-6; pure bf16 does not (the failure the setting prevents); bf16-mixed
 computes in bf16 (also through the CPU oneDNN linears and the fused LM head) and its loss and
 gradient agree with float32 to bf16 tolerance. The FSDP2 half (MixedPrecisionPolicy over 2 gloo
@@ -15,9 +15,9 @@ from quadrants.config import RunConfig
 from quadrants.cpu.linears import route_linears
 from quadrants.cpu.matmul import cpu_matmul, onednn_available, routes, set_cpu_matmul
 from quadrants.models.loading import load_policy
+from quadrants.ops.precision import resolve_precision
 from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.loop import fused_optimizer_applies
-from quadrants.train.precision import resolve_precision
 from quadrants.validation import validate_config
 from tests.unit.train.test_accumulate import context, seeded_batch
 

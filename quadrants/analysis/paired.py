@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.stats import SeedEstimate, seed_estimate
-from analysis.tables import row_labels
+from quadrants.analysis.stats import SeedEstimate, seed_estimate
+from quadrants.analysis.tables import row_labels
 
 
 @dataclass(frozen=True)

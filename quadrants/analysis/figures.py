@@ -74,7 +74,7 @@ def mean_band(points: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     Returns:
         x (sorted), mean, low, high, n; low/high are NaN where fewer than 2 runs have the x.
     """
-    from analysis.stats import t_quantile
+    from quadrants.analysis.stats import t_quantile
 
     grouped = points.groupby("x")["value"]
     band = pd.DataFrame({"mean": grouped.mean(), "sd": grouped.std(ddof=1), "n": grouped.count()})

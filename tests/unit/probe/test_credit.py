@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from quadrants.ops.credit import (
+from quadrants.probe.credit import (
     bootstrap_interval,
     cluster_bootstrap_mean,
     cmi,

@@ -14,8 +14,9 @@ The convention every module follows (one place for every transfer):
 1. Rollout engines return `Rollouts` on the CPU (the HF engine runs `generate` on the model's device
    and moves its outputs back; vLLM builds CPU tensors). CPU rollouts pickle cheaply when ranks
    gather each other's blocks.
-2. The training step moves the rollouts and rewards to the step's device once (`rollouts_to`), so
-   the TokenBatch, the policy forwards, the objectives and the telemetry all run on that device.
+2. The training step moves the rollouts and rewards to the step's device once
+   (`rollout.engine.rollouts_to`), so the TokenBatch, the policy forwards, the objectives and the
+   telemetry all run on that device.
 3. Metrics become Python floats (`.item()`) at the end of the step.
 
 Helpers in quadrants/ops and quadrants/objectives create tensors on their inputs' device
@@ -25,11 +26,7 @@ them on the `meta` device. On these CPU-only machines CUDA itself has never been
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
-
-from quadrants.rollout.engine import Rollouts
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -82,20 +79,3 @@ def model_device(model: torch.nn.Module) -> torch.device:
     for parameter in model.parameters():
         return parameter.device
     return torch.device("cpu")
-
-
-def rollouts_to(rollouts: Rollouts, device: torch.device) -> Rollouts:
-    """The same rollouts with every tensor on `device` (no copy when already there)."""
-    return replace(
-        rollouts,
-        prompt_ids=rollouts.prompt_ids.to(device),
-        prompt_mask=rollouts.prompt_mask.to(device),
-        response_ids=rollouts.response_ids.to(device),
-        response_mask=rollouts.response_mask.to(device),
-        behaviour_logp=rollouts.behaviour_logp.to(device),
-        group_ids=rollouts.group_ids.to(device),
-        finished=rollouts.finished.to(device),
-        behaviour_entropy=None
-        if rollouts.behaviour_entropy is None
-        else rollouts.behaviour_entropy.to(device),
-    )

@@ -18,10 +18,10 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from analysis import figures, load, paired, tables
-from analysis.provenance import provenance_warnings
-from analysis.report_html import render_report
-from analysis.samples_html import render_samples
+from quadrants.analysis import figures, load, paired, tables
+from quadrants.analysis.provenance import provenance_warnings
+from quadrants.analysis.report_html import render_report
+from quadrants.analysis.samples_html import render_samples
 from quadrants.eval.metrics import pass_at_k_curve
 
 log = logging.getLogger("analysis")

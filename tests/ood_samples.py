@@ -1,7 +1,7 @@
 """Small made-up files in the exact schemas of GPQA, MMLU-Pro and GraphWiz, to try the out-of-domain
 evaluation offline (none of the real datasets is shipped; GPQA's authors ask that it not be).
 
-    python -m quadrants.tasks.ood_samples DIR
+    python -m tests.ood_samples DIR
     python -m quadrants.evaluate tiny eval=paper_ood eval.limit=2 eval.data_dir=DIR
 
 Two questions per GPQA domain and per MMLU-Pro category, two problems per GraphWiz task; the
@@ -385,6 +385,6 @@ def write_ood_samples(directory: str | Path) -> list[Path]:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m quadrants.tasks.ood_samples DIR")
+        sys.exit("usage: python -m tests.ood_samples DIR")
     for path in write_ood_samples(sys.argv[1]):
         print(path)

@@ -1,4 +1,4 @@
-"""`torchrun ... -m quadrants.train.distributed_main [overrides]` and `srun python -m ...`: one
+"""`torchrun ... -m quadrants.distributed_main [overrides]` and `srun python -m ...`: one
 run over several ranks; the entry point lives in quadrants/launch/distributed_main.py."""
 
 from quadrants.launch.distributed_main import main

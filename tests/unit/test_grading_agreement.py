@@ -1,10 +1,11 @@
-"""Equivalent forms, value keys and partners of the grading-agreement check, by hand."""
+"""Equivalent forms, value keys and partners of the grading-agreement check (benchmarks/agreement.py,
+which benchmarks/grading_agreement.py runs over whole benchmarks), by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from quadrants.eval.agreement import (
+from benchmarks.agreement import (
     audit_gold_parses,
     completion_for,
     different_value_partners,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from analysis.figures import QUADRANT_COLORS
+from quadrants.analysis.figures import QUADRANT_COLORS
 
 _CSS = """
 body { font-family: sans-serif; margin: 1.5em; max-width: 70em; }

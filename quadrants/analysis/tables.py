@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from analysis.stats import SeedEstimate, seed_estimate
+from quadrants.analysis.stats import SeedEstimate, seed_estimate
 from quadrants.eval.metrics import OOD_BENCHMARKS, PAPER_BENCHMARKS, ood_avg, paper_avg
 
 SWEPT = "swept"

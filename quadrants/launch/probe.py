@@ -1,5 +1,19 @@
 """Run the hindsight-credit probe on a target, in its own MLflow run (the probe itself: measure.py).
 
+The command line (`main`), `python -m quadrants.probe TARGET [overrides...]`:
+
+    # the newest checkpoint of a run
+    python -m quadrants.probe outputs/quadrants/s1a2b3c4/quadrant=PHR
+    # one checkpoint
+    python -m quadrants.probe outputs/.../quadrant=PHR/checkpoints/step_0000040
+    # the embedded policy
+    python -m quadrants.probe tiny probe.positions=16 probe.continuations=16
+    # print the config, run nothing
+    python -m quadrants.probe tiny --cfg
+
+TARGET is resolved as `python -m quadrants.evaluate` resolves it (quadrants.eval.target); overrides
+are those of the training tree (`probe.*`, `rollout.*`, `tracking=server`, `seed=`).
+
 `python -m quadrants.probe TARGET` runs `run_probe`: files under
 ``<outputs>/<study>/probe/<target>/<UTC time>/`` and an MLflow run tagged ``quadrants.role=probe``,
 linked to the training run as evaluation runs are (``quadrants.source_run_id``). With
@@ -8,7 +22,9 @@ linked to the training run as evaluation runs are (``quadrants.source_run_id``).
 
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,9 +82,9 @@ def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
 def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> ProbeResult:
     """Probe `target` as `cfg.probe` says, in its own MLflow run; `cfg` validated and
     `target` resolved first."""
+    from quadrants.device import resolve_device
     from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
     from quadrants.eval.target import load_target_policy
-    from quadrants.rollout.device import resolve_device
     from quadrants.rollout.registry import get_engine
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.tracking.setup import artifact_location, tracking_uri
@@ -137,3 +153,36 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
         flush=True,
     )
     return result
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m quadrants.probe",
+        description="Measure the hindsight credit I(o_t; r | s_t) of response tokens by "
+        "branching rollouts; logs an MLflow run (quadrants.role=probe), credit.csv and "
+        "figures. See docs/probe.md.",
+    )
+    parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides, e.g. probe.positions=16 probe.continuations=8",
+    )
+    parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from quadrants.launch.evaluate import prepare
+
+    try:
+        cfg, target = prepare(args.target, list(args.overrides))
+    except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
+        message = str(err).split("\nConfig search path:")[0].strip()
+        sys.exit(f"quadrants: invalid probe, nothing was generated.\n  {message}")
+    if args.cfg:
+        from omegaconf import OmegaConf
+
+        print(OmegaConf.to_yaml(OmegaConf.structured(cfg.probe)))
+        return
+    run_probe(cfg, target)

@@ -1,0 +1,169 @@
+"""`python -m quadrants.analysis` (alias: `python -m analysis`): tables and figures of a sweep (or
+any set of runs) from an MLflow store.
+
+python -m analysis                                   # the latest sweep in ./outputs/mlflow.db
+python -m analysis --sweep-id 3f2a... --rows quadrant --compare PHR NHR
+python -m analysis --tracking-uri http://host:5000 --experiment baselines --tag task=arithmetic
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from quadrants.analysis.load import Selection, SelectionError, latest_sweep
+from quadrants.analysis.report import ReportOptions, build_report
+
+
+def _default_uri() -> str | None:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    path = Path("outputs") / "mlflow.db"
+    return f"sqlite:///{path.resolve()}" if path.exists() else None
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"analysis: {what} expects key=value, got {value!r}")
+        out[key] = val
+    return out
+
+
+def _k(value: str | None) -> int | dict[str, int] | None:
+    if value is None:
+        return None
+    try:
+        if "=" not in value:
+            return int(value)
+        return {b: int(k) for b, k in _pairs(value.split(","), "--k").items()}
+    except ValueError:
+        raise SystemExit(
+            f"analysis: --k expects an integer or benchmark=k[,benchmark=k], got {value!r}"
+        ) from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow store (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db)",
+    )
+    parser.add_argument("--experiment", help="experiment (study) name; default: every experiment")
+    parser.add_argument("--sweep-id", help="the quadrants.sweep_id tag; default: the latest sweep")
+    parser.add_argument(
+        "--parent", help="only the children of this run id (and log the analysis there)"
+    )
+    parser.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra tag filter (repeatable)",
+    )
+    parser.add_argument(
+        "--rows",
+        help="comma-separated tags labelling the rows (default: the tags that vary; "
+        "'swept' = the run name without its seed)",
+    )
+    parser.add_argument(
+        "--k",
+        help="k of every column (e.g. 4) or per benchmark (aime24=32,math500=4); "
+        "default: each benchmark's largest k common to all runs",
+    )
+    parser.add_argument(
+        "--benchmarks", help="comma-separated columns (default: every benchmark logged)"
+    )
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("A", "B"), help="paired comparison A - B of two rows"
+    )
+    parser.add_argument(
+        "--base-row",
+        action="store_true",
+        help="add a row for the starting policy (every run's step-0 evaluation)",
+    )
+    parser.add_argument(
+        "--confidence", type=float, default=0.95, help="coverage of the intervals over seeds"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="output directory (default: outputs/analysis/<sweep id>)"
+    )
+    parser.add_argument(
+        "--per-seed",
+        action="store_true",
+        help="figures: draw each seed as a thin line under its method's mean and band",
+    )
+    parser.add_argument(
+        "--no-figures", action="store_true", help="tables only (no figures, no sample page)"
+    )
+    parser.add_argument(
+        "--no-log", action="store_true", help="do not log the outputs on the parent run"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault(
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"
+    )  # one bar per file otherwise
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    uri = args.tracking_uri or _default_uri()
+    if uri is None:
+        print(
+            "analysis: no MLflow store given and ./outputs/mlflow.db does not exist; pass "
+            "--tracking-uri (the sweep printed it)",
+            file=sys.stderr,
+        )
+        return 2
+    tags = tuple(_pairs(args.tag, "--tag").items())
+    experiment, sweep_id = args.experiment, args.sweep_id
+    try:
+        if sweep_id is None and args.parent is None and not tags and experiment is None:
+            experiment, sweep_id = latest_sweep(MlflowClient(uri))
+            print(
+                f"analysis: latest sweep {sweep_id} of experiment {experiment} "
+                "(choose with --sweep-id)"
+            )
+        selection = Selection(uri, experiment, sweep_id, args.parent, tags)
+        options = ReportOptions(
+            rows=tuple(args.rows.split(",")) if args.rows else None,
+            k=_k(args.k),
+            benchmarks=tuple(args.benchmarks.split(",")) if args.benchmarks else None,
+            compare=tuple(args.compare) if args.compare else None,
+            confidence=args.confidence,
+            log_to_parent=not args.no_log,
+            base_row=args.base_row,
+            figures=not args.no_figures,
+            per_seed=args.per_seed,
+        )
+        out = args.out or Path("outputs") / "analysis" / (sweep_id or experiment or "runs")
+        report = build_report(selection, out, options)
+    except (SelectionError, ValueError) as error:
+        print(f"analysis: {error}", file=sys.stderr)
+        return 2
+    print((out / "table.md").read_text())
+    if report.comparison is not None:
+        print((out / "paired.md").read_text())
+    for message in report.messages:
+        print(f"analysis: {message}")
+    print(f"analysis: {len(report.files)} files in {out}")
+    if report.logged:
+        print(f"analysis: logged under artifacts/analysis of run {report.parent_run_id} ({uri})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

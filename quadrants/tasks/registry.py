@@ -1,0 +1,258 @@
+"""Tasks by name: the one place that knows `task.name` values.
+
+A task enters a run through its `TaskKind`, registered under the name the config uses
+(`sweeps/task/<name>.yaml`); the rest of the code asks the registry, never the name:
+- `make(heldout_size, params)`: the task itself (quadrants/tasks/base.py's `Task`);
+- `validate(heldout_size, params, model=, files=)`: compose-time checks of `task.params` and of the
+  task matching the model (ValueError naming the key); reads no dataset and loads no model.
+
+Registered here:
+- ``arithmetic``: the embedded synthetic world (character-level prompts such as ``12+34*5=``), for
+  the embedded tiny model only (`tasks/synthetic.py`).
+- ``dataset``: problems from a JSONL/Parquet file or the Hugging Face Hub (`tasks/dataset.py`).
+- ``deepscaler``, ``gsm8k``, ``math``: `dataset` with the settings of the paper's training set,
+  GSM8K's train split and MATH's train split (`DATASET_PRESETS`; `task.params` override them).
+- ``reasoning_gym``: a procedural curriculum from reasoning-gym (`tasks/reasoning_gym.py`).
+
+To add a task: write its module (a `Task`), subclass `TaskKind` and `register_task(YourKind())`,
+add `sweeps/task/<name>.yaml` (tests/unit/tasks/test_registry.py checks that every YAML names a
+registered task and every task has its YAML) and its test. Task modules import lazily here so that
+composing a config reads no task code it does not use.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+from quadrants.tasks.base import Task
+
+DATASET_PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's training set: DeepScaleR-Preview (40,315 problems) on the Hub; offline, the
+    # 1,209-problem subset dsr_sub.jsonl (problem text without the data's instruction suffix).
+    "deepscaler": dict(
+        source="local",
+        path="dsr_sub/dsr_sub.jsonl",
+        hub="agentica-org/DeepScaleR-Preview-Dataset",
+        problem_key="problem",
+        answer_key="answer",
+        id_key="index",
+        gold="plain",
+    ),
+    "gsm8k": dict(
+        source="local",
+        path="gsm8k/train.jsonl",
+        hub="openai/gsm8k",
+        hub_config="main",
+        problem_key="question",
+        answer_key="answer",
+        gold="gsm8k",
+    ),
+    # MATH train (7,500): Hub only (no redistributable offline copy); the gold is
+    # the solution's last box.
+    "math": dict(
+        source="hub",
+        path=None,
+        hub="DigitalLearningGmbH/MATH-lighteval",
+        problem_key="problem",
+        answer_key="solution",
+        gold="boxed",
+    ),
+}
+_CHAR_LEVEL_VOCAB = 512  # the embedded tiny models' character vocabularies are far smaller
+
+
+class TaskKind:
+    """How a task is validated and built; subclass and set `name`."""
+
+    name: str = ""
+
+    def make(self, heldout_size: int, params: dict[str, Any]) -> Task:
+        """The task with its keyword `params` (validated), holding out `heldout_size` problems."""
+        raise NotImplementedError
+
+    def validate(
+        self, heldout_size: int, params: dict[str, Any], *, model: str | None, files: bool
+    ) -> None:
+        """Raise ValueError, naming the key, when `params` (or the model) cannot make this task;
+        `files=False`: do not check that local files exist."""
+
+
+_TASKS: dict[str, TaskKind] = {}
+
+
+def register_task(kind: TaskKind) -> TaskKind:
+    if not kind.name:
+        raise ValueError(f"{type(kind).__name__} has no name")
+    if kind.name in _TASKS:
+        raise ValueError(f"task {kind.name!r} is already registered")
+    _TASKS[kind.name] = kind
+    return kind
+
+
+def known_tasks() -> list[str]:
+    return list(_TASKS)
+
+
+def get_task(name: str) -> TaskKind:
+    """The registered task `name`; an unknown name lists the known ones."""
+    try:
+        return _TASKS[name]
+    except KeyError:
+        raise ValueError(f"task.name={name!r} is unknown; choose one of {known_tasks()}") from None
+
+
+def make_task(name: str, heldout_size: int, params: dict[str, Any]) -> Task:
+    """The task called `name` with its keyword `params`; unknown names list the known ones."""
+    return get_task(name).make(heldout_size, params)
+
+
+def validate_task(
+    name: str,
+    heldout_size: int,
+    params: dict[str, Any],
+    *,
+    model: str | None = None,
+    files: bool = True,
+) -> None:
+    """Compose-time checks: the name, the held-out size, then the task's own (its parameter names
+    and values, local files unless ``files=False``, the task matching the model); reads no dataset
+    and loads no model."""
+    kind = get_task(name)
+    if heldout_size < 0:
+        raise ValueError(f"task.heldout_size={heldout_size} is out of range; allowed: >= 0")
+    kind.validate(heldout_size, params, model=model, files=files)
+
+
+def _dataset_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The DatasetTask keyword arguments of task `name`: its preset overridden by `params`."""
+    merged = {**DATASET_PRESETS.get(name, {}), **params}
+    source = merged.pop("source", "local" if merged.get("path") else "hub")
+    if source not in ("local", "hub"):
+        raise ValueError(
+            f"task.params.source={source!r} is unknown; choose one of ['local', 'hub']"
+        )
+    if source == "local":
+        merged.pop("hub", None), merged.pop("hub_config", None)
+        if not merged.get("path"):
+            raise ValueError(
+                f"task {name}: task.params.source=local needs task.params.path"
+                + (
+                    " (this dataset is on the Hub only: task.params.source=hub)"
+                    if name in DATASET_PRESETS and not DATASET_PRESETS[name].get("path")
+                    else ""
+                )
+            )
+    else:
+        merged.pop("path", None)
+        if not merged.get("hub"):
+            raise ValueError(
+                f"task {name}: task.params.source=hub needs task.params.hub (a dataset id)"
+            )
+    merged.setdefault("name", name)
+    return merged
+
+
+def _check_keys(name: str, cls: type, params: dict[str, Any]) -> None:
+    accepted = [
+        p for p in inspect.signature(cls).parameters if p not in ("self", "heldout_size", "params")
+    ]
+    unknown = [key for key in params if key not in accepted]
+    if unknown:
+        raise ValueError(
+            f"task.params: unknown key(s) {unknown} for task {name}; allowed: {accepted}"
+        )
+
+
+def is_char_level(model: str) -> bool:
+    """Whether `model` is one of the embedded character-level models (which
+    only know `arithmetic`)."""
+    if model in ("tiny", "tiny-random"):
+        return True
+    config = Path(model).expanduser() / "config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text()).get("vocab_size", 10**6)) < _CHAR_LEVEL_VOCAB
+    return False
+
+
+class ArithmeticKind(TaskKind):
+    name = "arithmetic"
+
+    def make(self, heldout_size, params):
+        from quadrants.tasks.synthetic import ArithmeticTask
+
+        return ArithmeticTask(heldout_size=heldout_size, **params)
+
+    def validate(self, heldout_size, params, *, model, files):
+        if model is not None and not is_char_level(model):
+            raise ValueError(
+                "task=arithmetic is the embedded character-level world (prompts such as "
+                f"'12+34*5=', no instruction) and cannot train the pretrained model {model!r}; use "
+                "a real task: task=gsm8k, task=deepscaler, task=dataset task.params.path=FILE, or "
+                "task=reasoning_gym task.params.dataset=basic_arithmetic (with model=smollm2_135m, "
+                "experiment=smollm2_arithmetic)"
+            )
+
+
+class DatasetKind(TaskKind):
+    """`dataset`, or one of its presets (`DATASET_PRESETS`) under the preset's name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def make(self, heldout_size, params):
+        from quadrants.tasks.dataset import DatasetTask
+
+        return DatasetTask(heldout_size, **_dataset_params(self.name, params))
+
+    def validate(self, heldout_size, params, *, model, files):
+        from quadrants.tasks.benchmarks import GOLD_RULES
+        from quadrants.tasks.dataset import DatasetTask, resolve_path
+
+        merged = _dataset_params(self.name, params)
+        _check_keys(self.name, DatasetTask, merged)
+        if merged.get("gold", "plain") not in GOLD_RULES:
+            raise ValueError(
+                f"task.params.gold={merged['gold']!r} is unknown; choose one of {list(GOLD_RULES)}"
+            )
+        for key in ("path", "heldout_path"):
+            if files and merged.get(key):
+                resolve_path(merged[key], merged.get("data_dir"))
+
+
+class ReasoningGymKind(TaskKind):
+    name = "reasoning_gym"
+
+    def make(self, heldout_size, params):
+        from quadrants.tasks.reasoning_gym import ReasoningGymTask
+
+        return ReasoningGymTask(heldout_size, **params)
+
+    def validate(self, heldout_size, params, *, model, files):
+        try:
+            import reasoning_gym  # noqa: F401
+
+            from quadrants.tasks.reasoning_gym import MATH_ANSWER_DATASETS, REWARDS
+        except ImportError:
+            raise ValueError(
+                "task=reasoning_gym needs the reasoning-gym package: pip install -e '.[curricula]' "
+                "(or pip install reasoning-gym)"
+            ) from None
+        dataset = params.get("dataset")
+        if dataset not in MATH_ANSWER_DATASETS:
+            raise ValueError(
+                f"task.params.dataset={dataset!r}: choose one of {list(MATH_ANSWER_DATASETS)} "
+                "(datasets whose answers math-verify can grade)"
+            )
+        if params.get("reward", "math_verify") not in REWARDS:
+            raise ValueError(
+                f"task.params.reward={params['reward']!r} is unknown; choose one of {list(REWARDS)}"
+            )
+
+
+register_task(ArithmeticKind())
+for _name in ("dataset", *DATASET_PRESETS):
+    register_task(DatasetKind(_name))
+register_task(ReasoningGymKind())
