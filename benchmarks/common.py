@@ -79,36 +79,13 @@ def update_context(model, objective: str = "dapo", *, keep="all", micro: int = 0
     """A StepContext with what an update needs (objective, loss settings, passes) and no rollout
     engine, grader, task or optimizer; every other setting is the default."""
     from quadrants.config import RunConfig
-    from quadrants.objectives.registry import resolve_objective
-    from quadrants.ops.quadrants import QuadrantSettings
-    from quadrants.train.context import PassSettings
-    from quadrants.train.step import StepContext
-    from quadrants.validation import loss_settings
+    from quadrants.train.context import build_step
 
     cfg = RunConfig()
     cfg.objective.name = objective
     cfg.quadrant.keep = keep
     cfg.train.micro_batch_size = micro
-    spec, params = resolve_objective(objective, cfg.objective.params)
-    return StepContext(
-        cfg=cfg,
-        model=model,
-        tokenizer=None,
-        ref_model=None,
-        engine=None,
-        grader=None,
-        task=None,
-        optimizer=None,
-        scheduler=None,
-        spec=spec,
-        params=params,
-        loss_settings=loss_settings(
-            cfg.objective,
-            QuadrantSettings.from_config(cfg.quadrant),
-            max_new_tokens=cfg.rollout.max_new_tokens,
-        ),
-        passes=PassSettings.from_config(cfg.rollout, cfg.train),
-    )
+    return build_step(cfg, model)
 
 
 def half_rewarded_batch(rollout: SampledRollout, group: int, constant: int = 0):

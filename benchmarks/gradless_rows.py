@@ -1,17 +1,18 @@
 """A mini-batch's update under quadrant isolation: rows without a kept token run without grad only,
 against every row in one forward with grad, interleaved.
 
-Under `quadrant=PHR` (or PLR) no row with a negative advantage holds a kept token, and under NHR
-(or NLR) no row with a non-negative one: those rows add nothing to the loss or its gradient, so
-quadrants/train/accumulate.py computes their values (for the loss and the metrics) in a no-grad
-forward and runs the forward with grad and the backward over the other rows only. This script times
-that (`backward_minibatch`) against the one-call update (every row's forward with grad, the loss,
-its backward), on a rollout the model samples itself with the HF engine's fast decode, rewarded so
-that each group of G has G/2 positive and G/2 negative advantages (as in benchmarks/vs_trl.py);
-with `--constant N` the first N groups are rewarded all 0 instead, so DAPO's dynamic sampling drops
-them (their advantage 0 counts as positive in the quadrant split), and `keep=all` is timed too.
-`--objective grpo` keeps those groups in the loss's denominator; their advantage is exactly 0, so
-they carry no gradient there either (`zero_advantage_inert`) and run without grad the same way.
+Under `quadrant=PHR` (or PLR) no row with a negative advantage holds a kept token, and under NHR (or
+NLR) no row with a non-negative one: those rows add nothing to the loss or its gradient, so
+quadrants/train/step.py (`backward_minibatch`) computes their values (for the loss and the metrics)
+in a no-grad forward and runs the forward with grad and the backward over the other rows only. This
+script times that (`backward_minibatch`) against the one-call update (every row's forward with grad,
+the loss, its backward), on a rollout the model samples itself with the HF engine's fast decode,
+rewarded so that each group of G has G/2 positive and G/2 negative advantages (as in
+benchmarks/vs_trl.py); with `--constant N` the first N groups are rewarded all 0 instead, so DAPO's
+dynamic sampling drops them (their advantage 0 counts as positive in the quadrant split), and
+`keep=all` is timed too. `--objective grpo` keeps those groups in the loss's denominator; their
+advantage is exactly 0, so they carry no gradient there either (`zero_advantage_inert`) and run
+without grad the same way.
 `--model tiny` is the tiny workload's random Qwen2, `--model smollm2` SmolLM2-135M. Prints, per
 kept set, the rows with gradient, each median and the ratio (rows with grad only / one call).
 
@@ -35,33 +36,38 @@ from common import (  # benchmarks/ is the script's directory
 from quadrants.models.policy import response_logprobs
 from quadrants.objectives.batch import PolicyOutput
 from quadrants.objectives.loss import compute_loss
-from quadrants.train.accumulate import backward_minibatch, rows_with_gradient
-from quadrants.train.step import StepContext
+from quadrants.train.context import StepContext
+from quadrants.train.gradless_rows import rows_with_gradient
+from quadrants.train.step import backward_minibatch
 
 
 def one_call(ctx: StepContext, batch) -> None:
     """The update before rows without gradient were split off: every row with grad."""
+    objective = ctx.objective
     logp, entropy = response_logprobs(
         ctx.model,
         batch.sequences,
         batch.attention_mask,
         batch.response_length,
-        temperature=ctx.passes.temperature,
-        chunk_size=ctx.passes.chunk_size,
-        with_entropy=ctx.spec.wants_entropy(ctx.params),
-        max_buckets=ctx.passes.length_buckets,
+        temperature=ctx.forwards.passes.temperature,
+        chunk_size=ctx.forwards.passes.chunk_size,
+        with_entropy=objective.spec.wants_entropy(objective.params),
+        max_buckets=ctx.forwards.passes.length_buckets,
     )
     loss, _ = compute_loss(
-        ctx.spec, ctx.params, batch, PolicyOutput(logp, entropy), ctx.loss_settings
+        objective.spec, objective.params, batch, PolicyOutput(logp, entropy), objective.loss
     )
     loss.backward()
 
 
 def compare(ctx: StepContext, batch, keep: str, rounds: int) -> None:
     """Time `backward_minibatch` against `one_call` under `keep`, interleaved."""
-    carried = rows_with_gradient(batch, ctx.loss_settings, ctx.spec, ctx.params)
+    objective = ctx.objective
+    carried = rows_with_gradient(batch, objective.loss, objective.spec, objective.params)
     updates = {
-        "rows with grad only": lambda: backward_minibatch(ctx, batch, None),
+        "rows with grad only": lambda: backward_minibatch(
+            ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, None
+        ),
         "one call": lambda: one_call(ctx, batch),
     }
     times: dict[str, list[float]] = {name: [] for name in updates}

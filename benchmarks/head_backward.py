@@ -31,7 +31,7 @@ from common import (  # benchmarks/ is the script's directory
 
 import quadrants.models.policy as policy
 import quadrants.ops.fused_head as fused
-from quadrants.train.accumulate import backward_minibatch
+from quadrants.train.step import backward_minibatch
 
 
 def head_rows(ctx, batch) -> tuple[int, int]:
@@ -46,7 +46,7 @@ def head_rows(ctx, batch) -> tuple[int, int]:
 
     fused._rows_with_gradient = counting
     try:
-        backward_minibatch(ctx, batch, None)
+        backward_minibatch(ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, None)
     finally:
         fused._rows_with_gradient = real
         ctx.model.zero_grad(set_to_none=True)
@@ -65,7 +65,7 @@ def compare(ctx, batch, keep: str, rounds: int) -> None:
             for name in list(heads) if r % 2 == 0 else list(reversed(list(heads))):
                 policy.head_logprobs_and_entropy = heads[name]
                 start = time.perf_counter()
-                backward_minibatch(ctx, batch, None)
+                backward_minibatch(ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, None)
                 if r:
                     times[name].append(time.perf_counter() - start)
                 ctx.model.zero_grad(set_to_none=True)

@@ -35,7 +35,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
     from quadrants.models.policy import behaviour_pass
     from quadrants.models.tiny import random_tiny_policy
     from quadrants.objectives.batch import make_token_batch
-    from quadrants.train.accumulate import backward_minibatch
+    from quadrants.train.step import backward_minibatch
 
     torch.set_num_threads(2)
     model, _ = random_tiny_policy(
@@ -61,7 +61,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
     model.train()
     baseline = peak_rss_bytes()
     start = time.perf_counter()
-    backward_minibatch(ctx, batch, None)
+    backward_minibatch(ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, None)
     seconds = time.perf_counter() - start
     peak = peak_rss_bytes()
     torch.save({n: p.grad for n, p in model.named_parameters()}, out_path)

@@ -25,8 +25,8 @@ from quadrants.models.tiny import random_tiny_policy
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import known_objectives, resolve_objective
-from quadrants.train.context import PassSettings
-from quadrants.train.step import StepContext, update_policy
+from quadrants.train.context import Objective, build_step
+from quadrants.train.step import update_policy
 
 
 def main() -> None:
@@ -69,23 +69,13 @@ def main() -> None:
         model.load_state_dict(state)
         spec, params = resolve_objective(name, {})
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-        ctx = StepContext(
-            cfg=cfg,
-            model=model,
-            tokenizer=tokenizer,
-            ref_model=None,
-            engine=None,
-            grader=None,
-            task=None,  # type: ignore[arg-type]
-            optimizer=optimizer,
-            scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-            spec=spec,
-            params=params,
-            loss_settings=LossSettings(),
-            passes=PassSettings.from_config(cfg.rollout, cfg.train),
-        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+        ctx = build_step(cfg, model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler)
+        objective = Objective(spec, params, LossSettings())  # each objective, default loss settings
         start = time.perf_counter()
-        update_policy(ctx, batch, step=0)
+        update_policy(
+            model, optimizer, scheduler, objective, ctx.forwards, ctx.update, batch, step=0
+        )
         return time.perf_counter() - start
 
     names = known_objectives()

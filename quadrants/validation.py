@@ -21,7 +21,6 @@ from quadrants.config import (
 from quadrants.config_ranges import Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
-from quadrants.distributed.collectives import validate_distributed_config
 from quadrants.eval.plan import suite, validate_eval
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.source import check_model_source
@@ -273,4 +272,8 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
     validate_trainer_memory(cfg.train, cfg.rollout)
+    # imported here: a one-process step builds its loss settings from this module (loss_settings)
+    # and never opens distributed code (train/placement.py)
+    from quadrants.distributed.collectives import validate_distributed_config
+
     validate_distributed_config(cfg)

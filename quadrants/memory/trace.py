@@ -39,7 +39,7 @@ Two corrections, each found by checking the trackers' figures against arithmetic
 LoRA (`TraceSpec.lora`): the adapters are put into the traced model by the trainer's own
 `apply_lora` (models/lora.py, peft's `get_peft_model`), so the frozen base weights are held in the
 precision's storage dtype as the trainer holds them (float32 under fp32 and bf16-mixed: the
-trainer casts the whole policy, train/distributed_step.py `prepare_policy`), without gradients,
+trainer casts the whole policy, train/loop.py `prepare_policy`), without gradients,
 and AdamW (built over `trainable_parameters`, as train/loop.py builds it) keeps moments for the
 adapters only. Under autocast the frozen weights are not in autocast's cast cache (it keeps the
 bf16 copies of leaf tensors that require grad only: aten/src/ATen/autocast_mode.cpp

@@ -41,12 +41,12 @@ class ObjectiveSpec:
         batch_denominator: True, or a predicate of the full params, when the objective's
             `denominator_mask` is a function of the batch and the params alone, never of the
             policy output (DAPO's constant groups): its rows outside the denominator carry no
-            gradient, so the update runs them without grad (train/accumulate.py).
+            gradient, so the update runs them without grad (train/gradless_rows.py).
         zero_advantage_inert: True, or a predicate of the full params, when a token whose
             sequence advantage is exactly 0 adds exactly 0 to the objective's loss for every
             policy output, so no gradient either (a clipped surrogate of a token advantage that is
             0 wherever Â is: −0·r = 0 for every ratio r). Rows with Â = 0 (GRPO's constant groups)
-            then run without grad when the step adds no KL (train/accumulate.py).
+            then run without grad when the step adds no KL (train/gradless_rows.py).
         controller: the objective's state across optimizer steps (objectives/control.py), or
             None for the stateless ones; its state reaches the objective as `state`.
     """

@@ -24,25 +24,31 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig
 from quadrants.cpu import tune_for
 from quadrants.device import resolve_device
+from quadrants.distributed.collectives import (
+    DistEnv,
+    check_layout,
+    fill_from_rank0,
+    fill_replica,
+    on_meta,
+    rollout_replica,
+    shard_model,
+)
 from quadrants.distributed.collectives import current as current_dist
+from quadrants.distributed.placement import Sharded
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
 from quadrants.models.lora import trainable_parameters
-from quadrants.objectives.control import (
-    STATE_KEY,
-    advance_state,
-    restore_state,
-    with_initial_state,
-)
-from quadrants.objectives.registry import resolve_objective
+from quadrants.objectives.control import STATE_KEY, advance_state, restore_state
 from quadrants.ops.precision import resolve_precision
-from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader, grader_workers
+from quadrants.rollout.engine import RolloutEngine
+from quadrants.rollout.registry import get_engine
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.prompts import make_renderer
@@ -52,13 +58,13 @@ from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.checkpoint import has_checkpoint, load_latest, restore, save_checkpoint
-from quadrants.train.context import PassSettings
-from quadrants.train.distributed_step import prepare_policy
+from quadrants.train.context import StepContext, build_step
 from quadrants.train.offload import OptimizerOffload
+from quadrants.train.placement import SingleProcess
 from quadrants.train.preemption import checkpointed_steps
 from quadrants.train.samples import write_samples
-from quadrants.train.step import StepContext, train_step
-from quadrants.validation import check_lora_ranks, loss_settings, validate_config
+from quadrants.train.step import train_step
+from quadrants.validation import check_lora_ranks, validate_config
 
 log = logging.getLogger("quadrants.train")
 
@@ -91,13 +97,11 @@ def fused_optimizer_applies(model: torch.nn.Module) -> bool:
 def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     """Load everything a step needs (model, reference, engine, task, optimizer, objective), the
     modules on `train.device` (resolved first: train.device=cuda without CUDA
-    fails before any load)."""
+    fails before any load), and build the step from them (train/context.py `build_step`)."""
     dist_env = (
         current_dist()
     )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
     device = resolve_device(cfg.train.device, dist_env.local_rank)
-    spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
-    params = with_initial_state(spec, params)  # an adaptive objective's state (objectives/control)
     check_lora_ranks(cfg, dist_env.world_size)
     # sharded: only rank 0 reads the weights, the others build the model on the meta device and
     # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
@@ -125,9 +129,11 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
     )
-    return StepContext(
-        cfg=cfg,
-        model=model,
+    # data parallelism behind one placement: a plain process never builds the sharded one
+    placement = Sharded(dist_env) if dist_env.sharded else SingleProcess()
+    return build_step(
+        cfg,
+        model,
         tokenizer=tokenizer,
         ref_model=ref_model,
         engine=engine,
@@ -135,18 +141,96 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         task=make_run_task(cfg, tokenizer),
         optimizer=optimizer,
         scheduler=scheduler,
-        spec=spec,
-        params=params,
-        loss_settings=loss_settings(
-            cfg.objective,
-            QuadrantSettings.from_config(cfg.quadrant),
-            max_new_tokens=cfg.rollout.max_new_tokens,
-        ),
-        passes=PassSettings.from_config(cfg.rollout, cfg.train),
-        dist=dist_env,
+        placement=placement,
         device=device,
-        precision=resolve_precision(cfg.train.precision, device),
     )
+
+
+def prepare_policy(
+    cfg: RunConfig,
+    model: nn.Module,
+    tokenizer: Any,
+    ref_model: nn.Module | None,
+    env: DistEnv,
+    device: torch.device | None = None,
+) -> tuple[nn.Module, nn.Module | None, RolloutEngine]:
+    """Place the policy (and the frozen reference) on `device` (default: `train.device` resolved for
+    this rank), shard them over the ranks, and start the rollout engine `rollout.engine` names
+    (quadrants/rollout/registry.py) on the placed policy. An engine that asks for a replica (the HF
+    engine) samples from the policy itself in one plain process, from a full per-rank copy on the
+    same device when sharded, taken here before sharding.
+
+    Sharded, only rank 0 needs the weights: the other ranks may pass the model on the meta device
+    (`load_policy(weights=False)`, as `build_context` does), and every rank's shards (and replica)
+    are filled from rank 0's values (`fill_from_rank0`), whatever the others passed.
+
+    The modules are moved before `fully_shard`, so each rank's shards and its rollout copy are on
+    `cuda:<LOCAL_RANK>` with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the
+    CPU is a no-op).
+
+    The parameters are stored in `train.precision`'s dtype (ops/precision.py): float32 for fp32
+    and bf16-mixed whatever `model.dtype` they were read in (a bf16 checkpoint cast up exactly),
+    bfloat16 for pure bf16. The replica is taken after the cast: the HF engine samples from the
+    trainer's parameters in their stored dtype."""
+    check_layout(cfg, env.world_size)
+    kind = get_engine(cfg.rollout.engine)
+    device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
+    precision = resolve_precision(cfg.train.precision, device)
+    model = _place(model, device, precision.param_dtype)
+    if ref_model is not None:  # frozen: the policy's dtype, so that its forward is the policy's
+        ref_model = _place(ref_model, device, precision.param_dtype)
+    options = dict(
+        precision=precision,
+        reshard_after_forward=cfg.distributed.reshard_after_forward,
+        device=device,
+    )
+    # rank 0's full tensors, to fill every rank's shards from (the other ranks: on the meta device)
+    full = model.state_dict() if env.sharded and env.is_main else {}
+    full_ref = ref_model.state_dict() if env.sharded and env.is_main and ref_model else {}
+    replica = rollout_replica(model, env) if kind.replica_for_ranks else None
+    model = shard_model(
+        model, env, activation_checkpointing=cfg.train.activation_checkpointing, **options
+    )
+    if env.sharded:
+        fill_from_rank0(model, full, env, device)
+        del full  # rank 0's full copy: only its shards remain
+        if replica is not None:
+            fill_replica(replica, model, device)
+    if env.sharded and ref_model is not None:
+        ref_model = shard_model(ref_model, env, **options)
+        fill_from_rank0(ref_model, full_ref, env, device)
+        del full_ref
+    engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
+    return model, ref_model, engine
+
+
+def _place(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """`model` on `device` in `dtype`; a model on the meta device (a rank that did not read the
+    weights) only cast: its shards are allocated on `device` when filled (`fill_from_rank0`)."""
+    if on_meta(model):
+        return model.to(dtype=dtype)
+    return model.to(device=device, dtype=dtype)
+
+
+@dataclass
+class Run:
+    """What the loop works with: the step's context, the run's config and its rank layout (the
+    step itself reads neither)."""
+
+    step: StepContext
+    cfg: RunConfig
+    dist: DistEnv
+
+    model = property(lambda self: self.step.model)
+    tokenizer = property(lambda self: self.step.tokenizer)
+    engine = property(lambda self: self.step.engine)
+    grader = property(lambda self: self.step.grader)
+    task = property(lambda self: self.step.task)
+    optimizer = property(lambda self: self.step.optimizer)
+    scheduler = property(lambda self: self.step.scheduler)
+    device = property(lambda self: self.step.device)
+    spec = property(lambda self: self.step.objective.spec)
+    params = property(lambda self: self.step.objective.params)
 
 
 def make_run_task(cfg: RunConfig, tokenizer: Any) -> RenderedTask:
@@ -177,7 +261,7 @@ def task_tags(task: Any) -> dict[str, str]:
     }
 
 
-def _log_task(ctx: StepContext, tracker: Tracker, run_dir: Path | None) -> None:
+def _log_task(ctx: Run, tracker: Tracker, run_dir: Path | None) -> None:
     """The task's counts as params, and the first training prompt, rendered, as an artifact."""
     task = ctx.task
     info = {"prompt.rendered_format": getattr(getattr(task, "render", None), "format", "raw")}
@@ -203,16 +287,14 @@ def _log_task(ctx: StepContext, tracker: Tracker, run_dir: Path | None) -> None:
         )
 
 
-def _evaluate(ctx: StepContext, step: int, tracker: Tracker) -> dict[str, float]:
+def _evaluate(ctx: Run, step: int, tracker: Tracker) -> dict[str, float]:
     """Held-out metrics of the live policy (eval/in_training.py; {} on ranks other than 0)."""
     return evaluate_policy(
         ctx.engine, ctx.grader, ctx.task, ctx.tokenizer, ctx.cfg, ctx.dist, step, tracker
     )
 
 
-def _resume(
-    ctx: StepContext, run_dir: Path | None
-) -> tuple[int, str | None, dict[int, dict[str, float]]]:
+def _resume(ctx: Run, run_dir: Path | None) -> tuple[int, str | None, dict[int, dict[str, float]]]:
     """(completed steps, known run id, metrics the tracker could not record) from the newest
     checkpoint and run.json in `run_dir`."""
     if run_dir is None:
@@ -269,7 +351,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     workers = grader_workers(cfg.task.grader_workers)  # the CPUs this task holds, less one
     extraction = cfg.task.answer_extraction
     with Grader(num_workers=workers, timeout_s=5.0, extraction=extraction) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = Run(build_context(cfg, grader), cfg, current_dist())
         try:
             first, known_id, unlogged = _resume(ctx, run_dir)
             offload = _optimizer_offload(ctx)  # train.offload_optimizer: states to the host
@@ -312,7 +394,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 is_saved=lambda s: has_checkpoint(run_dir, s),
             ):
                 step = index + 1
-                output = train_step(ctx, index)
+                output = train_step(ctx.step, index)
                 if offload is not None:  # until the next optimizer step (its pre-hook loads them)
                     offload.offload()
                 metrics = output.metrics
@@ -378,7 +460,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
 
 @contextmanager
 def stop_if_disk_full(
-    ctx: StepContext,
+    ctx: Run,
     run_dir: Path | None,
     tracker: Tracker,
     step: int,
@@ -409,7 +491,7 @@ def stop_if_disk_full(
 
 
 def _save(
-    ctx: StepContext,
+    ctx: Run,
     run_dir: Path,
     step: int,
     tracker: Tracker,
@@ -436,7 +518,7 @@ def _save(
 
 
 def _signal_save(
-    ctx: StepContext, run_dir: Path | None, tracker: Tracker, offload: OptimizerOffload | None
+    ctx: Run, run_dir: Path | None, tracker: Tracker, offload: OptimizerOffload | None
 ):
     """How a SLURM signal / SIGTERM checkpoints the last completed step (None:
     checkpoints are off)."""
@@ -450,7 +532,7 @@ def _signal_save(
     return save
 
 
-def _optimizer_offload(ctx: StepContext) -> OptimizerOffload | None:
+def _optimizer_offload(ctx: Run) -> OptimizerOffload | None:
     """train.offload_optimizer on an accelerator: the optimizer's states offloaded now (after a
     resume restored them to the device) and between its steps (quadrants/train/offload.py). A run
     whose device resolved to the CPU (train.device=auto without a GPU) has nothing to free."""

@@ -19,7 +19,7 @@ mixed correctness are collected, and trains on those. Here:
   is on; without it the rewards are the correctness), so the top-up groups are exactly the ones the
   loss drops, and a length penalty alone never makes a group mixed.
 - Each round is collected by the caller's `collect_round`, which with several ranks deals its
-  prompts in blocks to the ranks and gathers them (distributed_step.collect_blocks): every rank
+  prompts in blocks to the ranks and gathers them (train/step.py `collect_round`): every rank
   sees the same rounds and keeps the same groups.
 
 verl raises an error when its cap is reached without a full batch; we train on the shorter batch and
@@ -39,13 +39,13 @@ from quadrants.ops.advantages import constant_reward_groups
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts
 from quadrants.tracking import keys
-from quadrants.train.distributed_step import concat_rollouts
+from quadrants.train.blocks import concat_rollouts
 
 if TYPE_CHECKING:
     from quadrants.train.context import Collected
 
 _ROUND_SEED_STRIDE = (
-    104_729  # a prime; blocks within a round are offset by 7919 (distributed_step.block_seed)
+    104_729  # a prime; blocks within a round are offset by 7919 (train/blocks.py block_seed)
 )
 
 

@@ -2,69 +2,96 @@
 when `quadrant.axis=attention_entropy` splits the quadrants by it, and the LoRA adapter residual
 when the objective is ARCA or `model.lora.residual_telemetry` logs it per quadrant.
 
-One call, `token_signals`, from the step's batch builder (train/step.py `build_batch`); it returns
+`SignalSettings` (part of the score phase's settings, read from the config once) says which; one
+call, `token_signals`, from the step's batch builder (train/step.py `build_batch`) returns
 `make_token_batch`'s keyword arguments. Each signal is a no-grad pass over the rows
 (models/token_signals.py), in chunks of `train.forward_tokens` tokens when set (else
-`train.mini_batch_size` rows), under the step's autocast; with several ranks each rank computes its
-equal share of the rows and the shares are gathered (distributed/collectives.py), as for the
-behaviour pass.
+`train.mini_batch_size` rows), under the step's autocast, over this rank's share of the rows,
+gathered through the step's placement (train/placement.py), as for the behaviour pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from quadrants.distributed.collectives import all_gather_rows, row_share
 from quadrants.models.lora import has_adapters
 from quadrants.models.token_signals import adapter_residual_pass, attention_entropy_pass
 from quadrants.validation import NEEDS_LORA
 
 if TYPE_CHECKING:
-    from quadrants.train.context import StepContext
+    from quadrants.config import RunConfig
+    from quadrants.train.context import Forwards
 
 
-def wants_adapter_residual(ctx: StepContext) -> bool:
-    """ARCA always; any other objective under LoRA when `model.lora.residual_telemetry`."""
-    cfg = ctx.cfg
-    if cfg.objective.name in NEEDS_LORA:
-        return True
-    return bool(cfg.model.lora.enabled and cfg.model.lora.residual_telemetry)
+@dataclass(frozen=True)
+class SignalSettings:
+    """Which extra per-token signals the step computes.
+
+    Attributes:
+        attention_layers: quadrant.attention_layers when quadrant.axis=attention_entropy, else None
+            (no attention-entropy pass).
+        residual_layer: model.lora.residual_layer when the adapter residual is wanted (ARCA always;
+            any objective under LoRA with model.lora.residual_telemetry), else None.
+        objective: the objective's name, for the error when the residual is wanted without adapters.
+    """
+
+    attention_layers: str | Sequence[int] | None = None
+    residual_layer: int | None = None
+    objective: str = ""
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig) -> SignalSettings:
+        lora = cfg.model.lora
+        wants_residual = cfg.objective.name in NEEDS_LORA or (
+            lora.enabled and lora.residual_telemetry
+        )
+        layers: Any = cfg.quadrant.attention_layers
+        if layers is not None and not isinstance(layers, str):
+            layers = tuple(layers)
+        return cls(
+            attention_layers=layers if cfg.quadrant.axis == "attention_entropy" else None,
+            residual_layer=lora.residual_layer if wants_residual else None,
+            objective=cfg.objective.name,
+        )
 
 
 def token_signals(
-    ctx: StepContext, sequences: Tensor, attention_mask: Tensor, length: int
+    model: nn.Module,
+    forwards: Forwards,
+    settings: SignalSettings,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    length: int,
 ) -> dict[str, Tensor]:
     """`make_token_batch`'s `attention_entropy` and `adapter_residual` ([B, T] each) where the run
     asks for them; {} when it asks for neither."""
-    cfg = ctx.cfg
     out: dict[str, Tensor] = {}
-    rows = chunk_rows(ctx.passes.batch_size, ctx.passes.forward_tokens, sequences.shape[1])
-    if cfg.quadrant.axis == "attention_entropy":
-        layers = cfg.quadrant.attention_layers
+    passes = forwards.passes
+    rows = chunk_rows(passes.batch_size, passes.forward_tokens, sequences.shape[1])
+    if settings.attention_layers is not None:
+        layers = settings.attention_layers
         out["attention_entropy"] = _over_ranks(
-            ctx,
+            forwards,
             lambda s, m: attention_entropy_pass(
-                ctx.model, s, m, length, layers=layers, batch_size=rows
+                model, s, m, length, layers=layers, batch_size=rows
             ),
             sequences,
             attention_mask,
         )
-    if wants_adapter_residual(ctx):
-        if not has_adapters(ctx.model):
+    if settings.residual_layer is not None:
+        if not has_adapters(model):
             raise ValueError(
-                f"objective.name={cfg.objective.name} needs the LoRA adapter residual but the "
+                f"objective.name={settings.objective} needs the LoRA adapter residual but the "
                 "policy has no adapters: set model.lora.enabled=true"
             )
-        layer = cfg.model.lora.residual_layer
+        layer = settings.residual_layer
         out["adapter_residual"] = _over_ranks(
-            ctx,
-            lambda s, m: adapter_residual_pass(
-                ctx.model, s, m, length, layer=layer, batch_size=rows
-            ),
+            forwards,
+            lambda s, m: adapter_residual_pass(model, s, m, length, layer=layer, batch_size=rows),
             sequences,
             attention_mask,
         )
@@ -78,14 +105,13 @@ def chunk_rows(batch_size: int, forward_tokens: int, width: int) -> int:
 
 
 def _over_ranks(
-    ctx: StepContext,
+    forwards: Forwards,
     fn: Callable[[Tensor, Tensor], Tensor],
     sequences: Tensor,
     attention_mask: Tensor,
 ) -> Tensor:
     """`fn` over this rank's share of the rows, under the step's autocast, gathered. [B, T]."""
-    env = ctx.dist
-    share = row_share(sequences.shape[0], env) if env.sharded else slice(None)
-    with ctx.precision.autocast(ctx.device):
+    share = forwards.placement.share(sequences.shape[0])
+    with forwards.precision.autocast(forwards.device):
         own = fn(sequences[share], attention_mask[share]).float()
-    return torch.cat(all_gather_rows(own, env))
+    return forwards.placement.gather_rows(own)

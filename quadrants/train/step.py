@@ -1,36 +1,136 @@
-"""One GRPO training step: rollouts -> rewards -> TokenBatch -> mini-batch updates -> telemetry.
+"""One training step, read top to bottom: collect -> score -> update -> telemetry.
 
-Everything a step needs lives in `StepContext`, built once by the loop. Each phase is a named
-function so the step reads top to bottom.
+`train_step` calls three phases, each given only the parts and the settings it reads (small frozen
+dataclasses built once from the config by `build_step`, train/context.py):
+
+1. **collect** (`collect_rollouts`, `CollectSettings`): draw the step's prompts, generate G
+   responses each in blocks dealt to the ranks, grade them, optionally refill with mixed groups
+   and shape the rewards with DAPO's overlong penalty.
+2. **score** (`build_batch`, `ScoreSettings`): old log-probs and entropy (the engine's where exact,
+   else a no-grad behaviour pass), the KL reference's log-probs, advantages and quadrants: the
+   `TokenBatch` (objectives/batch.py); then the mismatch correction's weights.
+3. **update** (`update_policy`, `UpdateSettings`): `epochs` passes of shuffled mini-batches, each
+   mini-batch's loss back-propagated in one piece or accumulated over micro-batches
+   (`backward_minibatch`), clipped, one optimizer step each.
+
+Then telemetry (|Δ log-prob| per quadrant on a seeded subsample) and the weight sync to the engine.
+
+Every forward goes through `no_grad_pass` or `policy_output`, which run this rank's share of the
+rows and gather them through the step's `Placement` (train/placement.py): in one process every
+share is all rows and every gather returns its input, so this file is the single-process step.
+
+Shape legend: **B** sequences · **P** prompt tokens · **T** response tokens.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
 
-from quadrants.config import RunConfig
-from quadrants.distributed.collectives import reduce_metrics
 from quadrants.models.lora import adapters_disabled
-from quadrants.objectives.batch import TokenBatch, make_token_batch
+from quadrants.models.policy import behaviour_pass, response_logprobs
+from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
+from quadrants.objectives.loss import compute_loss
+from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
+from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.ops.subsample import auto_rows, sample_rows
-from quadrants.rewards.grader import Outcome
-from quadrants.rollout.engine import Rollouts, SamplingSettings, rollouts_to
+from quadrants.rewards.grader import Grader, Outcome
+from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings, rollouts_to
+from quadrants.tasks.base import Task
 from quadrants.tracking import keys
-from quadrants.train.accumulate import backward_minibatch
-from quadrants.train.behaviour import engine_behaviour_is_exact
-from quadrants.train.context import Collected, StepContext
-from quadrants.train.distributed_step import collect_blocks, sharded_behaviour_pass
+from quadrants.train.blocks import block_seed, concat_rollouts
+from quadrants.train.context import (
+    Collected,
+    CollectSettings,
+    Forwards,
+    Objective,
+    ScoreSettings,
+    StepContext,
+    UpdateSettings,
+)
+from quadrants.train.gradless_rows import equal_shares, rows_with_gradient, splice_rows
 from quadrants.train.micro_batches import row_lengths, token_groups
+from quadrants.train.placement import Placement
 from quadrants.train.refill import collect_with_refill, correctness, refill_seed
 from quadrants.train.signals import token_signals
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """A finished step: its flat metrics, and the graded batch (for sample artifacts)."""
+
+    metrics: dict[str, float]
+    batch: TokenBatch
+    collected: Collected
+
+
+def train_step(ctx: StepContext, step: int) -> StepOutput:
+    """Run one step: its flat metrics (everything the tracker logs for it) and the graded batch."""
+    forwards, objective = ctx.forwards, ctx.objective
+    # 1. collect: on the CPU (every engine), moved to the device once
+    collected = collect_rollouts(
+        ctx.engine, ctx.grader, ctx.task, forwards.placement, ctx.collect, step,
+        pad_id=int(ctx.tokenizer.pad_token_id),
+    )  # fmt: skip
+    ctx.engine.release_memory()  # vLLM sleeps until the sync after the update (rollout/vllm.py)
+    collected = replace(
+        collected,
+        rollouts=rollouts_to(collected.rollouts, forwards.device),
+        rewards=collected.rewards.to(forwards.device),
+    )
+    # 2. score: old (and reference) log-probs, advantages, quadrants -> TokenBatch
+    t0 = time.perf_counter()
+    correct = correctness(collected.outcomes, forwards.device)
+    batch = build_batch(
+        ctx.model, ctx.ref_model, forwards, ctx.score, objective.quadrant,
+        collected.rollouts, collected.rewards, correct,
+    )  # fmt: skip
+    t1 = time.perf_counter()
+    is_weights = mismatch_weights(ctx.score, collected.rollouts, batch)
+    # 3. update: mini-batches, micro-batches, optimizer steps
+    objective_metrics, grad_norm = update_policy(
+        ctx.model, ctx.optimizer, ctx.scheduler, objective, forwards, ctx.update, batch, step,
+        is_weights,
+    )  # fmt: skip
+    t2 = time.perf_counter()
+    # telemetry, then the engine samples the next step from the updated weights
+    dlogp, entropy_after, dlogp_rows = (
+        measure_dlogp(ctx.model, forwards, ctx.update, batch, step)
+        if ctx.update.measure_dlogp
+        else (None, None, None)
+    )
+    ctx.engine.sync_weights(ctx.model)
+    t3 = time.perf_counter()
+    metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
+    keep = objective.quadrant.keep  # the covariance term counts trained tokens only
+    trained = None if keep is None else batch.quadrants.union(keep)
+    metrics.update(quadrant_telemetry(batch, dlogp, dlogp_rows, entropy_after, trained))
+    if is_weights is not None:
+        weight_mean, capped_frac = is_weight_stats(
+            is_weights, batch.response_mask, cap=ctx.score.mismatch_cap
+        )
+        metrics[keys.train("engine_is_weight_mean")] = weight_mean.item()
+        metrics[keys.train("engine_is_capped_frac")] = capped_frac.item()
+    metrics.update(collected.metrics)  # refill rounds and groups, the overlong penalty (when on)
+    metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
+    metrics[keys.train("step")] = float(step + 1)
+    metrics[keys.train("grad_norm")] = grad_norm
+    metrics[keys.train("lr")] = ctx.optimizer.param_groups[0]["lr"]
+    metrics[keys.timing("rollout")] = collected.generate_s
+    metrics[keys.timing("reward")] = collected.grade_s
+    metrics[keys.timing("old_logp")] = t1 - t0
+    metrics[keys.timing("update")] = t2 - t1
+    metrics[keys.timing("telemetry")] = t3 - t2
+    return StepOutput(forwards.placement.reduce_metrics(metrics), batch, collected)
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -39,45 +139,93 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % (2**31 - 1)
 
 
-def collect_rollouts(ctx: StepContext, step: int) -> Collected:
+# --- 1. collect ------------------------------------------------------------------------------
+
+
+def collect_rollouts(
+    engine: RolloutEngine,
+    grader: Grader,
+    task: Task,
+    placement: Placement,
+    settings: CollectSettings,
+    step: int,
+    *,
+    pad_id: int,
+) -> Collected:
     """Sample the step's prompts, generate G responses each, and grade them; with
     `rollout.refill_rounds`, refill the batch with mixed groups from extra rounds
     (train/refill.py)."""
-    cfg = ctx.cfg
-    if not cfg.rollout.refill_rounds:
-        return collect_round(ctx, step, 0)
+
+    def round_(index: int) -> Collected:
+        return collect_round(engine, grader, task, placement, settings, step, index, pad_id)
+
+    if not settings.refill_rounds:
+        return round_(0)
     return collect_with_refill(
-        lambda r: collect_round(ctx, step, r),
-        prompts=cfg.train.prompts_per_step,
-        max_rounds=cfg.rollout.refill_rounds,
-        pad_id=int(ctx.tokenizer.pad_token_id),
+        round_,
+        prompts=settings.prompts_per_step,
+        max_rounds=settings.refill_rounds,
+        pad_id=pad_id,
     )
 
 
-def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
+def collect_round(
+    engine: RolloutEngine,
+    grader: Grader,
+    task: Task,
+    placement: Placement,
+    settings: CollectSettings,
+    step: int,
+    round_index: int,
+    pad_id: int,
+) -> Collected:
     """One generation round: `prompts_per_step` prompts drawn and sampled with the round's seed
     (round 0: the step's seed), G responses each, graded; rewards include the overlong penalty when
-    it is on."""
-    cfg = ctx.cfg
-    seed = refill_seed(step_seed(cfg.seed, step), round_index)
-    problems = ctx.task.train_batch(cfg.train.prompts_per_step, random.Random(seed))
+    it is on.
+
+    The prompts go in blocks (`prompts_per_generate`, default prompts_per_step / W), block b
+    generated and graded by rank b % W with its own seed (train/blocks.py), all blocks gathered in
+    block order on every rank: the same blocks, seeds and order for any W. One process without
+    the block setting is one block with the round's own seed (block_seed(s, 0) = s)."""
+    seed = refill_seed(step_seed(settings.seed, step), round_index)
+    problems = task.train_batch(settings.prompts_per_step, random.Random(seed))
     sampling = SamplingSettings(
-        n=cfg.rollout.group_size,
-        temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p,
-        max_new_tokens=cfg.rollout.max_new_tokens,
+        n=settings.group_size,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        max_new_tokens=settings.max_new_tokens,
         seed=seed,
     )
-    # blocks of prompts dealt to ranks, gathered; one plain process without
-    # distributed.prompts_per_generate is one block with the round's seed (block_seed(s, 0) = s)
-    collected = collect_blocks(ctx, problems, sampling)
-    if not cfg.rollout.overlong_buffer:
+    size = settings.prompts_per_generate or settings.prompts_per_step // placement.world_size
+    blocks = [problems[i : i + size] for i in range(0, len(problems), size)]
+    mine: list[tuple[int, tuple[Rollouts, list[float], list[str]]]] = []
+    generate_s = grade_s = 0.0
+    for index in placement.deal(len(blocks)):
+        block = blocks[index]
+        t0 = time.perf_counter()
+        seeded = replace(sampling, seed=block_seed(seed, index))
+        rollouts = engine.generate([p.prompt for p in block], seeded)
+        t1 = time.perf_counter()
+        graded = grader.grade(rollouts.texts, [block[int(g)].answer for g in rollouts.group_ids])
+        grade_s += time.perf_counter() - t1
+        generate_s += t1 - t0
+        mine.append((index, (rollouts, list(graded.rewards), [o.value for o in graded.outcomes])))
+    everything = placement.gather_in_order(mine)  # timings stay per rank
+    rewards = torch.tensor([r for item in everything for r in item[1]], dtype=torch.float32)
+    collected = Collected(
+        concat_rollouts([item[0] for item in everything], pad_id),
+        rewards,
+        [Outcome(o) for item in everything for o in item[2]],
+        generate_s,
+        grade_s,
+    )
+    if not settings.overlong_buffer:
         return collected
     penalty = overlong_penalty(
         collected.rollouts.response_mask.sum(-1),
-        max_length=cfg.rollout.max_new_tokens,
-        buffer=cfg.rollout.overlong_buffer,
-        penalty=cfg.rollout.overlong_penalty,
+        max_length=settings.max_new_tokens,
+        buffer=settings.overlong_buffer,
+        penalty=settings.overlong_penalty,
     )
     return replace(
         collected,
@@ -86,68 +234,37 @@ def collect_round(ctx: StepContext, step: int, round_index: int) -> Collected:
     )
 
 
-def no_grad_pass(
-    ctx: StepContext, model: nn.Module, sequences: Tensor, attention_mask: Tensor, length: int
-) -> tuple[Tensor, Tensor]:
-    """`model`'s log-probs and entropy ([B, T] each) over the last `length` tokens, no grad, with
-    the step's PassSettings, the rows spread over the ranks; with `train.forward_tokens`, in calls
-    packed by that token budget per rank (train/micro_batches.py)."""
-    passes = ctx.passes
-    groups = None
-    if passes.forward_tokens:
-        rows = torch.arange(sequences.shape[0], device=sequences.device)
-        lengths = row_lengths(attention_mask, length)
-        groups = token_groups(lengths, rows, passes.forward_tokens, ctx.dist.world_size)
-    with ctx.precision.autocast(ctx.device):
-        return sharded_behaviour_pass(
-            ctx.dist,
-            model,
-            sequences,
-            attention_mask,
-            length,
-            temperature=passes.temperature,
-            chunk_size=passes.chunk_size,
-            batch_size=passes.batch_size,
-            max_buckets=passes.length_buckets,
-            groups=groups,
-        )
-
-
-def reference_logprobs(
-    ctx: StepContext, sequences: Tensor, attention_mask: Tensor, length: int
-) -> Tensor | None:
-    """The KL reference's log-probs [B, T] (None without a KL term): the frozen reference model's,
-    or under LoRA the policy's own with its adapters switched off (the base it started from;
-    models/lora.py `adapters_disabled`), so no second copy of the model is held."""
-    if ctx.ref_model is not None:
-        return no_grad_pass(ctx, ctx.ref_model, sequences, attention_mask, length)[0]
-    if ctx.cfg.objective.kl_coef > 0 and ctx.cfg.model.lora.enabled:
-        with adapters_disabled(ctx.model):
-            return no_grad_pass(ctx, ctx.model, sequences, attention_mask, length)[0]
-    return None
+# --- 2. score --------------------------------------------------------------------------------
 
 
 def build_batch(
-    ctx: StepContext, rollouts: Rollouts, rewards: Tensor, correct: Tensor | None = None
+    model: nn.Module,
+    ref_model: nn.Module | None,
+    forwards: Forwards,
+    settings: ScoreSettings,
+    quadrant: QuadrantSettings,
+    rollouts: Rollouts,
+    rewards: Tensor,
+    correct: Tensor | None = None,
 ) -> TokenBatch:
     """Old log-probs and entropy (the engine's where exact, else a trainer-side no-grad
     pass), then the TokenBatch.
 
     `correct` [B] float (1 = graded correct): with the overlong penalty on, dynamic sampling judges
     a group constant by correctness, as DAPO does, not by the shaped rewards."""
-    cfg = ctx.cfg
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)  # [B, P + T]
     attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
     length = rollouts.response_ids.shape[1]
-    if engine_behaviour_is_exact(
-        cfg, ctx.spec, rollouts
-    ):  # train.behaviour_pass=auto (quadrants/train/behaviour.py)
+    # train.behaviour_pass=auto: the engine's numbers where they equal the pass's (train/context.py)
+    if settings.engine_numbers_stand_in and rollouts.behaviour_entropy is not None:
         old_logp, entropy = rollouts.behaviour_logp, rollouts.behaviour_entropy
     else:
-        old_logp, entropy = no_grad_pass(ctx, ctx.model, sequences, attention_mask, length)
-    ref_logp = reference_logprobs(ctx, sequences, attention_mask, length)
-    # attention entropy (quadrant.axis) and the adapter residual (ARCA, LoRA telemetry)
-    signals = token_signals(ctx, sequences, attention_mask, length)
+        old_logp, entropy = no_grad_pass(forwards, model, sequences, attention_mask, length)
+    ref_logp = reference_logprobs(
+        model, ref_model, forwards, settings, sequences, attention_mask, length
+    )
+    # the attention entropy (quadrant.axis) and the LoRA adapter residual (ARCA, its telemetry)
+    signals = token_signals(model, forwards, settings.signals, sequences, attention_mask, length)
     mask = rollouts.response_mask
     return make_token_batch(
         sequences=sequences,
@@ -157,17 +274,61 @@ def build_batch(
         entropy=entropy * mask,
         rewards=rewards,
         group_ids=rollouts.group_ids,
-        normalize_std=cfg.advantage.normalize_std,
-        advantage_eps=cfg.advantage.eps,
-        quadrant=ctx.quadrant,
+        normalize_std=settings.normalize_std,
+        advantage_eps=settings.advantage_eps,
+        quadrant=quadrant,
         ref_logp=None if ref_logp is None else ref_logp * mask,
-        constant_by=correct if cfg.rollout.overlong_buffer else None,
+        constant_by=correct if settings.constant_by_correctness else None,
         **signals,
     )
 
 
+def reference_logprobs(
+    model: nn.Module,
+    ref_model: nn.Module | None,
+    forwards: Forwards,
+    settings: ScoreSettings,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    length: int,
+) -> Tensor | None:
+    """The KL reference's log-probs [B, T] (None without a KL term): the frozen reference model's,
+    or under LoRA the policy's own with its adapters switched off (the base it started from;
+    models/lora.py `adapters_disabled`), so no second copy of the model is held."""
+    if ref_model is not None:
+        return no_grad_pass(forwards, ref_model, sequences, attention_mask, length)[0]
+    if settings.reference_from_adapters:
+        with adapters_disabled(model):
+            return no_grad_pass(forwards, model, sequences, attention_mask, length)[0]
+    return None
+
+
+def mismatch_weights(
+    settings: ScoreSettings, rollouts: Rollouts, batch: TokenBatch
+) -> Tensor | None:
+    """Truncated IS weights min(π_old/μ_engine, cap) per token or per sequence, [B, T]; None when
+    `rollout.mismatch_correction` is none."""
+    if settings.mismatch_correction == "none":
+        return None
+    return truncated_is_weights(
+        batch.old_logp,
+        rollouts.behaviour_logp,
+        batch.response_mask,
+        level=settings.mismatch_correction,  # type: ignore[arg-type]
+        cap=settings.mismatch_cap,
+    )
+
+
+# --- 3. update -------------------------------------------------------------------------------
+
+
 def update_policy(
-    ctx: StepContext,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    objective: Objective,
+    forwards: Forwards,
+    settings: UpdateSettings,
     batch: TokenBatch,
     step: int,
     is_weights: Tensor | None = None,
@@ -177,51 +338,186 @@ def update_policy(
     `is_weights` [B, T]: the mismatch correction's per-token weights (None = off),
     sliced with each mini-batch.
     """
-    cfg = ctx.cfg
-    generator = torch.Generator().manual_seed(step_seed(cfg.seed, step))
+    generator = torch.Generator().manual_seed(step_seed(settings.seed, step))
     per_update: list[dict[str, Tensor]] = []
     grad_norms: list[float] = []
-    ctx.model.train()
-    for _ in range(cfg.train.epochs):
+    model.train()
+    for _ in range(settings.epochs):
         # drawn on the CPU generator (the same order on every device), then moved to the batch
         order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
-        for start in range(0, batch.batch_size, cfg.train.mini_batch_size):
-            index = order[start : start + cfg.train.mini_batch_size]
-            ctx.optimizer.zero_grad(set_to_none=True)
-            # with several ranks: this rank's rows with grad, the others' spliced in (collectives);
-            # with train.micro_batch_size: accumulated over micro-batches (accumulate.py)
+        for start in range(0, batch.batch_size, settings.mini_batch_size):
+            index = order[start : start + settings.mini_batch_size]
+            optimizer.zero_grad(set_to_none=True)
             loss, metrics = backward_minibatch(
-                ctx,
+                model,
+                objective,
+                forwards,
+                settings,
                 batch.select(index),
                 None if is_weights is None else is_weights[index],
             )
-            grad_norms.append(
-                float(
-                    torch.nn.utils.clip_grad_norm_(ctx.model.parameters(), cfg.train.max_grad_norm)
-                )
-            )
-            ctx.optimizer.step()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+            grad_norms.append(float(norm))
+            optimizer.step()
             metrics["loss"] = loss
             per_update.append(metrics)
     # the last update's gradients are not needed again: freed now, not held through the next
     # rollout (the next update's zero_grad would free them only then)
-    ctx.optimizer.zero_grad(set_to_none=True)
-    ctx.scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
     return mean_metrics(per_update), sum(grad_norms) / max(len(grad_norms), 1)
 
 
-def measure_dlogp(ctx: StepContext, batch: TokenBatch, step: int) -> tuple[Tensor, Tensor, Tensor]:
+def backward_minibatch(
+    model: nn.Module,
+    objective: Objective,
+    forwards: Forwards,
+    settings: UpdateSettings,
+    mini: TokenBatch,
+    is_weights: Tensor | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Back-propagate the mini-batch's loss (gradients accumulate into the parameters' .grad).
+    Returns (loss [] detached, objective metrics).
+
+    The loss is the mini-batch's: its normaliser (token-mean over the whole mini-batch, the
+    constant groups DAPO drops, a forking or KL-Cov selection, batch statistics) is computed over
+    every row of the mini-batch, never over a micro-batch. With micro-batches
+    (`micro_batch_tokens`: rows packed by a token budget, train/micro_batches.py; or
+    `micro_batch_size` rows), accumulation keeps that exactly:
+    1. one no-grad pass gives the current policy's log-probs (and entropy) for the whole
+       mini-batch, a micro-batch at a time;
+    2. for each micro-batch, its rows run again with grad and are spliced into those detached
+       values, and the whole mini-batch's loss is back-propagated: its gradient is the
+       micro-batch's share, so the micro-batches' gradients add up to the unsplit one (float
+       rounding aside; tests/unit/train/test_accumulate.py).
+    Peak activation memory follows the micro-batch; the price is the extra no-grad forward. Rows
+    are dealt to micro-batches in order of response length (each micro-batch's forward is cut
+    after its own longest row, models/policy.py), a function of the mini-batch alone, the same on
+    every rank. The logged loss and metrics are the last micro-batch's, whose value is the
+    mini-batch's.
+
+    The same splice serves rows that carry no gradient (train/gradless_rows.py): they run once
+    without grad, for their values, and only the other rows run with grad. Sharded ranks add idle
+    rows to the grad pass until both passes split evenly (`equal_shares`)."""
+    spec, params, loss_settings = objective.spec, objective.params, objective.loss
+    with_entropy = spec.wants_entropy(params)
+    world = forwards.placement.world_size
+    micro = settings.micro_batch_size
+    micro = micro if micro and micro < mini.batch_size and not settings.micro_batch_tokens else 0
+    carried = rows_with_gradient(mini, loss_settings, spec, params)
+    if carried is not None and forwards.placement.sharded:
+        carried = equal_shares(carried, world)
+    if carried is not None and bool(carried.all()):
+        carried = None
+    by_length = torch.argsort(response_spans(mini.response_mask), stable=True)  # [B]
+    valued: list[Tensor] = []
+    graded = by_length if carried is None else by_length[carried[by_length]]
+    if settings.micro_batch_tokens:  # micro-batches by token budget (train/micro_batches.py)
+        lengths = row_lengths(mini.attention_mask, mini.response_length)
+        with_grad = token_groups(lengths, graded, settings.micro_batch_tokens, world)
+        split = len(with_grad) > 1
+        every_row = torch.arange(mini.batch_size, device=graded.device)
+        first = every_row if split or carried is None else torch.nonzero(~carried).squeeze(1)
+        budget = settings.forward_tokens or settings.micro_batch_tokens
+        valued = token_groups(lengths, first, budget, world) if first.numel() else []
+    else:
+        split = bool(micro)
+        size = micro or mini.batch_size
+        with_grad = [graded[s : s + size] for s in range(0, graded.shape[0], size)]
+        if micro:  # every row's values without grad, a micro-batch at a time
+            valued = [by_length[s : s + micro] for s in range(0, mini.batch_size, micro)]
+        elif carried is not None:  # the idle rows' values only: the rows with gradient get
+            valued = [torch.nonzero(~carried).squeeze(1)]  # theirs from the grad pass
+
+    def loss_of(policy: PolicyOutput) -> tuple[Tensor, dict[str, Tensor]]:
+        return compute_loss(spec, params, mini, policy, loss_settings, is_weights=is_weights)
+
+    if not split and carried is None:  # the plain update: one forward with grad, one backward
+        loss, metrics = loss_of(policy_output(forwards, model, mini, with_entropy))
+        loss.backward()
+        return loss.detach(), metrics
+    logp, entropy = detached_values(forwards, model, mini, valued, with_entropy)
+    loss, metrics, draws = None, {}, None
+    for index in with_grad:
+        part = policy_output(forwards, model, mini.select(index), with_entropy)
+        policy = PolicyOutput(
+            splice_rows(logp, part.logp, index),
+            None if entropy is None else splice_rows(entropy, part.entropy, index),
+        )  # type: ignore[arg-type]
+        if draws is None:  # the first pass draws as the unsplit update's one call would
+            draws = generator_state(logp.device)
+            same_draws = contextlib.nullcontext()
+        else:  # the later ones draw the same numbers again (Clip-Cov's random subset)
+            same_draws = replaying(draws, logp.device)
+        with same_draws:
+            loss, metrics = loss_of(policy)
+        loss.backward()
+    if loss is None:  # no row carries gradient: the loss is a constant and every gradient zero
+        loss, metrics = loss_of(PolicyOutput(logp, entropy))
+        for parameter in model.parameters():
+            if parameter.requires_grad and parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+    return loss.detach(), metrics
+
+
+def detached_values(
+    forwards: Forwards, model: nn.Module, mini: TokenBatch, groups: list[Tensor], with_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """The current policy's log-probs (and entropy) of the rows in `groups`, one no-grad pass per
+    group, in the mini-batch's row order ([B, T] each; rows in no group are left unset)."""
+    logp, entropy = torch.empty_like(mini.old_logp), None
+    if with_entropy:
+        entropy = torch.empty_like(mini.old_logp)
+    with torch.no_grad():
+        for rows in groups:
+            if rows.numel() == 0:
+                continue
+            part = policy_output(forwards, model, mini.select(rows), with_entropy)
+            logp = splice_rows(logp, part.logp, rows)
+            if entropy is not None:
+                entropy = splice_rows(entropy, part.entropy, rows)  # type: ignore[arg-type]
+    return logp, entropy
+
+
+def generator_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
+    """The default generators' states: the CPU one's and, on CUDA, `device`'s."""
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda
+
+
+@contextlib.contextmanager
+def replaying(state: tuple[Tensor, Tensor | None], device: torch.device) -> Iterator[None]:
+    """Run the block from the generator `state`, then put the generators back as they were.
+
+    A split update computes the mini-batch's loss once per grad pass, each time over the whole
+    mini-batch. An objective that draws at random (Clip-Cov's subset of its candidates) must draw
+    the same tokens every time, as the unsplit update's single call does; otherwise each pass
+    detaches its rows by another draw and the passes' gradients do not add up to the mini-batch's
+    (0.73 of the largest entry apart, measured). The generators are restored afterwards, so the
+    forwards between the passes (dropout, where a model has it) still draw fresh numbers."""
+    with torch.random.fork_rng(devices=[device] if state[1] is not None else []):
+        torch.set_rng_state(state[0])
+        if state[1] is not None:
+            torch.cuda.set_rng_state(state[1], device)
+        yield
+
+
+# --- telemetry -------------------------------------------------------------------------------
+
+
+def measure_dlogp(
+    model: nn.Module, forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """|log π_after − log π_old| per token and the updated policy's entropy after the update, on
-    `train.dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 =
-    all): one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
-    cfg = ctx.cfg
-    generator = torch.Generator().manual_seed(step_seed(cfg.seed, step) + 1)
-    wanted = cfg.train.dlogp_rows
+    `dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 = all):
+    one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
+    generator = torch.Generator().manual_seed(step_seed(settings.seed, step) + 1)
+    wanted = settings.dlogp_rows
     if wanted is None:  # auto: 1/16 of the rows, at least 2 and at least one per rank
-        wanted = auto_rows(batch.batch_size, minimum=max(2, ctx.dist.world_size))
+        wanted = auto_rows(batch.batch_size, minimum=max(2, forwards.placement.world_size))
     rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
     after, entropy = no_grad_pass(
-        ctx, ctx.model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
+        forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
     )
     return (after - batch.old_logp[rows]).abs() * batch.response_mask[rows], entropy, rows
 
@@ -261,69 +557,70 @@ def rollout_metrics(
     return out
 
 
-def mismatch_weights(cfg: RunConfig, rollouts: Rollouts, batch: TokenBatch) -> Tensor | None:
-    """Truncated IS weights min(π_old/μ_engine, cap) per token or per sequence, [B, T]; None when
-    `rollout.mismatch_correction` is none."""
-    if cfg.rollout.mismatch_correction == "none":
-        return None
-    return truncated_is_weights(
-        batch.old_logp,
-        rollouts.behaviour_logp,
-        batch.response_mask,
-        level=cfg.rollout.mismatch_correction,
-        cap=cfg.rollout.mismatch_cap,  # type: ignore[arg-type]
-    )
+# --- the forwards: this rank's share of the rows, gathered through the placement --------------
 
 
-@dataclass(frozen=True)
-class StepOutput:
-    """A finished step: its flat metrics, and the graded batch (for sample artifacts)."""
-
-    metrics: dict[str, float]
-    batch: TokenBatch
-    collected: Collected
-
-
-def train_step(ctx: StepContext, step: int) -> StepOutput:
-    """Run one step: its flat metrics (everything the tracker logs for it) and the graded batch."""
-    collected = collect_rollouts(ctx, step)  # on the CPU (every engine), moved to the device once
-    ctx.engine.release_memory()  # vLLM sleeps until the sync after the update (rollout/vllm.py)
-    collected = replace(
-        collected,
-        rollouts=rollouts_to(collected.rollouts, ctx.device),
-        rewards=collected.rewards.to(ctx.device),
-    )
-    t0 = time.perf_counter()
-    batch = build_batch(
-        ctx, collected.rollouts, collected.rewards, correctness(collected.outcomes, ctx.device)
-    )
-    t1 = time.perf_counter()
-    is_weights = mismatch_weights(ctx.cfg, collected.rollouts, batch)
-    objective_metrics, grad_norm = update_policy(ctx, batch, step, is_weights)
-    t2 = time.perf_counter()
-    dlogp, entropy_after, dlogp_rows = (
-        measure_dlogp(ctx, batch, step) if ctx.cfg.train.measure_dlogp else (None, None, None)
-    )
-    ctx.engine.sync_weights(ctx.model)
-    t3 = time.perf_counter()
-    metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
-    keep = ctx.loss_settings.quadrant.keep  # the covariance term counts trained tokens only
-    trained = None if keep is None else batch.quadrants.union(keep)
-    metrics.update(quadrant_telemetry(batch, dlogp, dlogp_rows, entropy_after, trained))
-    if is_weights is not None:
-        weight_mean, capped_frac = is_weight_stats(
-            is_weights, batch.response_mask, cap=ctx.cfg.rollout.mismatch_cap
+def no_grad_pass(
+    forwards: Forwards, model: nn.Module, sequences: Tensor, attention_mask: Tensor, length: int
+) -> tuple[Tensor, Tensor]:
+    """`model`'s log-probs and entropy ([B, T] each) over the last `length` tokens, no grad, each
+    rank running its share of the rows; with `forward_tokens`, in calls packed by that token budget
+    per rank (train/micro_batches.py: the groups come from the whole batch, so are the same on
+    every rank, and each rank runs its share of each group in one call)."""
+    passes, placement = forwards.passes, forwards.placement
+    options = placement.forward_options(
+        dict(
+            temperature=passes.temperature,
+            chunk_size=passes.chunk_size,
+            batch_size=passes.batch_size,
+            max_buckets=passes.length_buckets,
         )
-        metrics[keys.train("engine_is_weight_mean")] = weight_mean.item()
-        metrics[keys.train("engine_is_capped_frac")] = capped_frac.item()
-    metrics.update(collected.metrics)  # refill rounds and groups, the overlong penalty (when on)
-    metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
-    metrics[keys.train("step")] = float(step + 1)
-    metrics[keys.train("grad_norm")] = grad_norm
-    metrics[keys.train("lr")] = ctx.optimizer.param_groups[0]["lr"]
-    metrics[keys.timing("rollout")] = collected.generate_s
-    metrics[keys.timing("reward")] = collected.grade_s
-    metrics[keys.timing("old_logp")] = t1 - t0
-    metrics[keys.timing("update")] = t2 - t1
-    metrics[keys.timing("telemetry")] = t3 - t2
-    return StepOutput(reduce_metrics(metrics, ctx.dist), batch, collected)
+    )
+    with forwards.precision.autocast(forwards.device):
+        if not passes.forward_tokens:
+            share = placement.share(sequences.shape[0])
+            logp, entropy = behaviour_pass(
+                model, sequences[share], attention_mask[share], length, **options
+            )
+            return placement.gather_rows(logp), placement.gather_rows(entropy)
+        rows = torch.arange(sequences.shape[0], device=sequences.device)
+        lengths = row_lengths(attention_mask, length)
+        groups = token_groups(lengths, rows, passes.forward_tokens, placement.world_size)
+        logp = torch.zeros(sequences.shape[0], length, device=sequences.device)
+        entropy = torch.zeros(sequences.shape[0], length, device=sequences.device)
+        for group in groups:
+            own = group[placement.share(group.shape[0])]
+            part_logp, part_entropy = behaviour_pass(
+                model,
+                sequences[own],
+                attention_mask[own],
+                length,
+                **{**options, "batch_size": max(own.shape[0], 1)},
+            )
+            logp[group] = placement.gather_rows(part_logp)
+            entropy[group] = placement.gather_rows(part_entropy)
+        return logp, entropy
+
+
+def policy_output(
+    forwards: Forwards, model: nn.Module, mini: TokenBatch, with_entropy: bool
+) -> PolicyOutput:
+    """The policy's log-probs (and entropy) over the whole mini-batch, differentiable on this rank's
+    rows only: the loss computed from it is the global loss and its gradient is this rank's part."""
+    passes, placement = forwards.passes, forwards.placement
+    share = placement.share(mini.batch_size)
+    options = placement.forward_options(dict(max_buckets=passes.length_buckets))
+    with forwards.precision.autocast(forwards.device):
+        logp, entropy = response_logprobs(
+            model,
+            mini.sequences[share],
+            mini.attention_mask[share],
+            mini.response_length,
+            temperature=passes.temperature,
+            chunk_size=passes.chunk_size,
+            with_entropy=with_entropy,
+            **options,
+        )
+    return PolicyOutput(
+        placement.splice(logp), None if entropy is None else placement.splice(entropy)
+    )

@@ -6,7 +6,7 @@ import torch
 
 from quadrants.distributed.collectives import DistEnv, row_share
 from quadrants.rollout.engine import Rollouts
-from quadrants.train.distributed_step import block_seed, concat_rollouts
+from quadrants.train.blocks import block_seed, concat_rollouts
 
 PAD = 0
 

@@ -20,6 +20,7 @@ What only a GPU shows: NCCL, bf16 speed, the memory checkpointing saves.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -40,10 +41,10 @@ def gradients(case: str, sharded: bool) -> dict[str, torch.Tensor]:
     """The mini-batch's full gradient under `case`, in this process (sharded: one rank of the
     process group that is already up)."""
     from quadrants.distributed.collectives import current, shard_model
+    from quadrants.distributed.placement import Sharded
     from quadrants.models.loading import load_policy
     from quadrants.ops.precision import resolve_precision
-    from quadrants.train.accumulate import backward_minibatch
-    from tests.unit.train.test_accumulate import context, seeded_batch
+    from tests.unit.train.test_accumulate import backward, context, seeded_batch
 
     precision_name, checkpointing, tokens, keep = CASES[case]
     precision = resolve_precision(precision_name, torch.device("cpu"))
@@ -55,10 +56,11 @@ def gradients(case: str, sharded: bool) -> dict[str, torch.Tensor]:
         model, env, precision=precision, activation_checkpointing=checkpointing
     ).train()
     ctx = context("dapo", 0, model, keep)
-    ctx.dist, ctx.precision = env, precision
-    ctx.cfg.train.micro_batch_tokens = tokens
+    placement = Sharded(env) if env.sharded else ctx.forwards.placement
+    ctx.forwards = dataclasses.replace(ctx.forwards, placement=placement, precision=precision)
+    ctx.update = dataclasses.replace(ctx.update, micro_batch_tokens=tokens)
     torch.manual_seed(0)
-    backward_minibatch(ctx, batch, None)
+    backward(ctx, batch)
     out = {}
     for name, p in model.named_parameters():
         grad = p.grad
@@ -67,12 +69,15 @@ def gradients(case: str, sharded: bool) -> dict[str, torch.Tensor]:
 
 
 def no_grad_pass_by_tokens(sharded: bool) -> dict[str, torch.Tensor]:
-    """The seeded batch's old log-probs and entropy through `sharded_behaviour_pass` in calls of at
+    """The seeded batch's old log-probs and entropy through the step's `no_grad_pass` in calls of at
     most 16 tokens per rank (train.forward_tokens; float32, FSDP2 when sharded)."""
     from quadrants.distributed.collectives import current, shard_model
+    from quadrants.distributed.placement import Sharded
     from quadrants.models.loading import load_policy
-    from quadrants.train.distributed_step import sharded_behaviour_pass
+    from quadrants.train.context import Forwards, PassSettings
     from quadrants.train.micro_batches import row_lengths, token_groups
+    from quadrants.train.placement import SingleProcess
+    from quadrants.train.step import no_grad_pass
     from tests.unit.train.test_accumulate import seeded_batch
 
     model, _ = load_policy("tiny-random", seed=0)
@@ -81,16 +86,11 @@ def no_grad_pass_by_tokens(sharded: bool) -> dict[str, torch.Tensor]:
     model = shard_model(model, env)
     lengths = row_lengths(batch.attention_mask, batch.response_length)
     groups = token_groups(lengths, torch.arange(batch.batch_size), 16, env.world_size)
-    logp, entropy = sharded_behaviour_pass(
-        env,
-        model,
-        batch.sequences,
-        batch.attention_mask,
-        batch.response_length,
-        groups=groups,
-        temperature=1.0,
-        chunk_size=7,
-        batch_size=batch.batch_size,
+    passes = PassSettings(temperature=1.0, chunk_size=7, batch_size=batch.batch_size)
+    placement = Sharded(env) if env.sharded else SingleProcess()
+    forwards = Forwards(dataclasses.replace(passes, forward_tokens=16), placement)
+    logp, entropy = no_grad_pass(
+        forwards, model, batch.sequences, batch.attention_mask, batch.response_length
     )
     mask = batch.response_mask
     return {"logp": logp * mask, "entropy": entropy * mask, "calls": torch.tensor(len(groups))}

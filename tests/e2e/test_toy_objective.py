@@ -95,7 +95,7 @@ def test_the_toy_objective_trains_a_step(toy_objective, base_policy):
     torch.manual_seed(cfg.seed)
     with Grader(num_workers=1) as grader:
         ctx = build_context(cfg, grader)
-        assert ctx.spec.fn is toy_sign_pg and ctx.params == {"scale": 1.0}
+        assert ctx.objective.spec.fn is toy_sign_pg and ctx.objective.params == {"scale": 1.0}
         before = [p.detach().clone() for p in ctx.model.parameters()]
         metrics = train_step(ctx, 0).metrics
         change = sum(

@@ -17,17 +17,9 @@ from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, make_token_batch
 from quadrants.objectives.loss import compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
-from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.train.accumulate import (
-    _equal_shares,
-    _generator_state,
-    _replaying,
-    backward_minibatch,
-    rows_with_gradient,
-)
-from quadrants.train.context import PassSettings
-from quadrants.train.step import StepContext
-from quadrants.validation import loss_settings
+from quadrants.train.context import StepContext, build_step
+from quadrants.train.gradless_rows import equal_shares, rows_with_gradient
+from quadrants.train.step import backward_minibatch, generator_state, replaying
 
 # Clip-Cov with a covariance window that holds candidates here (~46 % of the tokens, 29 % drawn): its
 # random draw must be the same in every grad pass of a mini-batch (the defaults select none here)
@@ -69,32 +61,18 @@ def context(objective: str, micro: int, model, keep="all", kl_coef=0.0) -> StepC
     cfg.objective.params = PARAMS.get(objective, {})
     cfg.train.micro_batch_size = micro
     cfg.train.entropy_chunk_size = 7
-    spec, params = resolve_objective(objective, cfg.objective.params)
-    return StepContext(
-        cfg=cfg,
-        model=model,
-        tokenizer=None,
-        ref_model=None,
-        engine=None,
-        grader=None,
-        task=None,
-        optimizer=None,
-        scheduler=None,
-        spec=spec,
-        params=params,
-        loss_settings=loss_settings(
-            cfg.objective,
-            QuadrantSettings.from_config(cfg.quadrant),
-            max_new_tokens=cfg.rollout.max_new_tokens,
-        ),
-        passes=PassSettings.from_config(cfg.rollout, cfg.train),
-    )
+    return build_step(cfg, model)
+
+
+def backward(ctx: StepContext, batch, is_weights=None):
+    """`backward_minibatch` with the context's objective, forwards and update settings."""
+    return backward_minibatch(ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, is_weights)
 
 
 def gradients(objective: str, micro: int, model, batch, keep="all", kl_coef=0.0):
     model = copy.deepcopy(model)
     torch.manual_seed(0)  # the same draws as the reference's (Clip-Cov)
-    loss, metrics = backward_minibatch(context(objective, micro, model, keep, kl_coef), batch, None)
+    loss, metrics = backward(context(objective, micro, model, keep, kl_coef), batch)
     return (
         loss,
         metrics,
@@ -126,19 +104,19 @@ def test_micro_batches_accumulate_the_unsplit_gradient(objective):
 def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
     """Rows are dealt by response length (stable): lengths 5 3 5 2 4 5 -> rows 3 1 | 4 0 | 2 5,
     so each micro-batch's forward is cut after its own longest row (2+3, 4+5, 5+5 positions)."""
-    import quadrants.train.accumulate as accumulate
+    import quadrants.train.step as step_module
 
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
     seen = []
-    real = accumulate.sharded_policy_output
+    real = step_module.policy_output
 
-    def spy(env, model, mini, **passes):
+    def spy(forwards, model, mini, with_entropy):
         if torch.is_grad_enabled():
             seen.append(mini.response_mask.sum(1).tolist())
-        return real(env, model, mini, **passes)
+        return real(forwards, model, mini, with_entropy)
 
-    monkeypatch.setattr(accumulate, "sharded_policy_output", spy)
+    monkeypatch.setattr(step_module, "policy_output", spy)
     gradients("w_reinforce", 2, model, batch)  # every row carries gradient under W-REINFORCE
     assert seen == [[2, 3], [4, 5], [5, 5]]
 
@@ -155,10 +133,14 @@ def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
         batch.response_length,
         temperature=1.0,
         chunk_size=7,
-        with_entropy=ctx.spec.wants_entropy(ctx.params),
+        with_entropy=ctx.objective.spec.wants_entropy(ctx.objective.params),
     )
     loss, metrics = compute_loss(
-        ctx.spec, ctx.params, batch, PolicyOutput(logp, entropy), ctx.loss_settings
+        ctx.objective.spec,
+        ctx.objective.params,
+        batch,
+        PolicyOutput(logp, entropy),
+        ctx.objective.loss,
     )
     loss.backward()
     return loss.detach(), metrics, {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -169,12 +151,12 @@ def test_rows_with_gradient_by_hand():
     and 4; the positive ones rows 0, 2, 3, 5; no isolation: every row (None)."""
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
-    negative = rows_with_gradient(batch, context("grpo", 0, model, ["NHR", "NLR"]).loss_settings)
-    positive = rows_with_gradient(batch, context("grpo", 0, model, ["PHR", "PLR"]).loss_settings)
+    negative = rows_with_gradient(batch, context("grpo", 0, model, ["NHR", "NLR"]).objective.loss)
+    positive = rows_with_gradient(batch, context("grpo", 0, model, ["PHR", "PLR"]).objective.loss)
     assert negative.tolist() == [False, True, False, False, True, False]
     assert positive.tolist() == [True, False, True, True, False, True]
-    assert rows_with_gradient(batch, context("grpo", 0, model).loss_settings) is None
-    high = rows_with_gradient(batch, context("grpo", 0, model, "PHR").loss_settings)
+    assert rows_with_gradient(batch, context("grpo", 0, model).objective.loss) is None
+    high = rows_with_gradient(batch, context("grpo", 0, model, "PHR").objective.loss)
     has_high = (batch.quadrants.PHR & batch.response_mask).any(1)
     assert high.tolist() == has_high.tolist() and not high[[1, 4]].any()
 
@@ -183,7 +165,7 @@ def carried_rows(objective, keep="all", params=None):
     model, _ = load_policy("tiny-random", seed=0)
     ctx = context(objective, 0, model, keep)
     spec, resolved = resolve_objective(objective, params or PARAMS.get(objective, {}))
-    rows = rows_with_gradient(seeded_batch(model), ctx.loss_settings, spec, resolved)
+    rows = rows_with_gradient(seeded_batch(model), ctx.objective.loss, spec, resolved)
     return None if rows is None else rows.tolist()
 
 
@@ -218,7 +200,7 @@ def test_rows_with_zero_advantage_by_hand():
     assert carried_rows("clip_cov") == carried
     assert carried_rows("forking", params={"dynamic_sampling": False}) is not None
     model, _ = load_policy("tiny-random", seed=0)
-    with_kl = context("grpo", 0, model, kl_coef=0.1).loss_settings
+    with_kl = context("grpo", 0, model, kl_coef=0.1).objective.loss
     spec, params = resolve_objective("grpo", {})
     assert rows_with_gradient(seeded_batch(model), with_kl, spec, params) is None
     assert carried_rows("w_reinforce") is None
@@ -328,18 +310,18 @@ def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
     """keep=NHR,NLR: rows 1 and 4 (response lengths 3 and 4) are the only rows a forward with grad
     sees; the other four (lengths 5, 5, 2, 5) run once without grad. With micro-batches of 1 every
     row runs without grad first and rows 1 and 4 then one at a time, shortest first."""
-    import quadrants.train.accumulate as accumulate
+    import quadrants.train.step as step_module
 
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
     seen = {True: [], False: []}
-    real = accumulate.sharded_policy_output
+    real = step_module.policy_output
 
-    def spy(env, model, mini, **passes):
+    def spy(forwards, model, mini, with_entropy):
         seen[torch.is_grad_enabled()].append(mini.response_mask.sum(1).tolist())
-        return real(env, model, mini, **passes)
+        return real(forwards, model, mini, with_entropy)
 
-    monkeypatch.setattr(accumulate, "sharded_policy_output", spy)
+    monkeypatch.setattr(step_module, "policy_output", spy)
     gradients("grpo", 0, model, batch, ["NHR", "NLR"])
     assert seen == {True: [[3, 4]], False: [[5, 5, 2, 5]]}
     seen = {True: [], False: []}
@@ -376,15 +358,15 @@ def test_equal_shares_by_hand():
     evenly; with no row carrying gradient, one row per rank still runs with grad (its gradient is
     zero) so that every rank makes the same calls."""
     rows = torch.tensor([False, True, False, False, True, True])
-    assert _equal_shares(rows, 2).tolist() == [True, True, False, False, True, True]
-    assert _equal_shares(rows, 3).tolist() == rows.tolist()  # 3 with grad, 3 without
-    assert _equal_shares(rows, 6).tolist() == [True] * 6
+    assert equal_shares(rows, 2).tolist() == [True, True, False, False, True, True]
+    assert equal_shares(rows, 3).tolist() == rows.tolist()  # 3 with grad, 3 without
+    assert equal_shares(rows, 6).tolist() == [True] * 6
     none = torch.zeros(6, dtype=torch.bool)
-    assert _equal_shares(none, 2).tolist() == [True, True, False, False, False, False]
+    assert equal_shares(none, 2).tolist() == [True, True, False, False, False, False]
     for world in (1, 2, 3, 6):
         for bits in range(64):
             carried = torch.tensor([bool(bits >> i & 1) for i in range(6)])
-            shares = _equal_shares(carried, world)
+            shares = equal_shares(carried, world)
             assert bool((shares | ~carried).all())  # every row with gradient stays
             assert int(shares.sum()) % world == 0 and int((~shares).sum()) % world == 0
             assert shares.any()
@@ -392,15 +374,15 @@ def test_equal_shares_by_hand():
 
 
 def test_later_grad_passes_replay_the_first_pass_draws():
-    """Inside `_replaying(state)` the generator draws what it drew from `state` (the first grad
+    """Inside `replaying(state)` the generator draws what it drew from `state` (the first grad
     pass's loss); after it, it continues exactly where it was, so a forward between passes draws
     fresh numbers."""
     torch.manual_seed(5)
-    state = _generator_state(torch.device("cpu"))
+    state = generator_state(torch.device("cpu"))
     first = torch.randperm(10)  # the first pass's draw
     fresh = torch.rand(3)  # what the generator gives next without any replay
     torch.manual_seed(5)
     torch.randperm(10)
-    with _replaying(state, torch.device("cpu")):
+    with replaying(state, torch.device("cpu")):
         assert torch.equal(torch.randperm(10), first)
     assert torch.equal(torch.rand(3), fresh)

@@ -8,6 +8,7 @@ saves (the plan, `python -m quadrants.plan`, measures it)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -15,8 +16,7 @@ import torch
 from quadrants.distributed.collectives import DistEnv, shard_model
 from quadrants.models.loading import load_policy
 from quadrants.models.policy import checkpoints_activations
-from quadrants.train.accumulate import backward_minibatch
-from tests.unit.train.test_accumulate import context, seeded_batch
+from tests.unit.train.test_accumulate import backward, context, seeded_batch
 
 
 def gradients(model, batch, objective, *, checkpointing, tokens=0, keep="all"):
@@ -28,9 +28,9 @@ def gradients(model, batch, objective, *, checkpointing, tokens=0, keep="all"):
     for layer in model.model.layers:  # backward (the layer's own hooks stay outside, FSDP's too)
         layer.mlp.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
     ctx = context(objective, 0, model, keep)
-    ctx.cfg.train.micro_batch_tokens = tokens
+    ctx.update = dataclasses.replace(ctx.update, micro_batch_tokens=tokens)
     torch.manual_seed(0)
-    loss, _ = backward_minibatch(ctx, batch, None)
+    loss, _ = backward(ctx, batch)
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     return loss, grads, calls, model
 

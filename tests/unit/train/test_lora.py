@@ -9,6 +9,7 @@ stored in float32 like every trainer parameter, ops/precision.py), and the memor
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,11 @@ from quadrants.models.lora import adapters_disabled, has_adapters, trainable_par
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.registry import known_objectives
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.checkpoint import load_latest
 from quadrants.train.loop import run_training
 from quadrants.train.step import reference_logprobs
 from quadrants.validation import check_lora_ranks, validate_config
-from tests.unit.train.test_accumulate import PARAMS, context, seeded_batch
+from tests.unit.train.test_accumulate import PARAMS, backward, context, seeded_batch
 
 ON = LoraConfig(enabled=True, rank=4, alpha=8.0)
 
@@ -102,15 +102,15 @@ def test_kl_reference_is_the_base_with_the_adapters_off():
     model, _ = lora_policy()
     batch = seeded_batch(model)
     ctx = context("grpo", 0, model, kl_coef=0.1)
-    ctx.cfg.model.lora = ON
+    ctx.score = dataclasses.replace(ctx.score, reference_from_adapters=True)  # kl_coef > 0, LoRA
     args = (batch.sequences, batch.attention_mask, batch.response_length)
-    ref = reference_logprobs(ctx, *args)
+    ref = reference_logprobs(model, None, ctx.forwards, ctx.score, *args)
     want, _ = behaviour_pass(base, *args, temperature=1.0, chunk_size=7, batch_size=6)
     adapted, _ = behaviour_pass(model, *args, temperature=1.0, chunk_size=7, batch_size=6)
     torch.testing.assert_close(ref, want, rtol=0, atol=1e-6)
     assert (ref - adapted).abs().max() > 1e-3
-    ctx.cfg.objective.kl_coef = 0.0
-    assert reference_logprobs(ctx, *args) is None
+    without_kl = dataclasses.replace(ctx.score, reference_from_adapters=False)  # kl_coef = 0
+    assert reference_logprobs(model, None, ctx.forwards, without_kl, *args) is None
 
 
 def lora_config() -> RunConfig:
@@ -152,9 +152,8 @@ def adapter_gradients(objective, model, batch, *, micro=0, tokens=0, keep="all",
     model = copy.deepcopy(model)
     torch.manual_seed(0)  # the same draws as the reference's (Clip-Cov)
     ctx = context(objective, micro, model, keep, kl_coef)
-    ctx.cfg.model.lora = ON
-    ctx.cfg.train.micro_batch_tokens = tokens
-    loss, _ = backward_minibatch(ctx, batch, None)
+    ctx.update = dataclasses.replace(ctx.update, micro_batch_tokens=tokens)
+    loss, _ = backward(ctx, batch)
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     assert all(dict(model.named_parameters())[n].grad is None for n in frozen)
     return loss, {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}

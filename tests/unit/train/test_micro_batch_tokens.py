@@ -6,6 +6,7 @@ gradients freed after a step's last update."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -14,11 +15,11 @@ from quadrants.config import RunConfig
 from quadrants.models.loading import load_policy
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.registry import known_objectives
-from quadrants.train.accumulate import backward_minibatch
-from quadrants.train.distributed_step import sharded_behaviour_pass
+from quadrants.train.context import Forwards, PassSettings
 from quadrants.train.micro_batches import pack_by_tokens, pack_for_ranks, row_lengths, token_groups
+from quadrants.train.step import no_grad_pass
 from quadrants.validation import validate_config
-from tests.unit.train.test_accumulate import context, seeded_batch
+from tests.unit.train.test_accumulate import backward, context, seeded_batch
 
 
 def test_pack_by_tokens_by_hand():
@@ -67,9 +68,10 @@ def gradients_by_tokens(objective, tokens, model, batch, keep="all", forward_tok
     model = copy.deepcopy(model)
     torch.manual_seed(0)  # the same draws as the reference's (Clip-Cov)
     ctx = context(objective, 0, model, keep)
-    ctx.cfg.train.micro_batch_tokens = tokens
-    ctx.cfg.train.forward_tokens = forward_tokens
-    loss, metrics = backward_minibatch(ctx, batch, None)
+    ctx.update = dataclasses.replace(
+        ctx.update, micro_batch_tokens=tokens, forward_tokens=forward_tokens
+    )
+    loss, metrics = backward(ctx, batch)
     return loss, metrics, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
@@ -108,20 +110,20 @@ def test_grad_passes_keep_to_the_budget(monkeypatch):
     """GRPO: rows 2 and 3 (a constant group, advantage 0) carry no gradient and run without grad
     only; the others, 1 (7 tokens), 4 (8), 0 (9), 5 (9), are packed by 16: [1, 4] (2 x 8 = 16),
     [0] (2 x 9 = 18 > 16), [5]; no grad pass exceeds 16 padded tokens."""
-    import quadrants.train.accumulate as accumulate
+    import quadrants.train.step as step_module
 
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
     seen = []
-    real = accumulate.sharded_policy_output
+    real = step_module.policy_output
 
-    def spy(env, model, mini, **passes):
+    def spy(forwards, model, mini, with_entropy):
         if torch.is_grad_enabled():
             lengths = row_lengths(mini.attention_mask, mini.response_length)
             seen.append((len(lengths), max(lengths)))
-        return real(env, model, mini, **passes)
+        return real(forwards, model, mini, with_entropy)
 
-    monkeypatch.setattr(accumulate, "sharded_policy_output", spy)
+    monkeypatch.setattr(step_module, "policy_output", spy)
     gradients_by_tokens("grpo", 16, model, batch)
     assert seen == [(2, 8), (1, 9), (1, 9)]
     assert all(rows * longest <= 16 for rows, longest in seen)
@@ -130,14 +132,13 @@ def test_grad_passes_keep_to_the_budget(monkeypatch):
 def test_no_grad_pass_by_tokens_equals_one_call():
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
-    from quadrants.distributed.collectives import DistEnv
-
     passes = dict(temperature=1.0, chunk_size=7, batch_size=6)
     args = (model, batch.sequences, batch.attention_mask, batch.response_length)
     logp, entropy = behaviour_pass(*args, **passes)
     groups = token_groups(row_lengths(batch.attention_mask, 5), torch.arange(6), 16)
     assert len(groups) == 5
-    by_tokens = sharded_behaviour_pass(DistEnv(), *args, groups=groups, **passes)
+    forwards = Forwards(PassSettings(**passes, forward_tokens=16))  # one process, fp32, CPU
+    by_tokens = no_grad_pass(forwards, *args)
     mask = batch.response_mask
     torch.testing.assert_close(by_tokens[0] * mask, logp * mask, rtol=0, atol=1e-5)
     torch.testing.assert_close(by_tokens[1] * mask, entropy * mask, rtol=0, atol=1e-5)
@@ -169,13 +170,15 @@ def test_gradients_are_freed_after_the_last_update():
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
     ctx = context("grpo", 0, model)
-    ctx.cfg.train.mini_batch_size = 3
+    ctx.update = dataclasses.replace(ctx.update, mini_batch_size=3)
     ctx.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ctx.scheduler = torch.optim.lr_scheduler.LambdaLR(ctx.optimizer, lambda s: 1.0)
     seen = []
     ctx.optimizer.register_step_pre_hook(
         lambda opt, *_: seen.append(sum(p.grad is not None for p in model.parameters()))
     )
-    update_policy(ctx, batch, step=0)
+    update_policy(
+        ctx.model, ctx.optimizer, ctx.scheduler, ctx.objective, ctx.forwards, ctx.update, batch, 0
+    )
     assert len(seen) == 2 and all(count > 0 for count in seen)  # gradients existed at each step
     assert all(p.grad is None for p in model.parameters())

@@ -7,6 +7,7 @@ ranks) is tests/distributed/test_precision.py."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -16,10 +17,9 @@ from quadrants.cpu.linears import route_linears
 from quadrants.cpu.matmul import cpu_matmul, onednn_available, routes, set_cpu_matmul
 from quadrants.models.loading import load_policy
 from quadrants.ops.precision import resolve_precision
-from quadrants.train.accumulate import backward_minibatch
 from quadrants.train.loop import fused_optimizer_applies
 from quadrants.validation import validate_config
-from tests.unit.train.test_accumulate import context, seeded_batch
+from tests.unit.train.test_accumulate import backward, context, seeded_batch
 
 CPU = torch.device("cpu")
 
@@ -68,12 +68,12 @@ def one_step(precision: str, lr: float = 1e-6):
     resolved = resolve_precision(precision, CPU)
     model = copy.deepcopy(base).to(resolved.param_dtype)
     ctx = context("grpo", 0, model)
-    ctx.precision = resolved
+    ctx.forwards = dataclasses.replace(ctx.forwards, precision=resolved)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=lr, fused=fused_optimizer_applies(model) or None
     )
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    loss, _ = backward_minibatch(ctx, batch, None)
+    loss, _ = backward(ctx, batch)
     grads = {name: p.grad.float().clone() for name, p in model.named_parameters()}
     optimizer.step()
     moved = with_grad = 0
