@@ -10,6 +10,7 @@ Also `Collected` (a graded rollout batch). Its own module so that the step and i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +28,7 @@ from quadrants.rollout.engine import RolloutEngine, Rollouts
 from quadrants.rollout.registry import get_engine
 from quadrants.tasks.base import Task
 from quadrants.train.placement import Placement, SingleProcess
-from quadrants.train.signals import SignalSettings
-from quadrants.validation import loss_settings
+from quadrants.validation import NEEDS_LORA, loss_settings
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,38 @@ class CollectSettings:
             refill_rounds=rollout.refill_rounds,
             overlong_buffer=rollout.overlong_buffer,
             overlong_penalty=rollout.overlong_penalty,
+        )
+
+
+@dataclass(frozen=True)
+class SignalSettings:
+    """Which extra per-token signals the step computes.
+
+    Attributes:
+        attention_layers: quadrant.attention_layers when quadrant.axis=attention_entropy, else None
+            (no attention-entropy pass).
+        residual_layer: model.lora.residual_layer when the adapter residual is wanted (ARCA always;
+            any objective under LoRA with model.lora.residual_telemetry), else None.
+        objective: the objective's name, for the error when the residual is wanted without adapters.
+    """
+
+    attention_layers: str | Sequence[int] | None = None
+    residual_layer: int | None = None
+    objective: str = ""
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig) -> SignalSettings:
+        lora = cfg.model.lora
+        wants_residual = cfg.objective.name in NEEDS_LORA or (
+            lora.enabled and lora.residual_telemetry
+        )
+        layers: Any = cfg.quadrant.attention_layers
+        if layers is not None and not isinstance(layers, str):
+            layers = tuple(layers)
+        return cls(
+            attention_layers=layers if cfg.quadrant.axis == "attention_entropy" else None,
+            residual_layer=lora.residual_layer if wants_residual else None,
+            objective=cfg.objective.name,
         )
 
 

@@ -2,7 +2,7 @@
 when `quadrant.axis=attention_entropy` splits the quadrants by it, and the LoRA adapter residual
 when the objective is ARCA or `model.lora.residual_telemetry` logs it per quadrant.
 
-`SignalSettings` (part of the score phase's settings, read from the config once) says which; one
+`SignalSettings` (train/context.py, part of the score phase's settings) says which; one
 call, `token_signals`, from the step's batch builder (train/step.py `build_batch`) returns
 `make_token_batch`'s keyword arguments. Each signal is a no-grad pass over the rows
 (models/token_signals.py), in chunks of `train.forward_tokens` tokens when set (else
@@ -12,51 +12,13 @@ gathered through the step's placement (train/placement.py), as for the behaviour
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from torch import Tensor, nn
 
 from quadrants.models.lora import has_adapters
 from quadrants.models.token_signals import adapter_residual_pass, attention_entropy_pass
-from quadrants.validation import NEEDS_LORA
-
-if TYPE_CHECKING:
-    from quadrants.config import RunConfig
-    from quadrants.train.context import Forwards
-
-
-@dataclass(frozen=True)
-class SignalSettings:
-    """Which extra per-token signals the step computes.
-
-    Attributes:
-        attention_layers: quadrant.attention_layers when quadrant.axis=attention_entropy, else None
-            (no attention-entropy pass).
-        residual_layer: model.lora.residual_layer when the adapter residual is wanted (ARCA always;
-            any objective under LoRA with model.lora.residual_telemetry), else None.
-        objective: the objective's name, for the error when the residual is wanted without adapters.
-    """
-
-    attention_layers: str | Sequence[int] | None = None
-    residual_layer: int | None = None
-    objective: str = ""
-
-    @classmethod
-    def from_config(cls, cfg: RunConfig) -> SignalSettings:
-        lora = cfg.model.lora
-        wants_residual = cfg.objective.name in NEEDS_LORA or (
-            lora.enabled and lora.residual_telemetry
-        )
-        layers: Any = cfg.quadrant.attention_layers
-        if layers is not None and not isinstance(layers, str):
-            layers = tuple(layers)
-        return cls(
-            attention_layers=layers if cfg.quadrant.axis == "attention_entropy" else None,
-            residual_layer=lora.residual_layer if wants_residual else None,
-            objective=cfg.objective.name,
-        )
+from quadrants.train.context import Forwards, SignalSettings
 
 
 def token_signals(
