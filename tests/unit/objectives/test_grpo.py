@@ -10,6 +10,7 @@ from .helpers import GRPO_RATIOS, batch, close, grad_of, grpo_batch, logp_for_ra
 # the objectives that clip the importance ratio (and so take verl's dual clip, clip_ratio_c)
 CLIPPED = [
     "grpo",
+    "arca",
     "dapo",
     "hapo",
     "entroreg",
