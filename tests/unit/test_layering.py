@@ -344,3 +344,26 @@ def test_entry_modules_are_thin_aliases():
         assert sum(isinstance(n, ast.If) for n in rest) == 1, module
     importers = [(m, t) for m, targets in graph.items() for t in targets if t in entries]
     assert importers == []
+
+
+def test_the_architecture_doc_states_this_table():
+    """docs/architecture.md's layer table is this test's `ALLOWED`, row for row: its first column
+    names the component (`ops/`, `config.py`; "entry modules" for the entries and the `python -m`
+    aliases), its last column what it may import (backticked names, or "nothing"). A layering
+    change that does not redraw the doc fails here."""
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    rows = doc.split("## The layers", 1)[1].split("\n\n")
+    table = next(block for block in rows if block.startswith("| layer |"))
+    stated: dict[str, frozenset[str]] = {}
+    for line in table.splitlines()[2:]:
+        first, *_, last = [cell.strip() for cell in line.strip("|").split("|")]
+        name = first.strip("`").removesuffix("/").removesuffix(".py")
+        names = frozenset(part.strip().strip("`") for part in last.split(",") if "`" in part)
+        assert names or last == "nothing", f"{first}: say `nothing` or list the layers"
+        stated[name] = names
+    entries = {"entry", *ENTRY_COMMANDS}
+    expected = {k: v for k, v in ALLOWED.items() if k not in entries and k != "root"}
+    expected["entry modules"] = ALLOWED["entry"]
+    assert {k: stated.get(k) for k in expected} == expected
+    assert set(stated) == set(expected), "rows the layering test does not know"
+    assert all(ALLOWED[name] == ALLOWED["entry"] for name in ENTRY_COMMANDS)
