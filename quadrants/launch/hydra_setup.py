@@ -13,6 +13,7 @@ and the pre-flight check.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Mapping
@@ -212,10 +213,31 @@ def compose_run_config(overrides: list[str], *, files: bool = True) -> RunConfig
 def to_run_config(cfg: DictConfig, *, files: bool = True) -> RunConfig:
     """A composed job config as a RunConfig instance, validated (raises
     ValueError naming the key)."""
+    check_known_keys(cfg, RunConfig())
     run = OmegaConf.to_object(cfg)
     assert isinstance(run, RunConfig)
     validate_config(run, files=files)
     return run
+
+
+def check_known_keys(node: Any, schema: Any, prefix: str = "") -> None:
+    """Raise ValueError naming a key of the composed config that the schema does not have.
+
+    Hydra lets `+section.key=value` add a key to the structured config, and OmegaConf's
+    `to_object` then sets it as a stray attribute of the dataclass, which nothing reads: a typo
+    such as `+train.lrr=1e-5` would run with the default learning rate. Free-form mappings (an
+    objective's or a task's `params`) are not dataclasses and are not walked."""
+    names = {f.name for f in dataclasses.fields(schema)}
+    for key in node:
+        path = f"{prefix}{key}"
+        if key not in names:
+            raise ValueError(
+                f"{path} is not a setting of quadrants (a + override of a misspelled key?); "
+                f"the keys of {prefix.rstrip('.') or 'the top level'}: {', '.join(sorted(names))}"
+            )
+        value = getattr(schema, str(key))
+        if dataclasses.is_dataclass(value) and isinstance(node[key], DictConfig):
+            check_known_keys(node[key], value, f"{path}.")
 
 
 # keys that were removed, and what replaces them (an override of one fails before Hydra's own
@@ -229,6 +251,7 @@ REMOVED_KEYS = {
     # the CPU-only settings have their own section (quadrants/cpu)
     "train.cpu_matmul": "train.cpu.matmul (auto | torch | onednn)",
     "train.retain_freed_mb": "train.cpu.retain_freed_mb",
+    "train.decode_replay_mb": "nothing: decode replay was removed (the update runs a forward)",
 }
 
 

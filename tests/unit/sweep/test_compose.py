@@ -191,6 +191,10 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
         (["quadrant.denominator=kept"], r"choose one of \['all_response_tokens', 'kept_tokens'\]"),
         (["objective.loss_agg=mean"], "choose one of \\['token-mean'"),
         (["rollout.group_size=1"], "rollout.group_size=1 is out of range"),
+        # a key Hydra's + adds to the structured config, which nothing would read
+        (["+train.lrr=1e-5"], r"train.lrr is not a setting of quadrants .*keys of train: "),
+        (["+model.lora.rnak=8"], r"model.lora.rnak is not a setting .*: alpha, dropout, enabled"),
+        (["+train.decode_replay_mb=4"], "train.decode_replay_mb was removed; use nothing"),
     ],
 )
 def test_invalid_overrides_fail_before_any_job(argv, message):
