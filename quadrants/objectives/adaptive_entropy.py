@@ -24,11 +24,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.common import drop_constant_groups, validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import clipped_terms, drop_constant_groups, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.aggregation import masked_mean
-from quadrants.ops.surrogate import clipped_surrogate
 
 
 class EntropyController:
@@ -96,15 +94,14 @@ def adaptive_entropy(
         state = EntropyController().initial({"coef_init": coef_init})
     coef = state["coef"] * state["enabled"]
     mask = batch.response_mask
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    terms, metrics = clipped_terms(
+        batch,
+        policy,
         token_advantages(batch),
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
     metrics["entropy_coef"] = terms.ratio.new_tensor(state["coef"])
     metrics["entropy_bonus_on"] = terms.ratio.new_tensor(state["enabled"])

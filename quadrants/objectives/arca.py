@@ -24,11 +24,9 @@ degeneracy diagnostics), and their max.
 from __future__ import annotations
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.common import validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import ppo_token_loss, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.adapter_credit import arca_weights, effective_token_ratio, gini
-from quadrants.ops.surrogate import clipped_surrogate
 
 
 def validate_arca(
@@ -62,20 +60,21 @@ def arca(
     if residual is None:  # no adapters: the residual is 0 on every token
         residual = batch.old_logp.new_zeros(batch.old_logp.shape)
     weights = arca_weights(residual, mask, mix=mix, max_weight=max_weight)  # [B, T]
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    rows = mask.any(-1).float()  # responses with tokens; a masked mean (no boolean indexing)
+    count = rows.sum().clamp_min(1)
+    metrics = {
+        "arca_effective_token_ratio": (
+            (effective_token_ratio(weights, mask) * rows).sum() / count
+        ).detach(),
+        "arca_weight_gini": ((gini(weights, mask) * rows).sum() / count).detach(),
+        "arca_weight_max": weights.max().detach(),
+    }
+    return ppo_token_loss(
+        batch,
+        policy,
         token_advantages(batch) * weights,
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
+        metrics=metrics,
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    rows = mask.any(-1).float()  # responses with tokens; a masked mean (no boolean indexing)
-    count = rows.sum().clamp_min(1)
-    metrics["arca_effective_token_ratio"] = (
-        (effective_token_ratio(weights, mask) * rows).sum() / count
-    ).detach()
-    metrics["arca_weight_gini"] = ((gini(weights, mask) * rows).sum() / count).detach()
-    metrics["arca_weight_max"] = weights.max().detach()
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics)

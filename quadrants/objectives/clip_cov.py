@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
 from quadrants.objectives.batch import fraction as token_fraction
-from quadrants.objectives.common import validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import clipped_terms, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.covariance import random_subset_mask, selection_count, token_covariance
-from quadrants.ops.surrogate import clipped_surrogate
 
 
 def validate_clip_cov(
@@ -50,9 +48,9 @@ def clip_cov(
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     adv = token_advantages(batch)
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    terms, metrics = clipped_terms(
+        batch,
+        policy,
         adv,
         clip_low=clip_low,
         clip_high=clip_high,
@@ -62,7 +60,6 @@ def clip_cov(
     candidates = mask & ~terms.clipped_mask & (cov > cov_lb) & (cov < cov_ub)
     k = selection_count(fraction, int(mask.sum()))
     detached = random_subset_mask(candidates, k)  # [B, T]
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     metrics["selected_frac"] = token_fraction(detached, mask)
     metrics["candidate_frac"] = token_fraction(candidates, mask)
     return ObjectiveOutput(terms.per_token_loss * (mask & ~detached), metrics)

@@ -1,13 +1,16 @@
 """Pieces shared by the objectives, so that no objective imports another: the ranges of the clipped
-surrogate's parameters, and DAPO's dynamic sampling (constant-reward groups out of the denominator).
+surrogate's parameters, the clipped surrogate of an advantage with its metrics, and DAPO's dynamic
+sampling (constant-reward groups out of the denominator).
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from quadrants.objectives.batch import TokenBatch, fraction
+from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction
+from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range
+from quadrants.ops.surrogate import SurrogateTerms, clipped_surrogate
 
 
 def validate_clip(
@@ -28,7 +31,8 @@ def drop_constant_groups(
 ) -> Tensor | None:
     """The denominator mask without constant-reward groups (None when disabled); adds its metrics.
 
-    Shared by every objective built on the DAPO recipe (dapo, hapo, forking, entroadv, entroreg).
+    Shared by every objective built on the DAPO recipe (dapo, hapo, forking, entroadv, entroreg,
+    ktae, adaptive_entropy).
     """
     if not enabled:
         return None
@@ -37,3 +41,56 @@ def drop_constant_groups(
     metrics["kept_group_frac"] = kept.float().mean().detach()
     metrics["dynamic_sampling_token_frac"] = fraction(denominator_mask, batch.response_mask)
     return denominator_mask
+
+
+def clipped_terms(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    advantages: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None,
+) -> tuple[SurrogateTerms, dict[str, Tensor]]:
+    """The clipped surrogate of `advantages` ([B, T]) and its metrics over the response tokens.
+
+    For objectives that do more with the terms than mask them (a weight, a clip mask, an entropy
+    bonus); the others return `ppo_token_loss` directly.
+    """
+    terms = clipped_surrogate(
+        policy.logp,
+        batch.old_logp,
+        advantages,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
+    )
+    return terms, surrogate_metrics(terms, batch.response_mask, dual_clip=clip_ratio_c is not None)
+
+
+def ppo_token_loss(
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    advantages: Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float | None,
+    dynamic_sampling: bool = False,
+    metrics: dict[str, Tensor] | None = None,
+) -> ObjectiveOutput:
+    """The clipped surrogate of `advantages` ([B, T]) on every response token, as an objective's
+    output: its metrics, then the objective's own `metrics`, then (with `dynamic_sampling`) the
+    denominator mask without constant-reward groups and its metrics.
+    """
+    terms, out = clipped_terms(
+        batch,
+        policy,
+        advantages,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_ratio_c=clip_ratio_c,
+    )
+    out.update(metrics or {})
+    denominator_mask = drop_constant_groups(batch, dynamic_sampling, out)
+    return ObjectiveOutput(terms.per_token_loss * batch.response_mask, out, denominator_mask)

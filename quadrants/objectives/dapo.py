@@ -17,10 +17,8 @@ from quadrants.objectives.batch import (
     TokenBatch,
     token_advantages,
 )
-from quadrants.objectives.common import drop_constant_groups, validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import ppo_token_loss, validate_clip
 from quadrants.objectives.registry import register_objective
-from quadrants.ops.surrogate import clipped_surrogate
 
 
 @register_objective(
@@ -35,15 +33,12 @@ def dapo(
     clip_ratio_c: float | None = None,
     dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    return ppo_token_loss(
+        batch,
+        policy,
         token_advantages(batch),
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
+        dynamic_sampling=dynamic_sampling,
     )
-    mask = batch.response_mask
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

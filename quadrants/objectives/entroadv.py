@@ -13,11 +13,9 @@ from __future__ import annotations
 import torch
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.common import drop_constant_groups, validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import ppo_token_loss, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.aggregation import masked_mean
-from quadrants.ops.surrogate import clipped_surrogate
 
 
 def validate_entroadv(
@@ -49,15 +47,13 @@ def entroadv(
     mask = batch.response_mask
     adv = token_advantages(batch)  # [B, T]
     bonus = torch.minimum(alpha * batch.entropy.detach(), adv.abs() / kappa)  # [B, T]
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    return ppo_token_loss(
+        batch,
+        policy,
         adv + bonus,
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
+        dynamic_sampling=dynamic_sampling,
+        metrics={"bonus_mean": masked_mean(bonus, mask).detach()},
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    metrics["bonus_mean"] = masked_mean(bonus, mask).detach()
-    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

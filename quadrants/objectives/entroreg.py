@@ -9,11 +9,9 @@ DAPO recipe (clip-higher, dynamic sampling as in `dapo`); dropped groups lose th
 from __future__ import annotations
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.common import drop_constant_groups, validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import clipped_terms, drop_constant_groups, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.aggregation import masked_mean
-from quadrants.ops.surrogate import clipped_surrogate
 
 
 def validate_entroreg(
@@ -46,15 +44,14 @@ def entroreg(
             "entroreg needs the current policy's entropy (PolicyOutput.entropy is None)"
         )
     mask = batch.response_mask
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    terms, metrics = clipped_terms(
+        batch,
+        policy,
         token_advantages(batch),
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
     return ObjectiveOutput(

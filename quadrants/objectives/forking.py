@@ -29,11 +29,9 @@ from quadrants.objectives.batch import (
     fraction,
     token_advantages,
 )
-from quadrants.objectives.common import drop_constant_groups, validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import clipped_terms, drop_constant_groups, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.quadrants import masked_quantile, quantile_of_sorted
-from quadrants.ops.surrogate import clipped_surrogate
 
 SCOPES = ("rollout_batch", "mini_batch")
 ENTROPY_SOURCES = ("behaviour", "current")
@@ -98,15 +96,14 @@ def forking(
         entropy = policy.entropy.detach()
     else:
         entropy = batch.entropy
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    terms, metrics = clipped_terms(
+        batch,
+        policy,
         token_advantages(batch),
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     kept = drop_constant_groups(batch, dynamic_sampling, metrics)
     trained = mask if kept is None else kept  # [B, T], the tokens the loss trains on
     if scope == "rollout_batch":

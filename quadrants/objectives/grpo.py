@@ -13,10 +13,8 @@ reference policy is added by the step for every objective (`objective.kl_coef`, 
 from __future__ import annotations
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.common import validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import ppo_token_loss, validate_clip
 from quadrants.objectives.registry import register_objective
-from quadrants.ops.surrogate import clipped_surrogate
 
 
 @register_objective("grpo", validate=validate_clip, zero_advantage_inert=True)
@@ -28,14 +26,11 @@ def grpo(
     clip_high: float = 0.2,
     clip_ratio_c: float | None = None,
 ) -> ObjectiveOutput:
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    return ppo_token_loss(
+        batch,
+        policy,
         token_advantages(batch),
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
-    mask = batch.response_mask
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics)

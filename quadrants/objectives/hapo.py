@@ -27,11 +27,9 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction
-from quadrants.objectives.common import drop_constant_groups, validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import ppo_token_loss, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.quadrants import Quadrant
-from quadrants.ops.surrogate import clipped_surrogate
 
 ALL_QUADRANTS = ("PHR", "PLR", "NHR", "NLR")
 CONSERVE_MODES = ("none", "sequence")
@@ -141,21 +139,22 @@ def hapo(
         phi=phi,
         conserve=conserve,  # type: ignore[arg-type]
     )
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    base = batch.advantages.float()[:, None].expand_as(token_adv)
+    moved = (token_adv - base).abs()
+    metrics = {
+        "modulated_frac": fraction(apply_mask & (moved > 0), mask),
+        "adv_shift_rel": (
+            (moved * mask).sum() / (base.abs() * mask).sum().clamp_min(1e-12)
+        ).detach(),
+        "sign_flip_frac": fraction((token_adv * base) < 0, mask),
+    }
+    return ppo_token_loss(
+        batch,
+        policy,
         token_adv,
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
+        dynamic_sampling=dynamic_sampling,
+        metrics=metrics,
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    base = batch.advantages.float()[:, None].expand_as(token_adv)
-    moved = (token_adv - base).abs()
-    metrics["modulated_frac"] = fraction(apply_mask & (moved > 0), mask)
-    metrics["adv_shift_rel"] = (
-        (moved * mask).sum() / (base.abs() * mask).sum().clamp_min(1e-12)
-    ).detach()
-    metrics["sign_flip_frac"] = fraction((token_adv * base) < 0, mask)
-    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

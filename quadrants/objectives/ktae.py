@@ -33,11 +33,9 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction
-from quadrants.objectives.common import drop_constant_groups, validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import ppo_token_loss, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.aggregation import masked_mean
-from quadrants.ops.surrogate import clipped_surrogate
 
 _TF_K1, _TF_B = 2.0, 0.5  # the authors' BM25 constants (compute_tf)
 
@@ -184,16 +182,16 @@ def ktae(
             zero_token_ids=zero_token_ids,
         ).to(weights.dtype)
     token_adv = batch.advantages.float()[:, None] + weights
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    return ppo_token_loss(
+        batch,
+        policy,
         token_adv,
         clip_low=clip_low,
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
+        dynamic_sampling=dynamic_sampling,
+        metrics={
+            "key_weight_abs_mean": masked_mean(weights.abs(), mask),
+            "key_weight_positive_frac": fraction(weights > 0, mask),
+        },
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
-    metrics["key_weight_abs_mean"] = masked_mean(weights.abs(), mask)
-    metrics["key_weight_positive_frac"] = fraction(weights > 0, mask)
-    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
-    return ObjectiveOutput(terms.per_token_loss * mask, metrics, denominator_mask)

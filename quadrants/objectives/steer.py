@@ -26,11 +26,9 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.common import validate_clip
-from quadrants.objectives.metrics import surrogate_metrics
+from quadrants.objectives.common import clipped_terms, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.aggregation import masked_mean
-from quadrants.ops.surrogate import clipped_surrogate
 
 MAPPINGS = ("linear", "exponential")
 _P_EPS = 1e-8  # the authors' clamp of p and π_old
@@ -105,9 +103,9 @@ def steer(
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     adv = token_advantages(batch)
-    terms = clipped_surrogate(
-        policy.logp,
-        batch.old_logp,
+    terms, metrics = clipped_terms(
+        batch,
+        policy,
         adv,
         clip_low=clip_low,
         clip_high=clip_high,
@@ -123,6 +121,5 @@ def steer(
         weight_max=weight_max,
         mapping=mapping,
     )
-    metrics = surrogate_metrics(terms, mask, dual_clip=clip_ratio_c is not None)
     metrics["token_weight_mean"] = masked_mean(weights, mask)
     return ObjectiveOutput(terms.per_token_loss * weights * mask, metrics)
