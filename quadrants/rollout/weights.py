@@ -79,9 +79,10 @@ def merged_lora_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
                     if adapter in layer.lora_A
                 ]
                 if deltas:  # in float32 at least: W may be stored in bf16 (ops/precision.py)
-                    merged = tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+                    wide = torch.promote_types(tensor.dtype, torch.float32)
+                    merged = tensor.to(wide, copy=True)  # a copy: the trainer's W stays as it is
                     for delta in deltas:
-                        merged = merged + delta.to(merged.dtype)
+                        merged.add_(delta.to(wide))
                     tensor = merged
             name = f"{owner}.{leaf}"
         yield name, tensor
