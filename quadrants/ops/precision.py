@@ -21,13 +21,13 @@ dtype its forward computes in, and how that is arranged in one process and under
 
 Frozen weights under `bf16-mixed` (`store_parameters`): a parameter that does not train (LoRA's
 base) gets no optimizer update, so a float32 master copy of it buys nothing where its only reader is
-a linear layer: autocast casts F.linear's floating inputs to bf16 (aten/src/ATen/autocast_mode.cpp,
-`linear` in the lower-precision-fp list), so the matmul sees bf16(W) whether W is stored in float32
-or in bf16, and `cached_cast` there caches only the casts of leaf tensors that require grad, so a
-float32 frozen W is cast again at every call. Such parameters are stored in bf16: the same numbers,
-half the memory. A frozen parameter that anything else reads (an embedding, whose lookup returns its
-weight's dtype and so sets the residual stream's; a norm's weight; a tied embedding / LM head)
-keeps float32, so the forward is unchanged bit for bit.
+a linear layer: autocast casts F.linear's floating inputs to bf16 (`linear` is in
+aten/src/ATen/autocast_mode.h `AT_FORALL_LOWER_PRECISION_FP`), so the matmul sees bf16(W) whether
+W is stored in float32 or in bf16, and `cached_cast` (autocast_mode.cpp) caches only the casts of
+leaf tensors that require grad, so a float32 frozen W is cast again at every call. Such parameters
+are stored in bf16: the same numbers, half the memory. A frozen parameter that anything else
+reads (an embedding, whose lookup returns its weight's dtype and so sets the residual stream's; a
+norm's weight; a tied embedding / LM head) keeps float32, so the forward is unchanged bit for bit.
 
 torch only (no quadrants import), so a script with torch and transformers alone can use it.
 """

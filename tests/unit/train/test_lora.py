@@ -361,7 +361,7 @@ def test_bf16_mixed_stores_the_base_in_bf16_with_the_same_update():
     10 tensors) = 40 bf16 tensors; the embedding (tied to the LM head: it sets the residual
     stream's dtype) and 2 x 4 + 1 norms stay float32. The loss and the adapters' gradients are
     bit-identical to the update over the float32-stored base: autocast casts F.linear's weight and
-    bias to bf16 (aten/src/ATen/autocast_mode.cpp), which are the values stored, and every other
+    bias to bf16 (aten/src/ATen/autocast_mode.h), which are the values stored, and every other
     operand keeps its dtype. A float32 base stored in bf16 by mistake elsewhere (the embedding, a
     norm) would change the float32 residual stream and fail the equality."""
     model, _ = lora_policy()
