@@ -38,12 +38,13 @@ Two corrections, each found by checking the trackers' figures against arithmetic
 
 LoRA (`TraceSpec.lora`): the adapters are put into the traced model by the trainer's own
 `apply_lora` (models/lora.py, peft's `get_peft_model`), so the frozen base weights are held in the
-precision's storage dtype as the trainer holds them (float32 under fp32 and bf16-mixed: the
-trainer casts the whole policy, train/loop.py `prepare_policy`), without gradients,
-and AdamW (built over `trainable_parameters`, as train/loop.py builds it) keeps moments for the
-adapters only. Under autocast the frozen weights are not in autocast's cast cache (it keeps the
-bf16 copies of leaf tensors that require grad only: aten/src/ATen/autocast_mode.cpp
-`cached_cast`), so their bf16 copies are temporaries of each matmul, which the trace sees.
+storage dtype the trainer gives them (ops/precision.py `store_frozen_linears`, as train/loop.py
+`prepare_policy` stores them: float32 under fp32, bf16 under bf16; under bf16-mixed the frozen
+linears in bf16, the embeddings, norms and adapters in float32), without gradients, and AdamW
+(built over `trainable_parameters`, as train/loop.py builds it) keeps moments for the adapters only.
+Under autocast the bf16 base linears are used as they are; a float32 frozen weight would be cast
+at every matmul into a temporary (autocast caches the casts of leaf tensors that require grad only:
+aten/src/ATen/autocast_mode.cpp `cached_cast`), which the trace would see.
 
 Attention: the trace runs on the CPU, where `scaled_dot_product_attention` picks the CPU flash
 kernel (torch/nn/attention: `_fused_sdp_choice` on CPU), which saves the output and a logsumexp per
@@ -69,7 +70,7 @@ import quadrants.ops.fused_head as fused_head_module
 from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.models.lora import apply_lora, trainable_parameters
 from quadrants.models.policy import _plain_logprobs
-from quadrants.ops.precision import resolve_precision
+from quadrants.ops.precision import resolve_precision, store_frozen_linears
 
 GiB = 2**30
 
@@ -361,6 +362,9 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
                 raise ValueError("LoRA trains in one process: the plan traces it unsharded")
             with _default_dtype(dtype), _adapters_built_in_place():
                 apply_lora(model, spec.lora)
+            # the storage the trainer gives it (train/loop.py `prepare_policy`): bf16 base linears
+            precision = resolve_precision(spec.precision, torch.device(spec.device))
+            store_frozen_linears(model, precision)
     model.train()
     shard(model, mesh, spec)  # sharded or not: checkpointing is enabled there, as the trainer does
     params = trainable_parameters(model)  # under LoRA the adapters only, as the trainer's AdamW

@@ -3,8 +3,9 @@ dtype its forward computes in, and how that is arranged in one process and under
 
 - `fp32`: parameters, gradients, AdamW's moments and the compute in float32.
 - `bf16-mixed`: float32 parameters, gradients and AdamW moments (the "master weights"), compute in
-  bfloat16. One process: `torch.autocast(device, bfloat16)` around the forward, over the float32
-  parameters (CPU and CUDA both have it). Sharded: FSDP2's
+  bfloat16; frozen linear weights (LoRA's base) stored in bf16 (below). One process:
+  `torch.autocast(device, bfloat16)` around the forward, over the float32 parameters (CPU and
+  CUDA both have it). Sharded: FSDP2's
   `MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`: the all-gathered parameters
   are cast to bf16 for the forward and backward, gradients are reduced in float32 and land on the
   float32 shards the optimizer steps (torch/distributed/fsdp/_fully_shard/_fsdp_api.py), with the
@@ -18,6 +19,16 @@ dtype its forward computes in, and how that is arranged in one process and under
   `train.allow_pure_bf16=true`.
 - `auto`: bf16-mixed on CUDA, fp32 elsewhere.
 
+Frozen weights under `bf16-mixed` (`store_parameters`): a parameter that does not train (LoRA's
+base) gets no optimizer update, so a float32 master copy of it buys nothing where its only reader is
+a linear layer: autocast casts F.linear's floating inputs to bf16 (`linear` is in
+aten/src/ATen/autocast_mode.h `AT_FORALL_LOWER_PRECISION_FP`), so the matmul sees bf16(W) whether
+W is stored in float32 or in bf16, and `cached_cast` (autocast_mode.cpp) caches only the casts of
+leaf tensors that require grad, so a float32 frozen W is cast again at every call. Such parameters
+are stored in bf16: the same numbers, half the memory. A frozen parameter that anything else
+reads (an embedding, whose lookup returns its weight's dtype and so sets the residual stream's; a
+norm's weight; a tied embedding / LM head) keeps float32, so the forward is unchanged bit for bit.
+
 torch only (no quadrants import), so a script with torch and transformers alone can use it.
 """
 
@@ -28,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -88,3 +100,56 @@ def resolve_precision(name: str, device: torch.device) -> Precision:
     if name == "auto":
         name = "bf16-mixed" if device.type == "cuda" else "fp32"
     return _RESOLVED[name]
+
+
+def frozen_linear_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters of `model` that do not require grad and that only `nn.Linear` modules read
+    (peft's `lora.Linear` wraps an `nn.Linear` as its `base_layer`; the CPU's `RoutedLinear` is
+    one): a weight shared with any other module (a tied embedding) is left out."""
+    linear: dict[int, nn.Parameter] = {}
+    other: set[int] = set()
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            if isinstance(module, nn.Linear):
+                linear[id(p)] = p
+            else:
+                other.add(id(p))
+    return [p for key, p in linear.items() if not p.requires_grad and key not in other]
+
+
+@torch.no_grad()
+def store_parameters(model: nn.Module, precision: Precision) -> nn.Module:
+    """`model`'s parameters (and floating buffers) cast to `precision.param_dtype` where the model
+    is, and, when the precision is mixed, its frozen linear weights (`frozen_linear_parameters`)
+    to `precision.compute_dtype` (module docstring): under `bf16-mixed` a LoRA policy's base
+    linears in bf16, its adapters, norms and embeddings in float32. A model without frozen
+    parameters is cast whole, as `model.to(dtype)`. One process only: FSDP2 expects one dtype per
+    parameter group (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `_init_mp_dtypes`),
+    and the trainer refuses LoRA with more than one rank."""
+    model = model.to(dtype=precision.param_dtype)
+    store_frozen_linears(model, precision)
+    return model
+
+
+@torch.no_grad()
+def store_frozen_linears(model: nn.Module, precision: Precision) -> None:
+    """When `precision` is mixed, `model`'s frozen linear weights (`frozen_linear_parameters`) cast
+    in place to its compute dtype; the rest of `store_parameters`, for a model already in
+    `precision.param_dtype` (the memory trace's, built in it on fake tensors)."""
+    if precision.mixed:
+        for p in frozen_linear_parameters(model):
+            p.data = p.data.to(precision.compute_dtype)
+
+
+def stored_mixed_autocast(
+    model: nn.Module, device: torch.device
+) -> contextlib.AbstractContextManager:
+    """The context a forward of `model` outside the trainer's step (the HF engine's decode) needs:
+    `torch.autocast(device.type, d)` when `model`'s floating parameters are stored in more than one
+    dtype (`store_parameters` under bf16-mixed: bf16 frozen linears among float32 adapters, which
+    F.linear refuses to multiply without autocast), d the narrowest of them; else a no-op, the
+    forward computing in the parameters' own dtype."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if len(dtypes) < 2:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=min(dtypes, key=lambda d: torch.finfo(d).bits))

@@ -41,6 +41,7 @@ from transformers import (
 )
 
 from quadrants.device import model_device
+from quadrants.ops.precision import stored_mixed_autocast
 from quadrants.rollout.decode import HF_DECODES, sample
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.fast_decode import fast_decode_unsupported, sample_fast
@@ -137,24 +138,8 @@ class HFEngine:
         was_training = self.model.training
         self.model.eval()
         device = model_device(self.model)
-        if self.decode_on(device) != "generate":
-            decoded = self._sampler()(
-                self.model,
-                prompt_ids.to(device),
-                prompt_mask.to(device),
-                max_new_tokens=sampling.max_new_tokens,
-                temperature=sampling.temperature,
-                top_p=sampling.top_p,
-                stop_ids=self.stop_ids,
-                pad_id=self.tokenizer.pad_token_id,
-                record=self.logprobs,
-            )
-            response_ids, logp, entropy = decoded.tokens, decoded.logp, decoded.entropy
-        else:
-            response_ids, logp = self._generate(
-                prompt_ids.to(device), prompt_mask.to(device), sampling
-            )
-            entropy = None
+        with stored_mixed_autocast(self.model, device):
+            response_ids, logp, entropy = self._decode(prompt_ids, prompt_mask, sampling, device)
         self.model.train(was_training)
         logp = torch.zeros(response_ids.shape) if logp is None else logp.cpu()
         entropy = None if entropy is None else entropy.cpu()
@@ -174,6 +159,26 @@ class HFEngine:
             finished=finished,
             behaviour_entropy=None if entropy is None else entropy * response_mask,
         )
+
+    def _decode(
+        self, prompt_ids: Tensor, prompt_mask: Tensor, sampling: SamplingSettings, device
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """(response ids [B, T], log-probs [B, T] or None, entropy [B, T] or None), on `device`."""
+        if self.decode_on(device) != "generate":
+            decoded = self._sampler()(
+                self.model,
+                prompt_ids.to(device),
+                prompt_mask.to(device),
+                max_new_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                stop_ids=self.stop_ids,
+                pad_id=self.tokenizer.pad_token_id,
+                record=self.logprobs,
+            )
+            return decoded.tokens, decoded.logp, decoded.entropy
+        response_ids, logp = self._generate(prompt_ids.to(device), prompt_mask.to(device), sampling)
+        return response_ids, logp, None
 
     def decode_on(self, device: torch.device) -> str:
         """The decode path for a model on `device`: `decode`, with `auto` resolved."""

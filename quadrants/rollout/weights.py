@@ -57,7 +57,12 @@ def merged_lora_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     entries (lora_A, lora_B) are left out. One merged weight exists at a time, and the trainer's
     weights are never modified: peft's `merge_adapter` / `unmerge_adapter` (TRL's route) add and
     then subtract delta in place, which in floating point does not restore W exactly. An adapter
-    switched off (`adapters_disabled`) or merged already gives W as it is."""
+    switched off (`adapters_disabled`) or merged already gives W as it is.
+
+    The sum is computed in float32 (or W's dtype if wider): under `bf16-mixed` the frozen W is
+    stored in bf16 (ops/precision.py `store_parameters`), and delta added in bf16 would mostly
+    round away; bf16 W widens to float32 exactly, so a float32 engine receives W + delta as
+    before. An adapted weight is therefore yielded in float32 whatever W's storage dtype."""
     from peft.tuners.lora import LoraLayer
 
     layers = {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
@@ -68,9 +73,17 @@ def merged_lora_weights(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
         if marker:
             layer = layers[owner]
             if leaf == "weight" and not layer.disable_adapters and not layer.merged:
-                for adapter in layer.active_adapters:
-                    if adapter in layer.lora_A:
-                        tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+                deltas = [
+                    layer.get_delta_weight(adapter)
+                    for adapter in layer.active_adapters
+                    if adapter in layer.lora_A
+                ]
+                if deltas:  # in float32 at least: W may be stored in bf16 (ops/precision.py)
+                    wide = torch.promote_types(tensor.dtype, torch.float32)
+                    merged = tensor.to(wide, copy=True)  # a copy: the trainer's W stays as it is
+                    for delta in deltas:
+                        merged.add_(delta.to(wide))
+                    tensor = merged
             name = f"{owner}.{leaf}"
         yield name, tensor
 

@@ -45,7 +45,7 @@ from quadrants.eval.in_training import evaluate_policy
 from quadrants.models.loading import load_policy
 from quadrants.models.lora import trainable_parameters
 from quadrants.objectives.control import STATE_KEY, advance_state, restore_state
-from quadrants.ops.precision import resolve_precision
+from quadrants.ops.precision import resolve_precision, store_parameters
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rollout.engine import RolloutEngine
 from quadrants.rollout.registry import get_engine
@@ -170,15 +170,18 @@ def prepare_policy(
 
     The parameters are stored in `train.precision`'s dtype (ops/precision.py): float32 for fp32
     and bf16-mixed whatever `model.dtype` they were read in (a bf16 checkpoint cast up exactly),
-    bfloat16 for pure bf16. The replica is taken after the cast: the HF engine samples from the
-    trainer's parameters in their stored dtype."""
+    bfloat16 for pure bf16; under bf16-mixed a LoRA policy's frozen base linears in bf16
+    (ops/precision.py `store_parameters`: autocast's matmul sees bf16(W) either way), cast before
+    the move so that no float32 copy of the base reaches the device. The replica is taken after
+    the cast: the HF engine samples from the trainer's parameters in their stored dtype (under
+    autocast when they are stored in two dtypes, rollout/hf.py)."""
     check_layout(cfg, env.world_size)
     kind = get_engine(cfg.rollout.engine)
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
     precision = resolve_precision(cfg.train.precision, device)
-    model = _place(model, device, precision.param_dtype)
+    model = _place(store_parameters(model, precision), device)
     if ref_model is not None:  # frozen: the policy's dtype, so that its forward is the policy's
-        ref_model = _place(ref_model, device, precision.param_dtype)
+        ref_model = _place(ref_model.to(dtype=precision.param_dtype), device)
     options = dict(
         precision=precision,
         reshard_after_forward=cfg.distributed.reshard_after_forward,
@@ -204,12 +207,13 @@ def prepare_policy(
     return model, ref_model, engine
 
 
-def _place(model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """`model` on `device` in `dtype`; a model on the meta device (a rank that did not read the
-    weights) only cast: its shards are allocated on `device` when filled (`fill_from_rank0`)."""
+def _place(model: nn.Module, device: torch.device) -> nn.Module:
+    """`model` (already cast to its storage dtypes, where it was loaded) on `device`, dtypes kept;
+    a model on the meta device (a rank that did not read the weights) stays there: its shards are
+    allocated on `device` when filled (`fill_from_rank0`)."""
     if on_meta(model):
-        return model.to(dtype=dtype)
-    return model.to(device=device, dtype=dtype)
+        return model
+    return model.to(device=device)
 
 
 @dataclass

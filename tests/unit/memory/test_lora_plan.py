@@ -35,13 +35,25 @@ def test_lora_trace_by_hand():
     q_proj 4 x (64 + 64) = 512, v_proj 4 x (64 + 32) = 384, so 896 a layer, 1792 in all. In float32
     (bf16-mixed stores parameters in float32): gradients 1792 x 4 = 7168 bytes; AdamW's two moments
     2 x 7168 = 14336 bytes plus one float32 `step` per adapter tensor (fused AdamW: 2 layers x
-    2 modules x A and B = 8 tensors, 32 bytes) = 14368. The base's own parameters stay, frozen:
-    held bytes = the full model's + the adapters' 7168, with no gradient or moment of their own."""
+    2 modules x A and B = 8 tensors, 32 bytes) = 14368. The base's own parameters stay, frozen,
+    with no gradient or moment of their own; under bf16-mixed its linears are stored in bf16
+    (ops/precision.py `store_parameters`). The base's 78400 elements: a layer's linears
+    q 64x64 + 64 bias, k and v 64x32 + 32 bias each, o 64x64, gate, up, down 64x96 each =
+    4160 + 2080 + 2080 + 4096 + 3 x 6144 = 30848, and 2 norms of 64; the LM head 128 x 64 = 8192
+    (a linear, untied); the embedding 8192 and the final norm 64. Held bytes: 2 x 30848 + 8192 =
+    69888 linear elements x 2 = 139776, embedding and norms 8192 + 2 x 128 + 64 = 8512 x 4 =
+    34048, adapters 7168: 180992, against 78400 x 4 + 7168 = 320768 with the base in float32
+    (fp32 precision, where nothing is cast)."""
     full = trace_step(TraceSpec(CONFIG, layers=2, sharded=False, **SHAPE))
     lora = trace_step(TraceSpec(CONFIG, layers=2, sharded=False, lora=LORA, **SHAPE))
     assert lora.trainable == 1792
     assert lora.parameters == full.parameters == full.trainable  # the base, adapters apart
-    assert lora.resident.parameters == full.resident.parameters + 1792 * 4
+    assert full.resident.parameters == 78400 * 4 == 313600
+    assert lora.resident.parameters == (2 * 30848 + 8192) * 2 + 8512 * 4 + 1792 * 4 == 180992
+    fp32 = trace_step(
+        TraceSpec(CONFIG, layers=2, sharded=False, lora=LORA, precision="fp32", **SHAPE)
+    )
+    assert fp32.resident.parameters == 78400 * 4 + 1792 * 4 == 320768
     assert lora.resident.gradients == 0
     assert lora.resident.optimizer == 2 * 1792 * 4 + 8 * 4 == 14368
     assert lora.update.gradients == 1792 * 4  # adapters' gradients only, the base has none
@@ -90,8 +102,9 @@ def test_tiny_lora_plan_counts_all_linear_adapters():
 @pytest.mark.slow  # in the suite; the trace is shared with test_compose's (one per process)
 def test_the_7b_lora_preset_fits_one_80gb_gpu():
     """sweeps/experiment/paper_quadrants_qwen7b_lora_1gpu.yaml: Qwen2.5-Math-7B with LoRA on one
-    80 GB GPU, a float32 vLLM colocated at 0.45 of it. Composed and checked as the sweep does at
-    compose time (the plan refuses a job that does not fit), one process (launcher=slurm). Traces
-    a 7B-wide model at 2 and 3 layers (30-70 s on a shared laptop). Measured 2026-11-26: peak
-    62.4 GiB in rollout, 76.2 GB with the allocator's headroom."""
+    80 GB GPU, a float32 vLLM colocated at 0.70 of it, the frozen base's linears in bf16. Composed
+    and checked as the sweep does at compose time (the plan refuses a job that does not fit), one
+    process (launcher=slurm). Traces a 7B-wide model at 2 and 3 layers (30-70 s on a shared
+    laptop). Planned 2026-11-26: peak 67.8 GiB in rollout, 77.8 GB with the allocator's headroom
+    (with the base in float32 and vLLM at 0.45: 62.4 GiB, 76.2 GB)."""
     assert preflight(["-m", "experiment=paper_quadrants_qwen7b_lora_1gpu", "launcher=slurm"]) == 8

@@ -53,3 +53,25 @@ def test_merged_weight_by_hand():
     with adapters_disabled(adapted):
         off = dict(full_weights(adapted))["model.layers.0.self_attn.q_proj.weight"]
     assert torch.equal(off, layer.base_layer.weight)
+
+
+def test_merged_weight_over_a_bf16_base_is_summed_in_float32():
+    """Under bf16-mixed the frozen base is stored in bf16 (ops/precision.py `store_parameters`);
+    the push widens it to float32 exactly and adds the float32 delta there: W_bf16.float() +
+    2 B A, bit for bit what the float32 arithmetic gives, in float32 for the float32 engine.
+    Added in bf16 instead, a delta of 0.1 x 0.1-sized entries (~1e-2) on weights ~0.02-0.1 keeps
+    only 8 bits of the sum, so most entries would differ."""
+    from quadrants.ops.precision import resolve_precision, store_parameters
+
+    _, adapted = adapted_tiny()
+    store_parameters(adapted, resolve_precision("bf16-mixed", torch.device("cpu")))
+    layer = adapted.model.layers[0].self_attn.q_proj
+    assert layer.base_layer.weight.dtype == torch.bfloat16
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+    assert a.dtype == b.dtype == torch.float32
+    want = layer.base_layer.weight.float() + (b @ a) * 2.0
+    merged = dict(full_weights(adapted))["model.layers.0.self_attn.q_proj.weight"]
+    assert merged.dtype == torch.float32
+    torch.testing.assert_close(merged, want, rtol=0, atol=1e-7)
+    in_bf16 = layer.base_layer.weight + (2.0 * b @ a).to(torch.bfloat16)
+    assert (in_bf16.float() != merged).float().mean() > 0.5

@@ -3,8 +3,9 @@ trained; the KL reference is the same module with its adapters switched off; com
 micro-batching accumulates the unsplit adapter gradient; every objective trains with quadrant
 isolation; a run killed after step 1 and resumed equals an uninterrupted 2-step run.
 
-CPU only. What only a GPU can show: the same under bf16-mixed autocast on CUDA (the adapters are
-stored in float32 like every trainer parameter, ops/precision.py), and the memory saved."""
+CPU only. What only a GPU can show: the same under bf16-mixed autocast on CUDA (the adapters in
+float32, the frozen base's linears in bf16, ops/precision.py `store_parameters`; the CPU's bf16
+autocast shows the update unchanged by that storage), and the memory saved."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from quadrants.models.loading import load_policy
 from quadrants.models.lora import adapters_disabled, has_adapters, trainable_parameters
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.registry import known_objectives
+from quadrants.ops.precision import resolve_precision, store_parameters
 from quadrants.tracking.base import RecordingTracker
 from quadrants.train.checkpoint import load_latest
 from quadrants.train.loop import run_training
@@ -350,3 +352,111 @@ def test_evaluation_loads_a_lora_checkpoint(tmp_path: Path):
     for name, value in saved.items():
         torch.testing.assert_close(state[name], value, rtol=0, atol=0, msg=name)
     assert any(saved[n].abs().max() > 0 for n in saved if ".lora_B." in n)
+
+
+def test_bf16_mixed_stores_the_base_in_bf16_with_the_same_update():
+    """Under bf16-mixed the frozen base linears are stored in bf16, the adapters, norms and the
+    (tied) embedding in float32 (ops/precision.py `store_parameters`, as train/loop.py
+    `prepare_policy` stores the policy). tiny-random: 4 layers x 7 projections (+ q, k, v biases:
+    10 tensors) = 40 bf16 tensors; the embedding (tied to the LM head: it sets the residual
+    stream's dtype) and 2 x 4 + 1 norms stay float32. The loss and the adapters' gradients are
+    bit-identical to the update over the float32-stored base: autocast casts F.linear's weight and
+    bias to bf16 (aten/src/ATen/autocast_mode.h), which are the values stored, and every other
+    operand keeps its dtype. A float32 base stored in bf16 by mistake elsewhere (the embedding, a
+    norm) would change the float32 residual stream and fail the equality."""
+    model, _ = lora_policy()
+    batch = seeded_batch(model)
+    mixed = resolve_precision("bf16-mixed", torch.device("cpu"))
+    stored = store_parameters(copy.deepcopy(model), mixed)
+    frozen = {n: p.dtype for n, p in stored.named_parameters() if not p.requires_grad}
+    assert sorted(set(frozen.values()), key=str) == [torch.bfloat16, torch.float32]
+    assert sum(d == torch.bfloat16 for d in frozen.values()) == 4 * 10
+    assert {n for n, d in frozen.items() if d == torch.float32} == {
+        "model.embed_tokens.weight",
+        "model.norm.weight",
+        *(
+            f"model.layers.{i}.{k}_layernorm.weight"
+            for i in range(4)
+            for k in ("input", "post_attention")
+        ),
+    }
+    assert all(p.dtype == torch.float32 for p in trainable_parameters(stored))
+    for name, p in stored.named_parameters():  # the stored values: bf16(W), as autocast casts
+        expected = dict(model.named_parameters())[name]
+        assert torch.equal(p, expected.to(p.dtype)), name
+
+    def update(policy):
+        policy = copy.deepcopy(policy)
+        torch.manual_seed(0)
+        ctx = context("grpo", 0, policy)
+        ctx.forwards = dataclasses.replace(ctx.forwards, precision=mixed)
+        loss, _ = backward(ctx, batch)
+        return loss, {n: p.grad for n, p in policy.named_parameters() if p.requires_grad}
+
+    loss_fp32_base, grads_fp32_base = update(model)
+    loss_bf16_base, grads_bf16_base = update(stored)
+    assert torch.equal(loss_bf16_base, loss_fp32_base)
+    assert sum(g.abs().sum() for g in grads_fp32_base.values()) > 0
+    for name, grad in grads_fp32_base.items():
+        assert grads_bf16_base[name].dtype == torch.float32
+        assert torch.equal(grads_bf16_base[name], grad), name
+
+
+def test_fp32_and_pure_bf16_store_the_lora_policy_whole():
+    """fp32: every parameter float32; pure bf16: every parameter bf16 (adapters included), as
+    before: only a mixed precision splits the storage."""
+    model, _ = lora_policy(perturb=False)
+    for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        stored = store_parameters(
+            copy.deepcopy(model), resolve_precision(name, torch.device("cpu"))
+        )
+        assert {p.dtype for p in stored.parameters()} == {dtype}, name
+
+
+def test_the_hf_engine_samples_from_a_policy_stored_in_two_dtypes():
+    """The HF engine samples from the trainer's module (one process): with the base in bf16 among
+    float32 adapters, F.linear refuses float32 activations against bf16 weights, so the engine
+    decodes under bf16 autocast (ops/precision.py `stored_mixed_autocast`); the tokens and
+    log-probs equal those of the float32-stored policy decoded under the same autocast."""
+    from quadrants.rollout.engine import SamplingSettings
+    from quadrants.rollout.hf import HFEngine
+
+    model, tokenizer = lora_policy()
+    stored = store_parameters(
+        copy.deepcopy(model), resolve_precision("bf16-mixed", torch.device("cpu"))
+    )
+    sampling = SamplingSettings(n=2, max_new_tokens=6, temperature=1.0, top_p=1.0, seed=5)
+    got = HFEngine(stored, tokenizer, decode="loop").generate(["1+1=", "2+2="], sampling)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = HFEngine(model, tokenizer, decode="loop").generate(["1+1=", "2+2="], sampling)
+    assert torch.equal(got.response_ids, want.response_ids)
+    assert torch.equal(got.behaviour_logp, want.behaviour_logp)
+    assert torch.isfinite(got.behaviour_logp).all()
+
+
+def test_a_bf16_mixed_lora_run_places_the_base_in_bf16_and_trains(tmp_path: Path):
+    """train/loop.py `prepare_policy` under bf16-mixed stores the LoRA policy as
+    `store_parameters` does (base linears bf16, adapters float32), and one step of the tiny run
+    trains end to end on it: the HF engine samples from the module in two dtypes, the KL
+    reference is the bf16 base with the adapters off, the checkpoint holds the float32 adapters
+    alone and they moved. The CPU's bf16 autocast stands in for CUDA's."""
+    from quadrants.distributed.collectives import DistEnv
+    from quadrants.train.loop import prepare_policy
+
+    cfg = small(tmp_path, steps=1)
+    cfg.train.precision = "bf16-mixed"
+    cfg.objective.kl_coef = 0.05
+    model, tokenizer = load_policy("tiny-random", lora=cfg.model.lora)
+    placed, _, engine = prepare_policy(cfg, model, tokenizer, None, DistEnv(), torch.device("cpu"))
+    engine.close()
+    frozen = {p.dtype for p in placed.parameters() if not p.requires_grad}
+    assert frozen == {torch.bfloat16, torch.float32}  # linears bf16; embedding, norms float32
+    assert {p.dtype for p in trainable_parameters(placed)} == {torch.float32}
+    tracker = RecordingTracker()
+    run_training(cfg, tracker)
+    metrics = tracker.history[-1][1]
+    assert all(v == v for v in metrics.values())  # no NaN
+    state = saved_state(tmp_path, tmp_path / "state.pt")["model"]
+    assert_base_unchanged(state)
+    assert all(t.dtype == torch.float32 for t in state.values())
+    assert any(state[n].abs().max() > 0 for n in state if ".lora_B." in n)
