@@ -251,7 +251,6 @@ REMOVED_KEYS = {
     # the CPU-only settings have their own section (quadrants/cpu)
     "train.cpu_matmul": "train.cpu.matmul (auto | torch | onednn)",
     "train.retain_freed_mb": "train.cpu.retain_freed_mb",
-    "train.decode_replay_mb": "nothing: decode replay was removed (the update runs a forward)",
 }
 
 

@@ -194,7 +194,7 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
         # a key Hydra's + adds to the structured config, which nothing would read
         (["+train.lrr=1e-5"], r"train.lrr is not a setting of quadrants .*keys of train: "),
         (["+model.lora.rnak=8"], r"model.lora.rnak is not a setting .*: alpha, dropout, enabled"),
-        (["+train.decode_replay_mb=4"], "train.decode_replay_mb was removed; use nothing"),
+        (["+train.decode_replay_mb=4"], "train.decode_replay_mb is not a setting of quadrants"),
     ],
 )
 def test_invalid_overrides_fail_before_any_job(argv, message):
