@@ -164,10 +164,11 @@ class CpuConfig:
     # transformers hands grouped key/value heads to torch's SDPA kernel as they are
     # (quadrants/cpu/sdpa.py); false = it repeats them to the query heads first
     sdpa_grouped_heads: bool = True
-    # idle OpenMP threads spin this many times before sleeping; `python -m quadrants.sweep` starts a
-    # CPU run's process with GOMP_SPINCOUNT set to it unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is
-    # set (quadrants/cpu/openmp.py); null = libgomp's default (300,000)
-    omp_spincount: int | None = 1000
+    # idle OpenMP threads spin this many times before sleeping; null (default) = libgomp's own
+    # 300,000, as every torch program; a number: `python -m quadrants.sweep` starts a CPU run's
+    # process with GOMP_SPINCOUNT set to it unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set
+    # (quadrants/cpu/openmp.py). 1000 on a machine shared with other CPU jobs
+    omp_spincount: int | None = None
 
 
 @dataclass

@@ -3,11 +3,15 @@
 
 torch's CPU kernels run in OpenMP parallel regions; the Linux wheels use GNU libgomp (MKL's
 matrix multiplies use the same threads). Between two regions an idle thread spins
-`GOMP_SPINCOUNT` times, then sleeps; libgomp's default is 300,000 spins (0 under
-`OMP_WAIT_POLICY=PASSIVE`). Measured on the tiny workload of benchmarks/vs_trl.py, 2 threads
-(docs/performance.md, "OpenMP waiting"): libgomp's default is the fastest alone, but a step takes
-2.3x as long when another job shares the cores; 1,000 spins is within ~8 % of it alone and within
-~20 % of passive waiting when shared.
+`GOMP_SPINCOUNT` times, then sleeps on a futex; libgomp's default is 300,000 spins (0 under
+`OMP_WAIT_POLICY=PASSIVE`), cut to 100 only when one process runs more OpenMP threads than it has
+CPUs (gcc-mirror/gcc, libgomp/config/linux/wait.h `do_spin`, libgomp/env.c): libgomp does not see
+other processes. Measured on the tiny workload of benchmarks/vs_trl.py, 2 threads
+(docs/performance.md, "OpenMP waiting"): alone, 1,000 spins took 1.36x the step of libgomp's
+default on an Intel Xeon VM (waking a sleeping thread is dear there) and 1.08x on AMD; with another
+job on the same cores, libgomp's default took 4.5x the step of 1,000 spins. The default is
+therefore libgomp's own, as in any torch program (the local launcher never runs more threads than
+cores), and `train.cpu.omp_spincount=1000` is the setting for a machine shared with other CPU jobs.
 
 libgomp reads these variables once, when it is loaded (its `initialize_env` constructor, which
 runs when torch is first imported), and has no call that changes them later. So the spin count
