@@ -13,7 +13,7 @@ is steadier than a ratio of medians), and each phase's median.
 
 A variant is NAME[:ENV=VALUE,...[:KEY=VALUE,...]]: environment variables for its process, on top of
 the environment the script was started with (read before torch loads, e.g. GOMP_SPINCOUNT; unset,
-quadrants sets its own default on import), then config overrides as in vs_trl.py's
+libgomp's default), then config overrides as in vs_trl.py's
 `--quadrants-override`.
 """
 

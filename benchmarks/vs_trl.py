@@ -46,9 +46,9 @@ import time
 from pathlib import Path
 
 # The environment as the user started the script: each child starts from it, as a user's own
-# process would, so TRL's child runs with libgomp's default spin count, and quadrants' child with
-# the variables `python -m quadrants.sweep` starts a CPU run with (train.cpu.omp_spincount,
-# quadrants/cpu/openmp.py), added in `main`.
+# process would, so both keep libgomp's default spin count unless it names one, and quadrants'
+# child adds the variables `python -m quadrants.sweep` starts a CPU run with (none with
+# train.cpu.omp_spincount's default, null; quadrants/cpu/openmp.py), added in `main`.
 USER_ENV = dict(os.environ)
 
 WORKLOADS = {

@@ -87,6 +87,10 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
         artifacts = {a.path for a in client(tmp_path).list_artifacts(run.info.run_id)}
         assert {"config", "samples"} <= artifacts
     assert "quadrant=NHR" in done.stdout and "4 runs" in done.stdout  # the summary table
+    # train.cpu.omp_spincount's default: libgomp's own waiting, no second start of the command
+    logs = list((tmp_path / "outputs").glob("quadrants/*/*/quadrants.log"))
+    assert len(logs) == 4
+    assert all("OpenMP waiting: libgomp's default" in log.read_text() for log in logs)
     # what the dashboard shows: a training experiment, the summary and report on the parent, the links
     parent = parents[0]
     experiment_id = parent.info.experiment_id
@@ -112,7 +116,10 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
 
 
 def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_path):
-    args = ["train.steps=30", "checkpoint.every=2", "sweep_id=resume", *FAST]
+    """Also the spin count a command starts itself again with (os.execve, the same process id, so
+    the kill below reaches the run): both starts log it."""
+    spin = "train.cpu.omp_spincount=1000"
+    args = ["train.steps=30", "checkpoint.every=2", "sweep_id=resume", spin, *FAST]
     proc = subprocess.Popen(
         [sys.executable, "-m", "quadrants.sweep", *args],
         cwd=tmp_path,
@@ -140,6 +147,8 @@ def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_pa
     done = sweep(tmp_path, *args)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resumed from" in done.stderr + done.stdout
+    log = (run_dir / "quadrants.log").read_text()
+    assert log.count("OpenMP waiting: GOMP_SPINCOUNT=1000") == 2, log[-2000:]
     runs = runs_of(tmp_path)
     assert len(runs) == 1, "the resumed job must log into the same MLflow run"
     run = runs[0]

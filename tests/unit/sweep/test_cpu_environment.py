@@ -36,4 +36,6 @@ def test_cpu_run_environment(argv, environ, expected):
 @pytest.mark.parametrize(("cuda", "expected"), [(True, {}), (False, SPIN)])
 def test_auto_follows_what_the_machine_has(cuda, expected, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert cpu_run_environment(["train.device=auto", "train.cpu.omp_spincount=1000"], {}) == expected
+    assert (
+        cpu_run_environment(["train.device=auto", "train.cpu.omp_spincount=1000"], {}) == expected
+    )
