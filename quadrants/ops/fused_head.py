@@ -25,10 +25,20 @@ the all-rows sum to float rounding (tests/unit/ops/test_fused_head.py).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from quadrants.cpu.matmul import linear
+from quadrants.cpu import matmul as cpu_matmul
 from quadrants.ops.entropy import DEFAULT_CHUNK_SIZE, _check
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """`F.linear`; on the CPU through the matmul backend `train.cpu.matmul` chose
+    (quadrants/cpu/matmul.py: oneDNN where it is faster), which a run on any other device never
+    calls."""
+    if x.device.type == "cpu":
+        return cpu_matmul.linear(x, weight, bias)
+    return F.linear(x, weight, bias)
 
 
 def _chunk_log_probs(
@@ -36,7 +46,7 @@ def _chunk_log_probs(
 ) -> Tensor:
     """log softmax((h W^T + b) / τ) of one chunk, [n, V] float32, in place in the logits' buffer
     (logsumexp needs one more [n, V] temporary while it runs)."""
-    z = linear(hidden, weight, bias).float()  # through oneDNN where train.cpu.matmul says
+    z = _linear(hidden, weight, bias).float()
     z.div_(temperature)
     return z.sub_(torch.logsumexp(z, dim=-1, keepdim=True))
 
@@ -126,7 +136,7 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
             grad_z.scatter_add_(-1, ids[sl, None], grad_logp[sl, None].float())
             grad_z.div_(tau)
             if grad_rows is not None:
-                grad_rows[sl] = linear(grad_z.to(weight.dtype), weight.t()).to(
+                grad_rows[sl] = _linear(grad_z.to(weight.dtype), weight.t()).to(
                     hidden.dtype
                 )  # g_z W
             if grad_weight is not None:

@@ -165,9 +165,10 @@ class FastDecoder:
         self.rotary = body.rotary_emb
         self.final_norm = body.norm
         self.lm_head = model.lm_head
-        # whether every multiply of the step goes through oneDNN (train.cpu.matmul), asked once:
-        # the weights and the hidden states share the model's dtype and device
-        self.onednn = routes(self.lm_head.weight, self.lm_head.weight)
+        # whether every multiply of the step goes through oneDNN (train.cpu.matmul), asked once
+        # and on the CPU only: the weights and the hidden states share the model's dtype and device
+        on_cpu = self.lm_head.weight.device.type == "cpu"
+        self.onednn = on_cpu and routes(self.lm_head.weight, self.lm_head.weight)
         first = body.layers[0].self_attn
         self.heads = int(config.num_attention_heads)
         self.kv_heads = int(config.num_key_value_heads)

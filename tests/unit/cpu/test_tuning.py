@@ -22,6 +22,8 @@ from quadrants.config import CpuConfig, RunConfig
 from quadrants.cpu import allocator, linears, matmul, sdpa, tune_for
 from quadrants.cpu.openmp import spin_environment, spin_in_effect
 from quadrants.cpu.sdpa import FORCE_GQA, hand_grouped_heads_to_sdpa
+from quadrants.ops import fused_head
+from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.rollout.hf import HFEngine
 from quadrants.train import loop
 
@@ -83,6 +85,71 @@ def test_a_run_on_another_device_touches_none_of_the_cpu_tuning(spies, monkeypat
     for model in (ctx.model, ctx.ref_model):
         assert not any(type(m) is linears.RoutedLinear for m in model.modules())
     assert ctx.engine.decode_on(ctx.device) == "generate"
+
+
+@pytest.fixture
+def matmul_calls(monkeypatch):
+    """The names of quadrants/cpu/matmul.py's functions as they are called (each still runs)."""
+    calls: list[str] = []
+    names = ("linear", "routes", "onednn_linear", "linear_grads")
+    real = {name: getattr(matmul, name) for name in names}
+    for name in real:
+
+        def spy(*args, name=name, **kwargs):
+            calls.append(name)
+            return real[name](*args, **kwargs)
+
+        monkeypatch.setattr(matmul, name, spy)
+    return calls
+
+
+def _head_forward_backward(device: str) -> None:
+    """The fused LM head's forward and backward on 6 rows, H 8, V 11, 2 chunks of 4 rows."""
+    hidden = torch.randn(6, 8, device=device, requires_grad=True)  # [N, H]
+    weight = torch.randn(11, 8, device=device, requires_grad=True)  # [V, H]
+    tokens = torch.zeros(6, dtype=torch.long, device=device)
+    logp, entropy = head_logprobs_and_entropy(hidden, weight, tokens, chunk_size=4)
+    (logp.sum() + entropy.sum()).backward()
+    assert hidden.grad is not None and weight.grad is not None
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "meta",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+            ],
+        ),
+    ],
+)
+def test_off_the_cpu_the_fused_head_calls_nothing_of_the_cpu_package(device, matmul_calls):
+    """The fused LM head computes every policy forward's log-probs, on every device. Off the CPU
+    its multiplies call nothing in quadrants/cpu/matmul.py. Found on an H200 (2026-11-26): before
+    this, 2 tiny training steps on CUDA called `matmul.linear` 144 times (each falling through to
+    F.linear). On `meta` the head's multiply helper is called directly, forward and backward (the
+    head itself reads the autocast state of its device, which `meta` has none of); on CUDA (the
+    H200 run; skipped without a GPU) the whole head."""
+    if device == "meta":
+        hidden = torch.randn(6, 8, device="meta", requires_grad=True)
+        weight = torch.randn(11, 8, device="meta", requires_grad=True)
+        out = fused_head._linear(hidden, weight)  # [6, 11]
+        out.sum().backward()
+        assert out.shape == (6, 11) and hidden.grad is not None
+        assert fused_head._linear(out, weight.t()).shape == (6, 8)  # backward's g_z W
+    else:
+        _head_forward_backward(device)
+    assert matmul_calls == []
+
+
+def test_on_the_cpu_the_fused_head_multiplies_through_the_cpu_package(matmul_calls):
+    """The counterpart (so the test above can fail): 2 chunks x (forward + backward's recompute)
+    + 2 chunks' g_z W = 6 calls of `matmul.linear`, each asking `routes`."""
+    _head_forward_backward("cpu")
+    assert matmul_calls.count("linear") == 6
 
 
 def test_a_run_on_the_cpu_applies_each_setting_once(spies, monkeypatch):
