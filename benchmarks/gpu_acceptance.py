@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python benchmarks/gpu_acceptance.py --out gpu_acceptance.json        # one GPU
     PYTHONPATH=. python benchmarks/gpu_acceptance.py --device cpu --smoke             # CI smoke
+    PYTHONPATH=. python benchmarks/gpu_acceptance.py --layers 28 --lora-rank 16       # LoRA
 
 What it builds and runs (on the GPU machine: one H100 80 GB, torch + CUDA, transformers, nothing
 downloadable; it needs torch and transformers only, no Hydra, OmegaConf, MLflow or math-verify):
@@ -17,14 +18,22 @@ downloadable; it needs torch and transformers only, no Hydra, OmegaConf, MLflow 
   at most `--micro-batch-tokens` tokens (padding counted), gradients accumulated;
 - one warm-up step (allocates the AdamW states), then `--steps` timed steps at lr 1e-6.
 
+With `--lora-rank R` the step is the trainer's LoRA step instead (models/lora.py, the 1-GPU
+presets): peft adapters of rank R (alpha 2R) on every linear layer but the head, the frozen base
+linears stored in bf16 and the adapters in float32 (ops/precision.py `store_frozen_linears`, as
+the trainer stores them), one process without FSDP (the trainer trains LoRA unsharded), fused AdamW
+over the adapters only; the plan traces the same (TraceSpec.lora), and the watched weight is layer
+0's q_proj `lora_B`. It needs peft.
+
 It prints one table: the measured peak (`torch.cuda.max_memory_allocated` over the timed steps;
 on the CPU, torch's MemTracker on the real tensors) against the memory plan for the same shapes
-(quadrants/memory: the same step traced on fake tensors, no GPU involved), tokens/s and MFU
-(6 x parameters x tokens plus attention, against `--peak-tflops`; the checkpointing recompute and
-the fused head's recompute are not credited), and the fraction of one weight matrix that the lr 1e-6
-update changed. The last line is PASS or FAIL: PASS when the plan is within `--tolerance` of the
-measured peak and the update moved at least 99 % of the weights. `--out` writes every figure as
-JSON.
+(quadrants/memory: the same step traced on fake tensors, no GPU involved; deeper than 3 layers,
+traced at 2 and 3 layers and extrapolated, as `python -m quadrants.plan` plans a full model),
+tokens/s and MFU (6 x parameters x tokens plus attention, against `--peak-tflops`; the
+checkpointing recompute and the fused head's recompute are not credited), and the fraction of one
+weight matrix that the lr 1e-6 update changed. The last line is PASS or FAIL: PASS when the plan is
+within `--tolerance` of the measured peak and the update moved at least 99 % of the weights. `--out`
+writes every figure as JSON.
 """
 
 from __future__ import annotations
@@ -36,14 +45,25 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from quadrants.memory.architecture import shipped_config
-from quadrants.memory.trace import GiB, TraceSpec, build_model, policy_loss, trace_step
-from quadrants.ops.precision import resolve_precision
+from quadrants.memory.plan import TRACED_DEPTH, extrapolate
+from quadrants.memory.trace import (
+    GiB,
+    LoraSpec,
+    TraceSpec,
+    build_model,
+    frozen_aware_mem_tracker,
+    policy_loss,
+    trace_step,
+)
+from quadrants.models.lora import apply_lora, trainable_parameters
+from quadrants.ops.precision import resolve_precision, store_frozen_linears
 from quadrants.train.micro_batches import pack_by_tokens as library_packing
 
 # bf16 dense tensor-core peak of an H100 SXM (NVIDIA's datasheet, without sparsity)
@@ -65,6 +85,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--peak-tflops", type=float, default=H100_BF16_TFLOPS)
     p.add_argument("--tolerance", type=float, default=0.15)
     p.add_argument("--no-checkpointing", action="store_true")
+    p.add_argument(
+        "--lora-rank", type=int, default=0, help="LoRA adapters of this rank; 0 = full, FSDP2"
+    )
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = p.parse_args(argv)
     if args.smoke:  # a model of the same structure, narrow enough for a CI CPU in seconds
@@ -104,11 +127,26 @@ def shard(model: torch.nn.Module, device: torch.device, checkpointing: bool) -> 
     )
 
 
-def flops_per_token(config, layers: int, seq_len: int, parameters: int) -> float:
+def flops_per_token(
+    config, layers: int, seq_len: int, parameters: int, adapters: int | None = None
+) -> float:
     """Training FLOPs per token: 6 x the matmul parameters (everything but the input embedding)
-    plus attention's 12 x layers x hidden x seq_len (forward QK^T and AV, x3 for backward)."""
+    plus attention's 12 x layers x hidden x seq_len (forward QK^T and AV, x3 for backward). Under
+    LoRA (`adapters` trainable elements) the frozen base needs no weight gradient: 4 x its matmul
+    parameters (forward, input gradient) + 6 x the adapters'."""
     embedding = int(config.vocab_size) * int(config.hidden_size)
-    return 6.0 * (parameters - embedding) + 12.0 * layers * int(config.hidden_size) * seq_len
+    attention = 12.0 * layers * int(config.hidden_size) * seq_len
+    if adapters is None:
+        return 6.0 * (parameters - embedding) + attention
+    return 4.0 * (parameters - embedding) + 6.0 * adapters + attention
+
+
+def lora_spec(args: argparse.Namespace) -> LoraSpec | None:
+    """verl's LoRA recipe as the trainer's defaults (config.py LoraConfig): alpha = 2 x rank,
+    every linear layer but the head, no dropout."""
+    if not args.lora_rank:
+        return None
+    return LoraSpec(rank=args.lora_rank, alpha=2.0 * args.lora_rank, target_modules="all-linear")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,13 +172,18 @@ def main(argv: list[str] | None = None) -> int:
         forward_rows=rows_per_micro_batch,
         precision="bf16-mixed",
         world_size=1,
-        sharded=True,
+        sharded=not args.lora_rank,  # the trainer trains LoRA in one process
         checkpointing=checkpointing,
         chunk_size=args.chunk_size,
         micro_batches=min(2, len(micro_batches)),
+        lora=lora_spec(args),
     )
     started = time.perf_counter()
-    planned = trace_step(spec)
+    if args.layers > TRACED_DEPTH + 1:  # as `python -m quadrants.plan` plans a deep model
+        shallow = [replace(spec, layers=n) for n in (TRACED_DEPTH, TRACED_DEPTH + 1)]
+        planned = extrapolate(*map(trace_step, shallow), args.layers, TRACED_DEPTH)
+    else:
+        planned = trace_step(spec)
     plan_seconds = time.perf_counter() - started
     plan_peak = max(planned.update.total, planned.optimizer.total)
 
@@ -175,14 +218,22 @@ def run(args, config, device, checkpointing, micro_batches, spec) -> dict:
     with torch.device(device):
         model = build_model(config, args.layers, torch.float32)
     parameters = sum(p.numel() for p in model.parameters())
-    model = shard(model, device, checkpointing)
+    adapters = None
+    if args.lora_rank:
+        model, optimizer = with_lora(model, lora_spec(args), device, checkpointing, args.lr)
+        adapters = sum(p.numel() for p in trainable_parameters(model))
+        watched = next(
+            p for n, p in model.named_parameters() if "layers.0.self_attn.q_proj.lora_B" in n
+        )
+    else:
+        model = shard(model, device, checkpointing)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)  # foreach over DTensors
+        watched = model.model.layers[0].self_attn.q_proj.weight
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)  # foreach over DTensors
     vocab = int(config.vocab_size)
     generator = torch.Generator(device="cpu").manual_seed(1)
     ids = torch.randint(0, vocab, (args.rows, args.seq_len), generator=generator).to(device)
     mask = torch.ones(args.rows, args.seq_len, dtype=torch.bool, device=device)
-    watched = model.model.layers[0].self_attn.q_proj.weight
 
     autocast = resolve_precision("bf16-mixed", device).autocast  # as the trainer's forwards run
 
@@ -198,13 +249,15 @@ def run(args, config, device, checkpointing, micro_batches, spec) -> dict:
 
     step()  # warm-up: the AdamW states now exist, as at every later step
     synchronize(device)
-    before = watched.to_local().detach().clone()
-    measured, seconds = measure(step, args.steps, device, model, optimizer)
-    after = watched.to_local().detach()
+    before = local(watched).detach().clone()
+    measured, seconds = measure(step, args.steps, device, model, optimizer, sharded=not adapters)
+    after = local(watched).detach()
     changed = (after != before).float().mean().item()
     tokens = args.steps * args.rows * args.seq_len
     tokens_per_s = tokens / seconds
-    achieved = tokens_per_s * flops_per_token(config, args.layers, args.seq_len, parameters)
+    achieved = tokens_per_s * flops_per_token(
+        config, args.layers, args.seq_len, parameters, adapters
+    )
     return dict(
         device=(
             torch.cuda.get_device_name(device)
@@ -216,6 +269,8 @@ def run(args, config, device, checkpointing, micro_batches, spec) -> dict:
         python=platform.python_version(),
         layers=args.layers,
         parameters=parameters,
+        lora_rank=args.lora_rank,
+        adapters=adapters,
         rows=args.rows,
         seq_len=args.seq_len,
         response_tokens=args.response,
@@ -236,14 +291,40 @@ def run(args, config, device, checkpointing, micro_batches, spec) -> dict:
     )
 
 
+def with_lora(model, lora: LoraSpec, device: torch.device, checkpointing: bool, lr: float):
+    """`model` with the trainer's LoRA set-up in one process: adapters in float32, the frozen base
+    linears cast to bf16 in place (train/loop.py `prepare_policy` via ops/precision.py), the
+    trainer's checkpointing (`shard_model` without a group changes nothing else), and fused AdamW
+    over the adapters (train/loop.py `fused_optimizer_applies`)."""
+    from quadrants.distributed.collectives import DistEnv, shard_model
+
+    precision = resolve_precision("bf16-mixed", device)
+    apply_lora(model, lora)
+    store_frozen_linears(model, precision)
+    one = DistEnv(rank=0, world_size=1, local_rank=0, sharded=False)
+    model = shard_model(
+        model, one, precision=precision, activation_checkpointing=checkpointing, device=device
+    )
+    optimizer = torch.optim.AdamW(trainable_parameters(model), lr=lr, fused=True)
+    return model, optimizer
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard, or the tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def measure(step, steps: int, device: torch.device, model, optimizer) -> tuple[int, float]:
+def measure(
+    step, steps: int, device: torch.device, model, optimizer, sharded: bool = True
+) -> tuple[int, float]:
     """(peak bytes over `steps` steps, seconds). CUDA: the caching allocator's
-    max_memory_allocated; CPU: FSDPMemTracker on the real tensors."""
+    max_memory_allocated; CPU: FSDPMemTracker (sharded) or the plan's frozen-aware MemTracker
+    (LoRA, one process) on the real tensors."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         started = time.perf_counter()
@@ -253,7 +334,11 @@ def measure(step, steps: int, device: torch.device, model, optimizer) -> tuple[i
         return torch.cuda.max_memory_allocated(device), time.perf_counter() - started
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    tracker = FSDPMemTracker(model, optimizer)
+    if sharded:
+        tracker = FSDPMemTracker(model, optimizer)
+    else:
+        tracker = frozen_aware_mem_tracker()
+        tracker.track_external(model, optimizer)
     started = time.perf_counter()
     with tracker:
         for _ in range(steps):
@@ -280,7 +365,13 @@ def report(args, f: dict) -> str:
         ),
         (
             "precision / sharding",
-            "bf16-mixed, FSDP2 world 1, checkpointing "
+            (
+                f"bf16-mixed, LoRA rank {f['lora_rank']} ({f['adapters'] / 1e6:.1f} M adapters, "
+                "bf16 base), one process"
+                if f["lora_rank"]
+                else "bf16-mixed, FSDP2 world 1"
+            )
+            + ", checkpointing "
             + ("on" if f["checkpointing"] else "off")
             + ", fused head",
         ),
@@ -288,8 +379,13 @@ def report(args, f: dict) -> str:
         (
             "plan peak (GiB)",
             f"{f['plan_peak_gib']:.2f}  (update {f['plan_update_gib']:.2f}, "
-            f"optimizer step {f['plan_optimizer_gib']:.2f}; traced in "
-            f"{f['plan_seconds']:.1f} s)",
+            f"optimizer step {f['plan_optimizer_gib']:.2f}; "
+            + (
+                f"traced at {TRACED_DEPTH} and {TRACED_DEPTH + 1} layers, extrapolated"
+                if f["layers"] > TRACED_DEPTH + 1
+                else "traced whole"
+            )
+            + f", in {f['plan_seconds']:.1f} s)",
         ),
         (
             "plan / measured",
@@ -306,7 +402,8 @@ def report(args, f: dict) -> str:
         ),
         (
             f"weights moved at lr {f['lr']:g}",
-            f"{f['weights_changed']:.2%} of layer 0 q_proj: "
+            f"{f['weights_changed']:.2%} of layer 0 q_proj"
+            + (" lora_B: " if f["lora_rank"] else ": ")
             + ("ok" if f["weights_ok"] else "TOO FEW"),
         ),
     ]

@@ -379,7 +379,7 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     def tracker():
         if spec.sharded:
             return FSDPMemTracker(model, optimizer)
-        plain = _FrozenAwareMemTracker() if spec.lora is not None else MemTracker()
+        plain = frozen_aware_mem_tracker() if spec.lora is not None else MemTracker()
         plain.track_external(model, optimizer)
         return plain
 
@@ -454,7 +454,10 @@ def _frozen_aware_tracker_class():
     return FrozenAwareMemTracker
 
 
-def _FrozenAwareMemTracker():  # noqa: N802 - builds the tracker (torch's class imported lazily)
+def frozen_aware_mem_tracker():
+    """A MemTracker for a model with frozen parameters (LoRA's base): torch's class, imported
+    lazily, with gradient hooks on the trainable parameters only (also benchmarks/gpu_acceptance.py
+    on the CPU)."""
     return _frozen_aware_tracker_class()()
 
 
