@@ -2,7 +2,9 @@
 frozen dataclasses, each holding only what its phase reads), the objective, how forwards run, and
 `StepContext`, which holds the parts (model, engine, optimizer, ...) and those settings but never
 the `RunConfig`. `build_step` is the one constructor: the loop calls it with everything it loaded,
-tests and benchmarks with a model and what they need (the rest defaults to None).
+tests and benchmarks with a model and what they need (the rest defaults to None). The phase settings
+state no defaults of their own: each is read from a `RunConfig` by its `from_config`, so a default
+lives in quadrants/config.py only.
 
 Also `Collected` (a graded rollout batch). Its own module so that the step and its helpers
 (refill) import these without importing each other.
@@ -103,10 +105,10 @@ class CollectSettings:
     temperature: float
     top_p: float
     max_new_tokens: int
-    prompts_per_generate: int | None = None
-    refill_rounds: int = 0
-    overlong_buffer: int = 0
-    overlong_penalty: float = 1.0
+    prompts_per_generate: int | None
+    refill_rounds: int
+    overlong_buffer: int
+    overlong_penalty: float
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> CollectSettings:
@@ -137,9 +139,9 @@ class SignalSettings:
         objective: the objective's name, for the error when the residual is wanted without adapters.
     """
 
-    attention_layers: str | Sequence[int] | None = None
-    residual_layer: int | None = None
-    objective: str = ""
+    attention_layers: str | Sequence[int] | None
+    residual_layer: int | None
+    objective: str
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> SignalSettings:
@@ -174,14 +176,14 @@ class ScoreSettings:
             entropy (quadrant.axis) and the LoRA adapter residual (ARCA, its telemetry).
     """
 
-    engine_numbers_stand_in: bool = False
-    reference_from_adapters: bool = False
-    normalize_std: bool = True
-    advantage_eps: float = 1e-6
-    constant_by_correctness: bool = False
-    mismatch_correction: str = "none"
-    mismatch_cap: float = 2.0
-    signals: SignalSettings = field(default_factory=SignalSettings)
+    engine_numbers_stand_in: bool
+    reference_from_adapters: bool
+    normalize_std: bool
+    advantage_eps: float
+    constant_by_correctness: bool
+    mismatch_correction: str
+    mismatch_cap: float
+    signals: SignalSettings
 
     @classmethod
     def from_config(cls, cfg: RunConfig, spec: ObjectiveSpec) -> ScoreSettings:
@@ -205,15 +207,15 @@ class UpdateSettings:
     value passes of an accumulated mini-batch (0 = `micro_batch_tokens`). Then telemetry:
     `measure_dlogp` on `dlogp_rows` rows (None = auto, 0 = all), drawn with `seed`."""
 
-    seed: int = 0
-    epochs: int = 1
-    mini_batch_size: int = 64
-    micro_batch_size: int = 0
-    micro_batch_tokens: int = 0
-    forward_tokens: int = 0
-    max_grad_norm: float = 1.0
-    measure_dlogp: bool = True
-    dlogp_rows: int | None = None
+    seed: int
+    epochs: int
+    mini_batch_size: int
+    micro_batch_size: int
+    micro_batch_tokens: int
+    forward_tokens: int
+    max_grad_norm: float
+    measure_dlogp: bool
+    dlogp_rows: int | None
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UpdateSettings:
