@@ -216,9 +216,8 @@ def tuning(args) -> dict[str, dict]:
             setattr(owner, name, original)
     tuned = args.device == "cpu"  # the counterpart: on the CPU the tuning must have run
     checks = dict(
-        tune_for=all(r is None for r in figures["tune_for"]) != tuned
-        if figures["tune_for"]
-        else False,
+        # called once per built context; None off the CPU, what it applied on the CPU
+        tune_for=bool(returned) and all((r is None) != tuned for r in returned),
         cpu_calls=bool(figures["cpu_calls"]) == tuned,
         linear_classes=(figures["linear_classes"] == ["torch.nn.modules.linear.Linear"]) != tuned,
         environment=tuned or not figures["environ_changed"],

@@ -41,6 +41,8 @@ def test_cpu_smoke_passes_and_each_check_has_its_figures(tmp_path: Path) -> None
     for name in ("set_cpu_matmul", "route_linears", "retain_freed_memory"):
         assert tuning["cpu_calls"][name] == 1
     assert tuning["linear_classes"] == ["quadrants.cpu.linears.RoutedLinear"]
+    (applied,) = tuning["tune_for"]  # what the one entry call returned: the tuning it applied
+    assert applied.startswith("CpuTuning(") and all(tuning["checks"].values())
     assert tuning["generate_calls"] == 0  # the CPU samples with the fast decode
     assert set(figures["objectives"]) == {"dapo", "arca"}
     assert figures["objectives"]["arca"]["trainable"] < figures["objectives"]["dapo"]["trainable"]
