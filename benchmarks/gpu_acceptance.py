@@ -250,7 +250,9 @@ def run(args, config, device, checkpointing, micro_batches, spec) -> dict:
     step()  # warm-up: the AdamW states now exist, as at every later step
     synchronize(device)
     before = local(watched).detach().clone()
-    measured, seconds = measure(step, args.steps, device, model, optimizer, sharded=not adapters)
+    measured, seconds = measure(
+        step, args.steps, device, model, optimizer, sharded=not args.lora_rank
+    )
     after = local(watched).detach()
     changed = (after != before).float().mean().item()
     tokens = args.steps * args.rows * args.seq_len

@@ -85,14 +85,13 @@ def config(device: str, overrides: dict[str, Any] | None = None):
     """`RunConfig()` (the main job's run) on `device`, no held-out check, no checkpoints, with
     `overrides` as dotted keys."""
     from quadrants.config import RunConfig
+    from quadrants.config_ranges import lookup
 
     cfg = RunConfig(seed=0)
     values = {"train.device": device, "eval.problems": 0, "checkpoint.every": 0}
     for key, value in {**values, **(overrides or {})}.items():
-        *path, leaf = key.split(".")
-        node = cfg
-        for part in path:
-            node = getattr(node, part)
+        section, _, leaf = key.rpartition(".")
+        node = lookup(cfg, section) if section else cfg
         if not hasattr(node, leaf):
             raise KeyError(f"{key} is not a key of the run config")
         setattr(node, leaf, value)
@@ -223,7 +222,9 @@ def tuning(args) -> dict[str, dict]:
         environment=tuned or not figures["environ_changed"],
         generate=(figures["generate_calls"] > 0) != tuned,  # the CPU takes the fast decode
     )
-    return {"default config": {**figures, "checks": checks}}
+    out = {"default config": {**figures, "checks": checks}}
+    report("default config", out["default config"])
+    return out
 
 
 def objectives(args) -> dict[str, dict]:
@@ -400,8 +401,6 @@ def main(argv: list[str] | None = None) -> int:
     for name in wanted:
         print(f"{name}:", flush=True)
         results[name] = sections[name](args)
-        if name == "tuning":
-            report("default config", results[name]["default config"])
         if args.out is not None:  # after every section: a run cut short keeps what it did
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(results, indent=1, default=str) + "\n")
