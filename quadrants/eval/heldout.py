@@ -5,15 +5,16 @@ the in-training check on the task's own held-out split: Avg@n (mean correctness 
 of each problem) and the unbiased Pass@k for k = 1, 2, 4, ..., n from the same samples (so even the
 quick check gives a Pass@k curve).
 
-Under torch.distributed the chunks of problems (one generate call each, all with the same sampling
-seed) are dealt to the ranks, chunk c to rank c % W, and gathered in chunk order on every rank
+Under torch.distributed the chunks of problems (one generate call each, chunk c seeded
+`seed + c * batch_prompts * n`: no two samples of the split share a seed) are dealt to the ranks,
+chunk c to rank c % W, and gathered in chunk order on every rank
 (`quadrants.distributed.collectives.run_dealt`), so the metrics are those of one process for any W.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -110,7 +111,19 @@ def heldout_metrics(
         (`eval.ks`), eval/<name>/no_answer_frac, ...}, the same on every rank.
     """
     chunks = [problems[i : i + batch_prompts] for i in range(0, len(problems), batch_prompts)]
+
+    def seeded(c: int) -> SamplingSettings:
+        """Chunk c's seed: vLLM seeds sample j of the r-th prompt of a call `seed + r * n + j`
+        (rollout/vllm.py), and equal seeds draw equal noise there, so chunk c starts past the
+        `batch_prompts * n` seeds of each earlier chunk (one seed for every chunk coupled problem
+        r of each chunk with problem r of every other)."""
+        if sampling.seed is None:
+            return sampling
+        return replace(sampling, seed=sampling.seed + c * batch_prompts * sampling.n)
+
     counts = run_dealt(
-        len(chunks), lambda c: grade_chunk(engine, grader, chunks[c], sampling), dist or DistEnv()
+        len(chunks),
+        lambda c: grade_chunk(engine, grader, chunks[c], seeded(c)),
+        dist or DistEnv(),
     )
     return summarize(counts, sampling.n, name, extra_ks)

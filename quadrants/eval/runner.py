@@ -112,17 +112,19 @@ def generate_calls(problems: int, samples: int, batch_size: int) -> list[Generat
 
 
 def call_seeds(calls: list[GenerateCall], seed: int) -> list[int]:
-    """The sampling seed of each of `calls`: ``seed + i * d`` for call i, d the most samples a call
-    draws per prompt.
+    """The sampling seed of each of `calls`: ``seed + i * d`` for call i, d the most sequences a
+    call draws (prompts x samples per prompt).
 
-    vLLM seeds the j-th sample of a prompt ``seed + j`` (quadrants/rollout/vllm.py), so call i's
-    samples get seeds ``seed + i * d + j``, j < d, and no two (call, sample) pairs of a benchmark
-    share one: a problem whose n samples are split over several calls (n > ``eval.batch_size``)
-    gets n distinct seeds. Seeding call i with ``seed + i`` would not: sample j + 1 of call i and
-    sample j of call i + 1 would share ``seed + i + j + 1`` (n = 256 in calls of 64: 67 distinct
-    seeds). The HF engine seeds torch once per call; these seeds are distinct per call too.
+    vLLM seeds sample j of the r-th prompt of a call seeded s with ``s + r * n + j``, n the call's
+    samples per prompt (quadrants/rollout/vllm.py), so call i's sequences get the seeds
+    ``seed + i * d`` .. ``seed + i * d + d - 1`` and no two samples of a benchmark share one: not
+    those of one problem split over several calls (n > ``eval.batch_size``), nor those of two
+    problems (equal seeds draw equal noise in vLLM, which couples the two problems' answers).
+    Seeding call i with ``seed + i`` would not: sample j + 1 of call i and sample j of call i + 1
+    would share ``seed + i + j + 1`` (n = 256 in calls of 64: 67 distinct seeds). The HF engine
+    seeds torch once per call; these seeds are distinct per call too.
     """
-    stride = max((call.samples for call in calls), default=1)
+    stride = max(((call.stop - call.start) * call.samples for call in calls), default=1)
     return [seed + i * stride for i in range(len(calls))]
 
 

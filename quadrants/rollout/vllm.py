@@ -9,8 +9,15 @@ What we ask vLLM for, and why:
   Hugging Face tokenizer as the HF engine.
 - `SamplingParams(n, temperature, top_p, top_k=-1, max_tokens, seed, logprobs=0,
   stop_token_ids=<the HF engine's stop ids>, detokenize=False)`: `logprobs=0` returns the log-prob
-  of the sampled token only. With n > 1 and a seed, vLLM gives the i-th sample of a prompt the seed
-  `seed + i`. `LLM(generation_config="vllm")` keeps the sampling defaults of the model's
+  of the sampled token only. With n > 1 and a seed, vLLM gives the j-th sample of a request the
+  seed `seed + j` (`vllm/v1/engine/parallel_sampling.py`), and a seeded request's noise is a
+  function of its seed alone (V1 model runner: a `torch.Generator` per request; V2, vLLM 0.33's
+  default on CUDA: a hash of seed and position, `vllm/v1/worker/gpu/sample/gumbel.py`). So request
+  i of a call gets the seed `seed + i * n`: every sample of a call has a seed of its own and the
+  prompts of one call draw independently, as the rows of one HF batch do (one seed for all of them
+  made two copies of a prompt sample the same responses, and coupled the draws of different
+  prompts).
+  `LLM(generation_config="vllm")` keeps the sampling defaults of the model's
   generation_config.json out (max_new_tokens cap, penalties, temperature), but vLLM still reads its
   EOS ids and adds them to the stop ids (`ModelConfig.try_get_generation_config` reads the file for
   "auto" and "vllm" alike; `SamplingParams.update_from_generation_config`, vLLM 0.32). That agrees
@@ -289,14 +296,13 @@ class VLLMEngine:
     def generate_from_ids(self, prompts: list[list[int]], sampling: SamplingSettings) -> Rollouts:
         """`generate` from token-id prefixes (RolloutEngine.generate_from_ids): each goes to vLLM as
         `TokensPrompt(prompt_token_ids=...)`, exactly as the trainer's ids. Branching repeats a
-        prefix once per continuation, and vLLM seeds each request: request i gets the seed
-        `seed + i * n`, so repeated prefixes draw independent continuations (as rows of one HF batch
-        do)."""
-        return self.generate(prompts, sampling, distinct_seeds=True)  # type: ignore[arg-type]  # ids too
+        prefix once per continuation; each request has seeds of its own (`generate`), so repeated
+        prefixes draw independent continuations (as rows of one HF batch do)."""
+        return self.generate(prompts, sampling)  # type: ignore[arg-type]  # ids too
 
-    def generate(
-        self, prompts: list[str], sampling: SamplingSettings, *, distinct_seeds: bool = False
-    ) -> Rollouts:
+    def generate(self, prompts: list[str], sampling: SamplingSettings) -> Rollouts:
+        """Sample `sampling.n` responses per prompt; with a seed, request i gets `seed + i * n` (its
+        samples `seed + i * n + j`, j < n): see the module docstring."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -325,7 +331,7 @@ class VLLMEngine:
                 "came since; sync before generating again, or use rollout.vllm.sleep_level=1"
             )
         self._wake(["weights", "kv_cache"])  # the weights (awake after a sync), the KV cache last
-        if distinct_seeds and sampling.seed is not None:  # see generate_from_ids
+        if sampling.seed is not None:  # a seed per request: independent prompts (module docstring)
             params = [params.clone() for _ in requests]
             for i, request_params in enumerate(params):
                 request_params.seed = sampling.seed + i * sampling.n

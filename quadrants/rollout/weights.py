@@ -31,7 +31,12 @@ def full_weights(
 
     An FSDP2-sharded entry (a DTensor) is all-gathered when it is reached, so every rank must
     consume the iterator to the end, in the same order, at the same point of the step; only one full
-    tensor exists at a time (not a full copy of the model). A plain module's tensors pass through,
+    tensor exists at a time (not a full copy of the model), in the engine's dtype: a shard is cast
+    before the gather (the cast is elementwise, so the values are those of casting the gathered
+    tensor), so the gather moves and holds the engine's bytes, the one full parameter in the
+    engine's dtype that the memory plan's weight push counts (memory/plan.py). Gathered in float32
+    and cast after, the largest (Qwen2.5-7B's embedding, 152,064 x 3,584) held 2.03 GiB plus its
+    1.02 GiB bf16 copy at once, 3 x the plan's figure. A plain module's tensors pass through,
     detached, without a copy.
 
     A policy with LoRA adapters (models/lora.py) gives its merged weights under the base model's
@@ -41,10 +46,10 @@ def full_weights(
 
     entries = merged_lora_weights(model) if has_adapters(model) else model.state_dict().items()
     for name, tensor in entries:
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)  # a DTensor: its local shard, before the gather
         if isinstance(tensor, DTensor):
             tensor = tensor.full_tensor()
-        if dtype is not None and tensor.is_floating_point():
-            tensor = tensor.to(dtype)
         yield name, tensor.detach()
 
 

@@ -289,6 +289,24 @@ def test_top_p_logprobs_are_those_of_the_truncated_distribution(engine, policy):
     assert (rollouts.behaviour_logp[mask] >= full[mask] - LOGP_TOL).all()
 
 
+def test_the_prompts_of_one_call_draw_independent_samples(engine, policy):
+    """Two copies of a prompt in one generate call are independent draws, as two rows of one HF
+    batch are. vLLM gives sample j of a request the seed `SamplingParams.seed + j`
+    (vllm/v1/engine/parallel_sampling.py), and a seeded request's noise is a function of its seed
+    alone: a torch.Generator per request in the V1 model runner (vllm/v1/worker/gpu_model_runner.py
+    `manual_seed(sampling_params.seed)`, vllm/v1/sample/ops/topk_topp_sampler.py `random_sample`),
+    a hash of (seed, position) in the V2 runner, vLLM 0.33's default on CUDA
+    (vllm/v1/worker/gpu/sample/gumbel.py `murmur3_hash32`). One seed for every request of a call
+    made the copies' samples equal, and coupled the draws of different prompts (on a GPU: every
+    two prompts of one token length). Here: 2 copies x 4 samples of 40 tokens at T = 1."""
+    rollouts = engine.generate([PROMPTS[1]] * 2, SAMPLED)
+    first, second = rollouts.response_ids[:4], rollouts.response_ids[4:]
+    # one seed for both copies gave 4 distinct rows (the copies equal, sample for sample); the 8
+    # independent draws are (nearly) all distinct: the 4 samples of one copy already are
+    assert len({tuple(row) for row in rollouts.response_ids.tolist()}) > 4
+    assert not torch.equal(first, second)
+
+
 def test_generate_from_ids_continues_token_prefixes(engine, policy):
     # branching rollouts (quadrants.probe): prompt + response so far + a forced token go in as token
     # ids; the continuations' log-probs are the trainer's on the whole sequence

@@ -19,8 +19,10 @@ class ScriptedEngine:
 
     def __init__(self, texts: list[str]) -> None:
         self.texts = texts
+        self.seeds: list[int | None] = []  # each generate call's sampling seed
 
     def generate(self, prompts: list[str], sampling: SamplingSettings) -> Rollouts:
+        self.seeds.append(sampling.seed)
         b = len(prompts) * sampling.n
         assert b == len(self.texts)
         zeros = torch.zeros(b, 1)
@@ -111,3 +113,17 @@ def test_eval_ks_off_the_curve_are_added() -> None:
     assert [key for key in metrics if "pass_at" in key] == [
         f"eval/toy/pass_at_{k}" for k in (1, 2, 3, 4)
     ]
+
+
+def test_every_chunk_has_seeds_of_its_own() -> None:
+    """6 problems in chunks of 2 prompts x n = 3, seed 7: chunk c is seeded 7 + c * 2 * 3, so with
+    vLLM's per-sample seeds (seed + r * n + j, rollout/vllm.py) the chunks take 7..12, 13..18 and
+    19..24, 18 distinct seeds for the 18 samples; one seed for every chunk (7, 7, 7) gave problem r
+    of each chunk the seeds of problem r of the others, for which vLLM draws the same noise."""
+    engine = ScriptedEngine(["1"] * 6)  # each call: 2 prompts x 3 samples
+    problems = [Problem(id=str(i), prompt=f"{i}+0=", answer=str(i)) for i in range(6)]
+    with Grader(num_workers=0) as grader:
+        heldout_metrics(
+            engine, grader, problems, SamplingSettings(n=3, seed=7), "toy", batch_prompts=2
+        )
+    assert engine.seeds == [7, 13, 19]

@@ -37,8 +37,8 @@ def engine_and_grader():
     ("batch_size", "expected_calls"),
     [
         # n = 5 <= 10: 10 // 5 = 2 prompts per call -> problems {0, 1}, then {2}; call i is seeded
-        # 100 + 5 i (call_seeds: stride = 5 samples per call)
-        (10, [(2, 5, 100), (1, 5, 105)]),
+        # 100 + 10 i (call_seeds: stride = 2 prompts x 5 samples, the most sequences of a call)
+        (10, [(2, 5, 100), (1, 5, 110)]),
         # n = 5 > 4: one prompt per call, its samples as 4 + 1 -> 2 calls per problem, 6 in all;
         # stride 4, so call i is seeded 100 + 4 i (was 100 + i, whose per-sample seeds overlapped)
         (4, [(1, 4, 100), (1, 1, 104), (1, 4, 108), (1, 1, 112), (1, 4, 116), (1, 1, 120)]),
@@ -75,12 +75,12 @@ def test_generate_calls_by_hand():
 
 
 def vllm_seeds_per_problem(problems: int, calls: list[GenerateCall], seeds: list[int]):
-    """Per problem, the seed vLLM derives for each of its samples: sample j of a request seeded s
-    gets s + j (quadrants/rollout/vllm.py), for every prompt of the call."""
+    """Per problem, the seed vLLM derives for each of its samples: sample j of the r-th prompt of a
+    call seeded s gets s + r * n + j, n the call's samples per prompt (quadrants/rollout/vllm.py)."""
     per_problem: list[list[int]] = [[] for _ in range(problems)]
     for call, seed in zip(calls, seeds):
-        for problem in range(call.start, call.stop):
-            per_problem[problem].extend(seed + j for j in range(call.samples))
+        for r, problem in enumerate(range(call.start, call.stop)):
+            per_problem[problem].extend(seed + r * call.samples + j for j in range(call.samples))
     return per_problem
 
 
@@ -92,8 +92,10 @@ def vllm_seeds_per_problem(problems: int, calls: list[GenerateCall], seeds: list
         (256, 64),
         # 1 prompt per call, 128 = 2 x 64: calls 2p, 2p + 1, seeds 128 p .. 128 p + 127
         (128, 64),
-        # 64 // 32 = 2 prompts per call, each problem in one call: seeds 32 c + j, j < 32
+        # 64 // 32 = 2 prompts per call, each problem in one call: seeds 64 c + 32 r + j, j < 32
         (32, 64),
+        # 10 // 5 = 2 prompts per call: call c seeded 10 c, its problems 10 c + {0..4}, {5..9}
+        (5, 10),
         # 1 prompt per call, 5 = 2 + 2 + 1: calls 3p..3p+2 seeded 6p, 6p + 2, 6p + 4 (stride 2)
         # -> 6p + {0, 1}, 6p + {2, 3}, 6p + {4}: five seeds
         (5, 2),
@@ -105,6 +107,8 @@ def test_no_two_samples_of_a_problem_share_a_vllm_seed(samples, batch_size):
     for seeds in per_problem:
         assert len(seeds) == samples
         assert len(set(seeds)) == samples  # distinct
+    # nor two samples of different problems (equal seeds couple their draws in vLLM)
+    assert len({s for seeds in per_problem for s in seeds}) == 3 * samples
 
 
 def test_call_seeds_by_hand():
@@ -117,7 +121,8 @@ def test_call_seeds_by_hand():
     # i < 4, j < 64 -> 7 .. 7 + 66: 67 distinct of 256
     old = vllm_seeds_per_problem(2, calls, [7 + i for i in range(len(calls))])
     assert len(set(old[0])) == 67
-    # n = 5 <= 10: 2 calls of 5 samples -> seeds 0, 5 (a call per prompt group, stride 5)
-    assert call_seeds(generate_calls(3, 5, 10), seed=0) == [0, 5]
+    # n = 5 <= 10: calls of 2 prompts x 5 then 1 x 5 -> stride 10, seeds 0, 10: the first call's
+    # sequences take 0..9 (problem 0: 0..4, problem 1: 5..9), the second's 10..14
+    assert call_seeds(generate_calls(3, 5, 10), seed=0) == [0, 10]
     # no problems: no calls, no seeds
     assert call_seeds(generate_calls(0, 5, 10), seed=0) == []

@@ -52,9 +52,11 @@ class FakeLLM:
     log: list[tuple]
     kwargs: dict = field(default_factory=dict)
     pushed: list[list[tuple[str, torch.Tensor]]] = field(default_factory=list)
+    seeds: list = field(default_factory=list)  # per generate call: each request's seed, or one
 
     def generate(self, requests, params, use_tqdm=False):
         self.log.append(("generate", len(requests)))
+        self.seeds.append([p.seed for p in params] if isinstance(params, list) else params.seed)
         n = params[0].n if isinstance(params, list) else params.n
         token = 5  # one sampled token per sequence, log-prob -1
         return [
@@ -259,6 +261,19 @@ def test_tensor_parallel_engines_get_pickled_buckets_that_keep_layers_whole(fake
     pushed = dict(pair for bucket in fake_vllm.built[-1].pushed for pair in bucket)
     for name, tensor in full_weights(model):
         assert torch.equal(pushed[name], tensor) and pushed[name].device.type == "cpu", name
+
+
+def test_every_request_of_a_call_gets_seeds_of_its_own(fake_vllm, monkeypatch):
+    """vLLM gives sample j of a request `SamplingParams.seed + j`, and equal seeds draw equal noise
+    (tests/vllm/test_engine.py shows it on the real engine), so request i of a call is seeded
+    `seed + i * n`: with seed 10 and n = 2, requests 0, 1, 2 get 10, 12, 14, i.e. the samples
+    10, 11 | 12, 13 | 14, 15, six distinct seeds. Without a seed vLLM draws its own per request."""
+    engine = start(fake_vllm, monkeypatch)
+    llm = fake_vllm.built[-1]
+    engine.generate(["1+1=", "2+2=", "1+1="], SamplingSettings(n=2, max_new_tokens=1, seed=10))
+    engine.generate_from_ids([[3, 4], [3, 4]], SamplingSettings(n=3, max_new_tokens=1, seed=0))
+    engine.generate(["1+1="], SamplingSettings(n=2, max_new_tokens=1, seed=None))
+    assert llm.seeds == [[10, 12, 14], [0, 3], None]
 
 
 def test_weight_buckets_never_split_a_layer_even_when_it_is_larger_than_a_bucket():
