@@ -509,12 +509,18 @@ def measure_dlogp(
     model: nn.Module, forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """|log π_after − log π_old| per token and the updated policy's entropy after the update, on
-    `dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 = all):
-    one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
+    `dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 = all;
+    sharded: rounded up to a multiple of the ranks): one extra no-grad pass over them.
+    ([n, T], [n, T], rows [n] long)."""
     generator = torch.Generator().manual_seed(step_seed(settings.seed, step) + 1)
+    world = forwards.placement.world_size
     wanted = settings.dlogp_rows
     if wanted is None:  # auto: 1/16 of the rows, at least 2 and at least one per rank
-        wanted = auto_rows(batch.batch_size, minimum=max(2, forwards.placement.world_size))
+        wanted = auto_rows(batch.batch_size, minimum=max(2, world))
+    # each rank runs an equal share of the pass's rows (placement.share; the token packing needs
+    # whole units of W rows): a count that does not split over the ranks is rounded up to one that
+    # does, at most every row (B splits: check_layout)
+    wanted = min(-(-wanted // world) * world, batch.batch_size)
     rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
     after, entropy = no_grad_pass(
         forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
