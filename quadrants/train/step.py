@@ -342,25 +342,30 @@ def update_policy(
     per_update: list[dict[str, Tensor]] = []
     grad_norms: list[float] = []
     model.train()
-    for _ in range(settings.epochs):
-        # drawn on the CPU generator (the same order on every device), then moved to the batch
-        order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
-        for start in range(0, batch.batch_size, settings.mini_batch_size):
-            index = order[start : start + settings.mini_batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss, metrics = backward_minibatch(
-                model,
-                objective,
-                forwards,
-                settings,
-                batch.select(index),
-                None if is_weights is None else is_weights[index],
-            )
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-            grad_norms.append(float(norm))
-            optimizer.step()
-            metrics["loss"] = loss
-            per_update.append(metrics)
+    # the update's own draws (Clip-Cov's random subset, objectives/clip_cov.py) come from torch's
+    # default generators, seeded here for the step: every rank computes the whole mini-batch's loss
+    # and must draw the same tokens as the others and as one process, whatever its engine drew
+    # before (the HF engine reseeds per generation block, and the ranks generate other blocks)
+    with seeded(step_seed(settings.seed, step) + 2, batch.sequences.device):
+        for _ in range(settings.epochs):
+            # drawn on the CPU generator (the same order on every device), then moved to the batch
+            order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
+            for start in range(0, batch.batch_size, settings.mini_batch_size):
+                index = order[start : start + settings.mini_batch_size]
+                optimizer.zero_grad(set_to_none=True)
+                loss, metrics = backward_minibatch(
+                    model,
+                    objective,
+                    forwards,
+                    settings,
+                    batch.select(index),
+                    None if is_weights is None else is_weights[index],
+                )
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+                grad_norms.append(float(norm))
+                optimizer.step()
+                metrics["loss"] = loss
+                per_update.append(metrics)
     # the last update's gradients are not needed again: freed now, not held through the next
     # rollout (the next update's zero_grad would free them only then)
     optimizer.zero_grad(set_to_none=True)
@@ -499,6 +504,27 @@ def replaying(state: tuple[Tensor, Tensor | None], device: torch.device) -> Iter
         torch.set_rng_state(state[0])
         if state[1] is not None:
             torch.cuda.set_rng_state(state[1], device)
+        yield
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Run the block with torch's default generators (the CPU one's and, on CUDA, `device`'s)
+    seeded with `seed`, then put them back as they were.
+
+    The update runs in it (`update_policy`). Sharded, every rank computes the loss of the whole
+    mini-batch (distributed/collectives.py), so an objective that draws at random (Clip-Cov) must
+    draw the same tokens on every rank; the default generators' states otherwise differ between
+    ranks, each left by the generation blocks its engine sampled (rollout/hf.py seeds torch per
+    call). verl's Clip-Cov (verl/trainer/ppo/core_algos.py `compute_policy_loss_clip_cov`) draws
+    from the global generator too, but over the rank's own micro-batch only, so its ranks need not
+    agree. Seeded from the step, the draws are also those of one process and of a resumed run."""
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else []):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda:  # not run here: no GPU on these machines
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
         yield
 
 
