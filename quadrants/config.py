@@ -207,7 +207,8 @@ class TrainConfig:
     cpu: CpuConfig = field(default_factory=CpuConfig)
     measure_dlogp: bool = True  # one extra no-grad pass per step for per-quadrant |Δ log-prob|
     # sequences in that pass (a seeded subsample, standard error logged); null = auto (1/16 of
-    # the step's sequences, at least 2 and at least one per rank: ~4 % of a step); 0 = all
+    # the step's sequences, at least 2 and at least one per rank: ~4 % of a step); 0 = all;
+    # over several ranks rounded up to a multiple of their number (each runs an equal share)
     dlogp_rows: int | None = None
     # auto: take old log-probs and entropy from the HF engine when they are exact (its own weights,
     # no mismatch correction, no bf16 trainer), skipping the no-grad pass; always: recompute them

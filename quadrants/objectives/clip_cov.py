@@ -6,7 +6,8 @@ max(floor(fraction · N), 1) tokens (N = response tokens in the mini-batch; fewe
 are drawn uniformly at random and get zero gradient. Everything else is the clipped surrogate.
 `fraction` is a fraction (2e-4), not a percent; fraction = 0 turns the detaching off
 (plain clipped surrogate). Scope: the mini-batch, as in the reference implementation
-(it runs per micro-batch). The draw uses torch's global generator, seeded by the run.
+(it runs per micro-batch). The draw uses torch's global generator, which the update seeds per
+step (train/step.py `seeded`), so every rank draws the same tokens of the whole mini-batch.
 """
 
 from __future__ import annotations

@@ -342,25 +342,30 @@ def update_policy(
     per_update: list[dict[str, Tensor]] = []
     grad_norms: list[float] = []
     model.train()
-    for _ in range(settings.epochs):
-        # drawn on the CPU generator (the same order on every device), then moved to the batch
-        order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
-        for start in range(0, batch.batch_size, settings.mini_batch_size):
-            index = order[start : start + settings.mini_batch_size]
-            optimizer.zero_grad(set_to_none=True)
-            loss, metrics = backward_minibatch(
-                model,
-                objective,
-                forwards,
-                settings,
-                batch.select(index),
-                None if is_weights is None else is_weights[index],
-            )
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-            grad_norms.append(float(norm))
-            optimizer.step()
-            metrics["loss"] = loss
-            per_update.append(metrics)
+    # the update's own draws (Clip-Cov's random subset, objectives/clip_cov.py) come from torch's
+    # default generators, seeded here for the step: every rank computes the whole mini-batch's loss
+    # and must draw the same tokens as the others and as one process, whatever its engine drew
+    # before (the HF engine reseeds per generation block, and the ranks generate other blocks)
+    with seeded(step_seed(settings.seed, step) + 2, batch.sequences.device):
+        for _ in range(settings.epochs):
+            # drawn on the CPU generator (the same order on every device), then moved to the batch
+            order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
+            for start in range(0, batch.batch_size, settings.mini_batch_size):
+                index = order[start : start + settings.mini_batch_size]
+                optimizer.zero_grad(set_to_none=True)
+                loss, metrics = backward_minibatch(
+                    model,
+                    objective,
+                    forwards,
+                    settings,
+                    batch.select(index),
+                    None if is_weights is None else is_weights[index],
+                )
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+                grad_norms.append(float(norm))
+                optimizer.step()
+                metrics["loss"] = loss
+                per_update.append(metrics)
     # the last update's gradients are not needed again: freed now, not held through the next
     # rollout (the next update's zero_grad would free them only then)
     optimizer.zero_grad(set_to_none=True)
@@ -502,6 +507,27 @@ def replaying(state: tuple[Tensor, Tensor | None], device: torch.device) -> Iter
         yield
 
 
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Run the block with torch's default generators (the CPU one's and, on CUDA, `device`'s)
+    seeded with `seed`, then put them back as they were.
+
+    The update runs in it (`update_policy`). Sharded, every rank computes the loss of the whole
+    mini-batch (distributed/collectives.py), so an objective that draws at random (Clip-Cov) must
+    draw the same tokens on every rank; the default generators' states otherwise differ between
+    ranks, each left by the generation blocks its engine sampled (rollout/hf.py seeds torch per
+    call). verl's Clip-Cov (verl/trainer/ppo/core_algos.py `compute_policy_loss_clip_cov`) draws
+    from the global generator too, but over the rank's own micro-batch only, so its ranks need not
+    agree. Seeded from the step, the draws are also those of one process and of a resumed run."""
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else []):
+        torch.random.default_generator.manual_seed(seed)
+        if cuda:  # not run here: no GPU on these machines
+            with torch.cuda.device(device):
+                torch.cuda.manual_seed(seed)
+        yield
+
+
 # --- telemetry -------------------------------------------------------------------------------
 
 
@@ -509,12 +535,18 @@ def measure_dlogp(
     model: nn.Module, forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """|log π_after − log π_old| per token and the updated policy's entropy after the update, on
-    `dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 = all):
-    one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
+    `dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 = all;
+    sharded: rounded up to a multiple of the ranks): one extra no-grad pass over them.
+    ([n, T], [n, T], rows [n] long)."""
     generator = torch.Generator().manual_seed(step_seed(settings.seed, step) + 1)
+    world = forwards.placement.world_size
     wanted = settings.dlogp_rows
     if wanted is None:  # auto: 1/16 of the rows, at least 2 and at least one per rank
-        wanted = auto_rows(batch.batch_size, minimum=max(2, forwards.placement.world_size))
+        wanted = auto_rows(batch.batch_size, minimum=max(2, world))
+    # each rank runs an equal share of the pass's rows (placement.share; the token packing needs
+    # whole units of W rows): a count that does not split over the ranks is rounded up to one that
+    # does, at most every row (B splits: check_layout)
+    wanted = min(-(-wanted // world) * world, batch.batch_size)
     rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
     after, entropy = no_grad_pass(
         forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length

@@ -30,6 +30,8 @@ CASES = [
     "kl_cov",
     "PHR",
     "PHR_micro",
+    "grpo_clipped",
+    "clip_cov_draw",
 ]  # 2 steps each, checkpoints after steps 1 and 2
 
 

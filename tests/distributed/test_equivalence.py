@@ -16,6 +16,15 @@ sum that FSDP2 adds up, and the behaviour pass groups rows differently. Toleranc
 
 `PHR_micro` runs PHR with micro-batches of 4 sequences (2 per rank): the rows without a kept token
 run without grad there too, and the grad passes split evenly over the ranks.
+
+`grpo_clipped` clips the gradient to a norm of 0.05 (its norm is ~0.5): the clip coefficient is the
+global norm's on every rank (torch/nn/utils/clip_grad.py over DTensor gradients), so the parameters
+still match. `clip_cov_draw` is Clip-Cov with ~1 token in 3 a candidate and 2 % of the tokens drawn
+from them at random: every rank computes the whole mini-batch's loss, so every rank must draw the
+tokens the one process draws. Before the update seeded its own draws (train/step.py `seeded`), each
+rank drew from torch's global generator as its HF engine had left it (reseeded per generation
+block, and the ranks generate different blocks): measured, loss -1.6e-3 on 2 ranks against -9.3e-5
+in one process, gradient norm 0.5277 against 0.5293.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-CASES = ["grpo", "hapo", "forking", "kl_cov", "PHR", "PHR_micro"]
+CASES = ["grpo", "hapo", "forking", "kl_cov", "PHR", "PHR_micro", "grpo_clipped", "clip_cov_draw"]
 LOGP_DIFF_METRICS = ("train/engine_logp_abs_diff", "dlogp_abs")
 
 

@@ -35,6 +35,9 @@ CASES: dict[str, dict[str, Any]] = {
     "PHR": dict(objective="dapo", params={}, keep="PHR"),
     # the same with micro-batches of 4 sequences (2 per rank): the rows without a kept token still
     # run without grad, the others in grad passes that split evenly over the ranks
+    # gradient clipping that acts (the gradient norm is ~0.5 here): every rank scales its shards by
+    # the clip coefficient of the global norm
+    "grpo_clipped": dict(objective="grpo", params={}, train=dict(max_grad_norm=0.05)),
     "PHR_micro": dict(objective="dapo", params={}, keep="PHR", train=dict(micro_batch_size=4)),
     # DAPO dynamic sampling with refill (up to 3 extra rounds, each dealt to the ranks in blocks) and
     # the overlong penalty over the last 10 of 40 tokens (tests/distributed/test_refill.py)
@@ -44,6 +47,10 @@ CASES: dict[str, dict[str, Any]] = {
     # the remaining registered objectives (tests/distributed/test_behaviour_pass.py runs every one)
     "dapo": dict(objective="dapo", params={}),
     "clip_cov": dict(objective="clip_cov", params={"fraction": 0.02}),
+    # Clip-Cov where its random draw matters: every token of positive covariance below 5 is a
+    # candidate (~1 in 3), and 2 % of the tokens are drawn from them (tests/distributed/
+    # test_equivalence.py: every rank must draw the same tokens as the one process)
+    "clip_cov_draw": dict(objective="clip_cov", params={"fraction": 0.02, "cov_lb": 0.0}),
     "entroadv": dict(objective="entroadv", params={}),
     "entroreg": dict(objective="entroreg", params={}),
     "w_reinforce": dict(objective="w_reinforce", params={}),
