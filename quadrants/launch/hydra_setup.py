@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from quadrants.cpu.openmp import spin_environment
 from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
+from quadrants.memory.plan import GiB, Plan
 from quadrants.rollout.registry import get_engine
 from quadrants.validation import check_lora_ranks, validate_config
 
@@ -297,11 +299,36 @@ def preflight(argv: list[str]) -> int:
                 _checked(job, lambda run=run: check_layout(run, ranks))
                 _checked(job, lambda run=run: check_lora_ranks(run, ranks))
             # the memory plan against cluster.gpu_memory_gb (jobs that differ only in seed,
-            # objective or quadrant share one trace)
-            _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
+            # objective or quadrant share one trace), its host memory against sbatch --mem
+            plan = _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
+            if multirun:
+                _checked_plain(job, lambda plan=plan: check_host_memory(plan, base.hydra.launcher))
     for uri in sorted(uris):
         check_tracking_server(uri)
     return len(jobs)
+
+
+def check_host_memory(plan: Plan | None, launcher: DictConfig) -> None:
+    """Refuse a SLURM job whose planned host memory per node exceeds `hydra.launcher.mem_gb`.
+
+    submitit writes it as `--mem=<mem_gb>GB` (submitit/slurm/slurm.py `_convert_mem`), which SLURM
+    reads in units of 1024 MiB, and the job's memory cgroup on the node holds every rank of it: a
+    plan over it is OOM-killed on the node, after its wait in the queue. No plan (no
+    cluster.gpu_memory_gb) or no mem_gb: nothing to check."""
+    mem_gb = launcher.get("mem_gb")
+    if plan is None or mem_gb is None or str(launcher.get("_target_", "")) != SLURM_LAUNCHER:
+        return
+    limit = float(mem_gb) * GiB
+    if plan.host_per_node <= limit:
+        return
+    raise ValueError(
+        f"memory plan: host memory {plan.host_per_node / 1e9:.0f} GB per node "
+        f"({plan.inputs.gpus_per_node} rank(s)) is over hydra.launcher.mem_gb={mem_gb} "
+        f"(sbatch --mem, {limit / 1e9:.1f} GB): SLURM would kill the job on its node. Fix: "
+        f"hydra.launcher.mem_gb={math.ceil(plan.host_per_node / GiB)} or more (within the "
+        "node's memory), or pin less on the host (rollout.vllm.sleep_level=2 discards the "
+        "engine's weights instead of pinning them; train.offload_optimizer=false)"
+    )
 
 
 def check_single_run_launcher(launcher: DictConfig) -> None:

@@ -151,3 +151,19 @@ def test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight():
         ]
     )
     assert jobs == 8
+
+
+def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
+    """sbatch --mem (hydra.launcher.mem_gb, per node; submitit writes `--mem=64GB`, which SLURM reads
+    as 64 x 1024 MiB) is the node's memory cgroup: a plan whose host memory exceeds it is killed by
+    the OOM killer on the node, after the wait in the queue. The 7B quadrant preset at sleep level 1
+    plans 156.28 GB per node (test_host_memory_per_node_by_hand) against 64 GiB = 68.72 GB:
+    refused, naming the key and the size that fits; at sleep level 2 (49.60 GB) it passes, and so
+    does sleep level 1 with mem_gb=150 (150 GiB = 161.06 GB)."""
+    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0"]
+    with pytest.raises(ValueError) as refused:
+        preflight([*common, "rollout.vllm.sleep_level=1"])
+    message = str(refused.value)
+    assert "host memory" in message and "156 GB per node" in message, message
+    assert "hydra.launcher.mem_gb=64" in message and "hydra.launcher.mem_gb=146" in message, message
+    assert preflight([*common, "rollout.vllm.sleep_level=1", "hydra.launcher.mem_gb=150"]) == 4
