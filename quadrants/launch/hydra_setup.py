@@ -293,6 +293,8 @@ def preflight(argv: list[str]) -> int:
         for job in jobs:
             run = _checked(job, lambda job=job: to_run_config(_compose_job(job)))
             uris.add(run.tracking.uri or "")
+            if multirun:  # a run planned for GPUs asks SLURM for one GPU per rank
+                _checked_plain(job, lambda run=run: check_gpu_request(run, base.hydra.launcher))
             if (
                 ranks > 1
             ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
@@ -306,6 +308,59 @@ def preflight(argv: list[str]) -> int:
     for uri in sorted(uris):
         check_tracking_server(uri)
     return len(jobs)
+
+
+def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
+    """Refuse a SLURM job of a run planned for GPUs (`cluster.gpu_memory_gb` set) whose launcher
+    does not give each of its ranks a GPU of its own.
+
+    A rank binds `cuda:0` when its task sees one GPU, else `cuda:<local rank>` (device.py,
+    `local_cuda_index`). So: `gpus_per_task=1` (each task sees its own, Slurm's per-task binding),
+    or `gpus_per_node` >= ranks per node with `gpus_per_task` unset (every task sees all of them).
+    Without either the job gets no GPU and `train.device=auto` trains on the node's CPUs; with
+    `gpus_per_node=1` every rank of the node binds the same GPU (NCCL refuses a duplicate GPU);
+    with fewer GPUs than ranks the ranks above them fail at start. `gres` (SLURM's own syntax) is
+    not read."""
+    if (
+        str(launcher.get("_target_", "")) != SLURM_LAUNCHER
+        or run.cluster.gpu_memory_gb is None
+        or run.train.device == "cpu"
+        or launcher.get("gres")
+    ):
+        return
+    tasks = launcher_ranks_per_node(launcher)
+    per_task, per_node = launcher.get("gpus_per_task"), launcher.get("gpus_per_node")
+    fix = (
+        "ask for one GPU per rank: hydra.launcher.gpus_per_task=1 (launcher=slurm_ddp's default), "
+        f"or hydra.launcher.gpus_per_task=null hydra.launcher.gpus_per_node={tasks}"
+    )
+    if not per_task and not per_node:
+        raise ValueError(
+            f"the run is planned for GPUs (cluster.gpu_memory_gb={run.cluster.gpu_memory_gb:g}) "
+            "but the launcher asks SLURM for none (hydra.launcher.gpus_per_task and gpus_per_node "
+            f"unset), so it would train on the node's CPUs; {fix}"
+        )
+    if tasks == 1:
+        return
+    if per_task:
+        if int(per_task) != 1:
+            raise ValueError(
+                f"hydra.launcher.gpus_per_task={per_task} with {tasks} ranks per node: each task "
+                "sees its own GPUs, and ranks whose local rank is not below that number find no "
+                f"GPU to bind; {fix}"
+            )
+        return
+    if int(per_node) < tasks:
+        raise ValueError(
+            f"hydra.launcher.gpus_per_node={per_node} for {tasks} ranks per node "
+            f"(hydra.launcher.tasks_per_node): "
+            + (
+                "every rank would bind the same GPU"
+                if int(per_node) == 1
+                else f"ranks {per_node} to {tasks - 1} of each node would find no GPU"
+            )
+            + f"; {fix}"
+        )
 
 
 def check_host_memory(plan: Plan | None, launcher: DictConfig) -> None:
