@@ -252,6 +252,8 @@ class _CollectiveExitCheckpoint:
             pass  # ends this thread only; the main thread leaves at the next boundary or is killed
         except Exception:  # noqa: BLE001 - e.g. submitit's "timed-out too many times"
             log.exception("the %s handler failed", signal.Signals(signum).name)
+            with self._lock:  # not requeued: the boundary, if it comes, saves and asks again
+                self._requeued = False
 
     def step_completed(self, step: int, saved: bool) -> None:
         """A collective: every rank calls it after every step."""

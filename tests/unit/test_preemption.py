@@ -307,3 +307,34 @@ def test_only_rank0_hands_the_signal_on():
         guard.uninstall()
         signal.signal(signal.SIGUSR2, previous)
     assert events == []
+
+
+def test_a_handler_that_refuses_to_requeue_leaves_the_boundary_to_save_and_ask_again():
+    """submitit raises UncompletedJobError when the job timed out too many times: then nothing was
+    requeued, so the ranks still save at the boundary and the handler's error ends the job there
+    (submitit writes it as the job's result)."""
+    saved: list[int] = []
+    calls: list[str] = []
+
+    def refusing(signum, frame):
+        calls.append("asked")
+        raise RuntimeError("Job not requeued because: timed-out too many times.")
+
+    guard = _CollectiveExitCheckpoint(
+        lambda step, rng: saved.append(step),
+        exchange=lambda mine: [mine, 0],
+        is_main=True,
+        defer_s=0.1,
+    )
+    previous = signal.signal(signal.SIGUSR2, refusing)
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.4)  # the timer asked, and was refused
+        assert calls == ["asked"]
+        with pytest.raises(RuntimeError, match="timed-out too many times"):
+            guard.step_completed(6, saved=False)
+    finally:
+        guard.uninstall()
+        signal.signal(signal.SIGUSR2, previous)
+    assert saved == [6] and calls == ["asked", "asked"]
