@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,7 @@ from quadrants.cpu.openmp import spin_environment
 from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
+from quadrants.memory.plan import GiB, Plan
 from quadrants.rollout.registry import get_engine
 from quadrants.validation import check_lora_ranks, validate_config
 
@@ -291,17 +293,97 @@ def preflight(argv: list[str]) -> int:
         for job in jobs:
             run = _checked(job, lambda job=job: to_run_config(_compose_job(job)))
             uris.add(run.tracking.uri or "")
+            if multirun:  # a run planned for GPUs asks SLURM for one GPU per rank
+                _checked_plain(job, lambda run=run: check_gpu_request(run, base.hydra.launcher))
             if (
                 ranks > 1
             ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
                 _checked(job, lambda run=run: check_layout(run, ranks))
                 _checked(job, lambda run=run: check_lora_ranks(run, ranks))
             # the memory plan against cluster.gpu_memory_gb (jobs that differ only in seed,
-            # objective or quadrant share one trace)
-            _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
+            # objective or quadrant share one trace), its host memory against sbatch --mem
+            plan = _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
+            if multirun:
+                _checked_plain(job, lambda plan=plan: check_host_memory(plan, base.hydra.launcher))
     for uri in sorted(uris):
         check_tracking_server(uri)
     return len(jobs)
+
+
+def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
+    """Refuse a SLURM job of a run planned for GPUs (`cluster.gpu_memory_gb` set) whose launcher
+    does not give each of its ranks a GPU of its own.
+
+    A rank binds `cuda:0` when its task sees one GPU, else `cuda:<local rank>` (device.py,
+    `local_cuda_index`). So: `gpus_per_task=1` (each task sees its own, Slurm's per-task binding),
+    or `gpus_per_node` >= ranks per node with `gpus_per_task` unset (every task sees all of them).
+    Without either the job gets no GPU and `train.device=auto` trains on the node's CPUs; with
+    `gpus_per_node=1` every rank of the node binds the same GPU (NCCL refuses a duplicate GPU);
+    with fewer GPUs than ranks the ranks above them fail at start. `gres` (SLURM's own syntax) is
+    not read."""
+    if (
+        str(launcher.get("_target_", "")) != SLURM_LAUNCHER
+        or run.cluster.gpu_memory_gb is None
+        or run.train.device == "cpu"
+        or launcher.get("gres")
+    ):
+        return
+    tasks = launcher_ranks_per_node(launcher)
+    per_task, per_node = launcher.get("gpus_per_task"), launcher.get("gpus_per_node")
+    fix = (
+        "ask for one GPU per rank: hydra.launcher.gpus_per_task=1 (launcher=slurm_ddp's default), "
+        f"or hydra.launcher.gpus_per_task=null hydra.launcher.gpus_per_node={tasks}"
+    )
+    if not per_task and not per_node:
+        raise ValueError(
+            f"the run is planned for GPUs (cluster.gpu_memory_gb={run.cluster.gpu_memory_gb:g}) "
+            "but the launcher asks SLURM for none (hydra.launcher.gpus_per_task and gpus_per_node "
+            f"unset), so it would train on the node's CPUs; {fix}"
+        )
+    if tasks == 1:
+        return
+    if per_task:
+        if int(per_task) != 1:
+            raise ValueError(
+                f"hydra.launcher.gpus_per_task={per_task} with {tasks} ranks per node: each task "
+                "sees its own GPUs, and ranks whose local rank is not below that number find no "
+                f"GPU to bind; {fix}"
+            )
+        return
+    if int(per_node) < tasks:
+        raise ValueError(
+            f"hydra.launcher.gpus_per_node={per_node} for {tasks} ranks per node "
+            f"(hydra.launcher.tasks_per_node): "
+            + (
+                "every rank would bind the same GPU"
+                if int(per_node) == 1
+                else f"ranks {per_node} to {tasks - 1} of each node would find no GPU"
+            )
+            + f"; {fix}"
+        )
+
+
+def check_host_memory(plan: Plan | None, launcher: DictConfig) -> None:
+    """Refuse a SLURM job whose planned host memory per node exceeds `hydra.launcher.mem_gb`.
+
+    submitit writes it as `--mem=<mem_gb>GB` (submitit/slurm/slurm.py `_convert_mem`), which SLURM
+    reads in units of 1024 MiB, and the job's memory cgroup on the node holds every rank of it: a
+    plan over it is OOM-killed on the node, after its wait in the queue. No plan (no
+    cluster.gpu_memory_gb) or no mem_gb: nothing to check."""
+    mem_gb = launcher.get("mem_gb")
+    if plan is None or mem_gb is None or str(launcher.get("_target_", "")) != SLURM_LAUNCHER:
+        return
+    limit = float(mem_gb) * GiB
+    if plan.host_per_node <= limit:
+        return
+    raise ValueError(
+        f"memory plan: host memory {plan.host_per_node / 1e9:.0f} GB per node "
+        f"({plan.inputs.gpus_per_node} rank(s)) is over hydra.launcher.mem_gb={mem_gb} "
+        f"(sbatch --mem, {limit / 1e9:.1f} GB): SLURM would kill the job on its node. Fix: "
+        f"hydra.launcher.mem_gb={math.ceil(plan.host_per_node / GiB)} or more (within the "
+        "node's memory), or pin less on the host (rollout.vllm.sleep_level=2 discards the "
+        "engine's weights instead of pinning them; train.offload_optimizer=false)"
+    )
 
 
 def check_single_run_launcher(launcher: DictConfig) -> None:

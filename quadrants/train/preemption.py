@@ -25,9 +25,17 @@ launcher) the steps pass through untouched.
 In a multi-rank (torch.distributed) run a save is collective and the ranks see a signal at different
 points of a step, so a handler cannot save on its own. There the handler only notes the signal; at
 every step boundary the ranks exchange what they noted (one all_gather_object of an int), and if any
-rank was signalled, all of them save the completed step together and leave. A signal there costs at
-most the rest of the step in flight (which must fit in SLURM's warning: `signal_delay_s` for USR2,
-`KillWait` for SIGTERM).
+rank was signalled, all of them save the completed step together and leave. A step of the paper's
+runs takes minutes, longer than SLURM's warning (`signal_delay_s`), so the wait for the boundary is
+bounded as in one process: if rank 0 noted the preemption signal and no boundary came within
+`defer_s`, it hands the signal to submitit's handler at once (from a timer thread, since its main
+thread may be inside a collective), which requeues the job without a new checkpoint; the requeued
+job resumes from the last periodic one. Without that bound a step that outlasts the warning meant
+no requeue at all: the job hit its time limit and ended TIMEOUT (submitit requeues only from its
+handler, which runs on the job's first task: submitit/core/job_environment.py,
+`SignalHandler.checkpoint_and_try_requeue`). At the next boundary rank 0 tells the others it has
+gone that way, and every rank leaves without saving. SIGTERM has no such bound (submitit ignores
+it; SLURM itself requeues a preempted job), so there the step in flight must fit in `KillWait`.
 """
 
 from __future__ import annotations
@@ -167,15 +175,31 @@ class _ExitCheckpoint:
             raise SystemExit(128 + signal.SIGTERM)
 
 
+_REQUEUED = -1  # what rank 0 contributes to the exchange once it gave up waiting and requeued
+
+
 class _CollectiveExitCheckpoint:
     """The multi-rank guard: handlers note the signal; ranks agree at step
-    boundaries and save together."""
+    boundaries and save together. Rank 0 stops waiting for a boundary after `defer_s`."""
 
-    def __init__(self, save: SaveFn, exchange: Callable[[int], list[int]]) -> None:
+    def __init__(
+        self,
+        save: SaveFn,
+        exchange: Callable[[int], list[int]],
+        *,
+        is_main: bool = True,
+        defer_s: float = 30.0,
+    ) -> None:
         self._save = save
         self._exchange = exchange
+        self._is_main = is_main
+        self._defer_s = defer_s
         self._noted = 0  # the signal this rank received (0: none)
         self._previous: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._requeued = False  # rank 0 handed the signal on without a new checkpoint
+        self._saving = False  # the ranks agreed to save: the timer stands down
 
     def install(self) -> None:
         for sig in (preempt_signal(), signal.SIGTERM):
@@ -186,6 +210,8 @@ class _CollectiveExitCheckpoint:
             signal.signal(sig, self._on_signal)
 
     def uninstall(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
         for sig, previous in self._previous.items():
             if signal.getsignal(sig) == self._on_signal:
                 signal.signal(sig, previous)
@@ -197,12 +223,56 @@ class _CollectiveExitCheckpoint:
                 "%s: the ranks checkpoint together when the step in flight completes, then leave",
                 signal.Signals(signum).name,
             )
+            # submitit requeues from its USR2 handler on the first task only; a step longer than
+            # SLURM's warning must not keep it from running
+            if (
+                self._is_main
+                and signum == preempt_signal()
+                and callable(self._previous.get(signum))
+            ):
+                self._timer = threading.Timer(self._defer_s, self._give_up, args=(signum,))
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _give_up(self, signum: int) -> None:
+        """Rank 0, in the timer thread: no step boundary within `defer_s` of the signal."""
+        with self._lock:
+            if self._saving:
+                return
+            self._requeued = True
+        log.warning(
+            "no step boundary within %.1fs of %s: leaving without a new checkpoint (the requeued "
+            "job resumes from the last periodic one)",
+            self._defer_s,
+            signal.Signals(signum).name,
+        )
+        try:
+            self._previous[signum](signum, None)  # submitit: scontrol requeue, then sys.exit
+        except SystemExit:
+            pass  # ends this thread only; the main thread leaves at the next boundary or is killed
+        except Exception:  # noqa: BLE001 - e.g. submitit's "timed-out too many times"
+            log.exception("the %s handler failed", signal.Signals(signum).name)
+            with self._lock:  # not requeued: the boundary, if it comes, saves and asks again
+                self._requeued = False
 
     def step_completed(self, step: int, saved: bool) -> None:
         """A collective: every rank calls it after every step."""
-        signalled = [sig for sig in self._exchange(self._noted) if sig]
+        with self._lock:
+            mine = _REQUEUED if self._requeued else self._noted
+        values = self._exchange(mine)
+        if values[0] == _REQUEUED:  # rank 0 requeued already: SLURM is ending the job
+            log.warning("step %d: rank 0 requeued the job without a new checkpoint: leaving", step)
+            sig = self._noted if self._noted > 0 else int(preempt_signal())
+            self._noted = -1
+            raise SystemExit(128 + sig)
+        signalled = [sig for sig in values if sig > 0]
         if not signalled:
             return
+        with self._lock:
+            self._saving = True
+            requeued = self._requeued  # the timer fired after the exchange: save all the same
+        if self._timer is not None:
+            self._timer.cancel()
         if not saved:
             started = time.perf_counter()
             self._save(step, rng_state())  # collective: every rank writes its shards
@@ -212,10 +282,10 @@ class _CollectiveExitCheckpoint:
                 time.perf_counter() - started,
             )
         log.warning("step %d is checkpointed: leaving", step)
-        sig = self._noted or signalled[0]
+        sig = self._noted if self._noted > 0 else signalled[0]
         self._noted = -1  # leaving: later signals are ignored
         previous = self._previous.get(sig)
-        if callable(previous):
+        if callable(previous) and not requeued:
             previous(sig, None)  # submitit: scontrol requeue, then SystemExit
         raise SystemExit(128 + sig)
 
@@ -255,14 +325,19 @@ def checkpointed_steps(
             checkpoints (the steps pass through untouched).
         first_step: steps already completed (the checkpoint the run resumed from, or 0).
         is_saved: whether a completed step already has a checkpoint (the loop's periodic ones).
-        defer_s: longest wait for a step in its update phase to complete.
+        defer_s: longest wait for a step in its update phase to complete; with several ranks, the
+            longest rank 0 waits after the preemption signal for the next step boundary.
     """
     if save is None or threading.current_thread() is not threading.main_thread():
         yield from steps
         return
     guard: _ExitCheckpoint | _CollectiveExitCheckpoint
     if _several_ranks():
-        guard = _CollectiveExitCheckpoint(save, _exchange_across_ranks)
+        import torch.distributed as dist
+
+        guard = _CollectiveExitCheckpoint(
+            save, _exchange_across_ranks, is_main=dist.get_rank() == 0, defer_s=defer_s
+        )
     else:
         guard = _ExitCheckpoint(optimizer, save, first_step, defer_s)
     guard.install()

@@ -114,3 +114,90 @@ def test_sigterm_to_every_rank_checkpoints_the_last_step_and_one_process_resumes
         m.step for m in client.get_metric_history(runs[0].info.run_id, "train/reward_mean")
     )
     assert steps == list(range(1, step + 2))  # every step exactly once across the two launches
+
+
+# Two gloo ranks, a step far longer than SLURM's warning: the ranks run `checkpointed_steps` with a
+# stand-in for submitit's USR2 handler (on task 0: requeue, then sys.exit; on the others: return at
+# once, submitit/core/job_environment.py `SignalHandler.checkpoint_and_try_requeue`), USR2 reaches both
+# ranks mid-step (SLURM signals every task), and the step goes on for 4 s with a collective at its end.
+_LONG_STEP = """
+import os, signal, sys, time
+import torch, torch.distributed as dist
+from quadrants.train.preemption import checkpointed_steps
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+
+def record(what):
+    with open(os.path.join(sys.argv[1], f"rank{rank}.log"), "a") as f:
+        f.write(f"{time.monotonic():.3f} {what}\\n")
+
+def submitit_like(signum, frame):
+    if rank != 0:
+        return
+    record("requeue")
+    sys.exit(-1)
+
+signal.signal(signal.SIGUSR2, submitit_like)
+model = torch.nn.Linear(2, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+try:
+    for index in checkpointed_steps(
+        range(10), optimizer=opt, save=lambda step, rng: record(f"save {step}"), first_step=0,
+        is_saved=lambda step: False, defer_s=0.5,
+    ):
+        if index == 2:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            record("signalled")
+            end = time.monotonic() + 4.0
+            while time.monotonic() < end:
+                time.sleep(0.05)
+        dist.barrier()
+        record(f"step {index + 1} done")
+except SystemExit as leaving:
+    record(f"exit {leaving.code}")
+    raise
+"""
+
+
+def _events(path) -> list[tuple[float, str]]:
+    return [
+        (float(t), what)
+        for t, what in (line.split(" ", 1) for line in path.read_text().splitlines())
+    ]
+
+
+@pytest.mark.slow
+def test_rank0_requeues_within_the_deadline_when_the_step_outlasts_the_warning(tmp_path):
+    script = tmp_path / "long_step.py"
+    script.write_text(_LONG_STEP)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(script),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=ENV,
+        cwd=tmp_path,
+    )
+    assert (tmp_path / "rank0.log").exists(), done.stderr[-4000:]
+    rank0, rank1 = _events(tmp_path / "rank0.log"), _events(tmp_path / "rank1.log")
+    at = {what: t for t, what in rank0}
+    # rank 0 handed USR2 to submitit's handler 0.5 s after it, while step 3 was still running
+    # (before this fix: only after step 3 completed, i.e. after the time limit on a real cluster)
+    assert "requeue" in at, rank0
+    assert at["requeue"] - at["signalled"] < 2.0 and at["requeue"] < at["step 3 done"], rank0
+    # then both ranks left at that boundary, without a checkpoint (the job resumes from the last
+    # periodic one), with USR2's exit code
+    for events in (rank0, rank1):
+        whats = [what for _, what in events]
+        assert not any(w.startswith("save") for w in whats), whats
+        assert whats[-2:] == ["step 3 done", f"exit {128 + signal.SIGUSR2}"], whats

@@ -92,3 +92,37 @@ def test_two_task_job_trains_is_requeued_and_resumes_every_step_once(slurm_clust
     assert run.info.status == "FINISHED"
     steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/step"))
     assert steps == list(range(1, 31))
+
+
+def test_usr2_to_a_two_task_job_checkpoints_then_submitit_requeues_it_once(slurm_cluster, tmp_path):
+    """SLURM's time-limit signal (USR2, here `scancel --signal=USR2`, which reaches both tasks) with
+    submitit's real handler: the ranks save the step in flight's boundary together, then submitit on
+    task 0 requeues the job (its other tasks' handlers return), once; the requeued job resumes from
+    that step into the same MLflow run. The tiny steps end well within the 30 s that rank 0 waits
+    for a boundary (quadrants/train/preemption.py; the longer-step case: tests/distributed/
+    test_preemption.py), so no requeue without a checkpoint here."""
+    run_dir, job_id = slurm_cluster.interrupted_sweep(
+        tmp_path,
+        ["objective=grpo", *DEV_CLUSTER, *FAST, "train.steps=30", "checkpoint.every=1000"],
+        sweep_id="ddp_usr2",
+        what="step 3 in the log",
+        ready=lambda run: (
+            (run / "quadrants.log").exists() and "step 3/30" in (run / "quadrants.log").read_text()
+        ),
+        interrupt=["scancel", "--signal=USR2"],
+    )
+    log = (run_dir / "quadrants.log").read_text()
+    saved = re.findall(r"checkpoint of step (\d+) written by every rank", log)
+    assert len(saved) == 2 and saved[0] == saved[1], log[-3000:]  # both ranks, the same step
+    assert log.count("Requeued job") == 1 and log.index("written by every rank") < log.index(
+        "Requeued job"
+    ), log[-3000:]
+    assert "no step boundary within" not in log
+    assert f"(step {int(saved[0])})" in log.split("resumed from", 1)[1].splitlines()[0]
+    assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
+    client = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("quadrants").experiment_id])
+    (run,) = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert run.info.status == "FINISHED"
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/step"))
+    assert steps == list(range(1, 31))

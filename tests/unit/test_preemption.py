@@ -210,3 +210,130 @@ def test_a_signal_here_waits_for_the_step_boundary_and_skips_a_step_already_save
         guard.uninstall()
     assert saved == [] and leaving.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+# --- several ranks, a step longer than SLURM's warning --------------------------------------------
+# submitit requeues only from its USR2 handler on the job's first task (submitit/core/
+# job_environment.py, SignalHandler.checkpoint_and_try_requeue: other tasks return at once). If rank 0
+# waited for a step boundary that comes after the time limit, the job would end TIMEOUT, never
+# requeued; so rank 0 hands the signal on after `defer_s` and tells the others at the boundary.
+
+
+def _submitit_like(events: list[str], saved: list[int]):
+    def handler(signum, frame):  # requeue, then SystemExit(-1), as submitit's handler on task 0
+        events.append(f"requeue (saved={list(saved)})")
+        raise SystemExit(-1)
+
+    return handler
+
+
+def test_rank0_requeues_without_a_checkpoint_when_no_step_boundary_comes_in_time():
+    saved: list[int] = []
+    events: list[str] = []
+    sent: list[int] = []
+    guard = _CollectiveExitCheckpoint(
+        lambda step, rng: saved.append(step),
+        exchange=lambda mine: sent.append(mine) or [mine, 0],
+        is_main=True,
+        defer_s=0.3,
+    )
+    previous = signal.signal(signal.SIGUSR2, _submitit_like(events, saved))
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        started = time.monotonic()
+        while time.monotonic() - started < 3.0 and not events:  # a 3 s step goes on
+            time.sleep(0.02)
+        # the requeue came from the timer (0.3 s after the signal), while the step was in flight
+        assert events == ["requeue (saved=[])"]
+        with pytest.raises(SystemExit) as leaving:
+            guard.step_completed(5, saved=False)
+    finally:
+        guard.uninstall()
+        signal.signal(signal.SIGUSR2, previous)
+    # rank 0 told the others it had requeued (-1), nobody saved, the handler ran once
+    assert sent == [-1] and saved == [] and events == ["requeue (saved=[])"]
+    assert leaving.value.code == 128 + signal.SIGUSR2
+
+
+def test_the_other_ranks_leave_without_saving_once_rank0_requeued():
+    saved: list[int] = []
+    guard = _CollectiveExitCheckpoint(
+        lambda step, rng: saved.append(step),
+        exchange=lambda mine: [-1, mine],  # rank 0 sent -1: it requeued
+        is_main=False,
+        defer_s=0.3,
+    )
+    with pytest.raises(SystemExit) as leaving:
+        guard.step_completed(5, saved=False)
+    assert saved == [] and leaving.value.code == 128 + signal.SIGUSR2
+
+
+def test_a_step_boundary_in_time_saves_first_and_requeues_once():
+    saved: list[int] = []
+    events: list[str] = []
+    guard = _CollectiveExitCheckpoint(
+        lambda step, rng: saved.append(step),
+        exchange=lambda mine: [mine, 0],
+        is_main=True,
+        defer_s=0.3,
+    )
+    previous = signal.signal(signal.SIGUSR2, _submitit_like(events, saved))
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.05)
+        with pytest.raises(SystemExit) as leaving:
+            guard.step_completed(4, saved=False)  # the boundary came 0.05 s after the signal
+        time.sleep(0.5)  # past the deadline: the timer was cancelled, no second requeue
+    finally:
+        guard.uninstall()
+        signal.signal(signal.SIGUSR2, previous)
+    assert saved == [4] and events == ["requeue (saved=[4])"] and leaving.value.code == -1
+
+
+def test_only_rank0_hands_the_signal_on():
+    events: list[str] = []
+    guard = _CollectiveExitCheckpoint(
+        lambda step, rng: None, exchange=lambda mine: [0, mine], is_main=False, defer_s=0.1
+    )
+    previous = signal.signal(signal.SIGUSR2, _submitit_like(events, []))
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.4)
+    finally:
+        guard.uninstall()
+        signal.signal(signal.SIGUSR2, previous)
+    assert events == []
+
+
+def test_a_handler_that_refuses_to_requeue_leaves_the_boundary_to_save_and_ask_again():
+    """submitit raises UncompletedJobError when the job timed out too many times: then nothing was
+    requeued, so the ranks still save at the boundary and the handler's error ends the job there
+    (submitit writes it as the job's result)."""
+    saved: list[int] = []
+    calls: list[str] = []
+
+    def refusing(signum, frame):
+        calls.append("asked")
+        raise RuntimeError("Job not requeued because: timed-out too many times.")
+
+    guard = _CollectiveExitCheckpoint(
+        lambda step, rng: saved.append(step),
+        exchange=lambda mine: [mine, 0],
+        is_main=True,
+        defer_s=0.1,
+    )
+    previous = signal.signal(signal.SIGUSR2, refusing)
+    guard.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.4)  # the timer asked, and was refused
+        assert calls == ["asked"]
+        with pytest.raises(RuntimeError, match="timed-out too many times"):
+            guard.step_completed(6, saved=False)
+    finally:
+        guard.uninstall()
+        signal.signal(signal.SIGUSR2, previous)
+    assert saved == [6] and calls == ["asked", "asked"]

@@ -151,3 +151,58 @@ def test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight():
         ]
     )
     assert jobs == 8
+
+
+def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
+    """sbatch --mem (hydra.launcher.mem_gb, per node; submitit writes `--mem=64GB`, which SLURM reads
+    as 64 x 1024 MiB) is the node's memory cgroup: a plan whose host memory exceeds it is killed by
+    the OOM killer on the node, after the wait in the queue. The 7B quadrant preset at sleep level 1
+    plans 156.28 GB per node (test_host_memory_per_node_by_hand) against 64 GiB = 68.72 GB:
+    refused, naming the key and the size that fits; at sleep level 2 (49.60 GB) it passes, and so
+    does sleep level 1 with mem_gb=150 (150 GiB = 161.06 GB)."""
+    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0"]
+    with pytest.raises(ValueError) as refused:
+        preflight([*common, "rollout.vllm.sleep_level=1"])
+    message = str(refused.value)
+    assert "host memory" in message and "156 GB per node" in message, message
+    assert "hydra.launcher.mem_gb=64" in message and "hydra.launcher.mem_gb=146" in message, message
+    assert preflight([*common, "rollout.vllm.sleep_level=1", "hydra.launcher.mem_gb=150"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("launcher", "refusal"),
+    [
+        # the dev cluster's CPU layout copied to a GPU cluster: SLURM gives the job no GPU
+        (["hydra.launcher.gpus_per_task=null"], r"asks SLURM for none .* on the node's CPUs"),
+        # every task sees the one GPU of the node: all 8 ranks bind cuda:0
+        (
+            ["hydra.launcher.gpus_per_task=null", "hydra.launcher.gpus_per_node=1"],
+            r"gpus_per_node=1 for 8 ranks per node .*every rank would bind the same GPU",
+        ),
+        # 4 GPUs seen by 8 tasks: local ranks 4..7 have none (device.local_cuda_index raises)
+        (
+            ["hydra.launcher.gpus_per_task=null", "hydra.launcher.gpus_per_node=4"],
+            r"gpus_per_node=4 for 8 ranks per node .*ranks 4 to 7 of each node would find no GPU",
+        ),
+        # 2 GPUs per task: each sees 2, local ranks 2..7 have none
+        (["hydra.launcher.gpus_per_task=2"], r"gpus_per_task=2 with 8 ranks per node"),
+    ],
+)
+def test_a_gpu_run_whose_launcher_does_not_give_each_rank_a_gpu_is_refused(launcher, refusal):
+    """Refused at compose time, before the memory plan is traced and before anything is queued;
+    the layouts that do give each rank a GPU pass (the profile's default, gpus_per_task=1, is
+    test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight; all 8 GPUs seen by every task is
+    below, and a CPU-planned run, cluster.gpu_memory_gb=null, is not checked)."""
+    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0"]
+    with pytest.raises(ValueError, match=refusal):
+        preflight([*common, "quadrant=PHR", *launcher])
+    cpu = ["cluster.gpu_memory_gb=null", "hydra.launcher.gpus_per_task=null"]
+    assert preflight([*common, *cpu]) == 4
+
+
+def test_every_task_seeing_all_of_the_nodes_gpus_passes():
+    every = ["hydra.launcher.gpus_per_task=null", "hydra.launcher.gpus_per_node=8"]
+    jobs = preflight(
+        ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0", *every]
+    )
+    assert jobs == 4
