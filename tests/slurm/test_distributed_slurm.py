@@ -72,6 +72,11 @@ def test_two_task_job_trains_is_requeued_and_resumes_every_step_once(slurm_clust
     assert "Restarts=1" in slurm_cluster.run("scontrol", "show", "job", job_id).stdout
     logs = sorted(p.name for p in job_dir.iterdir() if p.name.endswith("_log.out"))
     assert len(logs) == 2  # one log per srun task (rank)
+    # srun is told the job's CPUs per task before it starts the ranks (SLURM 22.05-23.02, this
+    # cluster's release, do not pass sbatch's on: sweeps/launcher/slurm.yaml)
+    script = (job_dir / f"{job_id}_submission.sh").read_text()
+    export = "export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK"
+    assert export in script and script.index(export) < script.index("\nsrun "), script
     log = (run_dir / "quadrants.log").read_text()
     assert "joined the gloo process group via slurm" in log
     # on SIGTERM both ranks left at the same step boundary, with that step checkpointed (by the signal,
