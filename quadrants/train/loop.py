@@ -35,6 +35,7 @@ from quadrants.distributed.collectives import (
     check_layout,
     fill_from_rank0,
     fill_replica,
+    gather_objects,
     on_meta,
     rollout_replica,
     shard_model,
@@ -421,28 +422,32 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                             tracker,
                         )
                     )
+                checkpoint_now = (
+                    run_dir is not None
+                    and cfg.checkpoint.every
+                    and (step % cfg.checkpoint.every == 0 or step == total)
+                )
                 with stop_if_disk_full(ctx, run_dir, tracker, step, metrics, offload):
-                    tracker.log_metrics(metrics, step=step)
-                    result.last_step = metrics
-                    every = cfg.tracking.log_samples_every
-                    if (
-                        run_dir is not None
-                        and every
-                        and ctx.dist.is_main
-                        and (step % every == 0 or step == total)
-                    ):
-                        path = write_samples(
-                            run_dir / "samples" / f"step_{step:06d}.json",
-                            output,
-                            ctx.tokenizer,
-                            step,
-                        )
-                        tracker.log_artifact(path, "samples")
-                    checkpoint_now = cfg.checkpoint.every and (
-                        step % cfg.checkpoint.every == 0 or step == total
-                    )
-                    if run_dir is not None and checkpoint_now:
-                        _write_run_id(run_dir, tracker.run_id)
+                    with disk_full_on_any_rank(ctx, run_dir):  # the records rank 0 writes
+                        tracker.log_metrics(metrics, step=step)
+                        result.last_step = metrics
+                        every = cfg.tracking.log_samples_every
+                        if (
+                            run_dir is not None
+                            and every
+                            and ctx.dist.is_main
+                            and (step % every == 0 or step == total)
+                        ):
+                            path = write_samples(
+                                run_dir / "samples" / f"step_{step:06d}.json",
+                                output,
+                                ctx.tokenizer,
+                                step,
+                            )
+                            tracker.log_artifact(path, "samples")
+                        if checkpoint_now:
+                            _write_run_id(run_dir, tracker.run_id)
+                    if checkpoint_now:
                         _save(ctx, run_dir, step, tracker, offload)
                 line = _step_line(step, total, metrics)
                 bar.set_postfix_str(line.split(" ", 2)[2])
@@ -474,13 +479,19 @@ def stop_if_disk_full(
     """Recording step `step` (its metrics, samples, checkpoint) ran out of disk: try to checkpoint
     the step with its metrics inside (a resumed run logs them), then stop with one DiskFullError
     naming the path. A re-run with space resumes from the newest checkpoint; MLflow drops what it
-    holds."""
+    holds.
+
+    Several ranks come here together, since the save is collective: a full disk in rank 0's
+    records is raised on every rank by `disk_full_on_any_rank`, and a checkpoint's by DCP itself
+    (`dcp.save` gathers every rank's write result and raises one CheckpointException on every
+    rank: torch/distributed/checkpoint/state_dict_saver.py `_save_state_dict`, utils.py
+    `_DistWrapper.all_reduce`)."""
     try:
         yield
     except Exception as error:
         if not is_disk_full(error):
             raise
-        path = getattr(error, "path", None) or getattr(error, "filename", None) or run_dir or "?"
+        path = _full_path(error, run_dir)
         saved = "checkpoints are off"
         if run_dir is not None and ctx.cfg.checkpoint.every:
             try:
@@ -492,6 +503,42 @@ def stop_if_disk_full(
             path,
             f"stopped at step {step}: {saved}; free space and run the same command again to resume",
         ) from None
+
+
+@contextmanager
+def disk_full_on_any_rank(ctx: Run, run_dir: Path | None) -> Iterator[None]:
+    """The block's full disk, raised on every rank when any rank hit it. One process: the block
+    as it is, no exchange.
+
+    Several ranks: the block holds what only rank 0 writes (the tracker's metrics, the samples,
+    run.json), so a full disk there is rank 0's alone, while the save `stop_if_disk_full` then
+    writes is collective. After the block the ranks exchange where their disk was full (one
+    `gather_objects`; None: it was not), and every rank leaves it the same way: a rank that hit it
+    with its own error, the others with a `DiskFullError` naming that path "on rank r". So all of
+    them enter `stop_if_disk_full`'s save together, as one process does, instead of rank 0 saving
+    while the others wait in the next collective (a hang until the process group's timeout).
+    Another error is raised at once, as before (the other ranks then wait in that exchange)."""
+    if not ctx.dist.sharded:
+        yield
+        return
+    full: BaseException | None = None
+    try:
+        yield
+    except Exception as error:
+        if not is_disk_full(error):
+            raise
+        full = error
+    where = gather_objects(None if full is None else str(_full_path(full, run_dir)), ctx.dist)
+    if full is not None:
+        raise full
+    for rank, path in enumerate(where):
+        if path is not None:
+            raise DiskFullError(f"{path} on rank {rank}")
+
+
+def _full_path(error: BaseException, run_dir: Path | None) -> Path | str:
+    """The file (or directory) a disk-full `error` names, else the run directory."""
+    return getattr(error, "path", None) or getattr(error, "filename", None) or run_dir or "?"
 
 
 def _save(
