@@ -19,6 +19,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from quadrants.distributed.collectives import barrier, current
+from quadrants.distributed.collectives import DistEnv, current, gather_objects
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.train.distributed_checkpoint import SHARDS_DIR, load_sharded, save_sharded
 
@@ -106,6 +107,8 @@ def save_checkpoint(
         if not is_disk_full(error):
             raise
         shutil.rmtree(root / f"step_{step:07d}.tmp", ignore_errors=True)  # give the space back
+        if isinstance(error, DiskFullError):  # another rank's, said as such (`_on_rank0`)
+            raise
         raise DiskFullError(root) from None
 
 
@@ -126,35 +129,61 @@ def _save(
     final = root / f"step_{step:07d}"
     tmp = root / f"step_{step:07d}.tmp"
     env = current()
-    if env.is_main:
+
+    def start() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-    barrier(env)
-    save_sharded(tmp / SHARDS_DIR, model, optimizer)  # every rank writes its shards
-    if not env.is_main:
-        barrier(env)
-        return final
-    state = {
-        "step": step,
-        "run_id": run_id,
-        "scheduler": scheduler.state_dict(),
-        "rng": rng if rng is not None else rng_state(),
-        "unlogged_metrics": dict(unlogged_metrics or {}),
-    }
-    if objective_state is not None:
-        state["objective_state"] = dict(objective_state)
-    with open(tmp / "state.pt", "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    if final.exists():  # a re-run of the same step (after a resume) replaces it
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    _fsync_dir(root)
-    for old in sorted(_complete(root))[:-keep]:
-        shutil.rmtree(old[1], ignore_errors=True)
-    barrier(env)
+
+    def finish() -> None:
+        state = {
+            "step": step,
+            "run_id": run_id,
+            "scheduler": scheduler.state_dict(),
+            "rng": rng if rng is not None else rng_state(),
+            "unlogged_metrics": dict(unlogged_metrics or {}),
+        }
+        if objective_state is not None:
+            state["objective_state"] = dict(objective_state)
+        with open(tmp / "state.pt", "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        if final.exists():  # a re-run of the same step (after a resume) replaces it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        for old in sorted(_complete(root))[:-keep]:
+            shutil.rmtree(old[1], ignore_errors=True)
+
+    _on_rank0(start, env, root)
+    # every rank writes its shards; a failed write on any rank is raised on every rank
+    # (torch/distributed/checkpoint/state_dict_saver.py `_save_state_dict`: the "write" step
+    # goes through utils.py `_DistWrapper.all_reduce`, which gathers each rank's result and
+    # broadcasts one CheckpointException)
+    save_sharded(tmp / SHARDS_DIR, model, optimizer)
+    _on_rank0(finish, env, root)
     return final
+
+
+def _on_rank0(work: Callable[[], None], env: DistEnv, root: Path) -> None:
+    """`work` on rank 0 only, then every rank raises if it failed. In place of a barrier: the ranks
+    exchange rank 0's outcome (one `gather_objects`; one process: none), so that a failure there
+    (a full disk under `state.pt`) stops every rank at once instead of leaving the others waiting
+    in a barrier that rank 0's next collective would then answer."""
+    failure: Exception | None = None
+    if env.is_main:
+        try:
+            work()
+        except Exception as error:  # noqa: BLE001 - raised below, after the others learnt of it
+            failure = error
+    said = None if failure is None else ("full" if is_disk_full(failure) else repr(failure))
+    outcome = gather_objects(said, env)[0]
+    if failure is not None:
+        raise failure
+    if outcome == "full":
+        raise DiskFullError(f"{root} on rank 0")
+    if outcome is not None:
+        raise RuntimeError(f"rank 0 could not write its part of the checkpoint: {outcome}")
 
 
 def has_checkpoint(run_dir: Path, step: int) -> bool:

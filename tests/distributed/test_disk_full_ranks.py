@@ -16,8 +16,11 @@ waited out the 30 s timeout: rank 1 failed with gloo's "Timed out waiting 30000m
 failed with it and no checkpoint of step 3 was written. At step 4 the two saves happened to match
 (step 4 was checkpointed), then rank 1 waited in the step exchange for a rank 0 that had left, and
 crashed (gloo: "Connection closed by peer") instead of stopping. After the fix, both ranks stop with
-DiskFullError at that step (about 4 s into training) and its checkpoint holds its metrics. What only a GPU cluster shows: the same over NCCL (the exchange is one
-all_gather_object, as the step-boundary exchange already is).
+DiskFullError at that step (about 4 s into training) and its checkpoint holds its metrics. The
+last test does the same for the part of a checkpoint rank 0 writes alone, its state.pt.
+
+What only a GPU cluster shows: the same over NCCL (each exchange is one all_gather_object, as the
+step-boundary exchange already is).
 """
 
 from __future__ import annotations
@@ -135,3 +138,32 @@ def test_a_full_disk_on_rank_0_alone_stops_both_ranks_with_the_step_checkpointed
     assert "train/reward_mean" in checkpoint.state["unlogged_metrics"][full_at]
     shards = sorted(p.name for p in (checkpoint.path / "model_optim").iterdir())
     assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # written by both ranks
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_rank_0s_state_file_stops_both_ranks_with_the_step_checkpointed(
+    tmp_path: Path,
+):
+    """The part of a checkpoint rank 0 writes alone (state.pt, after the collective DCP shards):
+    ENOSPC there once, at the periodic checkpoint of step 4. Before, rank 0 raised while rank 1
+    waited in the closing barrier, which rank 0's retry (stop_if_disk_full's save) then answered:
+    rank 1 left the save as if it had succeeded, and the two ranks' collectives no longer matched.
+    Now the ranks exchange rank 0's outcome in place of that barrier (train/checkpoint.py
+    `_on_rank0`), both retry the save, and both stop with step 4 checkpointed with its metrics."""
+    from quadrants.train.checkpoint import load_latest
+
+    ranks = _train_on_two_ranks(tmp_path, 4, "state")
+    root = tmp_path / "run" / "checkpoints"
+    stopped = "(stopped at step 4: step 4 is checkpointed with its metrics; "
+    assert ranks[0]["error"] == "DiskFullError", ranks
+    assert ranks[0]["message"].startswith(f"no space left on device: {root} {stopped}"), ranks
+    assert ranks[1]["error"] == "DiskFullError", ranks
+    assert ranks[1]["message"].startswith(f"no space left on device: {root} on rank 0 {stopped}"), (
+        ranks
+    )
+    assert ranks[0]["logged"] == [0, 1, 2, 3, 4]  # step 4 was logged; its checkpoint failed once
+    checkpoint = load_latest(tmp_path / "run")
+    assert checkpoint is not None and checkpoint.step == 4
+    assert list(checkpoint.state["unlogged_metrics"]) == [4]
+    shards = sorted(p.name for p in (checkpoint.path / "model_optim").iterdir())
+    assert shards == [".metadata", "__0_0.distcp", "__1_0.distcp"]
