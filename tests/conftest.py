@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -18,11 +19,20 @@ import pytest
 
 from quadrants.home import DATA_ENV
 from tests.data_fixtures import write_fixture_data
+from tests.tiers import (
+    FOLDER_MARKERS,
+    MODEL_FIXTURES,
+    NOT_QUICK_MARKERS,
+    STAGES,
+    heavy_command,
+)
 
 _STARTED_WITH: dict[str, str | None] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--stage") is not None and _default_markexpr(config):
+        config.option.markexpr = ""  # a stage is chosen by --stage, not by addopts' -m
     if "data_home" in _STARTED_WITH:
         return
     _STARTED_WITH["data_home"] = os.environ.get(DATA_ENV)
@@ -43,13 +53,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ[DATA_ENV] = started
 
 
-# The quick tier (`pytest -m quick`, the README's development command): the research core's unit tests
-# (objectives, tensor ops, the layering) that are not marked slow, plus the end-to-end tests marked
-# `quick` in their file (a toy objective trains a step). Heavy tests are marked by folder here and by
-# hand elsewhere (`slurm`, `server`), so that `-m "not slurm and not distributed and not server"`
-# leaves them out.
-QUICK_PATHS = ("tests/unit/objectives/", "tests/unit/ops/", "tests/unit/test_layering.py")
-FOLDER_MARKERS = {"tests/distributed/": "distributed", "tests/slurm/": "slurm"}
+# --- Tiers and stages (tests/tiers.py says what each is) ----------------------------------------
+def stage_of(item: pytest.Item) -> str:
+    return next((s for s in STAGES if item.get_closest_marker(s) is not None), "default")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--stage",
+        choices=("default", "all", *STAGES),
+        default=None,
+        help="run one stage of .ci/run (the default stage is the README's bare `pytest`), or all",
+    )
+
+
+def _default_markexpr(config: pytest.Config) -> bool:
+    """True when -m is the one pyproject's addopts give (so --stage may replace it)."""
+    return config.option.markexpr == "not (" + " or ".join(STAGES) + ")"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -59,8 +79,76 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for folder, marker in FOLDER_MARKERS.items():
             if where.startswith(folder):
                 item.add_marker(marker)
-        if where.startswith(QUICK_PATHS) and item.get_closest_marker("slow") is None:
+        if item.get_closest_marker("quick") is not None:
+            raise pytest.UsageError(
+                f"{item.nodeid}: `quick` is set by tests/conftest.py from what a test does; "
+                "remove the hand-written marker (tests/tiers.py)"
+            )
+        if (
+            stage_of(item) == "default"
+            and not any(item.get_closest_marker(m) for m in NOT_QUICK_MARKERS)
+            and not any(f in getattr(item, "fixturenames", ()) for f in MODEL_FIXTURES)
+        ):
             item.add_marker(pytest.mark.quick)
+    stage = config.getoption("--stage")
+    if stage is None or stage == "all":
+        return
+    keep = [i for i in items if stage_of(i) == stage]
+    dropped = [i for i in items if stage_of(i) != stage]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _tiers_hold(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a default-stage test runs, starting an install, a rank group, a server or a cluster
+    fails it, naming the stage marker; a quick test may start no process at all and may not build
+    the base policy."""
+    item = request.node
+    if stage_of(item) != "default":
+        return
+    import multiprocessing.process
+
+    from quadrants.models import warmup
+
+    def refuse(what: str, marker: str) -> AssertionError:
+        return AssertionError(
+            f"{item.nodeid} is in the {'quick tier' if quick else 'default stage'} "
+            f"(tests/conftest.py) but {what}: mark it @pytest.mark.{marker}"
+        )
+
+    quick = item.get_closest_marker("quick") is not None
+    execute_child = subprocess.Popen._execute_child
+
+    def guarded(self, args, *rest, **kwargs):
+        if quick:
+            raise refuse(f"started a command ({args!r})", "subprocess")
+        marker = heavy_command(args)
+        if marker is not None:
+            raise refuse(f"started {args!r}", marker)
+        return execute_child(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", guarded)
+    if quick:
+
+        def no_process(*args, **kwargs):
+            raise refuse("started a process", "subprocess")
+
+        def no_build(*args, **kwargs):
+            raise refuse("built the base policy", "slow")
+
+        monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", no_process)
+        monkeypatch.setattr(warmup, "_build", no_build)
+
+
+@pytest.fixture(scope="session")
+def base_policy() -> str:
+    """The warm-started tiny policy, built on first use into the user's cache (a few minutes; the
+    build is file-locked, so concurrent sessions build it once) and reused after; returns its dir."""
+    from quadrants.models.warmup import WarmupSettings, ensure_base_policy
+
+    return str(ensure_base_policy(WarmupSettings()))
 
 
 @pytest.fixture

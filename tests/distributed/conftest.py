@@ -1,4 +1,4 @@
-"""Fixtures for the distributed tests: the worker harness (harness.py), the cached base policy, the
+"""Fixtures for the distributed tests: the worker harness (harness.py), the
 equivalence runs every case of test_equivalence.py reads, and the evaluation runs of test_sharded_eval.py."""
 
 from __future__ import annotations
@@ -13,14 +13,6 @@ from .harness import Worker
 @pytest.fixture(scope="session")
 def worker() -> type[Worker]:
     return Worker
-
-
-@pytest.fixture(scope="session")
-def base_policy() -> str:
-    """The cached warm-started tiny policy (built on first use, a few minutes)."""
-    from quadrants.models.warmup import WarmupSettings, ensure_base_policy
-
-    return str(ensure_base_policy(WarmupSettings()))
 
 
 CASES = [

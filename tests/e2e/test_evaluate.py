@@ -40,7 +40,7 @@ def only_run(store: Path):
     return client, run
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_tiny_model_on_two_real_benchmarks_and_the_toy_task_lands_in_mlflow(tmp_path, base_policy):
     done = subprocess.run(
         [

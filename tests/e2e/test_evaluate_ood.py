@@ -16,6 +16,8 @@ from quadrants.eval.results import benchmark_metrics, read_counts
 from quadrants.tasks.ood import GRAPHWIZ_TASKS
 from tests.ood_samples import write_ood_samples
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.slow
 def test_paper_ood_preset_runs_offline_and_prints_chance_levels(tmp_path, base_policy):

@@ -9,26 +9,21 @@ path, once; a re-run with space completes every step exactly once, in the same M
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests import commands
+from tests.commands import TINY
+
+pytestmark = pytest.mark.integration
+
 STEPS = 10
 ARGS = [
-    "model=tiny_random",
-    "train.prompts_per_step=2",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=8",
-    "eval.problems=2",
-    "eval.samples=1",
-    "eval.max_new_tokens=8",
-    "eval.every=0",
-    "tracking.log_samples_every=2",
+    *TINY,
     f"train.steps={STEPS}",
     "checkpoint.every=3",
     "checkpoint.keep=1",
@@ -55,14 +50,8 @@ def small_tmpfs(tmp_path: Path):
 
 
 def start(cwd: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "quadrants.sweep", *ARGS],
-        cwd=cwd,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    return commands.start(
+        "quadrants.sweep", *ARGS, cwd=cwd, env=commands.command_env(OMP_NUM_THREADS="1")
     )
 
 

@@ -16,6 +16,8 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
+pytestmark = pytest.mark.integration
+
 ARGS = ["-m", "seed=0,1", "launcher=slurm", "model=tiny_random", "eval.problems=0"]
 
 

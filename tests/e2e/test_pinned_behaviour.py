@@ -1,18 +1,16 @@
-"""Behaviour pinned bit for bit through the user-facing commands.
+"""Behaviour pinned bit for bit: two training steps of every objective, of each quadrant and of a
+2-rank run, compared with values recorded by the same code at the commit named in the pin file.
 
-Three runs of two training steps each, through the documented entry points only (so that moving
-modules around cannot make this test pass or fail by itself):
-
-- every objective: ``python -m quadrants.sweep -m objective=<all>`` (joblib launcher);
-- the four-quadrant sweep: ``python -m quadrants.sweep -m quadrant=PHR,NHR,PLR,NLR``;
-- a 2-rank run: ``torchrun --standalone --nproc-per-node 2 -m quadrants.distributed_main``.
-
-For every run it reads, from the on-disk formats users rely on, (a) the step-2 checkpoint's model
-parameters (``checkpoints/step_0000002/model_optim``, a torch.distributed checkpoint) and (b) every
-metric MLflow holds for the run except wall times (``time/*``), machine readings (``system/*``) and
-the delivery sentinel. It compares them with ``pinned/behaviour.json``, written by the same code at
-the commit named in that file: a SHA-256 of each parameter's bytes and the exact ``repr`` of every
-metric value at every step.
+Each job runs the way a sweep's job does (`quadrants.launch.job.run_job` on the composed tree, with
+its MLflow store and checkpoints), in this process; only the 2-rank case starts processes
+(``torchrun --standalone --nproc-per-node 2 -m quadrants.distributed_main``). For every run it reads,
+from the on-disk formats users rely on, (a) the step-2 checkpoint's model parameters
+(``checkpoints/step_0000002/model_optim``, a torch.distributed checkpoint), pinned as one SHA-256 of
+every parameter's float32 bytes in name order, and (b) the exact ``repr`` of the GUARDED metrics at
+every step: the loss, gradient norm, entropy, rewards, token counts, quadrant fractions and update
+sizes, and the held-out check, which together follow every phase of the step (rollout, grading,
+signals, masks, update, evaluation). Other logged values are derived from these or describe the
+machine, and are not pinned, so adding a metric never needs a re-pin.
 
 The file holds one pin per machine kind (the CPU capability torch reports, the CPU matmul backend
 that train.cpu.matmul=auto picks, and torch's version): bit-for-bit equality holds within a kind.
@@ -21,7 +19,8 @@ tolerance would mean anything, so the test skips there, naming the kinds it has 
 new kind's pin with the command below (it adds that kind and leaves the others).
 
 Regenerate (only for an intended behaviour change, naming it in the commit):
-    QUADRANTS_PIN_WRITE=1 python -m pytest tests/e2e/test_pinned_behaviour.py
+    QUADRANTS_PIN_WRITE=1 QUADRANTS_PIN_COMMIT=<commit> python -m pytest --stage pinned \\
+        tests/e2e/test_pinned_behaviour.py
 """
 
 from __future__ import annotations
@@ -36,10 +35,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra import initialize_config_dir
 from mlflow.tracking import MlflowClient
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from quadrants.cpu.matmul import auto_backend, cpu_vendor, onednn_available
+from quadrants.launch.hydra_setup import CONFIG_DIR, _compose_job, register
+from quadrants.launch.job import run_job
+
+pytestmark = pytest.mark.pinned
 
 PIN_FILE = Path(__file__).with_name("pinned") / "behaviour.json"
 WRITE = os.environ.get("QUADRANTS_PIN_WRITE") == "1"
@@ -54,6 +58,7 @@ OBJECTIVES = [
     "kl_cov",
     "w_reinforce",
 ]
+QUADRANTS = ["PHR", "NHR", "PLR", "NLR"]
 # The warm-started tiny policy (rewards vary within groups, so every objective has a gradient),
 # 4 prompts x 4 samples, one 8-sequence micro-step per half batch, a 4-problem held-out check.
 SMALL = [
@@ -68,7 +73,20 @@ SMALL = [
     "checkpoint.every=1",
     "tracking.report=false",
 ]
-SKIPPED_PREFIXES = ("time/", "system/", "tracking/")
+GUARDED = [
+    "train/objective/loss",
+    "train/grad_norm",
+    "train/entropy",
+    "train/reward_mean",
+    "train/solve_rate",
+    "train/response_length",
+    "train/engine_logp_abs_diff",
+    "train/objective/denominator_tokens",
+    "train/objective/kept_frac",
+    *(f"train/quadrant/{q}/{key}" for q in QUADRANTS for key in ("token_frac", "dlogp_abs")),
+    "eval/arithmetic/avg_at_2",
+    "eval/arithmetic/pass_at_2",
+]
 
 
 def _env() -> dict[str, str]:
@@ -80,66 +98,61 @@ def _env() -> dict[str, str]:
     }
 
 
-def _run(cwd: Path, command: list[str]) -> None:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900, env=_env())
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-
-
-def sweep(cwd: Path, *overrides: str) -> None:
-    _run(cwd, [sys.executable, "-m", "quadrants.sweep", "-m", *SMALL, *overrides])
+def in_process(cwd: Path, *overrides: str) -> None:
+    """One job as the sweep runs it, in this process, with its outputs under `cwd`."""
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        job = _compose_job([*SMALL, *overrides, "sweep_id=pin", f"outputs={cwd / 'outputs'}"])
+    torch.set_num_threads(1)
+    run_job(job, parent_run_id=None)
 
 
 def two_ranks(cwd: Path, *overrides: str) -> None:
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    _run(
-        cwd,
-        [*torchrun, "--nproc-per-node", "2", "-m", "quadrants.distributed_main"]
-        + [*SMALL, *overrides],
+    command = [*torchrun, "--nproc-per-node", "2", "-m", "quadrants.distributed_main"]
+    done = subprocess.run(
+        [*command, *SMALL, *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_env(),
     )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
 
-def parameters(run_dir: Path) -> dict[str, dict]:
-    """Per parameter: SHA-256 of its float32 bytes, float64 sum and absolute sum."""
+def parameters(run_dir: Path) -> str:
+    """SHA-256 of every parameter's float32 bytes, in name order, at the step-2 checkpoint."""
     out = run_dir / "pinned_params.pt"
     dcp_to_torch_save(run_dir / "checkpoints" / "step_0000002" / "model_optim", out)
     model = torch.load(out, weights_only=False)["model"]
-    pinned = {}
+    digest = hashlib.sha256()
     for name in sorted(model):
-        t = model[name].detach().contiguous()
-        pinned[name] = {
-            "sha256": hashlib.sha256(t.numpy().tobytes()).hexdigest(),
-            "sum": float(t.double().sum()),
-            "abs_sum": float(t.double().abs().sum()),
-        }
-    return pinned
+        digest.update(name.encode())
+        digest.update(model[name].detach().float().contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
-def metrics(client: MlflowClient, run_id: str) -> dict[str, list[list]]:
-    """Every metric of a run except wall times and machine readings, as [step, repr(value)]."""
-    keys = sorted(client.get_run(run_id).data.metrics)
-    return {
-        key: sorted([m.step, repr(m.value)] for m in client.get_metric_history(run_id, key))
-        for key in keys
-        if not key.startswith(SKIPPED_PREFIXES)
-    }
-
-
-def observed(cwd: Path) -> dict[str, dict]:
-    """{run name: {"params": ..., "metrics": ...}} for every child run of the store under cwd."""
+def observed(cwd: Path) -> dict:
+    """{"params": sha256, "metrics": {key: [[step, repr(value)], ...]}} of the one run under cwd."""
     client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("quadrants")
     assert experiment is not None, "no MLflow experiment was written"
-    result = {}
-    for run in client.search_runs([experiment.experiment_id]):
-        run_dirs = list((cwd / "outputs" / "quadrants").glob(f"*/{run.info.run_name}"))
-        if not run_dirs:  # a sweep's parent run has no run directory of its own
-            continue
-        assert len(run_dirs) == 1, run_dirs
-        result[run.info.run_name] = {
-            "params": parameters(run_dirs[0]),
-            "metrics": metrics(client, run.info.run_id),
-        }
-    return result
+    runs = [r for r in client.search_runs([experiment.experiment_id])]
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    (run_dir,) = (cwd / "outputs" / "quadrants").glob(f"*/{runs[0].info.run_name}")
+    logged = client.get_run(runs[0].info.run_id).data.metrics
+    missing = [key for key in GUARDED if key not in logged]
+    assert not missing, f"guarded metrics not logged: {missing}"
+    return {
+        "params": parameters(run_dir),
+        "metrics": {
+            key: sorted(
+                [m.step, repr(m.value)] for m in client.get_metric_history(runs[0].info.run_id, key)
+            )
+            for key in GUARDED
+        },
+    }
 
 
 def cpu_capability() -> str:
@@ -149,14 +162,32 @@ def cpu_capability() -> str:
     return f"{torch.backends.cpu.get_cpu_capability()} matmul {vendor} torch {torch.__version__}"
 
 
-CASES = {
-    "objectives": lambda cwd: sweep(cwd, "objective=" + ",".join(OBJECTIVES)),
-    "quadrants": lambda cwd: sweep(cwd, "quadrant=PHR,NHR,PLR,NLR"),
-    "two_ranks": lambda cwd: two_ranks(cwd, "objective=grpo", "sweep_id=two_ranks"),
-}
+def _objectives(root: Path) -> dict:
+    runs = {}
+    for name in OBJECTIVES:
+        (root / name).mkdir()
+        in_process(root / name, f"objective={name}")
+        runs[f"objective={name}"] = observed(root / name)
+    return runs
 
 
-@pytest.mark.slow
+def _quadrants(root: Path) -> dict:
+    runs = {}
+    for q in QUADRANTS:
+        (root / q).mkdir()
+        in_process(root / q, f"quadrant={q}")
+        runs[f"quadrant={q}"] = observed(root / q)
+    return runs
+
+
+def _two_ranks(root: Path) -> dict:
+    two_ranks(root, "objective=grpo", "sweep_id=two_ranks")
+    return {"default": observed(root)}
+
+
+CASES = {"objectives": _objectives, "quadrants": _quadrants, "two_ranks": _two_ranks}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_steps_equal_the_pinned_commit(case, tmp_path, base_policy):
     kind = cpu_capability()
@@ -169,8 +200,7 @@ def test_two_steps_equal_the_pinned_commit(case, tmp_path, base_policy):
             f"no pin for this machine kind ({kind!r}; pinned: {sorted(kinds)}): record one with "
             "QUADRANTS_PIN_WRITE=1 (module docstring)"
         )
-    CASES[case](tmp_path)
-    runs = observed(tmp_path)
+    runs = CASES[case](tmp_path)
     if WRITE:
         entry = kinds.setdefault(kind, {})
         entry.setdefault("cases", {})[case] = runs
@@ -184,13 +214,10 @@ def test_two_steps_equal_the_pinned_commit(case, tmp_path, base_policy):
     assert sorted(runs) == sorted(expected), "the runs differ from the pinned ones"
     for name, want in expected.items():
         got = runs[name]
-        assert sorted(got["metrics"]) == sorted(want["metrics"]), f"{name}: metric keys differ"
         for key, history in want["metrics"].items():
+            assert key in got["metrics"], f"{name}: {key} is pinned but not guarded any more"
             steps = [s for s, _ in got["metrics"][key]]
             assert steps == [s for s, _ in history], f"{name} {key}: steps differ"
             for (step, v), (_, w) in zip(got["metrics"][key], history):
                 assert v == w, f"{name} {key} step {step}: {v} != pinned {w}"
-        assert sorted(got["params"]) == sorted(want["params"]), f"{name}: parameter names differ"
-        for pname, p in want["params"].items():
-            sha = got["params"][pname]["sha256"]
-            assert sha == p["sha256"], f"{name} {pname}: parameters differ"
+        assert got["params"] == want["params"], f"{name}: the step-2 parameters differ"

@@ -10,9 +10,10 @@ every value in that table, read back from MLflow the way the sweep's summary rea
 - ``test_the_docs_table_is_the_pinned_one`` (fast): the table in the docs, its kind and its commit
   equal the pin's, digit for digit as the summary prints them (3 decimals). Skips, naming the kinds
   it has, when the docs name a kind with no pin.
-- ``test_the_default_run_prints_the_pinned_table`` (slow, about 5 minutes on 2 cores): runs the
-  documented command in an empty directory and compares both the printed table and the exact
-  values with the pin for this machine's kind. Skips on another kind or another thread count:
+- ``test_the_default_run_logs_the_pinned_values`` and ``..._prints_the_pinned_table`` (the
+  `pinned` stage; one run of the documented command in an empty directory, about 5 minutes on 2
+  cores, shared by both): the exact values MLflow holds and the printed table equal the pin for
+  this machine's kind. Skips on another kind or another thread count:
   there the kernels round differently and one rounding difference carried through 60 steps moves
   the table (the docs show by how much), so no tolerance would mean anything.
 
@@ -20,7 +21,7 @@ The 60-step values are not in ``behaviour.json`` (its runs are 2 steps), so they
 Regenerate it for an intended behaviour change, together with ``behaviour.json``, and paste the
 printed table into docs/results.md with the kind and commit:
     QUADRANTS_PIN_WRITE=1 QUADRANTS_PIN_COMMIT=<commit> \\
-        python -m pytest tests/e2e/test_pinned_default_run.py -k prints
+        python -m pytest --stage pinned tests/e2e/test_pinned_default_run.py -k values
 """
 
 from __future__ import annotations
@@ -154,11 +155,12 @@ def test_parse_table_reads_the_printed_layout():
         parse_table("run status quadrant seed\nquadrant=PHR FINISHED PHR 0\n")
 
 
-@pytest.mark.slow
-def test_the_default_run_prints_the_pinned_table(tmp_path, base_policy):
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory, base_policy) -> tuple[str, dict[str, dict[str, str]]]:
+    """The documented command, run once for the tests below: (its stdout, {run: pinned columns}
+    read back from MLflow as the summary reads them). Skips where no pin can apply."""
     kind, threads = cpu_capability(), threads_per_job()
-    all_pins = pins()
-    kinds = all_pins.setdefault("kinds", {})
+    kinds = pins()["kinds"]
     if not WRITE and kind not in kinds:
         pytest.skip(f"no default-run pin for this machine kind ({kind!r}; pinned: {sorted(kinds)})")
     if not WRITE and kinds[kind]["threads_per_job"] != threads:
@@ -166,9 +168,10 @@ def test_the_default_run_prints_the_pinned_table(tmp_path, base_policy):
             f"the pin ran {kinds[kind]['threads_per_job']} torch thread(s) per job, "
             f"this machine gives {threads}: intra-op threads change the rounding"
         )
+    cwd = tmp_path_factory.mktemp("default_run")
     done = subprocess.run(
         [sys.executable, "-m", "quadrants.sweep", *COMMAND],
-        cwd=tmp_path,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=3600,
@@ -177,8 +180,7 @@ def test_the_default_run_prints_the_pinned_table(tmp_path, base_policy):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     sweep_id = re.search(r"quadrants: sweep (\S+) \(\d+ runs\)", done.stdout)
     assert sweep_id, done.stdout[-2000:]
-    uri = f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}"
-    frame = sweep_runs(uri, "quadrants", sweep_id.group(1))
+    frame = sweep_runs(f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}", "quadrants", sweep_id.group(1))
     runs = {
         row["tags.mlflow.runName"]: {
             **{column: str(row[key]) for column, key in TEXT_COLUMNS.items()},
@@ -187,7 +189,8 @@ def test_the_default_run_prints_the_pinned_table(tmp_path, base_policy):
         for _, row in frame.iterrows()
     }
     if WRITE:
-        kinds[kind] = {
+        all_pins = pins()
+        all_pins["kinds"][kind] = {
             "commit": os.environ.get("QUADRANTS_PIN_COMMIT", "unknown"),
             "command": "python -m quadrants.sweep " + " ".join(COMMAND),
             "threads_per_job": threads,
@@ -196,10 +199,23 @@ def test_the_default_run_prints_the_pinned_table(tmp_path, base_policy):
         PIN_FILE.write_text(json.dumps(all_pins, indent=1, sort_keys=True) + "\n")
         print(done.stdout[sweep_id.start() :].split("\nquadrants: ")[0])  # the table for the docs
         pytest.skip(f"wrote the default-run pin for {kind!r} to {PIN_FILE.name}")
-    want = kinds[kind]["runs"]
-    assert runs == want, f"values differ from the pin of {kinds[kind]['commit']}"
-    printed = parse_table(done.stdout)
-    assert sorted(printed) == sorted(want)
-    for run, values in want.items():
+    return done.stdout, runs
+
+
+@pytest.mark.pinned
+def test_the_default_run_logs_the_pinned_values(default_run):
+    pin = pins()["kinds"][cpu_capability()]
+    assert default_run[1] == pin["runs"], f"values differ from the pin of {pin['commit']}"
+
+
+@pytest.mark.pinned
+def test_the_default_run_prints_the_pinned_table(default_run):
+    pin = pins()["kinds"][cpu_capability()]
+    printed = parse_table(default_run[0])
+    assert sorted(printed) == sorted(pin["runs"]), "the printed runs differ from the pinned ones"
+    for run, want in pin["runs"].items():
+        for column in TEXT_COLUMNS:
+            assert printed[run][column] == want[column], f"{run} {column}"
         for column in NUMBER_COLUMNS:
-            assert printed[run][column] == as_printed(values[column]), f"{run} {column}"
+            got, pinned = printed[run][column], as_printed(want[column])
+            assert got == pinned, f"printed: {run} {column} {got} != pinned {pinned}"

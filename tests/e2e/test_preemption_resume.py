@@ -5,41 +5,29 @@ submitit's USR2 and requeue, is tests/slurm/test_quadrants_on_slurm.py.)"""
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-pytestmark = pytest.mark.slow
+from tests import commands
+from tests.commands import TINY
 
-FAST = [
-    "model=tiny_random",
-    "train.prompts_per_step=2",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=8",
-    "eval.problems=2",
-    "eval.samples=1",
-    "eval.max_new_tokens=8",
-    "eval.every=0",
-    "tracking.log_samples_every=0",
-    "train.threads=1",
-]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# the tiny sweep without sample logging
+FAST = [o for o in TINY if not o.startswith("tracking.log_samples_every=")]
+FAST += ["tracking.log_samples_every=0", "train.threads=1"]
 
 
 def test_sigterm_checkpoints_the_last_logged_step_and_the_rerun_resumes_there(tmp_path):
     # checkpoint.every=1000 > steps: no periodic checkpoint before the end, so any checkpoint found
     # after the signal was written by the signal
     args = ["train.steps=60", "checkpoint.every=1000", "sweep_id=term", *FAST]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "quadrants.sweep", *args]
-    proc = subprocess.Popen(
-        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = commands.start("quadrants.sweep", *args, cwd=tmp_path, stderr=subprocess.STDOUT)
     run_dir = tmp_path / "outputs" / "quadrants" / "term" / "default"
     log_file = run_dir / "quadrants.log"
     deadline = time.time() + 300
@@ -65,7 +53,7 @@ def test_sigterm_checkpoints_the_last_logged_step_and_the_rerun_resumes_there(tm
     assert 3 <= saved < 60 and logged == list(range(1, saved + 1)), (saved, logged)
     assert re.search(rf"checkpoint of step {saved} written", out), out
 
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = commands.run("quadrants.sweep", *args, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"(step {saved})" in done.stdout + done.stderr  # "resumed from .../step_... (step k)"
     (run,) = client.search_runs([client.get_experiment_by_name("quadrants").experiment_id])

@@ -8,34 +8,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
-FAST = [
-    "model=tiny_random",
-    "train.prompts_per_step=2",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=8",
-    "eval.problems=2",
-    "eval.samples=1",
-    "eval.max_new_tokens=8",
-    "eval.every=0",
-    "tracking.log_samples_every=2",
-]
+from tests import commands
+from tests.commands import TINY
+
+pytestmark = pytest.mark.integration
+
+FAST = TINY
 
 
 def sweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "quadrants.sweep", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    return commands.run("quadrants.sweep", *args, cwd=cwd, timeout=timeout)
 
 
 def client(cwd: Path) -> MlflowClient:
@@ -120,13 +108,13 @@ def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_pa
     the kill below reaches the run): both starts log it."""
     spin = "train.cpu.omp_spincount=1000"
     args = ["train.steps=30", "checkpoint.every=2", "sweep_id=resume", spin, *FAST]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "quadrants.sweep", *args],
+    proc = commands.start(
+        "quadrants.sweep",
+        *args,
         cwd=tmp_path,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     run_dir = tmp_path / "outputs" / "quadrants" / "resume" / "default"
     deadline = time.time() + 300

@@ -78,7 +78,7 @@ def test_the_toy_yaml_composes_and_restates_the_defaults(toy_objective):
         compose_run_config([toy_objective, "objective=toy_sign_pg", "objective.params.scale=-1.0"])
 
 
-@pytest.mark.quick  # the quick tier's end-to-end step: a new objective's YAML, registry and update
+@pytest.mark.subprocess
 def test_the_toy_objective_trains_a_step(toy_objective, base_policy):
     cfg = compose_run_config(
         [

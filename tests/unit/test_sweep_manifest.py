@@ -87,6 +87,7 @@ def test_status_table_has_one_row_per_job(tmp_path):
     assert lines[3].split() == ["quadrant=NHR", "12_1", "PENDING", "-", "-", "-"]
 
 
+@pytest.mark.slow
 def test_parent_is_closed_only_when_every_child_run_ended(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -110,6 +111,7 @@ def test_parent_is_closed_only_when_every_child_run_ended(tmp_path):
     assert close_parent_if_done(uri, None, jobs=2) is None  # a sweep without a parent run
 
 
+@pytest.mark.subprocess
 def test_status_prints_the_links_to_the_runs_page_and_the_parent_run(tmp_path, capsys, monkeypatch):
     from dataclasses import replace
 

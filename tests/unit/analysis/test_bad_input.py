@@ -29,6 +29,7 @@ def _table(uri, client, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_empty_selection_names_what_exists(store, capsys):
     uri, client, exp_id, parent = store
     make_child(client, exp_id, parent, "PHR", 0, eval_metrics({"aime24": (0.5, 0.8)}))

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", ["analysis", "quadrants.analysis"])
 def test_both_names_run_the_command_line(module, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}

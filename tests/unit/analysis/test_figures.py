@@ -170,6 +170,7 @@ def test_entropy_prediction_correlations_by_hand():
     assert table.drop(index="PHR")["pearson_state"].isna().all()  # no cov_state logged
 
 
+@pytest.mark.slow
 def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
     history, runs = _entropy_history()
     drawn = {}

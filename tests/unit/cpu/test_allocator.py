@@ -47,6 +47,7 @@ def _probe(retain_mb: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.subprocess
 @glibc_only
 def test_a_freed_block_is_reused_without_new_page_faults():
     """48 MiB = 12,288 pages: the first write faults them in (at least 12,000), the second and
@@ -58,6 +59,7 @@ def test_a_freed_block_is_reused_without_new_page_faults():
     assert second < 100 and third < 100
 
 
+@pytest.mark.subprocess
 @glibc_only
 def test_off_leaves_glibc_defaults_which_fault_every_time():
     """The contrast that makes the setting worth having: at 0 nothing is changed, and each fresh

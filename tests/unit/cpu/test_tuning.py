@@ -35,6 +35,7 @@ TUNING = {
 }
 
 
+@pytest.mark.subprocess
 def test_importing_quadrants_sets_no_environment():
     """A fresh interpreter's environment before and after importing quadrants and the modules a
     run imports (the trainer, the command line, the CPU package) is the same, key for key."""

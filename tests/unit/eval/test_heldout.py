@@ -42,6 +42,7 @@ class ScriptedEngine:
     def close(self) -> None: ...
 
 
+@pytest.mark.subprocess
 def test_avg_pass_curve_and_no_answer_by_hand() -> None:
     problems = [
         Problem(id="a", prompt="1+2=", answer="3"),

@@ -16,6 +16,7 @@ from quadrants.eval.self_check import reference_self_check
 from quadrants.rewards.grader import Grader
 
 
+@pytest.mark.subprocess
 def test_minerva_fixture_solutions_all_grade_correct_against_their_rewritten_golds():
     # 6 fixture rows, each a solution whose last box the loader rewrites or unwraps for the gold
     # (1.6 with a unit, 4.5e33, np.arcsin(10/13), -1./3, a box with stray $ $, 12 \text{ years }):

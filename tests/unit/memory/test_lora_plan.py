@@ -30,6 +30,7 @@ SHAPE = dict(seq_len=16, response_tokens=8, update_rows=2, forward_rows=2, chunk
 LORA = LoraSpec(rank=4, alpha=8.0, target_modules=("q_proj", "v_proj"))
 
 
+@pytest.mark.slow
 def test_lora_trace_by_hand():
     """Rank 4 on q_proj and v_proj of 2 layers: r x (d_in + d_out) per module,
     q_proj 4 x (64 + 64) = 512, v_proj 4 x (64 + 32) = 384, so 896 a layer, 1792 in all. In float32
@@ -62,6 +63,7 @@ def test_lora_trace_by_hand():
     assert full.update.gradients == full.parameters * 4
 
 
+@pytest.mark.slow
 def test_lora_plan_extrapolates_adapters_and_drops_the_reference():
     """The plan at 6 layers from traces at 2 and 3: 6 x 896 = 5376 adapter elements; the KL
     reference of a LoRA run is the policy with its adapters off, so a kl_coef adds no copy."""
@@ -88,6 +90,7 @@ def test_lora_plan_extrapolates_adapters_and_drops_the_reference():
     assert plan_inputs(cfg, 1, 1).lora == LoraSpec(rank=16, alpha=32.0, target_modules="all-linear")
 
 
+@pytest.mark.slow
 def test_tiny_lora_plan_counts_all_linear_adapters():
     """tiny-random with the default LoRA (rank 16, all-linear): the plan's trainable elements are
     peft's own count on the real model (models/lora.py `apply_lora`)."""

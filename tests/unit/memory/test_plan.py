@@ -16,6 +16,7 @@ from quadrants.memory.trace import TraceSpec, trace_step
 from quadrants.memory.vllm_share import vllm_share
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sharded", "world", "checkpointing"),
     [(False, 1, False), (False, 1, True), (True, 2, False), (True, 4, True)],
@@ -112,6 +113,7 @@ def test_rows_per_micro_batch_come_from_the_token_budget():
     assert inputs.sharded and inputs.world_size == 2
 
 
+@pytest.mark.slow
 def test_a_plan_over_the_budget_is_refused_naming_the_phase_and_the_fix():
     cfg = compose_run_config(
         ["model=tiny_random", "rollout.max_new_tokens=64", "cluster.gpu_memory_gb=0.001"]
@@ -135,6 +137,7 @@ def test_no_budget_no_plan():
     assert check_memory(cfg, world_size=1, gpus_per_node=1) is None
 
 
+@pytest.mark.slow
 def test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight():
     """The paper's quadrant study: one process on one 80 GB GPU (launcher=slurm) cannot hold
     7.6 B fp32 parameters, gradients and AdamW states (16 bytes a parameter, 122 GB); sharded over
@@ -153,6 +156,7 @@ def test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight():
     assert jobs == 8
 
 
+@pytest.mark.slow
 def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
     """sbatch --mem (hydra.launcher.mem_gb, per node; submitit writes `--mem=64GB`, which SLURM reads
     as 64 x 1024 MiB) is the node's memory cgroup: a plan whose host memory exceeds it is killed by
@@ -169,6 +173,7 @@ def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
     assert preflight([*common, "rollout.vllm.sleep_level=1", "hydra.launcher.mem_gb=150"]) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("launcher", "refusal"),
     [

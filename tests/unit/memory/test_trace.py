@@ -47,6 +47,7 @@ def spec(config, **kw) -> TraceSpec:
     return TraceSpec(config, **{**base, **kw})
 
 
+@pytest.mark.slow
 def test_one_process_holds_fp32_parameters_gradients_and_two_adamw_moments(tiny):
     trace = trace_step(spec(tiny, sharded=False))
     assert trace.parameters == P1 == 275_712
@@ -91,6 +92,7 @@ def test_pure_bf16_halves_parameters_and_states(tiny):
     assert trace.resident.optimizer == 4 * P1 + 4 * TENSORS
 
 
+@pytest.mark.slow
 def test_attention_activations_grow_linearly_in_the_sequence_not_quadratically(tiny):
     """The CPU trace takes SDPA's flash kernel (O(T) saved per head, as CUDA's flash and
     memory-efficient kernels): doubling the row length doubles the saved activations' growth,
@@ -113,6 +115,7 @@ def test_attention_activations_grow_linearly_in_the_sequence_not_quadratically(t
     assert second == pytest.approx(2 * first, rel=0.1)
 
 
+@pytest.mark.slow
 def test_checkpointing_keeps_less_than_the_plain_update(tiny):
     plain = trace_step(spec(tiny, sharded=False, layers=2, seq_len=96, response_tokens=64))
     kept = trace_step(

@@ -83,6 +83,7 @@ def test_unknown_hub_id_offline_says_what_to_do(monkeypatch, tmp_path):
         load_policy("no-such-org/no-such-model")
 
 
+@pytest.mark.slow
 def test_tiny_uses_the_cached_base_policy(tmp_path, monkeypatch):
     fast = warmup.WarmupSettings(
         task=ArithmeticTask(heldout_size=4),

@@ -44,6 +44,7 @@ def count_builds(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_builds_once_then_reuses(tmp_path, count_builds, caplog, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     caplog.set_level(logging.INFO, logger="quadrants.models.warmup")
@@ -84,6 +85,7 @@ def test_format_version_is_part_of_the_key(monkeypatch):
     assert FAST.cache_key() != before
 
 
+@pytest.mark.slow
 def test_changed_settings_build_a_new_policy(tmp_path, count_builds):
     first = ensure_base_policy(FAST, cache_root=tmp_path)
     other = ensure_base_policy(dataclasses.replace(FAST, seed=1), cache_root=tmp_path)
@@ -91,6 +93,7 @@ def test_changed_settings_build_a_new_policy(tmp_path, count_builds):
     assert json.loads((other / "warmup.json").read_text())["settings"]["seed"] == 1
 
 
+@pytest.mark.slow
 def test_concurrent_requests_build_once(tmp_path, count_builds):
     # flock locks belong to open file descriptions, so two threads exclude each other like two
     # processes would; the second waits on the lock and then reuses the first one's build

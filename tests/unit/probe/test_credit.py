@@ -163,6 +163,7 @@ def test_jackknife_converges_to_the_analytic_cmi_and_removes_the_plugin_bias():
     assert (jack - truth).abs().mean().item() < 0.02
 
 
+@pytest.mark.slow
 def test_bootstrap_interval_covers_the_analytic_cmi_at_about_the_nominal_rate():
     # 300 repetitions of K = 32 continuations per branch; nominal 0.9, measured 0.84 with these seeds
     # (0.87 with others; below K ~ 16 the bootstrap under-covers, see bootstrap_interval).

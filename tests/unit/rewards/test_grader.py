@@ -104,6 +104,7 @@ def test_text_is_sanitised() -> None:
     )
 
 
+@pytest.mark.slow
 def test_slow_answer_times_out_in_process() -> None:
     # math-verify's alarm has whole-second resolution: a 0.5 s budget becomes a 1 s alarm
     start = time.monotonic()
@@ -134,6 +135,7 @@ def test_grade_batch_counts() -> None:
     assert batch.counts() == {"correct": 2, "wrong": 1, "no_answer": 0, "timeout": 0, "error": 0}
 
 
+@pytest.mark.slow
 def test_pool_matches_sequential(pool: Grader) -> None:
     # 60 items: integers right and wrong, fractions, no box; 60 / (4 x 2 workers) -> chunks of 8
     completions = [f"step {i} ... \\boxed{{{i if i % 3 else i + 1}}}" for i in range(40)]
@@ -151,6 +153,7 @@ def test_pool_matches_sequential(pool: Grader) -> None:
     }
 
 
+@pytest.mark.slow
 def test_pool_survives_adversarial_batch(pool: Grader) -> None:
     completions = [
         "x" * 100_000,
@@ -176,6 +179,7 @@ def test_pool_survives_adversarial_batch(pool: Grader) -> None:
     assert pool.restarts == restarts  # math-verify's own alarm sufficed: nobody was killed
 
 
+@pytest.mark.subprocess
 def test_stuck_worker_is_killed_and_replaced() -> None:
     # With a 0.25 s budget math-verify's alarm still waits a whole second, so the hard deadline
     # (0.25 + 0.25 s) is what stops the slow item: the worker is killed mid-item and replaced.
@@ -286,6 +290,7 @@ def _peak_rss_mb(pid: int) -> float:
     return int(line.split()[1]) / 1024
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
 def test_memory_cap_stops_a_factorial_tower_and_the_pool_goes_on() -> None:
     # Uncapped, \boxed{9!!!!} grows a worker to ~830 MB within a 5 s budget (issue 14). With a
@@ -303,6 +308,7 @@ def test_memory_cap_stops_a_factorial_tower_and_the_pool_goes_on() -> None:
         assert grader.grade(["\\boxed{7}"], ["7"]).outcomes == [Outcome.correct]
 
 
+@pytest.mark.subprocess
 def test_cap_address_space_makes_big_allocations_fail() -> None:
     import subprocess
     import sys
@@ -319,6 +325,7 @@ def test_cap_address_space_makes_big_allocations_fail() -> None:
     assert subprocess.run([sys.executable, "-c", code], timeout=120, check=False).returncode == 3
 
 
+@pytest.mark.subprocess
 def test_worker_killed_by_its_cpu_limit_counts_as_timeout() -> None:
     # The kernel's SIGXCPU (RLIMIT_CPU, for C code that never returns to the interpreter) ends the
     # worker: its item is a timeout, not an error, and a replacement grades the rest.
@@ -338,6 +345,7 @@ def test_worker_killed_by_its_cpu_limit_counts_as_timeout() -> None:
         assert grader.restarts == 1
 
 
+@pytest.mark.subprocess
 def test_arm_cpu_limit_ends_a_loop_in_c() -> None:
     import subprocess
     import sys

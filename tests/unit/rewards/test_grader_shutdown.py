@@ -61,6 +61,7 @@ def _left_over(pids: set[int], within_s: float = 10.0) -> dict[int, tuple[str, i
         time.sleep(0.1)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("how", "mode"),
     [
@@ -94,6 +95,7 @@ def test_workers_end_with_the_trainer_and_print_nothing(how, mode):
     assert err == "", err  # no ConnectionResetError / BrokenPipeError traceback
 
 
+@pytest.mark.subprocess
 def test_a_worker_that_cannot_read_its_pipe_still_dies_with_the_trainer():
     # stopped workers never see EOF on their pipe: only the parent-death signal ends them
     holder, workers = _start("ready")
@@ -109,6 +111,7 @@ def test_a_worker_that_cannot_read_its_pipe_still_dies_with_the_trainer():
     assert _left_over(tree) == {}
 
 
+@pytest.mark.subprocess
 def test_the_trainers_own_close_still_stops_workers_that_ignore_sigterm():
     from quadrants.rewards.grader import Grader
 

@@ -42,6 +42,7 @@ LAUNCH = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_composes_every_job(name):
     assert preflight(["-m", f"experiment={name}", *LAUNCH.get(name, [])]) == EXPECTED_JOBS[name]
@@ -144,6 +145,7 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
     assert with_sweep_id(["sweep_id=mine"]) == ["sweep_id=mine"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

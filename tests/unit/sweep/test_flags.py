@@ -53,6 +53,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "module", ["quadrants.sweep", "quadrants.submit", "quadrants.distributed_main"]
 )

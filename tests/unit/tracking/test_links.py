@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from quadrants.tracking.delivery import experiment_id_for
@@ -38,6 +39,7 @@ def test_local_store_links_say_how_to_serve_it():
     ]
 
 
+@pytest.mark.slow
 def test_experiments_are_tagged_as_training(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
@@ -26,6 +27,7 @@ def tracker(uri: str, spool: Path, **kwargs) -> MlflowTracker:
     return MlflowTracker(uri, "unit", spool_dir=spool, **{"flush_every_s": 0.2, **kwargs})
 
 
+@pytest.mark.slow
 def test_metrics_params_tags_and_artifacts_arrive(store_uri: str, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("lr: 0.001\n")
@@ -197,6 +199,7 @@ class CallRecorder(MlflowClient):
         return super().log_batch(run_id, metrics=metrics, params=params, tags=tags)
 
 
+@pytest.mark.slow
 def test_calls_respect_mlflow_limits_and_never_split_a_step(
     store_uri: str, tmp_path: Path, monkeypatch
 ) -> None:
@@ -254,6 +257,7 @@ def test_parent_run_is_reused_and_children_point_to_it(store_uri: str, tmp_path:
     assert sorted(r.info.run_id for r in found) == sorted(children)
 
 
+@pytest.mark.slow
 def test_store_unreachable_at_start_then_back(template_db: Path, tmp_path: Path, caplog) -> None:
     # a sqlite path under a regular file cannot be opened: it stands in for a server that is down
     db_dir = tmp_path / "later"

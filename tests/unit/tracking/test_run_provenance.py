@@ -8,6 +8,7 @@ import importlib.metadata
 import platform
 import subprocess
 
+import pytest
 import torch
 
 from quadrants.tasks.dataset import read_rows
@@ -25,6 +26,7 @@ def test_versions_name_every_package_and_say_when_one_is_missing():
     assert found["vllm"] == provenance.NOT_INSTALLED
 
 
+@pytest.mark.subprocess
 def test_git_state_gives_the_commit_and_whether_tracked_files_changed(tmp_path):
     def git(*args: str) -> str:
         return subprocess.run(
@@ -65,6 +67,7 @@ def test_data_hashes_are_the_sha256_of_the_bytes_keyed_by_directory_and_name(tmp
     assert provenance.data_hashes([gone]) == {"data.gone/test.jsonl": "missing"}
 
 
+@pytest.mark.subprocess
 def test_params_are_prefixed_and_include_the_data_files_the_process_read(tmp_path):
     folder = tmp_path / "mytask"
     folder.mkdir()

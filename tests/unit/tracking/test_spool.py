@@ -63,6 +63,7 @@ def test_segments_rotate_and_delivered_ones_are_deleted(tmp_path: Path) -> None:
     spool.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(

@@ -38,6 +38,7 @@ def small(run_dir: Path) -> RunConfig:
     return cfg
 
 
+@pytest.mark.subprocess
 def test_stop_checkpoints_the_unrecorded_step_and_the_resume_logs_it_once(tmp_path: Path) -> None:
     spool_file = tmp_path / "run" / "tracking" / "000000.jsonl"
     full = FullAtStep(3, spool_file)
@@ -68,6 +69,7 @@ def test_stop_checkpoints_the_unrecorded_step_and_the_resume_logs_it_once(tmp_pa
     assert dict(plain.history)[3]["train/entropy"] == again.history[0][1]["train/entropy"]
 
 
+@pytest.mark.slow
 def test_the_full_disk_save_brings_offloaded_optimizer_states_back_first(
     tmp_path: Path, monkeypatch
 ):

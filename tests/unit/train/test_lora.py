@@ -201,6 +201,7 @@ def saved_state(run_dir: Path, out: Path) -> dict:
     return torch.load(out, weights_only=False)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("objective", known_objectives())
 def test_every_objective_trains_the_adapters_only_with_quadrant_isolation(objective, tmp_path):
     """One step, quadrant.keep=PHR, a KL term against the adapters-off base: finite metrics, a KL
@@ -227,6 +228,7 @@ def assert_base_unchanged(state: dict) -> None:
     assert state and all(".lora_" in name for name in state), sorted(state)[:5]
 
 
+@pytest.mark.subprocess
 def test_a_lora_checkpoint_holds_the_adapters_not_the_model(tmp_path: Path):
     """The checkpoint's tensors are the adapters': rank 4 on every linear of the tiny model,
     `adapters` float32 elements stored once in the model part and twice (AdamW's two moments) in
@@ -254,6 +256,7 @@ def test_a_lora_checkpoint_holds_the_adapters_not_the_model(tmp_path: Path):
     assert on_disk < 4 * everything / 2  # under half of the model's float32 weights alone
 
 
+@pytest.mark.subprocess
 def test_resume_after_step_1_equals_an_uninterrupted_run(tmp_path: Path):
     """A run killed after step 1 (its checkpoint written, steps=1 standing in for the kill) and
     resumed for step 2 ends with the same adapters, base and AdamW states as a 2-step run, and logs
@@ -284,6 +287,7 @@ def test_resume_after_step_1_equals_an_uninterrupted_run(tmp_path: Path):
     assert {k: resumed_2[k] for k in untimed} == {k: whole_2[k] for k in untimed}
 
 
+@pytest.mark.slow
 def test_hydra_composes_model_lora_and_refuses_before_anything_is_queued():
     """The keys compose from the command line (Hydra's structured config), and the refusals run
     in preflight: rollout=vllm for every run, launcher=slurm_ddp (8 ranks) for the multi-rank one."""
@@ -327,6 +331,7 @@ def test_activation_checkpointing_gives_the_same_adapter_gradients():
         torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-7, msg=name)
 
 
+@pytest.mark.subprocess
 def test_evaluation_loads_a_lora_checkpoint(tmp_path: Path):
     """`quadrants.evaluate RUN_DIR` on a LoRA run: the adapters are rebuilt from the run's
     config.yaml (models/lora.py through eval/target.py) and the checkpoint's values loaded."""
@@ -434,6 +439,7 @@ def test_the_hf_engine_samples_from_a_policy_stored_in_two_dtypes():
     assert torch.isfinite(got.behaviour_logp).all()
 
 
+@pytest.mark.subprocess
 def test_a_bf16_mixed_lora_run_places_the_base_in_bf16_and_trains(tmp_path: Path):
     """train/loop.py `prepare_policy` under bf16-mixed stores the LoRA policy as
     `store_parameters` does (base linears bf16, adapters float32), and one step of the tiny run

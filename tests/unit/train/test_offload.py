@@ -96,6 +96,7 @@ def test_a_cpu_run_refuses_it_at_compose_time():
     validate_config(cfg, files=False)
 
 
+@pytest.mark.slow
 def test_the_memory_plan_moves_the_states_to_the_host():
     """The tiny model (1,064,064 parameters) over 2 ranks: AdamW's states are 8 bytes a parameter
     over 2 ranks = 4,256,256 bytes a rank (the trace adds 200 bytes of step counters: 4,256,456).

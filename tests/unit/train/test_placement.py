@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from quadrants.train.placement import SingleProcess
@@ -70,6 +71,7 @@ print(json.dumps({"opened": opened, "step": metrics["train/step"],
 """
 
 
+@pytest.mark.subprocess
 def test_a_one_process_step_never_imports_distributed_code():
     """A whole step (collect with the HF engine, score, update, telemetry) built by `build_step`
     from real parts in a fresh interpreter: afterwards no module of quadrants.distributed is

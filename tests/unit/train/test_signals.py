@@ -30,6 +30,7 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.subprocess
 def test_arca_toy_run_logs_the_adapter_residual_per_quadrant(tmp_path):
     """2 steps of ARCA with LoRA: every quadrant's adapter_residual_mean next to its entropy_mean.
     Step 1 runs with peft's B = 0, so the residual is exactly 0 and ARCA's weights are all 1
@@ -53,6 +54,7 @@ def test_arca_toy_run_logs_the_adapter_residual_per_quadrant(tmp_path):
     assert all(math.isfinite(v) for v in second.values())
 
 
+@pytest.mark.subprocess
 def test_lora_telemetry_is_on_for_any_objective_and_can_be_switched_off(tmp_path):
     cfg = small(tmp_path / "on", steps=1, objective="grpo")
     tracker = RecordingTracker()
@@ -66,6 +68,7 @@ def test_lora_telemetry_is_on_for_any_objective_and_can_be_switched_off(tmp_path
     assert not any("adapter_residual" in k for k in tracker.history[-1][1])
 
 
+@pytest.mark.subprocess
 def test_attention_entropy_axis_toy_run(tmp_path):
     """2 steps with quadrant.axis=attention_entropy (no LoRA): the per-quadrant attention entropy is
     logged, and the split is by it: with the group-mean threshold, the high quadrants' mean attention

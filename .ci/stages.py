@@ -1,0 +1,75 @@
+"""The closing table of .ci/run: each stage's time against its budget and its tests, from
+`outputs/ci/stages.tsv` and the stages' junit files; exits 1 when a stage took more than twice its
+budget or when the stages' test counts do not add up to every collected test."""
+
+from __future__ import annotations
+
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+OVER = 2.0  # a stage over twice its budget fails CI
+
+
+def counts(junit: Path) -> dict[str, int] | None:
+    if not junit.exists():
+        return None
+    total = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    root = ET.parse(junit).getroot()
+    for suite in root.iter("testsuite"):
+        for key in total:
+            total[key] += int(suite.get(key, 0))
+    return total
+
+
+def main(out: Path) -> int:
+    rows = [line.split("\t") for line in (out / "stages.tsv").read_text().splitlines() if line]
+    problems = []
+    print(
+        f"\n{'stage':<12} {'budget s':>8} {'took s':>7} {'exit':>4} {'tests':>6} {'passed':>6} "
+        f"{'skipped':>7} {'failed':>6}"
+    )
+    tested = 0
+    spent = 0
+    for name, budget, took, rc in rows:
+        c = counts(out / f"{name}.xml")
+        spent += int(took)
+        if c is None:
+            cells = f"{'':>6} {'':>6} {'':>7} {'':>6}"
+        else:
+            tested += c["tests"]
+            failed = c["failures"] + c["errors"]
+            passed = c["tests"] - failed - c["skipped"]
+            cells = f"{c['tests']:>6} {passed:>6} {c['skipped']:>7} {failed:>6}"
+        print(f"{name:<12} {budget:>8} {took:>7} {rc:>4} {cells}")
+        if int(took) > OVER * int(budget):
+            problems.append(
+                f"stage {name} took {took} s, over {OVER:g} x its budget of {budget} s: find what "
+                "grew (pytest --durations=20 --stage NAME) and move it, or restate the budget "
+                "in .ci/run"
+            )
+    print(f"{'total':<12} {'':>8} {spent:>7} {'':>4} {tested:>6}  ({spent / 60:.1f} min)")
+    collected = out / "collected.txt"
+    match = (
+        re.search(r"(\d+) tests? collected", collected.read_text()) if collected.exists() else None
+    )
+    if match is None:
+        problems.append("could not count the collected tests (outputs/ci/collected.txt)")
+    else:
+        every = int(match.group(1))
+        print(
+            f"collected (pytest --stage all --collect-only): {every}; run by the stages: {tested}"
+        )
+        if every != tested:
+            problems.append(
+                f"the stages ran {tested} tests of {every} collected: "
+                "a test is in no stage or in two"
+            )
+    for problem in problems:
+        print(f"CI: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
