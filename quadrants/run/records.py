@@ -210,7 +210,7 @@ def signal_save(ctx: Run, run_dir: Path | None, tracker: Tracker, offload: Optim
 
 def optimizer_offload(ctx: Run) -> OptimizerOffload | None:
     """train.offload_optimizer on an accelerator: the optimizer's states offloaded now (after a
-    resume restored them to the device) and between its steps (quadrants/train/offload.py). A run
+    resume restored them to the device) and between its steps (quadrants/run/offload.py). A run
     whose device resolved to the CPU (train.device=auto without a GPU) has nothing to free."""
     if not ctx.cfg.train.offload_optimizer:
         return None
