@@ -79,7 +79,7 @@ def update_context(model, objective: str = "dapo", *, keep="all", micro: int = 0
     """A StepContext with what an update needs (objective, loss settings, passes) and no rollout
     engine, grader, task or optimizer; every other setting is the default."""
     from quadrants.config import RunConfig
-    from quadrants.train.context import build_step
+    from quadrants.run.settings import build_step
 
     cfg = RunConfig()
     cfg.objective.name = objective

@@ -31,8 +31,8 @@ def worker(out: str, steps: int, prompts: int, threads: int) -> None:
 
     from quadrants.config import RunConfig
     from quadrants.distributed.collectives import init_distributed, shutdown
+    from quadrants.run.loop import run_training
     from quadrants.tracking.base import NullTracker
-    from quadrants.train.loop import run_training
 
     class Timings(NullTracker):
         def __init__(self) -> None:

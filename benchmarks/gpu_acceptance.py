@@ -295,9 +295,9 @@ def run(args, config, device, checkpointing, micro_batches, spec) -> dict:
 
 def with_lora(model, lora: LoraSpec, device: torch.device, checkpointing: bool, lr: float):
     """`model` with the trainer's LoRA set-up in one process: adapters in float32, the frozen base
-    linears cast to bf16 in place (train/loop.py `prepare_policy` via ops/precision.py), the
+    linears cast to bf16 in place (run/build.py `prepare_policy` via ops/precision.py), the
     trainer's checkpointing (`shard_model` without a group changes nothing else), and fused AdamW
-    over the adapters (train/loop.py `fused_optimizer_applies`)."""
+    over the adapters (run/build.py `fused_optimizer_applies`)."""
     from quadrants.distributed.collectives import DistEnv, shard_model
 
     precision = resolve_precision("bf16-mixed", device)

@@ -106,7 +106,7 @@ def synchronize(device: str) -> None:
 def run_steps(cfg, steps: int, inspect: Callable | None = None) -> dict:
     """`steps` training steps of `cfg` through `build_context` and `train_step`: the figures."""
     from quadrants.rewards.grader import Grader
-    from quadrants.train.loop import build_context
+    from quadrants.run.build import build_context
     from quadrants.train.step import train_step
     from quadrants.validation import validate_config
 
@@ -159,7 +159,7 @@ def tuning(args) -> dict[str, dict]:
 
     from transformers import GenerationMixin
 
-    import quadrants.train.loop as loop
+    import quadrants.run.build as build
     from quadrants import cpu
 
     calls: dict[str, int] = {}
@@ -187,8 +187,8 @@ def tuning(args) -> dict[str, dict]:
         returned.append(tune_for(device, settings, models))
         return returned[-1]
 
-    originals.append((loop, "tune_for", tune_for))
-    loop.tune_for = recorded
+    originals.append((build, "tune_for", tune_for))
+    build.tune_for = recorded
     environ = dict(os.environ)
 
     def inspect(ctx) -> dict:
@@ -257,8 +257,8 @@ def objectives(args) -> dict[str, dict]:
 
 
 def learn(args) -> dict[str, dict]:
+    from quadrants.run.loop import run_training
     from quadrants.tracking.base import RecordingTracker
-    from quadrants.train.loop import run_training
 
     steps = 6 if args.smoke else 30
     out = {}
@@ -300,7 +300,7 @@ def learn(args) -> dict[str, dict]:
 
 
 def resume(args) -> dict[str, dict]:
-    import quadrants.train.loop as loop
+    import quadrants.run.loop as loop
     from quadrants.tracking.base import RecordingTracker
 
     total, stop_after, every = (6, 4, 2) if args.smoke else (16, 13, 5)

@@ -13,9 +13,9 @@ import logging
 import time
 
 from quadrants.config import RunConfig
+from quadrants.run.loop import run_training
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.loop import run_training
 
 
 def main() -> None:

@@ -25,7 +25,8 @@ from quadrants.models.tiny import random_tiny_policy
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import known_objectives, resolve_objective
-from quadrants.train.context import Objective, build_step
+from quadrants.run.settings import build_step
+from quadrants.train.context import Objective
 from quadrants.train.step import update_policy
 
 

@@ -32,7 +32,7 @@ def main() -> None:
     from quadrants.models.loading import load_policy
     from quadrants.probe.measure import probe_policy
     from quadrants.rewards.grader import Grader
-    from quadrants.train.loop import make_run_task
+    from quadrants.run.build import make_run_task
 
     torch.set_num_threads(args.threads)
     settings = {

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from quadrants.launch.hydra_setup import compose_run_config
+from quadrants.run.loop import run_training
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.loop import run_training
 
 PHASES = ("rollout", "reward", "old_logp", "update", "telemetry")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from quadrants.config import ObjectiveConfig, RunConfig
+from quadrants.run.loop import run_training
 from quadrants.tracking.mlflow_tracker import MlflowTracker
-from quadrants.train.loop import run_training
 
 
 class TimedTracker:

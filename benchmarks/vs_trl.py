@@ -70,7 +70,7 @@ def prepare(workload: str, workdir: Path, steps: int) -> dict:
 
     from quadrants.config import RunConfig
     from quadrants.models.loading import load_policy
-    from quadrants.train.loop import make_run_task
+    from quadrants.run.build import make_run_task
 
     spec = WORKLOADS[workload]
     cfg = RunConfig(seed=0)
@@ -129,8 +129,8 @@ def quadrants_child(
 ) -> dict:
     from quadrants.config import RunConfig
     from quadrants.rewards.grader import GradeBatch, Grader, Outcome
+    from quadrants.run.loop import run_training
     from quadrants.tracking.base import NullTracker
-    from quadrants.train.loop import run_training
 
     spec = WORKLOADS[workload]
     real_grade = Grader.grade

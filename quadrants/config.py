@@ -193,7 +193,7 @@ class TrainConfig:
     allow_pure_bf16: bool = False
     activation_checkpointing: bool = False  # recompute each decoder layer in backward
     # AdamW's states to host memory between optimizer steps (rollouts, evaluation, behaviour pass,
-    # forward and backward), back for the step (quadrants/train/offload.py); GPU runs only
+    # forward and backward), back for the step (quadrants/run/offload.py); GPU runs only
     offload_optimizer: bool = False
     epochs: int = 1  # passes over each rollout batch
     lr: float = 1e-4

@@ -346,7 +346,7 @@ def load_samples(
 ) -> list[dict[str, Any]]:
     """Every sample record of the run's `samples/step_*.json` artifacts, each with its "step" added.
 
-    The records are those of `quadrants.train.samples`: prompt, response, reward, advantage, and per
+    The records are those of `quadrants.run.samples`: prompt, response, reward, advantage, and per
     token its text, entropy and quadrant. A run without the artifact gives [].
     """
     names = sorted(

@@ -30,7 +30,7 @@ __all__ = ["EvalTarget", "load_target_policy", "resolve_target"]
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _SHARDS_DIR = (
-    "model_optim"  # model + optimizer as torch.distributed.checkpoint shards (train/checkpoint.py)
+    "model_optim"  # model + optimizer as torch.distributed.checkpoint shards (run/checkpoint.py)
 )
 
 
@@ -180,7 +180,7 @@ def _load_sharded_model(directory: Path, model: Any) -> None:
     """Only the model part of a torch.distributed.checkpoint written by any number of ranks (DCP
     loads the requested keys; the optimizer shards are not read). A LoRA model (frozen base):
     only its trainable keys are requested, as a LoRA run saves them
-    (train/distributed_checkpoint.py); the base is the one just loaded from its source."""
+    (run/distributed_checkpoint.py); the base is the one just loaded from its source."""
     import warnings
 
     import torch.distributed.checkpoint as dcp

@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format=f"[rank {env.rank}] %(asctime)s %(name)s: %(message)s"
     )
+    from quadrants.run.loop import run_training
     from quadrants.tracking.setup import make_tracker, tracked
-    from quadrants.train.loop import run_training
 
     assert cfg.run_dir is not None
     run_dir = Path(cfg.run_dir)

@@ -16,9 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from quadrants.distributed.collectives import init_distributed
 from quadrants.launch.hydra_setup import to_run_config
+from quadrants.run.loop import run_training
 from quadrants.tracking.base import NullTracker
 from quadrants.tracking.setup import make_tracker, tracked, tracking_uri
-from quadrants.train.loop import run_training
 
 log = logging.getLogger("quadrants.job")
 

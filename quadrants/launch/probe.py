@@ -86,9 +86,9 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
     from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
     from quadrants.eval.target import load_target_policy
     from quadrants.rollout.registry import get_engine
+    from quadrants.run.build import make_run_task
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.tracking.setup import artifact_location, tracking_uri
-    from quadrants.train.loop import make_run_task
 
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)

@@ -38,10 +38,10 @@ Two corrections, each found by checking the trackers' figures against arithmetic
 
 LoRA (`TraceSpec.lora`): the adapters are put into the traced model by the trainer's own
 `apply_lora` (models/lora.py, peft's `get_peft_model`), so the frozen base weights are held in the
-storage dtype the trainer gives them (ops/precision.py `store_frozen_linears`, as train/loop.py
+storage dtype the trainer gives them (ops/precision.py `store_frozen_linears`, as run/build.py
 `prepare_policy` stores them: float32 under fp32, bf16 under bf16; under bf16-mixed the frozen
 linears in bf16, the embeddings, norms and adapters in float32), without gradients, and AdamW
-(built over `trainable_parameters`, as train/loop.py builds it) keeps moments for the adapters only.
+(built over `trainable_parameters`, as run/build.py builds it) keeps moments for the adapters only.
 Under autocast the bf16 base linears are used as they are; a float32 frozen weight would be cast
 at every matmul into a temporary (autocast caches the casts of leaf tensors that require grad only:
 aten/src/ATen/autocast_mode.cpp `cached_cast`), which the trace would see.
@@ -314,7 +314,7 @@ def policy_loss(
 
 
 def _adamw(params: list[nn.Parameter], sharded: bool) -> torch.optim.Optimizer:
-    """AdamW as the trainer gets it on CUDA: fused over plain parameters (train/loop.py
+    """AdamW as the trainer gets it on CUDA: fused over plain parameters (run/build.py
     `fused_optimizer_applies`), the default (foreach, on CUDA) over DTensor shards."""
     if sharded:
         return torch.optim.AdamW(params, lr=1e-6, foreach=True)
@@ -362,7 +362,7 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
                 raise ValueError("LoRA trains in one process: the plan traces it unsharded")
             with _default_dtype(dtype), _adapters_built_in_place():
                 apply_lora(model, spec.lora)
-            # the storage the trainer gives it (train/loop.py `prepare_policy`): bf16 base linears
+            # the storage the trainer gives it (run/build.py `prepare_policy`): bf16 base linears
             precision = resolve_precision(spec.precision, torch.device(spec.device))
             store_frozen_linears(model, precision)
     model.train()

@@ -8,7 +8,7 @@ Scope: the mini-batch, as in the reference implementation.
 
 The penalty's gradient at logπ = logπ_old (the first update of a step) is coef · sign(rounding):
 old log-probs from the trainer's own forward make that sign agree with the update's forward, so this
-objective keeps the behaviour pass (`recomputed_old_logp`, see quadrants/train/context.py).
+objective keeps the behaviour pass (`recomputed_old_logp`, see quadrants/run/settings.py).
 """
 
 from __future__ import annotations

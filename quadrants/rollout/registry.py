@@ -6,7 +6,7 @@ of the code asks the kind, never the name:
 - `gpus_per_run(rollout)`: GPUs one run's process asks the SLURM launcher for (None = no request);
 - `samples_from_trainer_weights`: the engine samples from the trainer's own module (or an exact
   per-rank copy) with the trainer's numerics, so its log-probs and entropy may stand in for the
-  behaviour pass (quadrants/train/context.py, `engine_numbers_may_stand_in`);
+  behaviour pass (quadrants/run/settings.py, `engine_numbers_may_stand_in`);
 - `replica_for_ranks`: when the policy is sharded over ranks, the engine needs a full per-rank copy
   of it, taken before sharding (the trainer makes it; `start` receives it as `replica`);
 - `start(...)`: the training engine, over the placed (and sharded) policy;

@@ -208,7 +208,7 @@ class MlflowTracker:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Spool one step's metrics (never blocks on the network). Raises `DiskFullError` only when
         the record cannot be written to disk: the step is then not recorded, and the caller must not
-        count it as done (the training loop stops; quadrants.train.loop)."""
+        count it as done (the training loop stops; quadrants.run.loop)."""
         try:
             if self._finished:
                 self._warn_once("finished", "logging after finish() is ignored")

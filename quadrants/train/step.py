@@ -1,7 +1,7 @@
 """One training step, read top to bottom: collect -> score -> update -> telemetry.
 
 `train_step` calls three phases, each given only the parts and the settings it reads (small frozen
-dataclasses built once from the config by `build_step`, train/context.py):
+dataclasses of train/context.py, built once from the config by run/settings.py `build_step`):
 
 1. **collect** (`collect_rollouts`, `CollectSettings`): draw the step's prompts, generate G
    responses each in blocks dealt to the ranks, grade them, optionally refill with mixed groups
@@ -255,7 +255,8 @@ def build_batch(
     sequences = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)  # [B, P + T]
     attention_mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
     length = rollouts.response_ids.shape[1]
-    # train.behaviour_pass=auto: the engine's numbers where they equal the pass's (train/context.py)
+    # train.behaviour_pass=auto: the engine's numbers where they equal the pass's
+    # (run/settings.py `engine_numbers_may_stand_in`)
     if settings.engine_numbers_stand_in and rollouts.behaviour_entropy is not None:
         old_logp, entropy = rollouts.behaviour_logp, rollouts.behaviour_entropy
     else:

@@ -28,7 +28,7 @@ from quadrants.config import RunConfig
 from quadrants.distributed.collectives import gather_objects, init_distributed, shutdown
 from quadrants.models.loading import load_policy
 from quadrants.rewards.grader import Grader
-from quadrants.train import loop
+from quadrants.run import build as run_build
 from quadrants.train.step import train_step
 
 
@@ -94,13 +94,13 @@ def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def build(cfg: RunConfig, grader: Grader, env: Any, *, meta: bool) -> Any:
     _Forbidden.on = meta and not env.is_main
     if meta:
-        return loop.build_context(cfg, grader)
-    original = loop.load_policy
-    loop.load_policy = lambda *a, **k: original(*a, **{**k, "weights": True})
+        return run_build.build_context(cfg, grader)
+    original = run_build.load_policy
+    run_build.load_policy = lambda *a, **k: original(*a, **{**k, "weights": True})
     try:
-        return loop.build_context(cfg, grader)
+        return run_build.build_context(cfg, grader)
     finally:
-        loop.load_policy = original
+        run_build.load_policy = original
 
 
 def main(out: Path) -> None:

@@ -4,11 +4,11 @@ Only rank 0 records a step's metrics and samples (the other ranks hold a NullTra
 launch/job.py gives them), but the checkpoint the loop then writes is collective. So when rank 0's
 tracker raised ENOSPC (its MLflow spool's disk full, the checkpoint filesystem not), rank 0 went
 into `stop_if_disk_full`'s save while rank 1 went on to the step-boundary exchange
-(train/preemption.py): mismatched collectives, a hang until the process group's timeout (30 min by
+(run/preemption.py): mismatched collectives, a hang until the process group's timeout (30 min by
 default), then a crash, and the step's metrics never reached a checkpoint. Now the ranks agree on
-the full disk after rank 0's records (train/loop.py `disk_full_on_any_rank`) and both save.
+the full disk after rank 0's records (run/records.py `disk_full_on_any_rank`) and both save.
 
-The run is the one-process case of tests/unit/train/test_disk_full_stop.py (tiny random policy,
+The run is the one-process case of tests/unit/run/test_disk_full_stop.py (tiny random policy,
 5 steps, checkpoints every 4, the disk full when step 3 is logged; also step 4, a checkpoint step,
 where rank 1 went into the periodic save instead) on 2 ranks sharing the run directory, the process
 group's timeout cut to 30 s so that a hang ends in seconds. Before the fix, at step 3 both ranks
@@ -45,10 +45,10 @@ def _rank(
 ) -> None:
     """Rank `rank` trains `small`; on rank 0 the disk is full when step `full_at` is logged
     (`where="tracker"`) or, once, when its checkpoint's state.pt is opened (`where="state"`)."""
-    import quadrants.train.checkpoint
+    import quadrants.run.checkpoint
+    from quadrants.run.loop import run_training
     from quadrants.tracking.base import NullTracker, RecordingTracker
-    from quadrants.train.loop import run_training
-    from tests.unit.train.test_disk_full_stop import FullAtStep, small
+    from tests.unit.run.test_disk_full_stop import FullAtStep, small
 
     torch.set_num_threads(1)
     os.environ["LOCAL_RANK"] = str(rank)
@@ -62,7 +62,7 @@ def _rank(
         tracker = FullAtStep(full_at, spool)
     if rank == 0 and where == "state":
         tracker = RecordingTracker()
-        quadrants.train.checkpoint.open = _full_once(Path(f"step_{full_at:07d}.tmp", "state.pt"))
+        quadrants.run.checkpoint.open = _full_once(Path(f"step_{full_at:07d}.tmp", "state.pt"))
     started = time.monotonic()
     try:
         run_training(small(Path(run_dir)), tracker)
@@ -77,7 +77,7 @@ def _rank(
 
 def _full_once(tail: Path):
     """`open`, except that the first opening of a path ending in `tail` fails with ENOSPC (a
-    module global shadowing the builtin in quadrants/train/checkpoint.py only)."""
+    module global shadowing the builtin in quadrants/run/checkpoint.py only)."""
     failed = []
 
     def opener(path, *args, **kwargs):
@@ -119,7 +119,7 @@ def _train_on_two_ranks(tmp_path: Path, full_at: int, where: str) -> list[dict]:
 def test_a_full_disk_on_rank_0_alone_stops_both_ranks_with_the_step_checkpointed(
     tmp_path: Path, full_at: int
 ):
-    from quadrants.train.checkpoint import load_latest
+    from quadrants.run.checkpoint import load_latest
 
     ranks = _train_on_two_ranks(tmp_path, full_at, "tracker")
     run_dir = tmp_path / "run"
@@ -148,9 +148,9 @@ def test_a_full_disk_under_rank_0s_state_file_stops_both_ranks_with_the_step_che
     ENOSPC there once, at the periodic checkpoint of step 4. Before, rank 0 raised while rank 1
     waited in the closing barrier, which rank 0's retry (stop_if_disk_full's save) then answered:
     rank 1 left the save as if it had succeeded, and the two ranks' collectives no longer matched.
-    Now the ranks exchange rank 0's outcome in place of that barrier (train/checkpoint.py
+    Now the ranks exchange rank 0's outcome in place of that barrier (run/checkpoint.py
     `_on_rank0`), both retry the save, and both stop with step 4 checkpointed with its metrics."""
-    from quadrants.train.checkpoint import load_latest
+    from quadrants.run.checkpoint import load_latest
 
     ranks = _train_on_two_ranks(tmp_path, 4, "state")
     root = tmp_path / "run" / "checkpoints"

@@ -123,7 +123,7 @@ def test_sigterm_to_every_rank_checkpoints_the_last_step_and_one_process_resumes
 _LONG_STEP = """
 import os, signal, sys, time
 import torch, torch.distributed as dist
-from quadrants.train.preemption import checkpointed_steps
+from quadrants.run.preemption import checkpointed_steps
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()

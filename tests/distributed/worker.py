@@ -23,8 +23,8 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import init_distributed, shutdown
+from quadrants.run.loop import run_training
 from quadrants.tracking.base import NullTracker
-from quadrants.train.loop import run_training
 
 CASES: dict[str, dict[str, Any]] = {
     "grpo": dict(objective="grpo", params={}),

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from quadrants.config import RunConfig
+from quadrants.run.checkpoint import load_latest
+from quadrants.run.loop import run_training
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker
-from quadrants.train.checkpoint import load_latest
-from quadrants.train.loop import run_training
 
 
 class Recording(NullTracker):

@@ -16,7 +16,7 @@ import torch
 from quadrants.objectives.registry import get_objective, known_objectives
 from quadrants.ops.quadrants import Quadrant
 from quadrants.rewards.grader import Grader
-from quadrants.train.loop import build_context
+from quadrants.run.build import build_context
 from quadrants.train.step import train_step
 
 from .test_objectives_train import small_config

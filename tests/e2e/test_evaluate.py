@@ -26,8 +26,8 @@ from quadrants.config import (
 )
 from quadrants.eval.results import benchmark_metrics, read_counts
 from quadrants.launch.evaluate import main
+from quadrants.run.loop import run_training
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.loop import run_training
 
 SLICE = ["eval.benchmarks={arithmetic:2,gsm8k:2,math500:2}", "eval.limit=3", "train.threads=1"]
 

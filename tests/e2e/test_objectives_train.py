@@ -12,8 +12,8 @@ import torch
 from quadrants.config import RunConfig
 from quadrants.objectives.registry import known_objectives
 from quadrants.rewards.grader import Grader
+from quadrants.run.build import build_context
 from quadrants.tracking import keys
-from quadrants.train.loop import build_context
 from quadrants.train.step import train_step
 from quadrants.validation import NEEDS_LORA
 

@@ -28,8 +28,9 @@ from quadrants.models.loading import load_policy
 from quadrants.probe.__main__ import main
 from quadrants.probe.measure import probe_policy
 from quadrants.rewards.grader import Grader
+from quadrants.run.build import make_run_task
+from quadrants.run.loop import run_training
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.loop import make_run_task, run_training
 
 
 @pytest.mark.slow

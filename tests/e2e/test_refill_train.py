@@ -9,9 +9,10 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.rewards.grader import Grader
+from quadrants.run.build import build_context
+from quadrants.run.loop import run_training
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker
-from quadrants.train.loop import build_context, run_training
 from quadrants.train.step import train_step
 
 

@@ -24,8 +24,8 @@ from quadrants.rewards.grader import Grader
 from quadrants.rollout import registry
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.registry import EngineKind, register_engine
+from quadrants.run.build import build_context
 from quadrants.tracking import keys
-from quadrants.train.loop import build_context
 from quadrants.train.step import train_step
 from tests.vllm.layout import assert_rollouts_layout
 

@@ -20,8 +20,8 @@ from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch
 from quadrants.objectives.registry import check_range, get_objective, register_objective
 from quadrants.ops.surrogate import importance_ratio
 from quadrants.rewards.grader import Grader
+from quadrants.run.build import build_context
 from quadrants.tracking import keys
-from quadrants.train.loop import build_context
 from quadrants.train.step import train_step
 from tests.unit.objectives.helpers import batch, close, grad_of, logp_for_ratios, run
 

@@ -104,7 +104,7 @@ def test_usr2_to_a_two_task_job_checkpoints_then_submitit_requeues_it_once(slurm
     submitit's real handler: the ranks save the step in flight's boundary together, then submitit on
     task 0 requeues the job (its other tasks' handlers return), once; the requeued job resumes from
     that step into the same MLflow run. The tiny steps end well within the 30 s that rank 0 waits
-    for a boundary (quadrants/train/preemption.py; the longer-step case: tests/distributed/
+    for a boundary (quadrants/run/preemption.py; the longer-step case: tests/distributed/
     test_preemption.py), so no requeue without a checkpoint here."""
     run_dir, job_id = slurm_cluster.interrupted_sweep(
         tmp_path,

@@ -71,15 +71,20 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"config", "config_ranges", "cpu", "device", "ops", "objectives", "rewards", "tasks"}
         | {"models", "rollout", "distributed", "eval", "probe"}
     ),
-    "train": frozenset(
+    # the step: its phases, their frozen settings, placement, micro-batches, blocks, refill, signals
+    # and telemetry (no config, no process group)
+    "train": frozenset({"ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}),
+    # one run of the step: built from the config (run/build.py), looped, recorded, checkpointed,
+    # preempted, its optimizer offloaded
+    "run": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
-        | {"rollout", "distributed", "eval", "probe", "validation"}
+        | {"rollout", "distributed", "eval", "probe", "validation", "train"}
     ),
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, every
     # command line (sweep, submit, plan, status, evaluate, data, distributed_main, probe, analysis)
     "launch": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
-        | {"rollout", "distributed", "eval", "analysis", "probe", "validation", "train", "home"}
+        | {"rollout", "distributed", "eval", "analysis", "probe", "validation", "run", "home"}
         | {"memory"}
     ),
     # a package's `__main__` (`python -m quadrants.probe`, `python -m quadrants.analysis`): an alias

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.train.loop import run_training
+from quadrants.run.loop import run_training
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -113,7 +113,7 @@ def eval_metrics(values: dict[str, tuple[float, float]], k: int = 4) -> dict[str
 
 
 def sample_file(directory: Path, step: int, advantage_sign: float) -> Path:
-    """A samples artifact like quadrants.train.samples writes: two responses of one prompt."""
+    """A samples artifact like quadrants.run.samples writes: two responses of one prompt."""
     path = directory / f"step_{step:06d}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tokens_good = [

@@ -25,7 +25,7 @@ from quadrants.cpu.sdpa import FORCE_GQA, hand_grouped_heads_to_sdpa
 from quadrants.ops import fused_head
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.rollout.hf import HFEngine
-from quadrants.train import loop
+from quadrants.run import build
 
 TUNING = {
     (matmul, "set_cpu_matmul"),
@@ -41,7 +41,7 @@ def test_importing_quadrants_sets_no_environment():
     run imports (the trainer, the command line, the CPU package) is the same, key for key."""
     probe = (
         "import json, os, sys; before = dict(os.environ); import quadrants, quadrants.cpu, "
-        "quadrants.train.loop, quadrants.launch.sweep; "
+        "quadrants.run.loop, quadrants.launch.sweep; "
         "print(json.dumps([before, dict(os.environ)]))"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", FORCE_GQA)}
@@ -72,8 +72,8 @@ def _context(monkeypatch, device: str):
     cfg = RunConfig(seed=0)
     cfg.model.name_or_path = "tiny-random"
     cfg.objective.kl_coef = 0.1  # a reference model too: both would be routed on the CPU
-    monkeypatch.setattr(loop, "resolve_device", lambda name, rank=0: torch.device(device))
-    return loop.build_context(cfg, grader=None)  # the grader is only held, never called here
+    monkeypatch.setattr(build, "resolve_device", lambda name, rank=0: torch.device(device))
+    return build.build_context(cfg, grader=None)  # the grader is only held, never called here
 
 
 def test_a_run_on_another_device_touches_none_of_the_cpu_tuning(spies, monkeypatch):
@@ -171,7 +171,7 @@ def test_tune_for_routes_the_models_and_reports(monkeypatch):
     monkeypatch.setattr(matmul, "_chosen", "torch")
     monkeypatch.delenv(FORCE_GQA, raising=False)
     monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
-    model, _ = loop.load_policy("tiny-random", seed=0)
+    model, _ = build.load_policy("tiny-random", seed=0)
     tuning = tune_for(torch.device("cpu"), CpuConfig(matmul="torch", retain_freed_mb=0), [model])
     assert tuning is not None
     assert tuning.matmul == "torch" and matmul.cpu_matmul() == "torch"
@@ -209,7 +209,7 @@ def test_spin_in_effect_names_the_setting():
 
 
 def test_the_hf_engine_decodes_fast_on_the_cpu_only():
-    model, tokenizer = loop.load_policy("tiny-random", seed=0)
+    model, tokenizer = build.load_policy("tiny-random", seed=0)
     engine = HFEngine(model, tokenizer)
     assert engine.decode == "auto"
     assert engine.decode_on(torch.device("cpu")) == "fast"

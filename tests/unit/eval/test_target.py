@@ -100,7 +100,7 @@ def test_an_unrelated_directory_is_refused(tmp_path):
 @pytest.mark.parametrize("layout", ["state_pt", "sharded"])
 def test_checkpoint_weights_are_loaded_into_the_runs_base_model(tmp_path, layout):
     """Both checkpoint layouts: the model in state.pt (older), or torch.distributed.checkpoint shards
-    in model_optim/ next to it (what train/checkpoint.py writes now)."""
+    in model_optim/ next to it (what run/checkpoint.py writes now)."""
     import torch
     import torch.distributed.checkpoint as dcp
 

@@ -17,7 +17,8 @@ from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, make_token_batch
 from quadrants.objectives.loss import compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
-from quadrants.train.context import StepContext, build_step
+from quadrants.run.settings import build_step
+from quadrants.train.context import StepContext
 from quadrants.train.gradless_rows import equal_shares, rows_with_gradient
 from quadrants.train.step import backward_minibatch, generator_state, replaying
 

@@ -277,7 +277,7 @@ def test_cuda_without_cuda_fails_at_start():
     cfg = RunConfig()
     cfg.train.device = "cuda"
     validate_config(cfg)  # a name check only: a login node submitting GPU jobs has no GPU itself
-    from quadrants.train.loop import build_context
+    from quadrants.run.build import build_context
 
     with pytest.raises(RuntimeError, match=message):
         build_context(cfg, grader=None)  # type: ignore[arg-type]  # fails before the grader is used

@@ -24,9 +24,9 @@ from quadrants.models.lora import adapters_disabled, has_adapters, trainable_par
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.registry import known_objectives
 from quadrants.ops.precision import resolve_precision, store_parameters
+from quadrants.run.checkpoint import load_latest
+from quadrants.run.loop import run_training
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.checkpoint import load_latest
-from quadrants.train.loop import run_training
 from quadrants.train.step import reference_logprobs
 from quadrants.validation import check_lora_ranks, validate_config
 from tests.unit.train.test_accumulate import PARAMS, backward, context, seeded_batch
@@ -221,7 +221,7 @@ def test_every_objective_trains_the_adapters_only_with_quadrant_isolation(object
 
 
 def assert_base_unchanged(state: dict) -> None:
-    """A LoRA checkpoint's model part is the adapters alone (train/distributed_checkpoint.py: the
+    """A LoRA checkpoint's model part is the adapters alone (run/distributed_checkpoint.py: the
     frozen base is read from model.name_or_path again on resume), so the base cannot drift through
     a save and resume; that it does not move in training is test_adapters_start_at_the_base_and_
     only_they_train's."""
@@ -361,7 +361,7 @@ def test_evaluation_loads_a_lora_checkpoint(tmp_path: Path):
 
 def test_bf16_mixed_stores_the_base_in_bf16_with_the_same_update():
     """Under bf16-mixed the frozen base linears are stored in bf16, the adapters, norms and the
-    (tied) embedding in float32 (ops/precision.py `store_parameters`, as train/loop.py
+    (tied) embedding in float32 (ops/precision.py `store_parameters`, as run/build.py
     `prepare_policy` stores the policy). tiny-random: 4 layers x 7 projections (+ q, k, v biases:
     10 tensors) = 40 bf16 tensors; the embedding (tied to the LM head: it sets the residual
     stream's dtype) and 2 x 4 + 1 norms stay float32. The loss and the adapters' gradients are
@@ -441,13 +441,13 @@ def test_the_hf_engine_samples_from_a_policy_stored_in_two_dtypes():
 
 @pytest.mark.subprocess
 def test_a_bf16_mixed_lora_run_places_the_base_in_bf16_and_trains(tmp_path: Path):
-    """train/loop.py `prepare_policy` under bf16-mixed stores the LoRA policy as
+    """run/build.py `prepare_policy` under bf16-mixed stores the LoRA policy as
     `store_parameters` does (base linears bf16, adapters float32), and one step of the tiny run
     trains end to end on it: the HF engine samples from the module in two dtypes, the KL
     reference is the bf16 base with the adapters off, the checkpoint holds the float32 adapters
     alone and they moved. The CPU's bf16 autocast stands in for CUDA's."""
     from quadrants.distributed.collectives import DistEnv
-    from quadrants.train.loop import prepare_policy
+    from quadrants.run.build import prepare_policy
 
     cfg = small(tmp_path, steps=1)
     cfg.train.precision = "bf16-mixed"

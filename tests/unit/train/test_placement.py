@@ -46,7 +46,7 @@ from quadrants.rewards.grader import Grader
 from quadrants.rollout.registry import get_engine
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.prompts import make_renderer
-from quadrants.train.context import build_step
+from quadrants.run.settings import build_step
 from quadrants.train.step import train_step
 
 cfg = RunConfig(seed=0)

@@ -17,7 +17,7 @@ from quadrants.cpu.linears import route_linears
 from quadrants.cpu.matmul import cpu_matmul, onednn_available, routes, set_cpu_matmul
 from quadrants.models.loading import load_policy
 from quadrants.ops.precision import resolve_precision
-from quadrants.train.loop import fused_optimizer_applies
+from quadrants.run.build import fused_optimizer_applies
 from quadrants.validation import validate_config
 from tests.unit.train.test_accumulate import backward, context, seeded_batch
 

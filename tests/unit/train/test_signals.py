@@ -14,9 +14,9 @@ import torch
 
 from quadrants.objectives.batch import make_token_batch
 from quadrants.ops.quadrants import Quadrant
+from quadrants.run.loop import run_training
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.loop import run_training
 from tests.unit.train.test_lora import small
 
 QUADRANTS = [q.value for q in Quadrant]

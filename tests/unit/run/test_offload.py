@@ -1,4 +1,4 @@
-"""`train.offload_optimizer` (quadrants/train/offload.py) on the CPU: the states' round trip, the
+"""`train.offload_optimizer` (quadrants/run/offload.py) on the CPU: the states' round trip, the
 training it must leave unchanged, the compose-time refusal, and the memory plan's accounting.
 
 With the CPU as the "device" the offload still makes real copies (`copy=True`), so the round trip
@@ -14,7 +14,7 @@ from quadrants.config import RunConfig
 from quadrants.memory.check import plan_inputs
 from quadrants.memory.plan import make_plan
 from quadrants.models.tiny import random_tiny_policy
-from quadrants.train.offload import OptimizerOffload
+from quadrants.run.offload import OptimizerOffload
 from quadrants.validation import validate_config
 
 CPU = torch.device("cpu")

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from quadrants.distributed.collectives import DistEnv, current, gather_objects
+from quadrants.run.distributed_checkpoint import SHARDS_DIR, load_sharded, save_sharded
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
-from quadrants.train.distributed_checkpoint import SHARDS_DIR, load_sharded, save_sharded
 
 log = logging.getLogger("quadrants.checkpoint")
 

@@ -1,4 +1,4 @@
-"""Checkpoint on a signal (quadrants/train/preemption.py) with real signals sent to this process and a
+"""Checkpoint on a signal (quadrants/run/preemption.py) with real signals sent to this process and a
 real optimizer. The loop body stands in for a training step: `opt.step()` marks its update phase.
 submitit's own handler is exercised on a real cluster in tests/slurm/test_quadrants_on_slurm.py; here
 a plain function recording the order of events stands in for it."""
@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from quadrants.train.preemption import checkpointed_steps
+from quadrants.run.preemption import checkpointed_steps
 
 
 def _setup():
@@ -172,7 +172,7 @@ def test_no_checkpoints_configured_passes_the_steps_through():
 # The exchange (an all_gather_object across ranks) is given as a function here, returning what the
 # other rank "noted"; tests/distributed/test_preemption.py runs the real collective over 2 gloo ranks.
 
-from quadrants.train.preemption import _CollectiveExitCheckpoint  # noqa: E402
+from quadrants.run.preemption import _CollectiveExitCheckpoint  # noqa: E402
 
 
 def _collective(other_rank_noted: int, saved: list[int]) -> _CollectiveExitCheckpoint:

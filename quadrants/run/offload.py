@@ -20,7 +20,7 @@ and loads before each update when `_is_offload_optimizer`. Here the copies are b
 (`non_blocking=True` into pageable host memory may let a host read overtake the copy), and only
 tensors on the training device move: AdamW's `step` counter stays where AdamW keeps it (the CPU
 unless fused or capturable). The copies are exact, so training is bit-identical with and without
-offloading (tests/unit/train/test_offload.py).
+offloading (tests/unit/run/test_offload.py).
 
 On a CPU run there is nothing to free (the states already live in host memory): the setting is
 refused at compose time with train.device=cpu (quadrants/validation.py) and does nothing when

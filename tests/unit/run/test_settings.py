@@ -10,7 +10,8 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.models.tiny import random_tiny_policy
-from quadrants.train.context import StepContext, build_step
+from quadrants.run.settings import build_step
+from quadrants.train.context import StepContext
 from quadrants.train.placement import SingleProcess
 
 

@@ -1,11 +1,11 @@
-"""The trainer's AdamW runs torch's fused kernel where it applies (quadrants/train/loop.py)."""
+"""The trainer's AdamW runs torch's fused kernel where it applies (quadrants/run/build.py)."""
 
 import pytest
 import torch
 from torch import nn
 
 from quadrants.models.tiny import random_tiny_policy
-from quadrants.train.loop import fused_optimizer_applies
+from quadrants.run.build import fused_optimizer_applies
 
 
 def test_fused_applies_to_plain_parameters_on_the_cpu_only():

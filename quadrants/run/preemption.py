@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from quadrants.train.checkpoint import rng_state
+from quadrants.run.checkpoint import rng_state
 
 log = logging.getLogger("quadrants.train")
 

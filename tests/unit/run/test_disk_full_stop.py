@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from quadrants.config import ObjectiveConfig, RunConfig
+from quadrants.run.checkpoint import load_latest
+from quadrants.run.loop import run_training
 from quadrants.tracking.base import RecordingTracker
 from quadrants.tracking.disk_full import DiskFullError
-from quadrants.train.checkpoint import load_latest
-from quadrants.train.loop import run_training
 
 
 class FullAtStep(RecordingTracker):
@@ -74,18 +74,18 @@ def test_the_full_disk_save_brings_offloaded_optimizer_states_back_first(
     tmp_path: Path, monkeypatch
 ):
     """train.offload_optimizer keeps AdamW's states on the host between steps; every checkpoint
-    save (train/loop.py `_save`) loads them onto the device first, the full-disk one included
+    save (run/records.py `save_step`) loads them onto the device first, the full-disk one included
     (it did not before). Real parts: the tiny model, AdamW after one step, the offload with the
-    CPU standing in for the device (real copies, as tests/unit/train/test_offload.py), the real
+    CPU standing in for the device (real copies, as tests/unit/run/test_offload.py), the real
     save_checkpoint, observed by a wrapper that records whether the states were on the host when
     it was called. What only a GPU shows: that the states are then on the GPU, not in host memory."""
     from types import SimpleNamespace
 
     import torch
 
-    import quadrants.train.loop as loop
+    import quadrants.run.records as records
     from quadrants.models.tiny import random_tiny_policy
-    from quadrants.train.offload import OptimizerOffload
+    from quadrants.run.offload import OptimizerOffload
 
     model, _ = random_tiny_policy(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -99,16 +99,16 @@ def test_the_full_disk_save_brings_offloaded_optimizer_states_back_first(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     ctx = SimpleNamespace(cfg=cfg, model=model, optimizer=optimizer, scheduler=scheduler, params={})
     on_host_at_save = []
-    real_save = loop.save_checkpoint
+    real_save = records.save_checkpoint
 
     def recording_save(*args, **kwargs):
         on_host_at_save.append(offload.on_host)
         return real_save(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "save_checkpoint", recording_save)
+    monkeypatch.setattr(records, "save_checkpoint", recording_save)
     tracker = RecordingTracker()
     with pytest.raises(DiskFullError, match="step 1 is checkpointed with its metrics"):
-        with loop.stop_if_disk_full(ctx, tmp_path, tracker, 1, {"m": 1.0}, offload):
+        with records.stop_if_disk_full(ctx, tmp_path, tracker, 1, {"m": 1.0}, offload):
             raise DiskFullError(tmp_path / "spool")
     assert on_host_at_save == [False]  # loaded for the save
     assert offload.on_host  # and offloaded again after it

@@ -1,0 +1,215 @@
+"""The composition root of a run: everything a step needs, loaded and placed from the `RunConfig`.
+
+`build_context` loads the parts (model, reference, engine, task, optimizer) on the run's device,
+places and shards them (`prepare_policy`, which also starts the rollout engine) and hands them to
+`build_step` (run/settings.py). `make_run_task` is the run's task with its prompts rendered; `Run`
+is what the loop works with: the step's context, the config and the rank layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from quadrants.config import RunConfig
+from quadrants.cpu import tune_for
+from quadrants.device import resolve_device
+from quadrants.distributed.collectives import (
+    DistEnv,
+    check_layout,
+    fill_from_rank0,
+    fill_replica,
+    on_meta,
+    rollout_replica,
+    shard_model,
+)
+from quadrants.distributed.collectives import current as current_dist
+from quadrants.distributed.placement import Sharded
+from quadrants.models.loading import load_policy
+from quadrants.models.lora import trainable_parameters
+from quadrants.ops.precision import resolve_precision, store_parameters
+from quadrants.rewards.grader import Grader
+from quadrants.rollout.engine import RolloutEngine
+from quadrants.rollout.registry import get_engine
+from quadrants.run.settings import build_step
+from quadrants.tasks import RenderedTask, make_task
+from quadrants.tasks.benchmarks import known_benchmarks
+from quadrants.tasks.prompts import make_renderer
+from quadrants.train.context import StepContext
+from quadrants.train.placement import SingleProcess
+from quadrants.validation import check_lora_ranks
+
+
+def fused_optimizer_applies(model: torch.nn.Module) -> bool:
+    """Whether torch's fused AdamW kernel can step `model`: every parameter a plain floating
+    tensor on the CPU or a CUDA device. It does the for-loop implementation's arithmetic in one
+    pass per parameter (half its time on the tiny model: 1.9 vs 4.0 ms a step); a sharded
+    (DTensor) parameter or another device keeps the default implementation."""
+    parameters = list(model.parameters())
+    return bool(parameters) and all(
+        type(p) is torch.nn.Parameter and p.is_floating_point() and p.device.type in ("cpu", "cuda")
+        for p in parameters
+    )
+
+
+def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
+    """Load everything a step needs (model, reference, engine, task, optimizer, objective), the
+    modules on `train.device` (resolved first: train.device=cuda without CUDA
+    fails before any load), and build the step from them (run/settings.py `build_step`)."""
+    dist_env = (
+        current_dist()
+    )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
+    device = resolve_device(cfg.train.device, dist_env.local_rank)
+    check_lora_ranks(cfg, dist_env.world_size)
+    # sharded: only rank 0 reads the weights, the others build the model on the meta device and
+    # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
+    weights = dist_env.is_main or not dist_env.sharded
+    load = dict(dtype=cfg.model.dtype, seed=cfg.seed, weights=weights)
+    model, tokenizer = load_policy(cfg.model.name_or_path, lora=cfg.model.lora, **load)
+    ref_model = None
+    # the KL reference: a frozen copy of the base, or under LoRA the policy itself with its
+    # adapters switched off (train/step.py `reference_logprobs`)
+    if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled:
+        ref_model, _ = load_policy(cfg.model.name_or_path, **load)
+        ref_model.requires_grad_(False).eval()
+    tune_for(device, cfg.train.cpu, [model, ref_model])  # nothing unless device is the CPU
+    # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
+    # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
+    model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
+    optimizer = torch.optim.AdamW(
+        trainable_parameters(model),  # all of them, or under LoRA the adapters only
+        lr=cfg.train.lr,
+        weight_decay=cfg.train.weight_decay,
+        betas=tuple(cfg.train.betas),
+        fused=fused_optimizer_applies(model) or None,
+    )
+    warmup = cfg.train.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+    )
+    # data parallelism behind one placement: a plain process never builds the sharded one
+    placement = Sharded(dist_env) if dist_env.sharded else SingleProcess()
+    return build_step(
+        cfg,
+        model,
+        tokenizer=tokenizer,
+        ref_model=ref_model,
+        engine=engine,
+        grader=grader,
+        task=make_run_task(cfg, tokenizer),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        placement=placement,
+        device=device,
+    )
+
+
+def prepare_policy(
+    cfg: RunConfig,
+    model: nn.Module,
+    tokenizer: Any,
+    ref_model: nn.Module | None,
+    env: DistEnv,
+    device: torch.device | None = None,
+) -> tuple[nn.Module, nn.Module | None, RolloutEngine]:
+    """Place the policy (and the frozen reference) on `device` (default: `train.device` resolved for
+    this rank), shard them over the ranks, and start the rollout engine `rollout.engine` names
+    (quadrants/rollout/registry.py) on the placed policy. An engine that asks for a replica (the HF
+    engine) samples from the policy itself in one plain process, from a full per-rank copy on the
+    same device when sharded, taken here before sharding.
+
+    Sharded, only rank 0 needs the weights: the other ranks may pass the model on the meta device
+    (`load_policy(weights=False)`, as `build_context` does), and every rank's shards (and replica)
+    are filled from rank 0's values (`fill_from_rank0`), whatever the others passed.
+
+    The modules are moved before `fully_shard`, so each rank's shards and its rollout copy are on
+    `cuda:<LOCAL_RANK>` with CUDA (not run here) and the CPU otherwise (`.to` of a CPU module to the
+    CPU is a no-op).
+
+    The parameters are stored in `train.precision`'s dtype (ops/precision.py): float32 for fp32
+    and bf16-mixed whatever `model.dtype` they were read in (a bf16 checkpoint cast up exactly),
+    bfloat16 for pure bf16; under bf16-mixed a LoRA policy's frozen base linears in bf16
+    (ops/precision.py `store_parameters`: autocast's matmul sees bf16(W) either way), cast before
+    the move so that no float32 copy of the base reaches the device. The replica is taken after
+    the cast: the HF engine samples from the trainer's parameters in their stored dtype (under
+    autocast when they are stored in two dtypes, rollout/hf.py)."""
+    check_layout(cfg, env.world_size)
+    kind = get_engine(cfg.rollout.engine)
+    device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
+    precision = resolve_precision(cfg.train.precision, device)
+    model = _place(store_parameters(model, precision), device)
+    if ref_model is not None:  # frozen: the policy's dtype, so that its forward is the policy's
+        ref_model = _place(ref_model.to(dtype=precision.param_dtype), device)
+    options = dict(
+        precision=precision,
+        reshard_after_forward=cfg.distributed.reshard_after_forward,
+        device=device,
+    )
+    # rank 0's full tensors, to fill every rank's shards from (the other ranks: on the meta device)
+    full = model.state_dict() if env.sharded and env.is_main else {}
+    full_ref = ref_model.state_dict() if env.sharded and env.is_main and ref_model else {}
+    replica = rollout_replica(model, env) if kind.replica_for_ranks else None
+    model = shard_model(
+        model, env, activation_checkpointing=cfg.train.activation_checkpointing, **options
+    )
+    if env.sharded:
+        fill_from_rank0(model, full, env, device)
+        del full  # rank 0's full copy: only its shards remain
+        if replica is not None:
+            fill_replica(replica, model, device)
+    if env.sharded and ref_model is not None:
+        ref_model = shard_model(ref_model, env, **options)
+        fill_from_rank0(ref_model, full_ref, env, device)
+        del full_ref
+    engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
+    return model, ref_model, engine
+
+
+def _place(model: nn.Module, device: torch.device) -> nn.Module:
+    """`model` (already cast to its storage dtypes, where it was loaded) on `device`, dtypes kept;
+    a model on the meta device (a rank that did not read the weights) stays there: its shards are
+    allocated on `device` when filled (`fill_from_rank0`)."""
+    if on_meta(model):
+        return model
+    return model.to(device=device)
+
+
+@dataclass
+class Run:
+    """What the loop works with: the step's context, the run's config and its rank layout (the
+    step itself reads neither)."""
+
+    step: StepContext
+    cfg: RunConfig
+    dist: DistEnv
+
+    model = property(lambda self: self.step.model)
+    tokenizer = property(lambda self: self.step.tokenizer)
+    engine = property(lambda self: self.step.engine)
+    grader = property(lambda self: self.step.grader)
+    task = property(lambda self: self.step.task)
+    optimizer = property(lambda self: self.step.optimizer)
+    scheduler = property(lambda self: self.step.scheduler)
+    device = property(lambda self: self.step.device)
+    spec = property(lambda self: self.step.objective.spec)
+    params = property(lambda self: self.step.objective.params)
+
+
+def make_run_task(cfg: RunConfig, tokenizer: Any) -> RenderedTask:
+    """The run's task with its prompts rendered in the run's prompt format (the function evaluation
+    uses too); a dataset task also drops the problems of the benchmarks this run evaluates on."""
+    params = dict(cfg.task.params)
+    if params.get("decontaminate") is not None:  # None = every known benchmark already
+        evaluated = [name for name in cfg.eval.benchmarks if name in known_benchmarks()]
+        params["decontaminate"] = sorted({*params["decontaminate"], *evaluated})
+    task = make_task(cfg.task.name, cfg.task.heldout_size, params)
+    render = make_renderer(
+        cfg.prompt.format,
+        tokenizer=tokenizer,
+        instruction=cfg.prompt.instruction,
+        task_format=getattr(task, "prompt_format", None),
+    )
+    return RenderedTask(task, render)

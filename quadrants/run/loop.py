@@ -1,0 +1,214 @@
+"""`run_training(cfg)`: the whole training run as an ordinary function (Hydra
+calls it, tests call it).
+
+Reads top to bottom: set up (threads, seeds, model, task, grader, engine, optimizer) -> resume from
+the newest checkpoint in `cfg.run_dir` if there is one -> evaluate the starting policy -> steps (log
+every step, checkpoint every N) -> evaluate at the end -> return a summary.
+
+Steps are numbered by completed updates: step 0 is the starting policy (its held-out evaluation),
+step s the state after s updates. Each step's metrics go to the tracker in one call, so a resumed
+run (which re-runs the steps after its last checkpoint) can drop the ones the tracker already has.
+
+What the loop calls lives beside it: the parts built from the config (run/build.py), the records
+and saves (run/records.py), the step itself (train/step.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from quadrants.config import RunConfig
+from quadrants.distributed.collectives import current as current_dist
+from quadrants.eval.in_training import evaluate_policy
+from quadrants.objectives.control import advance_state
+from quadrants.rewards.grader import Grader, grader_workers
+from quadrants.run.build import Run, build_context
+from quadrants.run.checkpoint import has_checkpoint
+from quadrants.run.preemption import checkpointed_steps
+from quadrants.run.records import (
+    disk_full_on_any_rank,
+    log_task,
+    optimizer_offload,
+    resume,
+    save_step,
+    signal_save,
+    stop_if_disk_full,
+    task_tags,
+    write_run_id,
+)
+from quadrants.run.samples import write_samples
+from quadrants.tasks.read_log import files_read
+from quadrants.tracking import keys, provenance
+from quadrants.tracking.base import NullTracker, Tracker
+from quadrants.tracking.run_info import flat_params
+from quadrants.train.step import train_step
+from quadrants.validation import validate_config
+
+log = logging.getLogger("quadrants.train")
+
+
+@dataclass
+class TrainingResult:
+    """Summary of a finished run: the first and last held-out metrics and the
+    last step's metrics."""
+
+    initial_eval: dict[str, float] = field(default_factory=dict)
+    final_eval: dict[str, float] = field(default_factory=dict)
+    last_step: dict[str, float] = field(default_factory=dict)
+    resumed_from: int = 0
+    run_id: str | None = None
+    seconds: float = 0.0
+
+
+def _evaluate(ctx: Run, step: int, tracker: Tracker) -> dict[str, float]:
+    """Held-out metrics of the live policy (eval/in_training.py; {} on ranks other than 0)."""
+    return evaluate_policy(
+        ctx.engine, ctx.grader, ctx.task, ctx.tokenizer, ctx.cfg, ctx.dist, step, tracker
+    )
+
+
+def _step_line(step: int, total: int, metrics: dict[str, float]) -> str:
+    return (
+        f"step {step}/{total} reward {metrics[keys.train('reward_mean')]:.3f} "
+        f"solve {metrics[keys.train('solve_rate')]:.3f} entropy "
+        f"{metrics[keys.train('entropy')]:.3f} len {metrics[keys.train('response_length')]:.1f}"
+    )
+
+
+def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResult:
+    """Train one policy as `cfg` says, logging every step to `tracker`; resume if
+    `cfg.run_dir` has a checkpoint."""
+    validate_config(cfg)
+    tracker = tracker or NullTracker()
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    torch.manual_seed(cfg.seed)
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else None
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    result = TrainingResult()
+    total = cfg.train.steps
+    workers = grader_workers(cfg.task.grader_workers)  # the CPUs this task holds, less one
+    extraction = cfg.task.answer_extraction
+    with Grader(num_workers=workers, timeout_s=5.0, extraction=extraction) as grader:
+        ctx = Run(build_context(cfg, grader), cfg, current_dist())
+        try:
+            first, known_id, unlogged = resume(ctx, run_dir)
+            offload = optimizer_offload(ctx)  # train.offload_optimizer: states to the host
+            result.resumed_from = first
+            add_tags = getattr(tracker, "add_tags", None)  # MLflow: tags the run is created with
+            if add_tags is not None:
+                add_tags(task_tags(ctx.task))
+            result.run_id = tracker.start(known_id)
+            # versions, commit, GPUs, data read so far (also on a resume: a change is reported)
+            tracker.log_params(provenance.params(files_read()))
+            for logged_step, step_metrics in sorted(
+                unlogged.items()
+            ):  # a full disk kept them from the tracker
+                tracker.log_metrics(step_metrics, step=logged_step)
+            if first == 0:
+                tracker.log_params(flat_params(cfg))
+                log_task(ctx, tracker, run_dir)
+            if run_dir is not None:
+                write_run_id(run_dir, tracker.run_id)
+                if first == 0 and (run_dir / "config.yaml").exists():
+                    tracker.log_artifact(run_dir / "config.yaml", "config")
+            if first == 0:
+                result.initial_eval = _evaluate(ctx, 0, tracker)
+                tracker.log_metrics(result.initial_eval, step=0)
+                if result.initial_eval:  # {} with evaluation off, and on ranks other than 0
+                    log.info("step 0 held-out: %s", _fmt(result.initial_eval))
+            bar = tqdm(
+                range(first, total),
+                desc="train",
+                initial=first,
+                total=total,
+                disable=not sys.stderr.isatty(),
+                dynamic_ncols=True,
+            )
+            for index in checkpointed_steps(
+                bar,
+                optimizer=ctx.optimizer,
+                save=signal_save(ctx, run_dir, tracker, offload),
+                first_step=first,
+                is_saved=lambda s: has_checkpoint(run_dir, s),
+            ):
+                step = index + 1
+                output = train_step(ctx.step, index)
+                if offload is not None:  # until the next optimizer step (its pre-hook loads them)
+                    offload.offload()
+                metrics = output.metrics
+                advance_state(ctx.spec, ctx.params, metrics, prefix=keys.objective(""))
+                if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
+                    metrics.update(_evaluate(ctx, step, tracker))
+                if cfg.probe.every and step % cfg.probe.every == 0:
+                    from quadrants.probe.measure import probe_in_training
+
+                    metrics.update(
+                        probe_in_training(
+                            ctx.model,
+                            ctx.tokenizer,
+                            ctx.engine,
+                            ctx.grader,
+                            ctx.task,
+                            cfg,
+                            ctx.dist,
+                            step,
+                            tracker,
+                        )
+                    )
+                checkpoint_now = (
+                    run_dir is not None
+                    and cfg.checkpoint.every
+                    and (step % cfg.checkpoint.every == 0 or step == total)
+                )
+                with stop_if_disk_full(ctx, run_dir, tracker, step, metrics, offload):
+                    with disk_full_on_any_rank(ctx, run_dir):  # the records rank 0 writes
+                        tracker.log_metrics(metrics, step=step)
+                        result.last_step = metrics
+                        every = cfg.tracking.log_samples_every
+                        if (
+                            run_dir is not None
+                            and every
+                            and ctx.dist.is_main
+                            and (step % every == 0 or step == total)
+                        ):
+                            path = write_samples(
+                                run_dir / "samples" / f"step_{step:06d}.json",
+                                output,
+                                ctx.tokenizer,
+                                step,
+                            )
+                            tracker.log_artifact(path, "samples")
+                        if checkpoint_now:
+                            write_run_id(run_dir, tracker.run_id)
+                    if checkpoint_now:
+                        save_step(ctx, run_dir, step, tracker, offload)
+                line = _step_line(step, total, metrics)
+                bar.set_postfix_str(line.split(" ", 2)[2])
+                if bar.disable:
+                    log.info(line)
+            result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
+            # data files first read during the run (benchmarks of later evaluations)
+            tracker.log_params(provenance.params(files_read(), environment=False))
+            if total and result.final_eval:
+                log.info("step %d held-out: %s", total, _fmt(result.final_eval))
+        # also on a preemption exit; a vLLM engine under torchrun ends the process group with it
+        finally:
+            ctx.engine.close()
+    tracker.flush()
+    result.run_id = tracker.run_id
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.3f}" for k, v in metrics.items())
