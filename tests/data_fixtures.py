@@ -72,6 +72,26 @@ _AMC23 = [
         "question": "Half of $5$?",
     },
 ]
+_AMC = [  # AI-MO/aimo-validation-amc's layout: id, problem, answer (a float), url
+    {
+        "id": 0,
+        "problem": "A square has side $3$. What is its area?",
+        "answer": 9.0,
+        "url": "https://example.org/amc/0",
+    },
+    {
+        "id": 1,
+        "problem": "What is $2 - 5$?",
+        "answer": -3.0,
+        "url": "https://example.org/amc/1",
+    },
+    {
+        "id": 2,
+        "problem": "What is $7 / 2$?",
+        "answer": 3.5,
+        "url": "https://example.org/amc/2",
+    },
+]
 _MATH500 = [
     {
         "problem": "Convert $(0,3)$ to polar coordinates.",
@@ -259,6 +279,7 @@ def _dsr_sub(count: int) -> list[dict]:
 FIXTURE_ROWS: dict[str, list[dict]] = {
     "aime24/test.jsonl": _AIME24,
     "aime25/test.jsonl": _AIME25,
+    "amc/test.jsonl": _AMC,
     "amc23/test.jsonl": _AMC23,
     "math500/test.jsonl": _MATH500,
     "minerva_math/test.jsonl": _MINERVA,

@@ -50,8 +50,9 @@ __all__ = [
     "standard_error_estimate",
 ]
 
-PAPER_BENCHMARKS = ("aime24", "aime25", "amc23", "math500", "minerva", "olympiadbench")
-"""The six benchmarks whose Avg@k the paper's "avg" column averages."""
+PAPER_BENCHMARKS = ("aime24", "aime25", "amc", "math500", "minerva", "olympiadbench")
+"""The six benchmarks whose Avg@k the paper's "avg" column averages (AMC: the 83-problem AI-MO
+set, not AMC23)."""
 
 OOD_BENCHMARKS = ("gpqa", "mmlu_pro", "graphwiz")
 """The out-of-domain benchmarks (`quadrants.tasks.ood`); the "ood avg" column

@@ -26,6 +26,7 @@ ARCHITECTURES = Path(__file__).resolve().parent / "architectures"
 # model.name_or_path (as the presets and the Hub spell it) -> shipped config file
 SHIPPED: dict[str, str] = {
     "Qwen/Qwen2.5-Math-7B": "qwen2.5-math-7b.json",
+    "cmu-deepscaler-colab/DeepScaleR-8K": "deepscaler-1.5b.json",  # the paper's 8K checkpoint
     "agentica-org/DeepScaleR-1.5B-Preview": "deepscaler-1.5b.json",
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": "deepscaler-1.5b.json",
     "smollm2-135m": "smollm2-135m.json",

@@ -2,18 +2,29 @@
 whose coefficient is steered, step by step, towards a target entropy.
 
     loss_t = surrogate_t − c_k · 1[e_{k−1} < target] · H_t          (H_t: current policy, with grad)
-    after step k, with e_k the step's mean current-policy entropy:
+    after step k, with e_k the step's entropy estimate:
         c_{k+1} = clip(c_k + Δ if e_k < target else c_k − Δ, c_min, c_max)
 
 so the bonus is on only while the entropy is below the target, and its weight grows the longer it
 stays there. Defaults: the authors' scripts (SkyworkAI/Skywork-OR1 @ 64e96af,
 or1_scripts/train/7b_8k.sh: target 0.2, Δ 1e-4, c in [0, 0.005], c₀ = entropy_coeff 0; the rule is
 `EntController` in verl/trainer/ppo/core_algos.py). Their loss is verl's PPO loss with its default
-clip 0.2 (their scripts set none) and no group filter in the loss: `clip_low`/`clip_high` 0.2,
-`dynamic_sampling` off.
+clip 0.2 (their scripts set none): `clip_low`/`clip_high` 0.2; `trainer.rejection_sample=True` drops
+the groups whose rewards are all equal before the update (verl/trainer/ppo/ray_trainer.py):
+`dynamic_sampling` on.
+
+`entropy_estimate`, the e_k the controller reads:
+- `sampled_nll` (the authors'): −mean of the OLD log-probabilities of the sampled tokens over the
+  kept groups' response tokens, a fixed quantity of the batch before the update. At their commit
+  the trainer feeds the controller `actor/entropy_loss` (ray_trainer.py), which is
+  `get_entropy_metric` in verl/workers/actor/dp_actor.py: −masked_mean(old_log_probs,
+  response_mask) over the filtered batch of each rank, averaged over ranks. Here: over each
+  mini-batch's kept tokens, averaged over the step's mini-batches.
+- `full`: the current policy's full-vocabulary entropy over the same tokens (detached; it moves
+  with each mini-batch's update), averaged the same way.
 
 The coefficient and the on/off flag are the objective's state (`quadrants/objectives/control.py`):
-the loop advances them once per optimizer step from the step's reduced `current_entropy` and stores
+the loop advances them once per optimizer step from the step's reduced `entropy_estimate` and stores
 them in every checkpoint (the authors' trainer does not, so their resumed runs restart from c₀).
 Called without a state (a test, one call) the objective uses the initial one.
 """
@@ -23,10 +34,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
 from quadrants.objectives.common import clipped_terms, drop_constant_groups, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.aggregation import masked_mean
+
+ENTROPY_ESTIMATES = ("sampled_nll", "full")
 
 
 class EntropyController:
@@ -38,7 +54,7 @@ class EntropyController:
     def update(
         self, state: Mapping[str, float], metrics: Mapping[str, float], params: Mapping[str, Any]
     ) -> dict[str, float]:
-        below = metrics["current_entropy"] < params["target"]
+        below = metrics["entropy_estimate"] < params["target"]
         coef = state["coef"] + (params["delta"] if below else -params["delta"])
         coef = min(max(coef, params["coef_min"]), params["coef_max"])
         return {"coef": float(coef), "enabled": float(below)}
@@ -53,10 +69,16 @@ def validate_adaptive_entropy(
     coef_init: float,
     clip_low: float,
     clip_high: float,
+    entropy_estimate: str,
     clip_ratio_c: float | None = None,
     **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
+    if entropy_estimate not in ENTROPY_ESTIMATES:
+        raise ValueError(
+            f"entropy_estimate={entropy_estimate!r} is unknown; choose one of "
+            f"{list(ENTROPY_ESTIMATES)}"
+        )
     check_range("target", target, low=0.0)
     check_range("delta", delta, low=0.0)
     check_range("coef_min", coef_min, low=0.0)
@@ -83,7 +105,8 @@ def adaptive_entropy(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     clip_ratio_c: float | None = None,
-    dynamic_sampling: bool = False,
+    dynamic_sampling: bool = True,
+    entropy_estimate: str = "sampled_nll",
     state: Mapping[str, float] | None = None,
 ) -> ObjectiveOutput:
     if policy.entropy is None:
@@ -106,6 +129,18 @@ def adaptive_entropy(
     metrics["entropy_coef"] = terms.ratio.new_tensor(state["coef"])
     metrics["entropy_bonus_on"] = terms.ratio.new_tensor(state["enabled"])
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
+    metrics["entropy_estimate"] = controller_entropy(
+        batch, policy, mask if denominator_mask is None else denominator_mask, entropy_estimate
+    )
     return ObjectiveOutput(
         (terms.per_token_loss - coef * policy.entropy) * mask, metrics, denominator_mask
     )
+
+
+def controller_entropy(
+    batch: TokenBatch, policy: PolicyOutput, kept: Tensor, entropy_estimate: str
+) -> Tensor:
+    """The controller's input over the `kept` tokens ([B, T] bool), detached: −mean old log-prob
+    of the sampled tokens (`sampled_nll`) or the mean current full-vocabulary entropy (`full`)."""
+    values = -batch.old_logp if entropy_estimate == "sampled_nll" else policy.entropy.detach()
+    return masked_mean(torch.where(kept, values.float(), 0.0), kept)

@@ -8,22 +8,32 @@ reasoning "forks"), the rest low-entropy (knowledge). Both stay in the update; n
     high-entropy t:  PPO clip [1 − 0.5, 1 + 0.5] and no KL (`high_entropy_kl_scale` 0)
     dual clip c = 10 on negative advantages
 
-Defaults are the authors' training script (wizard-III/ArcherCodeR,
+Defaults are the authors' training script (wizard-III/ArcherCodeR @ 8a1785b,
 scripts/train/run_archer_qwen2.5_1.5b_code.sh: token_entropy_quantile 0.8, low 0.2/0.2, high
 0.5/0.5, kl_loss_coef 0.001 low_var_kl (our k3), high_entropy_kl_loss_scale_coef 0,
-clip_ratio_c 10, token-mean, no group filtering). The KL coefficient is the step's
-`objective.kl_coef` (0.001 in `sweeps/objective/archer.yaml`, so the reference model is loaded);
-this objective only weights it per token (`ObjectiveOutput.kl_weight`).
+clip_ratio_c 10). Their loss is verl's token-mean of ONE sequence (ppo_micro_batch_size_per_gpu=1,
+use_dynamic_bsz=False), divided by the gradient-accumulation count: a mean within each response,
+averaged over responses, which is `objective.loss_agg: seq-mean-token-mean` in
+`sweeps/objective/archer.yaml`; `+trainer.rejection_sample=True` drops the groups whose rewards are
+all 0 or all 1 (dapo/dapo_ray_trainer.py): `dynamic_sampling` on. The KL coefficient is the step's
+`objective.kl_coef` (0.001 in the YAML, so the reference model is loaded); this objective only
+weights it per token (`ObjectiveOutput.kl_weight`).
 
 Open choices, each named:
 - `scope`: `response` (a quantile per response, torch.nanquantile over its tokens, as the authors'
   dp_actor.py) or `mini_batch` (one quantile over the batch's response tokens).
 - `entropy_source`: `current` (the updating policy's entropy, detached, recomputed each pass: the
   authors' code) or `behaviour` (the rollout policy's, fixed for the step).
-- `kl_normaliser`: `entropy_group` (the authors': each group's KL is averaged over that group's own
-  tokens, agg_loss(kld, low_mask) + agg_loss(kld, high_mask); exact under token-mean, counted in the
-  batch this objective is called on, as theirs per micro-batch) or `response_tokens` (one KL
-  averaged over all response tokens, as every other objective's).
+- `kl_normaliser`: how the KL of an entropy group (low or high) is averaged. The authors write
+  agg_loss(kld, low_mask) + agg_loss(kld, high_mask) per micro-batch of one sequence, so each
+  response's low-entropy KL is averaged over that response's own low-entropy tokens.
+  `response` (theirs): a low token of response i weighs |o_i| / |low_i| (high: |o_i| / |high_i|),
+  exact under seq-mean-token-mean, whose 1/|o_i| it cancels; `entropy_group`: one average per
+  group over the batch this objective is called on (weight |tokens| / |low|, exact under
+  token-mean: the authors' formula on a many-sequence micro-batch); `response_tokens`: one KL
+  averaged over all response tokens, as every other objective's.
+- `dynamic_sampling`: drop the constant-reward groups from the batch (the authors' rejection
+  sampling; their rule is all-0 or all-1 rewards, which is all-equal for 0/1 rewards).
 - `high_entropy_kl_scale`: the high-entropy tokens' KL weight relative to objective.kl_coef (the
   authors' is an absolute coefficient; both are 0 in their recipe).
 A token exactly at the quantile is low-entropy (the authors' `<=`).
@@ -39,7 +49,7 @@ from torch import Tensor
 
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
 from quadrants.objectives.batch import fraction as token_fraction
-from quadrants.objectives.common import validate_clip
+from quadrants.objectives.common import drop_constant_groups, validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.quadrants import masked_quantile
@@ -47,7 +57,7 @@ from quadrants.ops.surrogate import clipped_surrogate
 
 SCOPES = ("response", "mini_batch")
 ENTROPY_SOURCES = ("current", "behaviour")
-KL_NORMALISERS = ("entropy_group", "response_tokens")
+KL_NORMALISERS = ("response", "entropy_group", "response_tokens")
 
 
 def validate_archer(
@@ -103,6 +113,7 @@ def high_entropy_mask(
     "archer",
     needs_entropy=_needs_current_entropy,
     validate=validate_archer,
+    batch_denominator=lambda params: bool(params["dynamic_sampling"]),
     zero_advantage_inert=True,
 )
 def archer(
@@ -118,7 +129,8 @@ def archer(
     high_clip_high: float = 0.5,
     clip_ratio_c: float | None = 10.0,
     high_entropy_kl_scale: float = 0.0,
-    kl_normaliser: str = "entropy_group",
+    kl_normaliser: str = "response",
+    dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     if entropy_source == "current":
@@ -143,12 +155,33 @@ def archer(
     for k, v in surrogate_metrics(high_terms, high, dual_clip=clip_ratio_c is not None).items():
         metrics[f"high_entropy/{k}"] = v
     metrics["high_entropy_frac"] = token_fraction(high, mask)
-    tokens = mask.sum().float()
-    if kl_normaliser == "entropy_group":  # Σ_group kl / |group| under token-mean's 1/|tokens|
-        low_w = tokens / low.sum().clamp_min(1)
-        high_w = high_entropy_kl_scale * tokens / high.sum().clamp_min(1)
+    denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
+    kl_weight = entropy_group_kl_weights(
+        high, low, kl_normaliser=kl_normaliser, high_scale=high_entropy_kl_scale
+    )
+    return ObjectiveOutput(per_token * mask, metrics, denominator_mask, kl_weight.detach())
+
+
+def entropy_group_kl_weights(
+    high: Tensor, low: Tensor, *, kl_normaliser: str, high_scale: float
+) -> Tensor:
+    """[B, T] float: each token's weight on the step's KL (0 off the response), so that the loss's
+    aggregation of weight * KL is each entropy group's own KL average (`kl_normaliser`).
+
+    `response`: a low token of response i weighs |o_i| / |low_i| and a high one high_scale ·
+    |o_i| / |high_i|, so seq-mean-token-mean's Σ_t / |o_i| gives mean_{low_i} KL + high_scale ·
+    mean_{high_i} KL per response. `entropy_group`: the same with the batch's counts, for
+    token-mean. `response_tokens`: 1 and high_scale.
+    """
+    low, high = low.float(), high.float()
+    if kl_normaliser == "response":  # counts per response, [B, 1]
+        tokens = (low + high).sum(-1, keepdim=True)
+        low_count = low.sum(-1, keepdim=True)
+        high_count = high.sum(-1, keepdim=True)
+    elif kl_normaliser == "entropy_group":  # counts over the batch, []
+        tokens, low_count, high_count = (low + high).sum(), low.sum(), high.sum()
     else:
-        low_w = torch.ones_like(tokens)
-        high_w = torch.full_like(tokens, high_entropy_kl_scale)
-    kl_weight = torch.where(high, high_w, torch.where(low, low_w, torch.zeros_like(low_w)))
-    return ObjectiveOutput(per_token * mask, metrics, kl_weight=kl_weight.detach())
+        return low + high_scale * high
+    low_w = tokens / low_count.clamp_min(1.0)
+    high_w = high_scale * tokens / high_count.clamp_min(1.0)
+    return low * low_w + high * high_w

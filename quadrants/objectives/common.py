@@ -32,7 +32,7 @@ def drop_constant_groups(
     """The denominator mask without constant-reward groups (None when disabled); adds its metrics.
 
     Shared by every objective built on the DAPO recipe (dapo, hapo, forking, entroadv, entroreg,
-    ktae, adaptive_entropy).
+    ktae) and by those whose authors' trainers reject constant groups (archer, adaptive_entropy).
     """
     if not enabled:
         return None

@@ -19,7 +19,10 @@ authors' code (xiaolizh1/KTAE @ ea9fb77, verl/workers/actor/compute_key_tokens.p
 compute_ktae_outcome_advantage_and_keytokens in verl/trainer/ppo/core_algos.py: α = β = γ = 1,
 top 1; "correct" is a reward > 0). `zero_token_ids`: ids whose weight is forced to 0; the authors
 hard-code 151643, Qwen2.5's <|endoftext|> (set it to your tokenizer's end-of-text id). The surrogate
-is DAPO's recipe (clip 0.2/0.28, dynamic sampling), the authors' DAPO+KTAE setting.
+is DAPO's recipe (clip 0.2/0.28, dynamic sampling), the authors' DAPO+KTAE setting, with the dual
+clip c = 10 on negative token advantages that both their scripts set
+(recipe/dapo/run_dapo_qwen2.5_{1.5b,7b}.sh: actor_rollout_ref.actor.clip_ratio_c=10.0; their 7B
+script also uses ε_high 0.24, their 1.5B one 0.28).
 
 Scope: one group at a time, over its response tokens (padding excluded), on the batch the objective
 is called on; a mini-batch never splits a group (TokenBatch keeps groups whole).
@@ -162,7 +165,7 @@ def ktae(
     zero_token_ids: Sequence[int] = (151643,),
     clip_low: float = 0.2,
     clip_high: float = 0.28,
-    clip_ratio_c: float | None = None,
+    clip_ratio_c: float | None = 10.0,
     dynamic_sampling: bool = True,
 ) -> ObjectiveOutput:
     mask = batch.response_mask

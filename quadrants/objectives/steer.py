@@ -7,8 +7,11 @@ one-step entropy change.
     loss_t = w_t · clipped surrogate_t (ε 0.2 / 0.28, dual clip c = 10)
 
 H_t is the behaviour entropy (the authors' trainer hands the old-log-prob pass's entropy to the
-loss); the min and max of |Ω| are taken over the response tokens of the batch the objective is
-called on (their function runs per micro-batch). `mapping`:
+loss). The min and max of |Ω| are taken over the response tokens of each block of `weight_rows`
+consecutive rows of the batch the objective is called on (the last block may be shorter): their
+function runs once per micro-batch, and run/run_linear.sh sets ppo_micro_batch_size_per_gpu=8 with
+verl's fixed-size micro-batches, consecutive rows of the mini-batch; `weight_rows: null` takes one
+range over the whole batch. `mapping`:
 - `linear`: w = w_max − (|Ω| − min|Ω|)(w_max − w_min)/(max|Ω| − min|Ω|), (w_min + w_max)/2 when all
   |Ω| are equal (the authors' run_linear.sh: 0.8 / 1.2);
 - `exponential`: w = clamp(exp(−k|Ω|), w_min, 1) with k = −ln(w_min) / max(max|Ω|, 0.02) (their
@@ -44,17 +47,26 @@ def entropy_change_weights(
     weight_min: float,
     weight_max: float,
     mapping: str,
+    weight_rows: int | None = None,
 ) -> Tensor:
-    """STEER's token weights w_t, [B, T] float, 0 off the response (no gradient)."""
+    """STEER's token weights w_t, [B, T] float, 0 off the response (no gradient); the min and max
+    of |Ω| per block of `weight_rows` consecutive rows (None: one block)."""
     with torch.no_grad():
         p = logp.exp().clamp(_P_EPS, 1.0 - _P_EPS)
         old_p = old_logp.exp().clamp(_P_EPS, 1.0)
         omega = (advantages / old_p) * p * (1.0 - p) * (p.log() + entropy)
         omega = torch.where(torch.isfinite(omega), omega, torch.zeros_like(omega)).abs()
         mask = response_mask.bool()
-        # min and max over the response tokens (an empty mask gives weight 0 everywhere below)
-        low = torch.where(mask, omega, torch.inf).amin()
-        high = torch.where(mask, omega, -torch.inf).amax()
+        # min and max over each block's response tokens, [B, 1] (an empty block gives weight 0)
+        rows = omega.shape[0]
+        size = weight_rows or max(rows, 1)
+        blocks = -(-rows // size)
+        block = torch.arange(rows, device=omega.device) // size  # [B], each row's block
+        row_low = torch.where(mask, omega, torch.inf).amin(-1)  # [B]
+        row_high = torch.where(mask, omega, -torch.inf).amax(-1)
+        low = row_low.new_full((blocks,), torch.inf).scatter_reduce(0, block, row_low, "amin")
+        high = row_high.new_full((blocks,), -torch.inf).scatter_reduce(0, block, row_high, "amax")
+        low, high = low[block][:, None], high[block][:, None]
         if mapping == "linear":
             spread = (high - low).clamp_min(torch.finfo(omega.dtype).tiny)
             scale = (weight_max - weight_min) / spread
@@ -77,9 +89,15 @@ def validate_steer(
     clip_low: float,
     clip_high: float,
     clip_ratio_c: float | None,
+    weight_rows: int | None,
     **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
+    if weight_rows is not None and (isinstance(weight_rows, bool) or weight_rows < 1):
+        raise ValueError(
+            f"weight_rows={weight_rows!r} must be a whole number >= 1 (rows per min/max range of "
+            "|Omega|; the authors' 8) or null (the whole batch)"
+        )
     if mapping not in MAPPINGS:
         raise ValueError(f"mapping={mapping!r} is unknown; choose one of {list(MAPPINGS)}")
     check_range("weight_min", weight_min, low=0.0, low_open=True)
@@ -100,6 +118,7 @@ def steer(
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     clip_ratio_c: float | None = 10.0,
+    weight_rows: int | None = 8,
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     adv = token_advantages(batch)
@@ -120,6 +139,7 @@ def steer(
         weight_min=weight_min,
         weight_max=weight_max,
         mapping=mapping,
+        weight_rows=weight_rows,
     )
     metrics["token_weight_mean"] = masked_mean(weights, mask)
     return ObjectiveOutput(terms.per_token_loss * weights * mask, metrics)

@@ -1,4 +1,4 @@
-"""Evaluation benchmarks: AIME24/25, AMC23, MATH500, Minerva Math, OlympiadBench and GSM8K.
+"""Evaluation benchmarks: AIME24/25, AMC, MATH500, Minerva Math, OlympiadBench, AMC23 and GSM8K.
 
 Each benchmark reads its test split from a local jsonl file (``<data_dir>/<name>/test.jsonl``; the
 default ``data_dir`` is the data home, `quadrants.home.default_data_dir`: ``$QUADRANTS_DATA``, else
@@ -9,7 +9,8 @@ gold wrapped in ``$...$``) can parse. The dataset quirks this handles:
 
 - AIME24: answers are zero-padded strings (``"025"``) -> ``"25"``.
 - AIME25: one answer is ``336^\\circ`` -> ``"336"`` (the official answer).
-- AMC23: answers are floats (``27.0``) -> ``"27"``.
+- AMC (the paper's AMC column: AI-MO's 83-problem ``aimo-validation-amc``, AMC 2022 and 2023)
+  and AMC23 (40 problems of AMC 2023, another set): answers are floats (``27.0``) -> ``"27"``.
 - Minerva Math: no answer field; the gold is the last ``\\boxed{}`` of the solution, as in the
   Qwen2.5-Math evaluation. Some of those are written as code, which math-verify reads differently:
   ``4.5e33`` (read as 4.5 * e * 33) -> ``4.5 \\times 10^{33}``, ``-1./3`` -> ``-1/3``,
@@ -30,11 +31,15 @@ README; the hub schemas come from the dataset cards and were not exercised offli
 
     aime24          HuggingFaceH4/aime_2024                      split train
     aime25          math-ai/aime25                               split test
+    amc             AI-MO/aimo-validation-amc                    split train
     amc23           math-ai/amc23                                split test
     math500         HuggingFaceH4/MATH-500                       split test
     minerva         math-ai/minervamath                          split test
     olympiadbench   Hothan/OlympiadBench, OE_TO_maths_en_COMP    split train
     gsm8k           openai/gsm8k, main                           split test
+
+AMC has no reference copy here: its Hub copy (83 rows, fields id, problem, answer as a float, url;
+the Hub's dataset viewer) is the one `python -m quadrants.data download amc` writes.
 
 Widely used copies of math-ai/aime25 have broken ``\\f``/``\\t`` escapes in the problem text (the
 local file does not), and math-ai/minervamath carries an ``answer`` field, which is then used
@@ -321,10 +326,10 @@ _SPECS: dict[str, BenchmarkSpec] = {
             samples=32,
         ),
         BenchmarkSpec(
-            name="amc23",
-            local_file="amc23/test.jsonl",
-            hub=HubSource("math-ai/amc23", None, "test"),
-            question_fields=("problem", "question"),
+            name="amc",
+            local_file="amc/test.jsonl",
+            hub=HubSource("AI-MO/aimo-validation-amc", None, "train"),
+            question_fields=("problem",),
             id_field="id",
             gold=_amc_gold,
             unit=_no_unit,
@@ -361,6 +366,16 @@ _SPECS: dict[str, BenchmarkSpec] = {
             samples=4,
         ),
         BenchmarkSpec(
+            name="amc23",
+            local_file="amc23/test.jsonl",
+            hub=HubSource("math-ai/amc23", None, "test"),
+            question_fields=("problem", "question"),
+            id_field="id",
+            gold=_amc_gold,
+            unit=_no_unit,
+            samples=32,  # not the paper's AMC column (that is `amc`); kept under its own name
+        ),
+        BenchmarkSpec(
             name="gsm8k",
             local_file="gsm8k/test.jsonl",
             hub=HubSource("openai/gsm8k", "main", "test"),
@@ -378,7 +393,8 @@ _SPECS: dict[str, BenchmarkSpec] = {
 
 
 def known_benchmarks() -> list[str]:
-    """Names accepted by `load_benchmark`, in the order of the paper's tables (GSM8K last)."""
+    """Names accepted by `load_benchmark`: the paper's six in the order of its tables, then AMC23
+    and GSM8K."""
     return list(_SPECS)
 
 

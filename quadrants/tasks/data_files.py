@@ -5,11 +5,12 @@ The data home (`quadrants.home.default_data_dir`: ``$QUADRANTS_DATA``, else
 `CATALOGUE` records, for every benchmark (`quadrants.tasks.benchmarks`) and training set
 (`quadrants.tasks.DATASET_PRESETS`) that has a file there, its path, its number of rows and the
 sha256 of the reference copy (the copies the paper's numbers were measured on; their origins are
-in `DataFile.origin`). `check` compares a file against that record; `import_file` copies a file a
-user brought, after validating it; `download` fetches the Hugging Face Hub copy with `datasets` and
-writes it in the same layout. A copy that is not the reference copy (a Hub download, an import)
-gets a ``<file>.origin.json`` record beside it, so that `check` can tell it from a file changed
-since.
+in `DataFile.origin`), or no checksum where no reference copy could be checked (AMC: only its row
+count is recorded, and every complete copy is "another copy"). `check` compares a file against
+that record; `import_file` copies a file a user brought, after validating it; `download` fetches
+the Hugging Face Hub copy with `datasets` and writes it in the same layout. A copy that is not
+the reference copy (a Hub download, an import) gets a ``<file>.origin.json`` record beside it, so
+that `check` can tell it from a file changed since.
 
 ``python -m quadrants.data`` (`quadrants.launch.data`) is the command line over this module.
 """
@@ -62,7 +63,8 @@ class DataFile:
         name: the name `python -m quadrants.data` takes (a benchmark's name, or ``<task>_train``).
         relative: path under the data home, as the loader reads it.
         rows: rows of the reference copy (non-blank JSON lines).
-        sha256: checksum of the reference copy.
+        sha256: checksum of the reference copy; None = none recorded (no copy could be checked
+            offline): a file with the recorded rows is accepted as another copy.
         kind: ``"benchmark"`` (evaluation) or ``"training"``.
         used_by: the config that reads it (``eval.benchmarks.aime24``, ``task=gsm8k``).
         origin: where the reference copy comes from.
@@ -76,7 +78,7 @@ class DataFile:
     name: str
     relative: str
     rows: int
-    sha256: str
+    sha256: str | None
     kind: str
     used_by: str
     origin: str
@@ -102,7 +104,7 @@ def _dsr_row(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _benchmark(name: str, rows: int, sha256: str, origin: str, required) -> DataFile:
+def _benchmark(name: str, rows: int, sha256: str | None, origin: str, required) -> DataFile:
     spec = get_spec(name)
     return DataFile(
         name=name,
@@ -135,11 +137,12 @@ CATALOGUE: dict[str, DataFile] = {
             (("problem",), ("answer",)),
         ),
         _benchmark(
-            "amc23",
-            40,
-            "43707e1ca784602d8479de24ee8ce36609dbebc46dd152b0b12a46611aa898a4",
-            _QWEN_EVAL.format("amc23"),
-            (("problem", "question"), ("answer",)),
+            "amc",
+            83,  # the Hub's dataset viewer: 83 rows, split train
+            None,  # no copy of the Hub's file could be checked offline: no checksum recorded
+            "hub AI-MO/aimo-validation-amc, split train (Apache-2.0): AMC 2022 and 2023 problems, "
+            "the paper's AMC column; `download amc` writes it",
+            (("problem",), ("answer",)),
         ),
         _benchmark(
             "math500",
@@ -162,6 +165,13 @@ CATALOGUE: dict[str, DataFile] = {
             "bb8c1e38a16ea9eacb77530315a674d883f267fbff79183effc53681b4fcc416",
             _QWEN_EVAL.format("olympiadbench"),
             (("question",), ("final_answer",)),
+        ),
+        _benchmark(
+            "amc23",
+            40,
+            "43707e1ca784602d8479de24ee8ce36609dbebc46dd152b0b12a46611aa898a4",
+            _QWEN_EVAL.format("amc23"),
+            (("problem", "question"), ("answer",)),
         ),
         _benchmark(
             "gsm8k",
@@ -286,6 +296,8 @@ def check(name: str, data_dir: str | Path | None = None) -> FileStatus:
         record = json.loads(origin.read_text(encoding="utf-8"))
         if record.get("sha256") == sha256:
             return FileStatus(entry, path, "other copy", rows, str(record.get("source", "")))
+    elif entry.sha256 is None:  # nothing to compare with: the row count is all that is checked
+        return FileStatus(entry, path, "other copy", rows, "no reference checksum recorded")
     return FileStatus(entry, path, "changed", rows, "checksum differs from the recorded one")
 
 

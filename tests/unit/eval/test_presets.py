@@ -18,7 +18,7 @@ def test_paper_preset_is_the_papers_protocol():
     assert dict(cfg.benchmarks) == {
         "aime24": 32,
         "aime25": 32,
-        "amc23": 32,
+        "amc": 32,
         "math500": 4,
         "minerva": 4,
         "olympiadbench": 4,

@@ -9,7 +9,7 @@ import torch
 from quadrants.objectives.batch import PolicyOutput, token_advantages
 from quadrants.objectives.registry import resolve_objective
 
-from .helpers import batch, close, grad_of, logp_for_ratios, random_batch, run
+from .helpers import batch, close, grad_of, logp_for_ratios, random_batch, run, t
 from .upstream import archer_functions
 
 # One group, 2 responses x 5 tokens: rewards [2, -2] -> A = [+2, -2].
@@ -59,17 +59,98 @@ def test_dual_clip_ranges_by_hand(entropy_source):
 
 def test_the_split_is_per_response_and_the_kl_weights_by_hand():
     tb, logp = _batch()
-    spec, params = resolve_objective("archer", {})
+    spec, params = resolve_objective("archer", {"kl_normaliser": "entropy_group"})
     out = spec.fn(tb, PolicyOutput(logp, torch.tensor(ENTROPY)), **params)
     high = torch.tensor(HIGH, dtype=torch.bool)
     # entropy_group: low tokens weigh |tokens| / |low| = 10 / 8 = 1.25, high 0 (scale 0)
     close(out.kl_weight, torch.where(high, 0.0, 1.25))
-    _, params = resolve_objective("archer", {"high_entropy_kl_scale": 0.5})
+    _, params = resolve_objective(
+        "archer", {"high_entropy_kl_scale": 0.5, "kl_normaliser": "entropy_group"}
+    )
     out = spec.fn(tb, PolicyOutput(logp, torch.tensor(ENTROPY)), **params)
     close(out.kl_weight, torch.where(high, 0.5 * 10 / 2, 1.25))  # 2.5 on the 2 high tokens
     _, params = resolve_objective("archer", {"kl_normaliser": "response_tokens"})
     out = spec.fn(tb, PolicyOutput(logp, torch.tensor(ENTROPY)), **params)
     close(out.kl_weight, torch.where(high, 0.0, 1.0))
+
+
+# Ragged: response 0 has 5 tokens (high t1, 4 low), response 1 has 3 and 2 padded. Response 1's
+# quantile: sorted [0, 0.4, 1.0], position 0.8 * 2 = 1.6 -> 0.4 + 0.6 * 0.6 = 0.76 -> high: t0.
+RAGGED_ENTROPY = [[0.1, 2.0, 0.3, 0.2, 0.5], [1.0, 0.0, 0.4, 9.0, 9.0]]
+RAGGED_MASK = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+RAGGED_HIGH = [[0, 1, 0, 0, 0], [1, 0, 0, 0, 0]]
+
+
+def _ragged(ref_logp=None, rewards=(2.0, -2.0), groups=(0, 0)):
+    rows = len(rewards)
+    return batch(
+        entropy=(RAGGED_ENTROPY * 2)[:rows],
+        rewards=list(rewards),
+        group_ids=list(groups),
+        response_mask=(RAGGED_MASK * 2)[:rows],
+        ref_logp=ref_logp,
+    )
+
+
+def test_the_per_response_kl_normaliser_by_hand():
+    tb = _ragged()
+    logp = logp_for_ratios(tb)
+    spec = resolve_objective("archer", {})[0]
+    high = torch.tensor(RAGGED_HIGH, dtype=torch.bool)
+    mask = torch.tensor(RAGGED_MASK, dtype=torch.bool)
+
+    def weights(**params):
+        full = resolve_objective("archer", params)[1]
+        return spec.fn(tb, PolicyOutput(logp, t(RAGGED_ENTROPY)), **full).kl_weight
+
+    # response (the default): |o_i| / |low_i| = 5 / 4 = 1.25 and 3 / 2 = 1.5 on the low tokens
+    low_w = torch.tensor([[1.25], [1.5]])
+    close(weights(), torch.where(high, 0.0, low_w) * mask)
+    # high scale 0.5: 0.5 * |o_i| / |high_i| = 0.5 * 5 / 1 = 2.5 and 0.5 * 3 / 1 = 1.5
+    high_w = torch.tensor([[2.5], [1.5]])
+    close(weights(high_entropy_kl_scale=0.5), torch.where(high, high_w, low_w) * mask)
+    # entropy_group: the batch's counts, 8 tokens / 6 low = 4/3; high 0.5 * 8 / 2 = 2.0
+    close(
+        weights(kl_normaliser="entropy_group", high_entropy_kl_scale=0.5),
+        torch.where(high, 2.0, 4.0 / 3.0) * mask,
+    )
+
+
+def test_the_recipe_loss_is_a_mean_per_response_by_hand():
+    # ratios 1: the surrogate is -A per token, -2 on response 0 and +2 on response 1.
+    # ref = logp + log 2 on one low token of each response (t2 of 0, t1 of 1): k3 = K3_LOG2 there.
+    # seq-mean-token-mean with kl_normaliser=response, kl_coef 1:
+    #   response 0: -2 + K3 / 4 (its 4 low tokens);  response 1: +2 + K3 / 2 (its 2 low tokens)
+    #   mean over the 2 responses: (K3 / 4 + K3 / 2) / 2 = 3 K3 / 8
+    shift = [[0.0, 0.0, math.log(2.0), 0.0, 0.0], [0.0, math.log(2.0), 0.0, 0.0, 0.0]]
+    ref = (torch.full((2, 5), -1.0) + torch.tensor(shift)).tolist()  # old_logp -1 = logp
+    tb = _ragged(ref_logp=ref)
+    logp = logp_for_ratios(tb)
+    entropy = t(RAGGED_ENTROPY)
+    loss, _ = run("archer", tb, logp, entropy, loss_agg="seq-mean-token-mean", kl_coef=1.0)
+    close(loss, 3 * K3_LOG2 / 8)
+    # token-mean with entropy_group (the authors' formula on one 2-sequence micro-batch):
+    #   pg (-2 * 5 + 2 * 3) / 8 = -0.5; KL 2 K3 * (4/3) / 8 = K3 / 3
+    loss, _ = run("archer", tb, logp, entropy, kl_coef=1.0, kl_normaliser="entropy_group")
+    close(loss, -0.5 + K3_LOG2 / 3)
+
+
+def test_constant_groups_leave_the_batch_by_hand():
+    # group 1 (rewards 1, 1) is constant: A = 0, surrogate 0 on its 8 tokens.
+    # seq-mean-token-mean, ratios 1: group 0 alone gives (-2 + 2) / 2 = 0 -- so shift the ratios of
+    # response 0 to 1.1 (unclipped, -2 * 1.1 = -2.2 per token): (-2.2 + 2) / 2 = -0.1.
+    # dropped (the default): -0.1 over 2 responses; kept: (-2.2 + 2 + 0 + 0) / 4 = -0.05
+    tb = _ragged(rewards=(2.0, -2.0, 1.0, 1.0), groups=(0, 0, 1, 1))
+    ratios = [[1.1] * 5, [1.0] * 5, [1.0] * 5, [1.0] * 5]
+    logp = logp_for_ratios(tb, ratios)
+    entropy = t(RAGGED_ENTROPY * 2)
+    loss, metrics = run("archer", tb, logp, entropy, loss_agg="seq-mean-token-mean")
+    close(loss, -0.1)
+    close(metrics["kept_group_frac"], 0.5)
+    loss, _ = run(
+        "archer", tb, logp, entropy, loss_agg="seq-mean-token-mean", dynamic_sampling=False
+    )
+    close(loss, -0.05)
 
 
 def test_kl_only_on_low_entropy_tokens_by_hand():
@@ -115,48 +196,101 @@ def test_validation_names_the_key():
             resolve_objective("archer", params)
 
 
+def _their_loss(fns, tb, logp, entropy, rows):
+    """ArcherCodeR's policy_loss of one micro-batch (`rows`): the entropy split of their
+    dp_actor.py (lines 405-410 at the commit compared, inline code restated here:
+    torch.nanquantile per response, `<=` for low-entropy), then their compute_policy_loss
+    (use_token_entropy_separate) + kl_loss_coef * agg_loss(kl, low) +
+    high_entropy_kl_loss_scale_coef * agg_loss(kl, high), their script's values."""
+    mask = tb.response_mask[rows]
+    masked = torch.where(mask, entropy.detach()[rows], torch.nan)
+    q80 = torch.nanquantile(masked, q=0.8, dim=-1, keepdim=True)
+    their_low, their_high = (masked <= q80) & mask, (masked > q80) & mask
+    pg_loss, *_ = fns["compute_policy_loss"](
+        old_log_prob=tb.old_logp[rows],
+        log_prob=logp[rows],
+        advantages=token_advantages(tb)[rows],
+        response_mask=mask.float(),
+        use_token_entropy_separate=True,
+        high_entropy_mask=their_low,  # their name for the low-entropy tokens
+        cliprange=0.2,
+        cliprange_low=0.2,
+        cliprange_high=0.2,
+        low_entropy_clip_ratio_low=0.2,
+        low_entropy_clip_ratio_high=0.2,
+        high_entropy_clip_ratio_low=0.5,
+        high_entropy_clip_ratio_high=0.5,
+        clip_ratio_c=10.0,
+        loss_agg_mode="token-mean",
+    )
+    kld = fns["kl_penalty"](
+        logprob=logp[rows], ref_logprob=tb.ref_logp[rows], kl_penalty="low_var_kl"
+    )
+    return (
+        pg_loss
+        + 0.001 * fns["agg_loss"](kld, their_low, "token-mean")
+        + 0.0 * fns["agg_loss"](kld, their_high, "token-mean")
+    ), their_high
+
+
 def test_matches_the_authors_loss_and_kl_on_the_same_tensors():
-    """ArcherCodeR's compute_policy_loss (use_token_entropy_separate), kl_penalty and agg_loss run
-    on seeded ragged batches. The entropy split is inline code in their dp_actor.py (lines 405-410
-    at the commit compared), not a function: its three lines are restated here, torch.nanquantile
-    per response and `<=` for low-entropy. The total is their policy_loss: pg_loss +
-    kl_loss_coef * agg(kl, low) + high_entropy_kl_loss_scale_coef * agg(kl, high)."""
+    """The function: ArcherCodeR's compute_policy_loss, kl_penalty and agg_loss on seeded ragged
+    batches taken as one micro-batch, against ours with the same aggregation (token-mean,
+    `kl_normaliser=entropy_group`, no group filter)."""
     fns = archer_functions("compute_policy_loss", "agg_loss", "kl_penalty")
     worst = 0.0
     for seed in range(4):
         tb, logp, entropy = random_batch(seed, length=9)
         logp_a = logp.detach().clone().requires_grad_(True)
-        mask = tb.response_mask
-        masked = torch.where(mask, entropy.detach(), torch.nan)
-        q80 = torch.nanquantile(masked, q=0.8, dim=-1, keepdim=True)
-        their_low, their_high = (masked <= q80) & mask, (masked > q80) & mask
-        pg_loss, *_ = fns["compute_policy_loss"](
-            old_log_prob=tb.old_logp,
-            log_prob=logp_a,
-            advantages=token_advantages(tb),
-            response_mask=mask.float(),
-            use_token_entropy_separate=True,
-            high_entropy_mask=their_low,  # their name for the low-entropy tokens
-            cliprange=0.2,
-            cliprange_low=0.2,
-            cliprange_high=0.2,
-            low_entropy_clip_ratio_low=0.2,
-            low_entropy_clip_ratio_high=0.2,
-            high_entropy_clip_ratio_low=0.5,
-            high_entropy_clip_ratio_high=0.5,
-            clip_ratio_c=10.0,
-            loss_agg_mode="token-mean",
+        theirs, their_high = _their_loss(fns, tb, logp_a, entropy, slice(None))
+        ours, _ = run(
+            "archer",
+            tb,
+            logp,
+            entropy,
+            kl_coef=0.001,
+            kl_normaliser="entropy_group",
+            dynamic_sampling=False,
         )
-        kld = fns["kl_penalty"](logprob=logp_a, ref_logprob=tb.ref_logp, kl_penalty="low_var_kl")
-        theirs = (
-            pg_loss
-            + 0.001 * fns["agg_loss"](kld, their_low, "token-mean")
-            + 0.0 * fns["agg_loss"](kld, their_high, "token-mean")
-        )
-        ours, _ = run("archer", tb, logp, entropy, kl_coef=0.001)
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
         g_ours, g_theirs = grad_of(ours, logp), grad_of(theirs, logp_a)
         torch.testing.assert_close(g_ours, g_theirs, rtol=0, atol=1e-7)
         assert their_high.any() and g_ours.abs().sum() > 0
         worst = max(worst, (ours - theirs).abs().item(), (g_ours - g_theirs).abs().max().item())
     print(f"archer vs ArcherCodeR: largest difference {worst:.3g}")
+
+
+def test_matches_the_authors_recipe_as_their_script_accumulates_it():
+    """The recipe: their script's loss as verl accumulates it. `+trainer.rejection_sample=True`
+    keeps the groups whose rewards are not all equal (dapo/dapo_ray_trainer.py; all-0 / all-1
+    for these 0/1 rewards); `ppo_micro_batch_size_per_gpu=1` with `use_dynamic_bsz=False` runs
+    each kept sequence as its own micro-batch and back-propagates policy_loss /
+    gradient_accumulation (dp_actor.py), here the number of kept sequences (the filtered batch is
+    one mini-batch). Ours: the YAML's defaults (seq-mean-token-mean, kl_normaliser=response,
+    dynamic_sampling) through compute_loss. Seeds 0, 2 and 3 hold a constant group."""
+    fns = archer_functions("compute_policy_loss", "agg_loss", "kl_penalty")
+    worst, dropped = 0.0, 0
+    for seed in range(4):
+        tb, logp, entropy = random_batch(seed, length=9)
+        logp_a = logp.detach().clone().requires_grad_(True)
+        kept = [int(i) for i in torch.nonzero(~tb.constant_group_mask).flatten()]
+        dropped += tb.batch_size - len(kept)
+        theirs = sum(_their_loss(fns, tb, logp_a, entropy, [i])[0] / len(kept) for i in kept)
+        ours, _ = run("archer", tb, logp, entropy, loss_agg="seq-mean-token-mean", kl_coef=0.001)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+        g_ours, g_theirs = grad_of(ours, logp), grad_of(theirs, logp_a)
+        torch.testing.assert_close(g_ours, g_theirs, rtol=0, atol=1e-7)
+        # the batch-level function (token-mean, every group) is a different loss on these batches
+        function, _ = run(
+            "archer",
+            tb,
+            logp.detach(),
+            entropy,
+            kl_coef=0.001,
+            kl_normaliser="entropy_group",
+            dynamic_sampling=False,
+        )
+        assert (function - theirs).abs() > 1e-3
+        worst = max(worst, (ours - theirs).abs().item(), (g_ours - g_theirs).abs().max().item())
+    assert dropped == 12  # 3 groups of 4 rows left the batch
+    print(f"archer recipe vs ArcherCodeR's accumulation: largest difference {worst:.3g}")

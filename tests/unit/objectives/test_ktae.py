@@ -3,6 +3,7 @@ the id (Fisher exact test, information gain, Cohen's h, term frequency); and the
 ComputeKeyTokens on the same token ids."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from quadrants.objectives.ktae import key_token_weights
 from quadrants.objectives.registry import resolve_objective
 
 from .helpers import close, grad_of, run
-from .upstream import ktae_functions
+from .upstream import ktae_functions, load_functions, upstream_file
 
 # One group: response 0 [5, 7] correct (reward 1), response 1 [5, 9] wrong (0); Dr. GRPO centring
 # gives Â = [+0.5, -0.5]. gamma 0 (no term-frequency term) keeps the arithmetic short:
@@ -72,6 +73,24 @@ def test_zero_token_ids_and_one_sided_groups_get_no_weight():
     close(weights, torch.zeros(2, 2))
 
 
+def test_the_dual_clip_caps_a_negative_token_advantage_by_hand():
+    # gamma 0: token advantages [[0.5, 0.5 + W], [-0.5, -(0.5 + W)]]; ratio 20 on the last token.
+    # Its surrogate max(20 (0.5 + W), 1.28 (0.5 + W)) = 20 (0.5 + W); the dual clip c = 10 (the
+    # authors' scripts, our default) caps it at 10 (0.5 + W), with no gradient. Token-mean:
+    #   c 10:  (-0.5 - (0.5 + W) + 0.5 + 10 (0.5 + W)) / 4 = 9 (0.5 + W) / 4 = 1.9657906
+    #   off:   (-0.5 - (0.5 + W) + 0.5 + 20 (0.5 + W)) / 4 = 19 (0.5 + W) / 4 = 4.1500025
+    tb = _batch([[5, 7], [5, 9]], [1.0, 0.0])
+    logp = tb.old_logp.clone()
+    logp[1, 1] += math.log(20.0)
+    logp.requires_grad_(True)
+    loss, metrics = run("ktae", tb, logp, gamma=0.0)
+    close(loss, 9 * (0.5 + W) / 4)
+    close(grad_of(loss, logp), [[-0.125, -(0.5 + W) / 4], [0.125, 0.0]])
+    close(metrics["dual_clip_frac"], 1 / 4)
+    loss, _ = run("ktae", tb, logp, gamma=0.0, clip_ratio_c=None)
+    close(loss, 19 * (0.5 + W) / 4)
+
+
 def test_validation_names_the_key():
     with pytest.raises(ValueError, match=r"^top=-1.0 is out of range"):
         resolve_objective("ktae", {"top": -1.0})
@@ -124,3 +143,90 @@ def test_matches_the_authors_key_tokens_on_the_same_ids(gamma):
         assert (ours.abs() > 1e-3).sum() > 10  # real weights, not zeros
         worst = max(worst, (ours - theirs).abs().max().item())
     print(f"ktae (gamma {gamma}) vs KTAE: largest difference {worst:.3g}")
+
+
+@pytest.mark.slow  # their ComputeKeyTokens sizes its tables by the largest id, 151643: ~20 s
+def test_matches_the_authors_recipe_with_their_scripts_clip_arguments():
+    """The recipe: both of the authors' scripts (recipe/dapo/run_dapo_qwen2.5_{1.5b,7b}.sh at
+    ea9fb77) keep the groups whose accuracy varies (`algorithm.filter_groups.enable=True`,
+    metric acc; recipe/dapo/src/dapo_ray_trainer.py) and run their fork's compute_policy_loss
+    (verl/trainer/ppo/core_algos.py, run here) with clip_ratio_low 0.2, clip_ratio_high 0.28
+    (1.5B; the 7B script's 0.24 also checked), clip_ratio_c 10.0, token-mean, on the token
+    advantages Â + w (their compute_ktae_outcome_advantage_and_keytokens; w from their
+    ComputeKeyTokens, run here). The filtered batch is taken as one micro-batch (their
+    use_dynamic_bsz packs rows up to a token budget). Log-ratios of spread 1.5 put some
+    negative-advantage tokens past c = 10."""
+    names = ("compute_Cohen", "fisher_exact_test", "calculate_ig", "compute_tf")
+    key = ktae_functions(*names, "ComputeKeyTokens")["ComputeKeyTokens"]
+    core = upstream_file("QUADRANTS_KTAE_SRC", "verl/trainer/ppo/core_algos.py")
+    functional = core.parent.parent.parent / "utils" / "torch_functional.py"
+    helpers = load_functions(functional, ["masked_sum", "masked_mean"], {"torch": torch})
+    namespace = {"torch": torch, "verl_F": SimpleNamespace(**helpers)}
+    policy_loss = load_functions(core, ["agg_loss", "compute_policy_loss"], namespace)
+    vocab = torch.tensor([3, 4, 5, 8, 13, 21, 34, 151643])  # their code zeroes id 151643
+    worst, dual_clipped, filtered = 0.0, 0, 0
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        groups, size, length = 3, 4, 8
+        n = groups * size
+        ids = vocab[torch.randint(0, vocab.numel(), (n, length), generator=g)]
+        lengths = torch.randint(2, length + 1, (n,), generator=g)
+        mask = torch.arange(length)[None, :] < lengths[:, None]
+        rewards = torch.randint(0, 2, (n,), generator=g).float()
+        rewards[:size] = float(seed % 2)  # group 0 constant: the filter drops it
+        old = -torch.rand(n, length, generator=g) * 2.0
+        group_ids = torch.arange(groups).repeat_interleave(size)
+        tb = make_token_batch(
+            sequences=torch.cat([torch.zeros(n, 1, dtype=torch.long), ids], dim=1),
+            attention_mask=torch.cat([torch.ones(n, 1, dtype=torch.bool), mask], dim=1),
+            response_mask=mask,
+            old_logp=old,
+            entropy=torch.ones(n, length),
+            rewards=rewards,
+            group_ids=group_ids,
+        )
+        logp = (old + 1.5 * torch.randn(n, length, generator=g)).requires_grad_(True)
+        logp_a = logp.detach().clone().requires_grad_(True)
+        keep = ~tb.constant_group_mask
+        filtered += int((~keep).sum())
+        weights = torch.zeros(n, length)
+        for group in range(groups):
+            rows = group_ids == group
+            if not keep[rows].all():
+                continue
+            per_id = key(
+                alpha=1.0,
+                beta_ig=1.0,  # hard-coded in compute_ktae_outcome_advantage_and_keytokens
+                gamma_tf=1.0,
+                top=1.0,
+                bottom=-1.0,
+                responses_ids=ids[rows],
+                mask=mask[rows].long(),
+                rewards=rewards[rows],
+                max_token_num=int(ids.max()),
+            ).get_key_tokens()
+            weights[rows] = per_id[ids[rows]] * mask[rows]
+        token_adv = (tb.advantages[:, None] + weights) * mask
+        for clip_high in (0.28, 0.24):
+            theirs, *_, lower = policy_loss["compute_policy_loss"](
+                old_log_prob=old[keep],
+                log_prob=logp_a[keep],
+                advantages=token_adv[keep],
+                response_mask=mask[keep].float(),
+                cliprange=0.2,
+                cliprange_low=0.2,
+                cliprange_high=clip_high,
+                clip_ratio_c=10.0,
+                loss_agg_mode="token-mean",
+            )
+            ours, metrics = run("ktae", tb, logp, clip_high=clip_high)
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+            g_ours, g_theirs = grad_of(ours, logp), grad_of(theirs, logp_a)
+            torch.testing.assert_close(g_ours, g_theirs, rtol=0, atol=1e-6)
+            dual_clipped += int(metrics["dual_clip_frac"] > 0)
+            worst = max(worst, (ours - theirs).abs().item(), (g_ours - g_theirs).abs().max().item())
+            without, _ = run("ktae", tb, logp.detach(), clip_high=clip_high, clip_ratio_c=None)
+            if lower > 0:  # the cap bit: without the dual clip the loss is another
+                assert (without - theirs).abs() > 1e-3
+    assert dual_clipped > 0 and filtered > 0
+    print(f"ktae recipe vs KTAE's compute_policy_loss: largest difference {worst:.3g}")

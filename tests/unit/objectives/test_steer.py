@@ -9,6 +9,7 @@ import torch
 
 from quadrants.objectives.batch import token_advantages
 from quadrants.objectives.registry import resolve_objective
+from quadrants.objectives.steer import entropy_change_weights
 
 from .helpers import batch, close, grad_of, random_batch, run
 from .upstream import steer_functions
@@ -49,6 +50,24 @@ def test_token_weights_by_hand(mapping, weights):
     close(metrics["token_weight_mean"], w.mean())
 
 
+def test_the_range_is_per_block_of_rows_by_hand():
+    # weight_rows 1: each response its own min/max of |Ω| (the numbers above)
+    #   row 0 |Ω| [0.1931472, 0.0492574]: max -> 0.8, min -> 1.2
+    #   row 1 |Ω| [0.3068528, 2.0951007]: min -> 1.2, max -> 0.8
+    #   loss (−2·0.8 − 2·1.2 + 2·1.2 + 2·0.8) / 4 = 0
+    tb, logp = _batch()
+    loss, metrics = run("steer", tb, logp, weight_rows=1)
+    w = torch.tensor([[0.8, 1.2], [1.2, 0.8]])
+    sign = torch.tensor([[-2.0, -2.0], [2.0, 2.0]])
+    close(loss, 0.0)
+    close(grad_of(loss, logp), sign * w / 4)
+    close(metrics["token_weight_mean"], 1.0)
+    # 2 rows per block (the batch) and no blocks (null) both give the whole batch's range
+    for rows in (2, None):
+        _, metrics = run("steer", tb, logp.detach(), weight_rows=rows)
+        close(metrics["token_weight_mean"], (1.1718669 + 1.2 + 1.1496354 + 0.8) / 4)
+
+
 def test_all_equal_omega_gives_the_middle_weight():
     # one token per response and the same |Ω| on both: linear weight (0.8 + 1.2) / 2 = 1
     tb = batch(entropy=[[0.5], [0.5]], rewards=[2.0, -2.0], group_ids=[0, 0], old_logp=[[-1.0]] * 2)
@@ -64,6 +83,7 @@ def test_validation_names_the_key():
         ({"weight_min": 0.0}, r"^weight_min=0.0 is out of range"),
         ({"mapping": "exponential", "weight_min": 1.1}, r"^weight_min=1.1 is out of range"),
         ({"clip_ratio_c": 0.5}, r"^clip_ratio_c=0.5 is out of range"),
+        ({"weight_rows": 0}, r"^weight_rows=0 must be a whole number >= 1"),
     ):
         with pytest.raises(ValueError, match=pattern):
             resolve_objective("steer", params)
@@ -102,3 +122,39 @@ def test_matches_the_authors_loss_on_the_same_tensors(mapping):
         assert g_ours.abs().sum() > 0
         worst = max(worst, (ours - theirs).abs().item(), (g_ours - g_theirs).abs().max().item())
     print(f"steer ({mapping}) vs STEER: largest difference {worst:.3g}")
+
+
+@pytest.mark.parametrize("mapping", ["linear", "exponential"])
+def test_matches_the_authors_weights_per_micro_batch_of_8(mapping):
+    """The recipe's range: run/run_linear.sh sets ppo_micro_batch_size_per_gpu=8 (use_dynamic_bsz
+    false), and their dp_actor.py calls compute_policy_loss_with_entropy once per micro-batch of 8
+    consecutive rows, so compute_token_weights (run here) takes min and max of |Ω| over those 8
+    rows. On 24 rows (3 micro-batches) our weights with weight_rows 8 (the default) are theirs;
+    one range over the 24 rows (weight_rows null) is not."""
+    fns = steer_functions("compute_token_weights")
+    worst = 0.0
+    for seed in range(4):
+        tb, logp, _ = random_batch(seed, groups=6, group_size=4, length=9)
+        w_max = 1.2 if mapping == "linear" else 1.0
+        kwargs = dict(weight_min=0.8, weight_max=w_max, mapping=mapping)
+        adv, mask = token_advantages(tb), tb.response_mask
+        args = (adv, tb.entropy, tb.old_logp, logp.detach())
+        ours = entropy_change_weights(*args, mask, **kwargs, weight_rows=8)
+        theirs = torch.cat(
+            [
+                fns["compute_token_weights"](
+                    *(a[rows] for a in args),
+                    mask[rows].float(),
+                    token_weight_min=0.8,
+                    token_weight_max=w_max,
+                    linear=mapping == "linear",
+                )
+                * mask[rows]
+                for rows in (slice(0, 8), slice(8, 16), slice(16, 24))
+            ]
+        )
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+        whole = entropy_change_weights(*args, mask, **kwargs, weight_rows=None)
+        assert (whole - theirs).abs().max() > 1e-3
+        worst = max(worst, (ours - theirs).abs().max().item())
+    print(f"steer ({mapping}) weights per 8 rows vs STEER: largest difference {worst:.3g}")

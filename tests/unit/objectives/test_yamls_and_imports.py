@@ -27,7 +27,9 @@ from quadrants.validation import NEEDS_LORA
 # keys outside `params` that a method's own recipe sets (each stated in its YAML and docs/science.md)
 RECIPE_KEYS = {
     "gspo": {"loss_agg": "seq-mean-token-mean"},  # GSPO Eq. 5; verl's gspo hard-codes it
-    "archer": {"kl_coef": 0.001},  # the low-entropy tokens' KL (the authors' kl_loss_coef)
+    # the low-entropy tokens' KL (the authors' kl_loss_coef); verl's token-mean of one-sequence
+    # micro-batches (their script)
+    "archer": {"kl_coef": 0.001, "loss_agg": "seq-mean-token-mean"},
 }
 YAMLS = sorted(p.stem for p in (CONFIG_DIR / "objective").glob("*.yaml"))
 PACKAGE = Path(objectives_pkg.__file__).parent

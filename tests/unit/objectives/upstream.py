@@ -61,6 +61,23 @@ def load_functions(path: Path, names: list[str], namespace: dict[str, Any]) -> d
     return {name: namespace[name] for name in names}
 
 
+def load_method(path: Path, cls: str, name: str, namespace: dict[str, Any]) -> Any:
+    """Execute method `name` of top-level class `cls` of `path` as a plain function in
+    `namespace` (its `self` is whatever the caller passes; the method must not use it)."""
+    tree = ast.parse(path.read_text())
+    owner = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+    method = None
+    if owner is not None:
+        method = next(
+            (n for n in owner.body if isinstance(n, ast.FunctionDef) and n.name == name), None
+        )
+    if method is None:
+        pytest.fail(f"{path} defines no method {cls}.{name}")
+    method.decorator_list = []
+    exec(compile(ast.Module(body=[method], type_ignores=[]), str(path), "exec"), namespace)
+    return namespace[name]
+
+
 class VerlActorConfig:
     """Stand-in for verl's ActorConfig: the attributes its loss reads, nothing else."""
 
@@ -111,6 +128,16 @@ def skywork_functions(*names: str) -> dict[str, Any]:
 
     core = upstream_file("QUADRANTS_SKYWORK_SRC", "verl/trainer/ppo/core_algos.py")
     return load_functions(core, list(names), {"torch": torch, "np": np})
+
+
+def skywork_entropy_metric() -> Any:
+    """Skywork-OR1's `DataParallelPPOActor.get_entropy_metric` (verl/workers/actor/dp_actor.py):
+    the metrics whose `actor/entropy_loss` their trainer feeds the entropy controller."""
+    actor = upstream_file("QUADRANTS_SKYWORK_SRC", "verl/workers/actor/dp_actor.py")
+    functional = actor.parent.parent.parent / "utils" / "torch_functional.py"
+    helpers = load_functions(functional, ["masked_sum", "masked_mean"], {"torch": torch})
+    namespace = {"torch": torch, "verl_F": SimpleNamespace(**helpers)}
+    return load_method(actor, "DataParallelPPOActor", "get_entropy_metric", namespace)
 
 
 def ktae_functions(*names: str) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def test_paper_presets_evaluate_with_the_paper_protocol():
     assert dict(study.eval.benchmarks) == {"aime24": 32}
     assert (study.eval.temperature, study.eval.top_p) == (0.6, 0.95)
     # main runs: the six benchmarks, @32 on the competition sets and @4 on the rest (docs/science.md, "Evaluation protocol")
-    six = {"aime24": 32, "aime25": 32, "amc23": 32, "math500": 4, "minerva": 4, "olympiadbench": 4}
+    six = {"aime24": 32, "aime25": 32, "amc": 32, "math500": 4, "minerva": 4, "olympiadbench": 4}
     main = compose_run_config(["experiment=paper_main_qwen7b", "objective=hapo", "seed=0"])
     assert dict(main.eval.benchmarks) == six and main.eval.max_new_tokens == 3072
     dsr = compose_run_config(["experiment=paper_main_dsr1p5b", "objective=hapo", "seed=0"])
@@ -105,7 +105,7 @@ def test_paper_presets_evaluate_with_the_paper_protocol():
     [  # batch = (prompts per step, G, mini-batch in sequences = 32 prompts x G)
         ("paper_quadrants_qwen7b", "Qwen/Qwen2.5-Math-7B", "qwen_math", (256, 8, 256)),
         ("paper_main_qwen7b", "Qwen/Qwen2.5-Math-7B", "qwen_math", (512, 8, 256)),
-        ("paper_main_dsr1p5b", "agentica-org/DeepScaleR-1.5B-Preview", "chat", (64, 16, 512)),
+        ("paper_main_dsr1p5b", "cmu-deepscaler-colab/DeepScaleR-8K", "chat", (64, 16, 512)),
     ],
 )
 def test_paper_presets_train_on_deepscaler_with_the_papers_prompt(experiment, model, prompt, batch):

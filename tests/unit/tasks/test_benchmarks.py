@@ -47,10 +47,11 @@ def test_known_benchmarks():
     assert known_benchmarks() == [
         "aime24",
         "aime25",
-        "amc23",
+        "amc",
         "math500",
         "minerva",
         "olympiadbench",
+        "amc23",
         "gsm8k",
     ]
 
@@ -65,10 +66,11 @@ def test_protocol_samples():
     assert {name: get_spec(name).samples for name in known_benchmarks()} == {
         "aime24": 32,
         "aime25": 32,
-        "amc23": 32,
+        "amc": 32,
         "math500": 4,
         "minerva": 4,
         "olympiadbench": 4,
+        "amc23": 32,
         "gsm8k": 4,
     }
 
@@ -144,6 +146,12 @@ def test_aime_golds():
     aime25 = load("aime25")
     assert [p.id for p in aime25.problems] == ["aime25/0", "aime25/1", "aime25/2"]  # no id: index
     assert [p.answer for p in aime25.problems] == ["21", "336", "7"]  # "336^\circ", "007"
+
+
+def test_amc_float_golds_of_both_sets():
+    # AI-MO's 83-problem set (the paper's AMC column) and AMC23 store answers as floats
+    assert [p.answer for p in load("amc").problems] == ["9", "-3", "3.5"]
+    assert [p.id for p in load("amc").problems] == ["amc/0", "amc/1", "amc/2"]
 
 
 def test_amc_float_golds():
@@ -318,6 +326,7 @@ def test_grader_agrees_with_equivalent_and_different_answers(name: str, grader: 
     [
         ("aime24", 30),
         ("aime25", 30),
+        ("amc", 83),
         ("amc23", 40),
         ("math500", 500),
         ("minerva", 272),

@@ -85,10 +85,11 @@ def test_the_catalogue_names_the_files_the_loaders_read():
     assert {n: e.rows for n, e in CATALOGUE.items()} == {
         "aime24": 30,
         "aime25": 30,
-        "amc23": 40,
+        "amc": 83,
         "math500": 500,
         "minerva": 272,
         "olympiadbench": 675,
+        "amc23": 40,
         "gsm8k": 1319,
         "gsm8k_train": 7473,
         "dsr_sub": 1209,
@@ -110,6 +111,30 @@ def test_check_tells_missing_incomplete_ok_and_changed(tmp_path: Path, toy: Data
     path.write_bytes(TOY_BYTES.replace(b'"4"', b'"5"'))  # same 2 rows, one answer changed
     status = check("toy", tmp_path)
     assert (status.state, status.rows, status.usable) == ("changed", 2, False)
+
+
+def test_without_a_recorded_checksum_the_rows_decide_and_an_import_is_recorded(
+    tmp_path: Path, toy: DataFile, monkeypatch
+):
+    # AMC's entry has no checksum (none could be verified offline): a file with the recorded rows
+    # is another copy; an imported one carries its origin, and a change after that is caught
+    monkeypatch.setitem(CATALOGUE, "toy", dataclasses.replace(toy, sha256=None))
+    path = tmp_path / "toy" / "train.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(TOY_BYTES)
+    status = check("toy", tmp_path)
+    assert (status.state, status.usable, status.note) == (
+        "other copy",
+        True,
+        "no reference checksum recorded",
+    )
+    brought = tmp_path / "brought.jsonl"
+    brought.write_bytes(TOY_BYTES)
+    status = import_file("toy", brought, tmp_path / "home")
+    assert status.state == "other copy" and status.note == f"imported from {brought}"
+    status.path.write_bytes(TOY_BYTES.replace(b'"4"', b'"5"'))
+    assert check("toy", tmp_path / "home").state == "changed"
+    assert CATALOGUE["amc"].sha256 is None and CATALOGUE["amc"].rows == 83
 
 
 def test_the_fixture_data_home_is_incomplete_by_the_records(fixture_data_dir: Path):
