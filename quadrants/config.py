@@ -142,6 +142,15 @@ class QuadrantConfig:
     axis: str = "token_entropy"
     # the layers whose attention entropy is averaged: "all", "last", or a list of layer indices
     attention_layers: Any = "all"
+    # keep=random (`quadrant=random`): the matched random-token control (ops/random_control.py,
+    # docs/science.md). `match`: the arm whose kept-token count it draws each step (a quadrant or a
+    # list, as `keep`); `match_sign`: draw per advantage sign, among the tokens of the matched arm's
+    # sign; `reweight`: none | ht (Horvitz-Thompson, each drawn token's loss times 1/inclusion
+    # probability). Another arm accepts `match` (so `-m quadrant=PHR,random quadrant.match=PHR`
+    # composes) and ignores it
+    match: Any = None
+    match_sign: bool = False
+    reweight: str = "none"
 
 
 @dataclass

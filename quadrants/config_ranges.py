@@ -202,6 +202,11 @@ NO_RANGE: dict[str, str] = {
     "quadrant.denominator": (
         "a name, checked against ops.quadrants.DENOMINATORS (validate_config)"
     ),
+    "quadrant.match": "quadrant names, checked by ops.quadrants.parse_match",
+    "quadrant.match_sign": "a flag, checked against quadrant.match by ops.quadrants.RandomControl",
+    "quadrant.reweight": (
+        "a name, checked against ops.random_control.REWEIGHTS (QuadrantSettings.from_config)"
+    ),
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
