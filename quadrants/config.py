@@ -205,6 +205,10 @@ class TrainConfig:
     # forward and backward), back for the step (quadrants/train/offload.py); GPU runs only
     offload_optimizer: bool = False
     epochs: int = 1  # passes over each rollout batch
+    # how each pass orders the rows before cutting mini-batches: shuffle (every row at random) |
+    # query (the prompts at random, each prompt's G responses together; mini_batch_size must be a
+    # multiple of rollout.group_size; Cheng et al., arXiv 2605.08666)
+    minibatch_grouping: str = "shuffle"
     lr: float = 1e-4
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)

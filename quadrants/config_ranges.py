@@ -209,6 +209,7 @@ NO_RANGE: dict[str, str] = {
     ),
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",
+    "train.minibatch_grouping": "a choice of shuffle, query, checked by validate_config",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
     "train.cpu.matmul": "a choice of auto, torch, onednn, checked by validate_config",
     "train.cpu.sdpa_grouped_heads": "a flag",

@@ -216,6 +216,7 @@ class UpdateSettings:
     max_grad_norm: float
     measure_dlogp: bool
     dlogp_rows: int | None
+    minibatch_grouping: str = "shuffle"  # shuffle | query (train/step.py update_policy)
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> UpdateSettings:
@@ -230,6 +231,7 @@ class UpdateSettings:
             max_grad_norm=train.max_grad_norm,
             measure_dlogp=train.measure_dlogp,
             dlogp_rows=train.dlogp_rows,
+            minibatch_grouping=train.minibatch_grouping,
         )
 
 

@@ -37,6 +37,7 @@ from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
 from quadrants.objectives.loss import compute_loss, kept_tokens
+from quadrants.ops.groups import grouped_order
 from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
@@ -369,7 +370,11 @@ def update_policy(
     with seeded(step_seed(settings.seed, step) + 2, batch.sequences.device):
         for _ in range(settings.epochs):
             # drawn on the CPU generator (the same order on every device), then moved to the batch
-            order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
+            if settings.minibatch_grouping == "query":  # each prompt's responses together
+                order = grouped_order(batch.group_ids, generator)
+            else:
+                order = torch.randperm(batch.batch_size, generator=generator)
+            order = order.to(batch.sequences.device)
             for start in range(0, batch.batch_size, settings.mini_batch_size):
                 index = order[start : start + settings.mini_batch_size]
                 optimizer.zero_grad(set_to_none=True)

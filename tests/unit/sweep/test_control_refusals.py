@@ -42,6 +42,12 @@ from quadrants.launch.hydra_setup import preflight
         ),
         (["quadrant.keep=[random,PHR]"], r"'random' is an arm of its own"),
         (["-m", "quadrant=PHR,random"], r"quadrant=random needs quadrant.match"),
+        (
+            ["train.minibatch_grouping=query", "train.mini_batch_size=12"],
+            r"train.minibatch_grouping=query .* train.mini_batch_size=12 is not a multiple of "
+            r"rollout.group_size=8; .*\(e.g. 8\)",
+        ),
+        (["train.minibatch_grouping=prompt"], r"train.minibatch_grouping='prompt' is unknown"),
     ],
 )
 def test_control_refused_at_compose_time(argv, message, tmp_path):
@@ -60,6 +66,7 @@ def test_control_refused_at_compose_time(argv, message, tmp_path):
             "quadrant.match_sign=true",
             "quadrant.reweight=ht",
         ],
+        ["train.minibatch_grouping=query", "train.mini_batch_size=16"],
     ],
 )
 def test_control_composes(argv, tmp_path):
