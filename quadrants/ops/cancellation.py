@@ -31,6 +31,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+PAIR_CHUNK_TOKENS = 1 << 22  # tokens compared at once by `shared_tokens` (pairs x T)
+
 
 def opposite_pairs(advantages: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
     """Every ordered pair (i, j) of responses of one group with A_i and A_j of opposite strict
@@ -55,10 +57,15 @@ def shared_tokens(
     """
     mask = response_mask.bool()
     first, second = opposite_pairs(advantages, group_ids)  # [P], [P]
-    same = (response_ids[first] == response_ids[second]) & mask[first] & mask[second]  # [P, T]
-    prefix = torch.cummin(same.to(torch.uint8), dim=1).values.bool()  # same at 0..t
     hits = torch.zeros(mask.shape, dtype=torch.int32, device=mask.device)
-    hits.index_add_(0, first, prefix.to(torch.int32))
+    # pairs in chunks of at most PAIR_CHUNK_TOKENS tokens: a 7B recipe's 4096 rows of 8192 tokens
+    # hold ~16k pairs, whose gathered ids alone would be 1 GiB
+    step = max(1, PAIR_CHUNK_TOKENS // max(1, mask.shape[1]))
+    for start in range(0, first.numel(), step):
+        i, j = first[start : start + step], second[start : start + step]
+        same = (response_ids[i] == response_ids[j]) & mask[i] & mask[j]  # [p, T]
+        prefix = torch.cummin(same.to(torch.uint8), dim=1).values  # 1 where same at 0..t
+        hits.index_add_(0, i, prefix.to(torch.int32))
     return (hits > 0) & mask
 
 

@@ -51,3 +51,18 @@ def test_flips_are_moves_against_the_applied_advantage():
     assert flipped(dlogp, applied).tolist() == [[False, True, False], [True, False, False]]
     mask = torch.ones(2, 3, dtype=torch.bool)
     assert signed_tokens(applied, mask).tolist() == [[True, True, True], [True, True, False]]
+
+
+def test_shared_tokens_in_chunks_of_pairs_equal_one_pass(monkeypatch):
+    import quadrants.ops.cancellation as cancellation
+
+    gen = torch.Generator().manual_seed(0)
+    # 4 groups of 4 responses over a 3-token vocabulary (many shared prefixes), 5 tokens each
+    ids = torch.randint(0, 3, (16, 5), generator=gen)
+    mask = torch.arange(5)[None] < torch.randint(1, 6, (16,), generator=gen)[:, None]
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5] * 4)
+    groups = torch.arange(4).repeat_interleave(4)
+    whole = shared_tokens(ids, mask, adv, groups)
+    monkeypatch.setattr(cancellation, "PAIR_CHUNK_TOKENS", 5 * 3)  # 3 pairs per chunk
+    assert torch.equal(shared_tokens(ids, mask, adv, groups), whole)
+    assert 0 < int(whole.sum()) < int(mask.sum())  # neither trivially empty nor full
