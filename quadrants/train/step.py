@@ -8,12 +8,15 @@ dataclasses built once from the config by `build_step`, train/context.py):
    and shape the rewards with DAPO's overlong penalty.
 2. **score** (`build_batch`, `ScoreSettings`): old log-probs and entropy (the engine's where exact,
    else a no-grad behaviour pass), the KL reference's log-probs, advantages and quadrants: the
-   `TokenBatch` (objectives/batch.py); then the mismatch correction's weights.
-3. **update** (`update_policy`, `UpdateSettings`): `epochs` passes of shuffled mini-batches, each
+   `TokenBatch` (objectives/batch.py); under `quadrant=random` the matched control's draw
+   (`draw_control`); then the mismatch correction's weights.
+3. **update** (`update_policy`, `UpdateSettings`): `epochs` passes of shuffled mini-batches
+   (`train.minibatch_grouping`: rows at random, or whole prompts), each
    mini-batch's loss back-propagated in one piece or accumulated over micro-batches
    (`backward_minibatch`), clipped, one optimizer step each.
 
-Then telemetry (|Δ log-prob| per quadrant on a seeded subsample) and the weight sync to the engine.
+Then telemetry (|Δ log-prob|, flips and cancellation per quadrant on a seeded subsample) and the
+weight sync to the engine.
 
 Every forward goes through `no_grad_pass` or `policy_output`, which run this rank's share of the
 rows and gather them through the step's `Placement` (train/placement.py): in one process every
