@@ -4,17 +4,22 @@ objective's; without them it is π times it."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import pytest
 import torch
 
+from quadrants.models.loading import load_policy
 from quadrants.objectives.batch import PolicyOutput
 from quadrants.objectives.loss import LossSettings, compute_loss
-from quadrants.objectives.registry import resolve_objective
+from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.quadrants import Quadrant, QuadrantSettings, RandomControl
+from quadrants.train.gradless_rows import rows_with_gradient
 from quadrants.train.step import draw_control
 from tests.unit.ops.test_random_control import hand_batch
+from tests.unit.train.test_accumulate import PARAMS, seeded_batch
 
 DRAWS = 3000
 
@@ -93,3 +98,35 @@ def test_loss_refuses_a_control_without_its_draw():
     settings = LossSettings(quadrant=QuadrantSettings(control=RandomControl((Quadrant.PHR,))))
     with pytest.raises(ValueError, match="control_mask is None"):
         compute_loss(spec, params, tb, PolicyOutput(logp=tb.old_logp), settings)
+
+
+@functools.cache
+def model_batch():
+    """test_accumulate's 6-row batch from the tiny random policy (built once for the module)."""
+    return seeded_batch(load_policy("tiny-random", seed=0)[0])
+
+
+@pytest.mark.parametrize("objective", known_objectives())
+def test_a_control_drawing_the_phr_tokens_is_the_phr_arm(objective):
+    """Every registered objective: a control whose draw happens to be exactly the PHR tokens gives
+    quadrant=PHR's loss, metrics, gradient and rows with gradient, bit for bit (the control is a
+    keep set like any other, under the same normaliser)."""
+    batch = model_batch()
+    spec, params = resolve_objective(objective, PARAMS.get(objective, {}))
+    arm = LossSettings(quadrant=QuadrantSettings(keep=(Quadrant.PHR,)))
+    control = LossSettings(quadrant=QuadrantSettings(control=RandomControl((Quadrant.PHR,))))
+    controlled = dataclasses.replace(batch, control_mask=batch.quadrants.PHR)
+    results = []
+    for settings, tb in ((arm, batch), (control, controlled)):
+        torch.manual_seed(0)  # Clip-Cov's draw
+        logp = (tb.old_logp + 0.05).requires_grad_(True)
+        entropy = tb.entropy.clone().requires_grad_(True) if spec.wants_entropy(params) else None
+        loss, metrics = compute_loss(spec, params, tb, PolicyOutput(logp, entropy), settings)
+        (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
+        rows = rows_with_gradient(tb, settings, spec, params)
+        results.append((loss.detach(), metrics, grad, rows))
+    (loss, metrics, grad, rows), (got_loss, got_metrics, got_grad, got_rows) = results
+    assert torch.equal(got_loss, loss) and set(got_metrics) == set(metrics)
+    assert all(torch.equal(got_metrics[k], v) for k, v in metrics.items())
+    assert (grad is None and got_grad is None) or torch.equal(got_grad, grad)
+    assert torch.equal(got_rows, rows)
