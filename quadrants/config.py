@@ -142,6 +142,15 @@ class QuadrantConfig:
     axis: str = "token_entropy"
     # the layers whose attention entropy is averaged: "all", "last", or a list of layer indices
     attention_layers: Any = "all"
+    # keep=random (`quadrant=random`): the matched random-token control (ops/random_control.py,
+    # docs/science.md). `match`: the arm whose kept-token count it draws each step (a quadrant or a
+    # list, as `keep`); `match_sign`: draw per advantage sign, among the tokens of the matched arm's
+    # sign; `reweight`: none | ht (Horvitz-Thompson, each drawn token's loss times 1/inclusion
+    # probability). Another arm accepts `match` (so `-m quadrant=PHR,random quadrant.match=PHR`
+    # composes) and ignores it
+    match: Any = None
+    match_sign: bool = False
+    reweight: str = "none"
 
 
 @dataclass
@@ -196,6 +205,10 @@ class TrainConfig:
     # forward and backward), back for the step (quadrants/run/offload.py); GPU runs only
     offload_optimizer: bool = False
     epochs: int = 1  # passes over each rollout batch
+    # how each pass orders the rows before cutting mini-batches: shuffle (every row at random) |
+    # query (the prompts at random, each prompt's G responses together; mini_batch_size must be a
+    # multiple of rollout.group_size; Cheng et al., arXiv 2605.08666)
+    minibatch_grouping: str = "shuffle"
     lr: float = 1e-4
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)

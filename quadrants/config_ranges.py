@@ -202,8 +202,14 @@ NO_RANGE: dict[str, str] = {
     "quadrant.denominator": (
         "a name, checked against ops.quadrants.DENOMINATORS (validate_config)"
     ),
+    "quadrant.match": "quadrant names, checked by ops.quadrants.parse_match",
+    "quadrant.match_sign": "a flag, checked against quadrant.match by ops.quadrants.RandomControl",
+    "quadrant.reweight": (
+        "a name, checked against ops.random_control.REWEIGHTS (QuadrantSettings.from_config)"
+    ),
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",
+    "train.minibatch_grouping": "a choice of shuffle, query, checked by validate_config",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
     "train.cpu.matmul": "a choice of auto, torch, onednn, checked by validate_config",
     "train.cpu.sdpa_grouped_heads": "a flag",

@@ -152,6 +152,29 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
             )
 
 
+MINIBATCH_GROUPINGS = ("shuffle", "query")
+
+
+def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> None:
+    """`train.minibatch_grouping`: a known name; `query` needs mini-batches of whole groups."""
+    grouping = train.minibatch_grouping
+    if grouping not in MINIBATCH_GROUPINGS:
+        raise ValueError(
+            f"train.minibatch_grouping={grouping!r} is unknown; choose one of "
+            f"{list(MINIBATCH_GROUPINGS)}"
+        )
+    rows = train.prompts_per_step * rollout.group_size
+    if grouping == "query" and min(train.mini_batch_size, rows) % rollout.group_size:
+        fit = rollout.group_size * max(1, train.mini_batch_size // rollout.group_size)
+        raise ValueError(
+            f"train.minibatch_grouping=query keeps each prompt's {rollout.group_size} responses "
+            f"in one mini-batch, but train.mini_batch_size={train.mini_batch_size} is not a "
+            f"multiple of rollout.group_size={rollout.group_size}; set train.mini_batch_size to a "
+            f"multiple of it (e.g. {fit}), "
+            "or train.minibatch_grouping=shuffle"
+        )
+
+
 def validate_lora(cfg: RunConfig) -> None:
     """`model.lora` against the rest of the run: its target modules here, the number of ranks in
     `check_lora_ranks`. Both engines take LoRA: vLLM receives the merged weights
@@ -272,6 +295,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
     validate_trainer_memory(cfg.train, cfg.rollout)
+    validate_minibatch_grouping(cfg.train, cfg.rollout)
     # imported here: a one-process step builds its loss settings from this module (loss_settings)
     # and never opens distributed code (train/placement.py)
     from quadrants.distributed.collectives import validate_distributed_config

@@ -56,6 +56,11 @@ class TokenBatch:
             (models/token_signals.py); None without adapters, where the residual is 0.
         attention_entropy: [B, T] float or None, the behaviour policy's attention entropy per token
             (nats; only with `quadrant.axis=attention_entropy`, whose split it is).
+        control_mask: [B, T] bool or None, the matched random control's draw for this step
+            (`quadrant=random`, ops/random_control.py; drawn on the full rollout batch, sliced
+            with it); None for every other arm.
+        control_weight: [B, T] float or None, its Horvitz–Thompson weights 1/π
+            (`quadrant.reweight=ht`); None = unweighted.
     """
 
     sequences: Tensor
@@ -77,6 +82,8 @@ class TokenBatch:
     num_rollout_tokens: int = 0
     adapter_residual: Tensor | None = None
     attention_entropy: Tensor | None = None
+    control_mask: Tensor | None = None
+    control_weight: Tensor | None = None
 
     @property
     def batch_size(self) -> int:

@@ -9,6 +9,11 @@ counted and weighted, or out of it entirely. The normaliser is a named choice:
 - `all_response_tokens` (the paper's default): masked tokens stay in the denominator, 1/Σ|o_i|;
   the four single-quadrant losses then sum exactly to the full loss.
 - `kept_tokens`: renormalise over the kept tokens only (a different experiment).
+
+The matched random control (`quadrant=random`, ops/random_control.py) is one more keep set: the
+step's draw (`TokenBatch.control_mask`) in place of a union of quadrants, under the same
+normaliser; with `quadrant.reweight=ht` each drawn token's loss is multiplied by its
+Horvitz–Thompson weight 1/π (`TokenBatch.control_weight`).
 """
 
 from __future__ import annotations
@@ -100,8 +105,10 @@ def compute_loss(
             kl = kl * out.kl_weight
         per_token = per_token + settings.kl_coef * kl
         metrics["kl_ref"] = masked_mean(kl.detach(), denominator)
-    keep = settings.quadrant.keep
-    keep_mask = mask if keep is None else batch.quadrants.union(keep) & mask
+    kept = kept_tokens(batch, settings.quadrant)
+    keep_mask = mask if kept is None else kept & mask
+    if batch.control_weight is not None:  # Horvitz–Thompson: the drawn tokens' loss times 1/π
+        per_token = per_token * batch.control_weight
     if settings.quadrant.denominator == "kept_tokens":
         denominator = denominator & keep_mask
     # A token outside the denominator is out of the batch: it carries no loss and no gradient,
@@ -113,3 +120,19 @@ def compute_loss(
     metrics["kept_frac"] = token_fraction(keep_mask, mask)
     metrics["denominator_tokens"] = denominator.sum().detach().float()
     return loss, metrics
+
+
+def kept_tokens(batch: TokenBatch, quadrant: QuadrantSettings) -> Tensor | None:
+    """[B, T] bool, the tokens the loss keeps (trains): the union of the kept quadrants, or the
+    random control's draw; None = every response token (no isolation).
+
+    Raises ValueError when the settings ask for the control and the batch holds no draw (the step
+    draws it, train/step.py `draw_control`)."""
+    if quadrant.control is not None:
+        if batch.control_mask is None:
+            raise ValueError(
+                "quadrant=random needs the step's draw, but TokenBatch.control_mask is None "
+                "(train/step.py draw_control sets it)"
+            )
+        return batch.control_mask
+    return None if quadrant.keep is None else batch.quadrants.union(quadrant.keep)

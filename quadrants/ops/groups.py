@@ -55,3 +55,24 @@ def group_token_mean_std(
     sq_dev = ((values - mean[index][:, None]) ** 2 * mask).sum(-1)  # [B]
     var = group_sum(sq_dev, index, k) / count.clamp_min(1)
     return mean[index], var.sqrt()[index], count[index]
+
+
+def grouped_order(group_ids: Tensor, generator: torch.Generator) -> Tensor:
+    """A row order that keeps each group's rows together: the K groups in a random order (one
+    permutation drawn from `generator`), each group's rows in their batch order.
+
+    Cut into mini-batches of a multiple of the group size, every mini-batch then holds whole groups
+    (query-preserved mini-batching, Cheng et al., arXiv 2605.08666: a prompt's positive and negative
+    responses update together).
+
+    Args:
+        group_ids: [B] long (any device; the permutation is drawn on the CPU).
+        generator: a CPU generator.
+
+    Returns:
+        [B] long on the CPU, a permutation of 0..B-1.
+    """
+    index, num_groups = compact_group_ids(group_ids.cpu())
+    position = torch.empty(num_groups, dtype=torch.long)
+    position[torch.randperm(num_groups, generator=generator)] = torch.arange(num_groups)
+    return torch.sort(position[index], stable=True).indices

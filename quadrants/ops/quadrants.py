@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from quadrants.ops.groups import group_token_mean_std
+from quadrants.ops.random_control import REWEIGHTS, Reweight
 
 
 class Quadrant(str, Enum):
@@ -129,6 +130,65 @@ def parse_keep(keep: str | Sequence[str] | None) -> tuple[Quadrant, ...] | None:
     return None if len(parsed) == 4 else parsed
 
 
+def parse_match(match: str | Sequence[str] | None) -> tuple[Quadrant, ...]:
+    """Normalise a `quadrant.match` value (the arm the random control matches): one quadrant or a
+    union of them, as `quadrant.keep` takes them ("PHR", "PHR,PLR", [PHR, PLR]).
+
+    Raises ValueError naming `quadrant.match` and the fix when it names no arm (null, empty,
+    "all", "random" or an unknown name)."""
+    fix = "give one or more of PHR, PLR, NHR, NLR (e.g. quadrant.match=PHR)"
+    if match is None:
+        raise ValueError(
+            "quadrant=random needs quadrant.match=<arm>, the arm whose per-step token count the "
+            f"control draws; {fix}"
+        )
+    names = (
+        [k.strip() for k in match.split(",")] if isinstance(match, str) else [str(k) for k in match]
+    )
+    known = {q.value for q in Quadrant}
+    if not names or any(n.upper() not in known for n in names):
+        raise ValueError(f"quadrant.match={match!r} names no arm; {fix}")
+    return tuple(dict.fromkeys(Quadrant.parse(n) for n in names))
+
+
+def is_positive(quadrant: Quadrant) -> bool:
+    """Whether the quadrant holds the tokens of non-negative advantage (PHR, PLR)."""
+    return quadrant in (Quadrant.PHR, Quadrant.PLR)
+
+
+@dataclass(frozen=True)
+class RandomControl:
+    """`quadrant=random`: the matched random-token control (ops/random_control.py).
+
+    Attributes:
+        match: the arm whose kept-token count the control draws each step (a union of quadrants).
+        match_sign: draw per advantage sign, among the tokens of the matched arm's sign (its arms
+            must share one sign).
+        reweight: `none`, or `ht` (Horvitz–Thompson: each drawn token's loss times 1/π).
+    """
+
+    match: tuple[Quadrant, ...]
+    match_sign: bool = False
+    reweight: Reweight = "none"
+
+    def __post_init__(self) -> None:
+        if not self.match:
+            parse_match([])
+        if self.reweight not in REWEIGHTS:
+            raise ValueError(
+                f"quadrant.reweight={self.reweight!r} is unknown; choose one of {list(REWEIGHTS)}"
+            )
+        signs = {is_positive(q) for q in self.match}
+        if self.match_sign and len(signs) > 1:
+            names = ",".join(q.value for q in self.match)
+            raise ValueError(
+                f"quadrant.match_sign=true draws the control among the tokens of the matched "
+                f"arm's advantage sign, but quadrant.match={names} mixes positive (PHR, PLR) and "
+                "negative (NHR, NLR) arms; match arms of one sign (e.g. quadrant.match=[PHR,PLR]) "
+                "or set quadrant.match_sign=false"
+            )
+
+
 def check_denominator(denominator: str) -> None:
     """Raise ValueError naming `quadrant.denominator` and the allowed names."""
     if denominator not in DENOMINATORS:
@@ -147,13 +207,17 @@ class QuadrantSettings:
         keep: quadrants that get gradient, or None for all tokens (plain objective).
         threshold: the entropy threshold rule, one of THRESHOLD_RULES.
         threshold_value: q for batch_quantile, tau (nats) for fixed, None for group_mean.
-        denominator: `all_response_tokens` or `kept_tokens` (only matters with `keep`).
+        denominator: `all_response_tokens` or `kept_tokens` (only matters with `keep` or
+            `control`).
+        control: the matched random-token control (`quadrant=random`), or None; with it, `keep`
+            is None and the loss keeps the control's draw (objectives/loss.py `kept_tokens`).
     """
 
     keep: tuple[Quadrant, ...] | None = None
     threshold: ThresholdRule = "group_mean"
     threshold_value: float | None = None
     denominator: Denominator = "all_response_tokens"
+    control: RandomControl | None = None
 
     def __post_init__(self) -> None:
         check_denominator(self.denominator)
@@ -161,16 +225,59 @@ class QuadrantSettings:
             validate_threshold(self.threshold, self.threshold_value)
         except ValueError as err:
             raise ValueError(f"quadrant.threshold: {err}") from None
+        if self.control is not None and self.keep is not None:
+            raise ValueError("quadrant=random keeps its own draw: quadrant.keep must be 'random'")
+        if (
+            self.control is not None
+            and self.control.reweight == "ht"
+            and self.denominator == "kept_tokens"
+        ):
+            raise ValueError(
+                "quadrant.reweight=ht makes the expected loss the full objective's only under a "
+                "normaliser that does not depend on the draw, but quadrant.denominator=kept_tokens "
+                "divides by the drawn tokens; set quadrant.denominator=all_response_tokens or "
+                "quadrant.reweight=none"
+            )
 
     @classmethod
     def from_config(cls, section: Any) -> QuadrantSettings:
         """The settings of a run's `quadrant` config section (keep, threshold, threshold_value,
-        denominator); each failure names its key and the allowed values."""
+        denominator, and the random control's match, match_sign, reweight); each failure names its
+        key and the fix.
+
+        `quadrant.match` is read by `quadrant=random` only; another arm accepts it (so that
+        `-m quadrant=PHR,random quadrant.match=PHR` composes) but checks that it names an arm.
+        `quadrant.reweight=ht` with another arm is refused: it would weight nothing."""
         check_denominator(section.denominator)
         try:
             validate_threshold(section.threshold, section.threshold_value)
         except ValueError as err:
             raise ValueError(f"quadrant.threshold: {err}") from None
+        if section.reweight not in REWEIGHTS:
+            raise ValueError(
+                f"quadrant.reweight={section.reweight!r} is unknown; choose one of "
+                f"{list(REWEIGHTS)}"
+            )
+        if is_random(section.keep):
+            control = RandomControl(
+                parse_match(section.match),
+                match_sign=bool(section.match_sign),
+                reweight=section.reweight,
+            )
+            return cls(
+                threshold=section.threshold,
+                threshold_value=section.threshold_value,
+                denominator=section.denominator,
+                control=control,
+            )
+        if section.reweight != "none":
+            raise ValueError(
+                f"quadrant.reweight={section.reweight} weights the random control's draw, but "
+                f"quadrant.keep={section.keep!r} draws nothing; use quadrant=random "
+                "quadrant.match=<arm>, or quadrant.reweight=none"
+            )
+        if section.match is not None:
+            parse_match(section.match)  # a typo fails here too, though only the control reads it
         try:
             keep = parse_keep(section.keep)
         except ValueError as err:
@@ -181,6 +288,23 @@ class QuadrantSettings:
             threshold_value=section.threshold_value,
             denominator=section.denominator,
         )
+
+
+def is_random(keep: Any) -> bool:
+    """Whether a `quadrant.keep` value asks for the random control ("random", alone)."""
+    names = (
+        [k.strip() for k in keep.split(",")]
+        if isinstance(keep, str)
+        else [str(k) for k in keep or []]
+    )
+    if not any(n.lower() == "random" for n in names):
+        return False
+    if len(names) > 1:
+        raise ValueError(
+            f"quadrant.keep={keep!r}: 'random' is an arm of its own (the matched control) and "
+            "cannot be combined with named quadrants; use quadrant=random quadrant.match=<arm>"
+        )
+    return True
 
 
 def quantile_of_sorted(ordered: Tensor, q: float) -> Tensor:

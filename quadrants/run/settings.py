@@ -167,6 +167,7 @@ def update_settings(cfg: RunConfig) -> UpdateSettings:
         max_grad_norm=train.max_grad_norm,
         measure_dlogp=train.measure_dlogp,
         dlogp_rows=train.dlogp_rows,
+        minibatch_grouping=train.minibatch_grouping,
     )
 
 

@@ -13,6 +13,7 @@ SENTINEL = "tracking/step_logged"
 
 QUADRANT_STATS = (
     "token_frac",
+    "tokens",  # the count the quadrant's arm keeps (train/kept_tokens: the run's own arm)
     "entropy_mean",
     "adv_mass",
     "dlogp_abs",
@@ -25,6 +26,17 @@ QUADRANT_STATS = (
     "entropy_change",
     "attention_entropy_mean",  # with quadrant.axis=attention_entropy
     "adapter_residual_mean",  # under LoRA: ||h_adapted - h_base||, ARCA's credit signal
+    # flips and cancellation (ops/cancellation.py): shared between a group's positive and negative
+    # responses; moved against the applied advantage; the mean signed Δ log-prob
+    "shared_frac",
+    "flip_frac",
+    "flip_frac_se",
+    "flip_frac_shared",
+    "flip_frac_unique",
+    "dlogp_signed",
+    "dlogp_signed_se",
+    "dlogp_signed_shared",
+    "dlogp_signed_unique",
 )
 
 

@@ -6,11 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from quadrants.config import RunConfig
-from quadrants.ops.quadrants import Quadrant
+from quadrants.ops.quadrants import Quadrant, is_random, parse_match
 
 
 def quadrant_tag(cfg: RunConfig) -> str:
-    keep = cfg.quadrant.keep
+    """The arm: "PHR", "PHR+NHR", "all"; the random control as "random:<match>" with ":sign" and
+    ":ht" when `quadrant.match_sign` and `quadrant.reweight=ht` are on ("random:PHR:sign")."""
+    section = cfg.quadrant
+    if is_random(section.keep):
+        parts = ["random", "+".join(q.value for q in parse_match(section.match))]
+        parts += ["sign"] if section.match_sign else []
+        parts += ["ht"] if section.reweight == "ht" else []
+        return ":".join(parts)
+    keep = section.keep
     names = [keep] if isinstance(keep, str) else list(keep)
     return "+".join(Quadrant.parse(n).value if str(n).lower() != "all" else "all" for n in names)
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
-from quadrants.objectives.loss import LossSettings
+from quadrants.objectives.loss import LossSettings, kept_tokens
 from quadrants.objectives.registry import ObjectiveSpec
 
 
@@ -43,8 +43,9 @@ def rows_with_gradient(
     per-token loss is −0·r = 0 whatever the ratio, e.g. GRPO's) and the step adds no KL term."""
     params = params or {}
     tokens, known = mini.response_mask, False
-    if settings.quadrant.keep is not None:
-        tokens, known = tokens & mini.quadrants.union(settings.quadrant.keep), True
+    kept = kept_tokens(mini, settings.quadrant)
+    if kept is not None:
+        tokens, known = tokens & kept, True
     if spec is not None and spec.denominator_from_batch(params):
         standin = PolicyOutput(mini.old_logp, mini.entropy if spec.wants_entropy(params) else None)
         with torch.no_grad():

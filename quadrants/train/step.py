@@ -8,12 +8,15 @@ dataclasses of train/context.py, built once from the config by run/settings.py `
    and shape the rewards with DAPO's overlong penalty.
 2. **score** (`build_batch`, `ScoreSettings`): old log-probs and entropy (the engine's where exact,
    else a no-grad behaviour pass), the KL reference's log-probs, advantages and quadrants: the
-   `TokenBatch` (objectives/batch.py); then the mismatch correction's weights.
-3. **update** (`update_policy`, `UpdateSettings`): `epochs` passes of shuffled mini-batches, each
+   `TokenBatch` (objectives/batch.py); under `quadrant=random` the matched control's draw
+   (`draw_control`); then the mismatch correction's weights.
+3. **update** (`update_policy`, `UpdateSettings`): `epochs` passes of shuffled mini-batches
+   (`train.minibatch_grouping`: rows at random, or whole prompts), each
    mini-batch's loss back-propagated in one piece or accumulated over micro-batches
    (`backward_minibatch`), clipped, one optimizer step each.
 
-Then telemetry (|Δ log-prob| per quadrant on a seeded subsample) and the weight sync to the engine.
+Then telemetry (|Δ log-prob|, flips and cancellation per quadrant on a seeded subsample) and the
+weight sync to the engine.
 
 Every forward goes through `no_grad_pass` or `policy_output`, which run this rank's share of the
 rows and gather them through the step's `Placement` (train/placement.py): in one process every
@@ -36,11 +39,13 @@ from torch import Tensor, nn
 from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
-from quadrants.objectives.loss import compute_loss
+from quadrants.objectives.loss import compute_loss, kept_tokens
+from quadrants.ops.groups import grouped_order
 from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
 from quadrants.ops.quadrants import QuadrantSettings
+from quadrants.ops.random_control import control_generator, control_strata, draw_matched
 from quadrants.ops.subsample import auto_rows, sample_rows
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings, rollouts_to
@@ -94,6 +99,7 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
         ctx.model, ctx.ref_model, forwards, ctx.score, objective.quadrant,
         collected.rollouts, collected.rewards, correct,
     )  # fmt: skip
+    batch = draw_control(batch, objective.quadrant, ctx.update.seed, step)
     t1 = time.perf_counter()
     is_weights = mismatch_weights(ctx.score, collected.rollouts, batch)
     # 3. update: mini-batches, micro-batches, optimizer steps
@@ -111,8 +117,8 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     ctx.engine.sync_weights(ctx.model)
     t3 = time.perf_counter()
     metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
-    keep = objective.quadrant.keep  # the covariance term counts trained tokens only
-    trained = None if keep is None else batch.quadrants.union(keep)
+    # the covariance term and the flips count trained tokens only
+    trained = kept_tokens(batch, objective.quadrant)
     metrics.update(quadrant_telemetry(batch, dlogp, dlogp_rows, entropy_after, trained))
     if is_weights is not None:
         weight_mean, capped_frac = is_weight_stats(
@@ -304,6 +310,24 @@ def reference_logprobs(
     return None
 
 
+def draw_control(batch: TokenBatch, quadrant: QuadrantSettings, seed: int, step: int) -> TokenBatch:
+    """The batch with the matched random control's draw for `step` (`quadrant=random`,
+    ops/random_control.py): as many tokens as `quadrant.match` keeps on this batch (per advantage
+    sign with `match_sign`), from the control's own seed stream, and with `reweight=ht` their
+    Horvitz–Thompson weights. Drawn on the full rollout batch, the same on every rank; the batch
+    unchanged for any other arm."""
+    control = quadrant.control
+    if control is None:
+        return batch
+    draw = draw_matched(
+        batch.quadrants.union(control.match) & batch.response_mask,
+        control_strata(batch.response_mask, batch.advantages, by_sign=control.match_sign),
+        control_generator(seed, step),
+    )
+    weight = draw.weight if control.reweight == "ht" else None
+    return replace(batch, control_mask=draw.mask, control_weight=weight)
+
+
 def mismatch_weights(
     settings: ScoreSettings, rollouts: Rollouts, batch: TokenBatch
 ) -> Tensor | None:
@@ -350,7 +374,11 @@ def update_policy(
     with seeded(step_seed(settings.seed, step) + 2, batch.sequences.device):
         for _ in range(settings.epochs):
             # drawn on the CPU generator (the same order on every device), then moved to the batch
-            order = torch.randperm(batch.batch_size, generator=generator).to(batch.sequences.device)
+            if settings.minibatch_grouping == "query":  # each prompt's responses together
+                order = grouped_order(batch.group_ids, generator)
+            else:
+                order = torch.randperm(batch.batch_size, generator=generator)
+            order = order.to(batch.sequences.device)
             for start in range(0, batch.batch_size, settings.mini_batch_size):
                 index = order[start : start + settings.mini_batch_size]
                 optimizer.zero_grad(set_to_none=True)
@@ -535,10 +563,10 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 def measure_dlogp(
     model: nn.Module, forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """|log π_after − log π_old| per token and the updated policy's entropy after the update, on
-    `dlogp_rows` sequences drawn with the step's seed (None = ops.subsample.auto_rows, 0 = all;
-    sharded: rounded up to a multiple of the ranks): one extra no-grad pass over them.
-    ([n, T], [n, T], rows [n] long)."""
+    """log π_after − log π_old per token (signed; the telemetry takes |Δ| and the flips from it)
+    and the updated policy's entropy after the update, on `dlogp_rows` sequences drawn with the
+    step's seed (None = ops.subsample.auto_rows, 0 = all; sharded: rounded up to a multiple of the
+    ranks): one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
     generator = torch.Generator().manual_seed(step_seed(settings.seed, step) + 1)
     world = forwards.placement.world_size
     wanted = settings.dlogp_rows
@@ -552,7 +580,7 @@ def measure_dlogp(
     after, entropy = no_grad_pass(
         forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
     )
-    return (after - batch.old_logp[rows]).abs() * batch.response_mask[rows], entropy, rows
+    return (after - batch.old_logp[rows]) * batch.response_mask[rows], entropy, rows
 
 
 def rollout_metrics(

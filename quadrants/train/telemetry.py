@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import TokenBatch
+from quadrants.ops.cancellation import flipped, shared_tokens, signed_tokens, unique_tokens
 from quadrants.ops.entropy_change import (
     covariance_by_set,
     entropy_change,
@@ -22,27 +23,34 @@ from quadrants.tracking import keys
 
 def quadrant_telemetry(
     batch: TokenBatch,
-    dlogp_abs: Tensor | None = None,
+    dlogp: Tensor | None = None,
     dlogp_rows: Tensor | None = None,
     entropy_after: Tensor | None = None,
     trained: Tensor | None = None,
 ) -> dict[str, float]:
-    """token_frac, entropy_mean, adv_mass (Σ of the sequence advantage over the quadrant's tokens),
-    the means of the attention entropy and of the LoRA adapter residual where the batch holds them,
-    Cui et al.'s covariance term `cov` with its signed `cov_share` and the per-state estimate
-    `cov_state` (ops/entropy_change.py) and, when
-    the post-update pass ran, mean |Δ log-prob| and mean entropy change `dentropy` of each
-    quadrant with their standard errors over the measured rows (ops.subsample: 0 when every row was
-    measured), and `entropy_change` = token_frac · dentropy, the quadrant's part of the change of
-    the batch's mean token entropy.
+    """token_frac and `tokens` (the count the quadrant's arm keeps), entropy_mean, adv_mass (Σ of
+    the sequence advantage over the quadrant's tokens), the means of the attention entropy and of
+    the LoRA adapter residual where the batch holds them, Cui et al.'s covariance term `cov` with
+    its signed `cov_share` and the per-state estimate `cov_state` (ops/entropy_change.py),
+    `shared_frac` (the quadrant's tokens shared between a group's positive and negative responses,
+    ops/cancellation.py) and, when the post-update pass ran, mean |Δ log-prob| and mean entropy
+    change `dentropy` of each quadrant with their standard errors over the measured rows
+    (ops.subsample: 0 when every row was measured), `entropy_change` = token_frac · dentropy, the
+    quadrant's part of the change of the batch's mean token entropy, and the flip diagnostics:
+    `flip_frac` (tokens whose log-prob moved against their applied advantage, over the tokens with
+    one) and `dlogp_signed` (mean Δ log-prob), each also over the shared and the unique tokens.
+    Besides the quadrants: `train/kept_tokens` (the tokens the run's arm trains; with
+    `_pos`/`_neg` by advantage sign).
 
     Args:
         batch: the step's full rollout batch.
-        dlogp_abs: [n, T] float |logp_after − old_logp| of rows `dlogp_rows`, or None.
+        dlogp: [n, T] float log π_after − log π_old of rows `dlogp_rows` (0 off the response), or
+            None.
         dlogp_rows: [n] long, the batch rows measured; None = every row (n = B).
         entropy_after: [n, T] float, the updated policy's entropy on those rows, or None.
-        trained: [B, T] bool, the tokens the update trained (quadrant isolation's keep set);
-            None = every response token. The covariance takes the advantage as 0 elsewhere.
+        trained: [B, T] bool, the tokens the update trained (quadrant isolation's keep set, the
+            random control's draw); None = every response token. The covariance and the flips
+            take the applied advantage as 0 elsewhere.
 
     Returns:
         flat metric dict; an empty quadrant reports zeros.
@@ -56,6 +64,11 @@ def quadrant_telemetry(
         else dlogp_rows
     )
     applied = adv if trained is None else adv * trained
+    kept = batch.response_mask if trained is None else trained & batch.response_mask
+    positive = (batch.advantages >= 0)[:, None]
+    out[keys.train("kept_tokens")] = kept.sum().item()
+    out[keys.train("kept_tokens_pos")] = (kept & positive).sum().item()
+    out[keys.train("kept_tokens_neg")] = (kept & ~positive).sum().item()
     cov = covariance_by_set(
         applied, batch.old_logp, batch.response_mask, [batch.quadrants[q] for q in Quadrant]
     )
@@ -67,18 +80,32 @@ def quadrant_telemetry(
         batch.response_mask,
         [batch.quadrants[q] for q in Quadrant],
     )
+    shared = shared_tokens(
+        batch.sequences[:, -batch.response_length :],
+        batch.response_mask,
+        batch.advantages,
+        batch.group_ids,
+    )  # [B, T]
+    unique = unique_tokens(shared, batch.response_mask, batch.advantages)
     dentropy = None
     if entropy_after is not None:
         dentropy = entropy_change(
             entropy_after, batch.entropy[rows], batch.response_mask[rows]
         )  # [n, T]
+    flips = None
+    if dlogp is not None:
+        dlogp = dlogp.float() * batch.response_mask[rows]
+        flips = flipped(dlogp, applied[rows]).float()  # [n, T]
+        signed = signed_tokens(applied[rows], batch.response_mask[rows])
     for i, q in enumerate(Quadrant):
         mask = batch.quadrants[q]
         count = mask.sum()
         denom = count.clamp_min(1)
         out[keys.quadrant(q.value, "token_frac")] = (count / total).item()
+        out[keys.quadrant(q.value, "tokens")] = count.item()
         out[keys.quadrant(q.value, "entropy_mean")] = ((batch.entropy * mask).sum() / denom).item()
         out[keys.quadrant(q.value, "adv_mass")] = (adv * mask).sum().item()
+        out[keys.quadrant(q.value, "shared_frac")] = ((shared & mask).sum() / denom).item()
         # the other per-token signals, next to the entropy, where the step computed them
         for stat, signal in (
             ("attention_entropy_mean", batch.attention_entropy),
@@ -86,10 +113,12 @@ def quadrant_telemetry(
         ):
             if signal is not None:
                 out[keys.quadrant(q.value, stat)] = ((signal * mask).sum() / denom).item()
-        if dlogp_abs is not None:
-            mean, se = ratio_mean_se(dlogp_abs, mask[rows], batch.batch_size)
+        if dlogp is not None:
+            mean, se = ratio_mean_se(dlogp.abs(), mask[rows], batch.batch_size)
             out[keys.quadrant(q.value, "dlogp_abs")] = mean.item()
             out[keys.quadrant(q.value, "dlogp_abs_se")] = se.item()
+            out.update(flip_telemetry(q.value, dlogp, flips, signed, mask[rows], shared[rows],
+                                      unique[rows], batch.batch_size))  # fmt: skip
         out[keys.quadrant(q.value, "cov")] = cov[i].item()
         out[keys.quadrant(q.value, "cov_share")] = share[i].item()
         out[keys.quadrant(q.value, "cov_state")] = cov_state[i].item()
@@ -98,6 +127,31 @@ def quadrant_telemetry(
             out[keys.quadrant(q.value, "dentropy")] = mean.item()
             out[keys.quadrant(q.value, "dentropy_se")] = se.item()
             out[keys.quadrant(q.value, "entropy_change")] = (mean * count / total).item()
+    return out
+
+
+def flip_telemetry(
+    quadrant: str,
+    dlogp: Tensor,
+    flips: Tensor,
+    signed: Tensor,
+    mask: Tensor,
+    shared: Tensor,
+    unique: Tensor,
+    population: int,
+) -> dict[str, float]:
+    """One quadrant's flip fraction and mean signed Δ log-prob over its measured tokens, over its
+    shared and over its unique ones (ops/cancellation.py), with the standard errors of the first
+    two (ops/subsample.py). Every argument but the names is [n, T] over the measured rows."""
+    out: dict[str, float] = {}
+    for suffix, part in (("", mask), ("_shared", mask & shared), ("_unique", mask & unique)):
+        flip, flip_se = ratio_mean_se(flips, part & signed, population)
+        moved, moved_se = ratio_mean_se(dlogp, part, population)
+        out[keys.quadrant(quadrant, f"flip_frac{suffix}")] = flip.item()
+        out[keys.quadrant(quadrant, f"dlogp_signed{suffix}")] = moved.item()
+        if not suffix:
+            out[keys.quadrant(quadrant, "flip_frac_se")] = flip_se.item()
+            out[keys.quadrant(quadrant, "dlogp_signed_se")] = moved_se.item()
     return out
 
 

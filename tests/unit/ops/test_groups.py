@@ -6,7 +6,12 @@ import math
 
 import torch
 
-from quadrants.ops.groups import compact_group_ids, group_sum, group_token_mean_std
+from quadrants.ops.groups import (
+    compact_group_ids,
+    group_sum,
+    group_token_mean_std,
+    grouped_order,
+)
 
 
 def test_compact_group_ids_maps_arbitrary_ids_to_0_to_k():
@@ -80,3 +85,19 @@ def test_group_token_mean_std_matches_loop_reference():
         expected = loop_group_token_mean_std(values, response_mask, group_ids)
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e, rtol=0, atol=1e-6)
+
+
+def test_grouped_order_keeps_each_groups_rows_together():
+    # 3 groups of 2, interleaved rows: group 7 at rows 0, 3; group 2 at rows 1, 4; group 5 at 2, 5
+    group_ids = torch.tensor([7, 2, 5, 7, 2, 5])
+    orders = [grouped_order(group_ids, torch.Generator().manual_seed(s)) for s in range(12)]
+    for order in orders:
+        assert sorted(order.tolist()) == list(range(6))  # every row once
+        pairs = [order[i : i + 2].tolist() for i in (0, 2, 4)]
+        # each consecutive pair is one group's rows, in batch order
+        assert all(group_ids[a] == group_ids[b] and a < b for a, b in pairs)
+    # the groups' order is drawn: 12 seeds give more than one of the 3! = 6 orders
+    assert len({tuple(o.tolist()) for o in orders}) > 1
+    torch.testing.assert_close(
+        grouped_order(group_ids, torch.Generator().manual_seed(0)), orders[0]
+    )  # reproducible from the generator

@@ -149,3 +149,65 @@ def test_entropy_change_from_a_row_subsample():
     )
     assert stats(out, "dentropy") == pytest.approx([0.0, 0.0, 0.0, 0.25], abs=1e-6)
     assert stats(out, "entropy_change") == pytest.approx([0.0, 0.0, 0.0, 0.125], abs=1e-6)
+
+
+def cancellation_batch():
+    """One group of 3 (prompt token 1): row 0 (+) [5, 6, 7], row 1 (-) [5, 6, 8], row 2 (-) [9, 6, 7];
+    rewards [1, 0, 0], normalize_std=False -> advantages [+2/3, -1/3, -1/3].
+    entropy [[1, 1, 0], [1, 0, 0], [1, 1, 1]], group mean 6/9:
+        PHR (0,0) (0,1) · PLR (0,2) · NHR (1,0) (2,0) (2,1) (2,2) · NLR (1,1) (1,2).
+    Shared (same prefix in an opposite response): (0,0) (0,1) (1,0) (1,1); the rest unique."""
+    return make_token_batch(
+        sequences=torch.tensor([[1, 5, 6, 7], [1, 5, 6, 8], [1, 9, 6, 7]]),
+        attention_mask=torch.ones(3, 4, dtype=torch.bool),
+        response_mask=torch.ones(3, 3, dtype=torch.bool),
+        old_logp=torch.zeros(3, 3),
+        entropy=torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]),
+        rewards=torch.tensor([1.0, 0.0, 0.0]),
+        group_ids=torch.tensor([0, 0, 0]),
+        normalize_std=False,
+    )
+
+
+# Δ log-prob after the update; flips (against the own advantage): (0,1) (row 0 is +, moved down),
+# (1,0) and (2,1) (rows 1, 2 are -, moved up)
+DLOGP = torch.tensor([[0.2, -0.1, 0.3], [0.4, -0.2, -0.5], [-0.1, 0.1, -0.3]])
+
+
+def test_flip_and_cancellation_diagnostics_by_hand():
+    out = quadrant_telemetry(cancellation_batch(), DLOGP)
+
+    def stat(q: str, name: str) -> float:
+        return out[keys.quadrant(q, name)]
+
+    expected = {
+        # flip_frac, _shared, _unique, dlogp_signed, _shared, _unique, shared_frac
+        # PHR: (0,0) +0.2, (0,1) -0.1 flipped, both shared: 1/2; mean 0.05; no unique token
+        "PHR": (0.5, 0.5, 0.0, 0.05, 0.05, 0.0, 1.0),
+        # PLR: (0,2) +0.3, unique, no flip
+        "PLR": (0.0, 0.0, 0.0, 0.3, 0.0, 0.3, 0.0),
+        # NHR: (1,0) +0.4 flip shared; (2,0) -0.1, (2,1) +0.1 flip, (2,2) -0.3 unique:
+        # 2/4, shared 1/1, unique 1/3; mean 0.1/4 = 0.025, shared 0.4, unique -0.3/3 = -0.1
+        "NHR": (0.5, 1.0, 1 / 3, 0.025, 0.4, -0.1, 0.25),
+        # NLR: (1,1) -0.2 shared, (1,2) -0.5 unique, no flip; mean -0.35
+        "NLR": (0.0, 0.0, 0.0, -0.35, -0.2, -0.5, 0.5),
+    }
+    names = ("flip_frac", "flip_frac_shared", "flip_frac_unique", "dlogp_signed",
+             "dlogp_signed_shared", "dlogp_signed_unique", "shared_frac")  # fmt: skip
+    for q, want in expected.items():
+        assert [stat(q, n) for n in names] == pytest.approx(want, abs=1e-6), q
+    # |Δ| is still the absolute change: NHR (0.4 + 0.1 + 0.1 + 0.3) / 4 = 0.225
+    assert stat("NHR", "dlogp_abs") == pytest.approx(0.225)
+    # the kept-token counts: every arm's, and the run's own (all 9 tokens, 3 positive)
+    assert [stat(q, "tokens") for q in ("PHR", "PLR", "NHR", "NLR")] == [2, 1, 4, 2]
+    assert out[keys.train("kept_tokens")] == 9 and out[keys.train("kept_tokens_pos")] == 3
+
+
+def test_flips_count_only_trained_tokens():
+    # quadrant=PHR: only PHR tokens have an applied advantage; the others cannot flip
+    tb = cancellation_batch()
+    out = quadrant_telemetry(tb, DLOGP, trained=tb.quadrants.union(["PHR"]))
+    assert out[keys.quadrant("PHR", "flip_frac")] == pytest.approx(0.5)
+    assert out[keys.quadrant("NHR", "flip_frac")] == 0.0  # no signed token: reported as 0
+    assert out[keys.quadrant("NHR", "dlogp_signed")] == pytest.approx(0.025)  # still measured
+    assert out[keys.train("kept_tokens")] == 2 and out[keys.train("kept_tokens_neg")] == 0

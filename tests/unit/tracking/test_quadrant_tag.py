@@ -1,0 +1,28 @@
+"""The `quadrant` tag of a run names its arm; the random control names what it matches."""
+
+from __future__ import annotations
+
+import pytest
+
+from quadrants.config import RunConfig
+from quadrants.tracking.run_info import quadrant_tag
+
+
+@pytest.mark.parametrize(
+    ("section", "tag"),
+    [
+        ({"keep": "all"}, "all"),
+        ({"keep": ["PHR", "nhr"]}, "PHR+NHR"),
+        ({"keep": "PHR", "match": "PHR"}, "PHR"),  # match is read by the control only
+        ({"keep": "random", "match": "PHR"}, "random:PHR"),
+        (
+            {"keep": "random", "match": ["PHR", "PLR"], "match_sign": True, "reweight": "ht"},
+            "random:PHR+PLR:sign:ht",
+        ),
+    ],
+)
+def test_quadrant_tag(section, tag):
+    cfg = RunConfig()
+    for key, value in section.items():
+        setattr(cfg.quadrant, key, value)
+    assert quadrant_tag(cfg) == tag
