@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _stop_background_build()
     fixtures = _STARTED_WITH.pop("fixtures", None)
     started = _STARTED_WITH.pop("data_home", None)
     if fixtures is None:
@@ -90,6 +92,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and not any(f in getattr(item, "fixturenames", ()) for f in MODEL_FIXTURES)
         ):
             item.add_marker(pytest.mark.quick)
+    # The tests that need the base policy run last, so that its first build on a machine (started
+    # in the background by pytest_collection_finish) overlaps the tests that do not need it.
+    items.sort(key=lambda item: any(f in getattr(item, "fixturenames", ()) for f in MODEL_FIXTURES))
     stage = config.getoption("--stage")
     if stage is None or stage == "all":
         return
@@ -140,6 +145,43 @@ def _tiers_hold(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
         monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", no_process)
         monkeypatch.setattr(warmup, "_build", no_build)
+
+
+_BACKGROUND: dict[str, subprocess.Popen] = {}
+BUILD = "from quadrants.models.warmup import WarmupSettings as S, ensure_base_policy as e; e(S())"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a machine whose cache lacks the tiny base policy, start building it in a background
+    process once the selected tests are known (a few minutes, once per machine): the tests that do
+    not need it run meanwhile, and the `base_policy` fixture waits on the build's file lock and
+    reuses it. The build is the one `ensure_base_policy` does in process (same settings, torch's
+    default threads), so the model is the same."""
+    from quadrants.models.warmup import WarmupSettings, is_built
+
+    wanted = any(
+        f in getattr(item, "fixturenames", ()) for item in session.items for f in MODEL_FIXTURES
+    )
+    if not wanted or session.config.option.collectonly or is_built(WarmupSettings()):
+        return
+    log = Path(tempfile.gettempdir()) / "quadrants-base-policy-build.log"
+    with open(log, "w") as out:
+        _BACKGROUND["build"] = subprocess.Popen(
+            [sys.executable, "-c", BUILD], stdout=out, stderr=subprocess.STDOUT
+        )
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            f"building the tiny base policy in the background (first run on this machine, a few "
+            f"minutes; log: {log}); the tests that need it run last"
+        )
+
+
+def _stop_background_build() -> None:
+    build = _BACKGROUND.pop("build", None)
+    if build is not None and build.poll() is None:
+        build.terminate()  # the session ended first (-x, ^C): the next one builds again
+        build.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")

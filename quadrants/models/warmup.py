@@ -154,6 +154,11 @@ def read_warmup_info(policy_dir: Path) -> dict:
     return json.loads((Path(policy_dir) / INFO_FILE).read_text())
 
 
+def is_built(settings: WarmupSettings, cache_root: Path | None = None) -> bool:
+    """Whether `ensure_base_policy(settings, cache_root)` would reuse a finished build."""
+    return _is_complete(base_policy_dir(settings, cache_root))
+
+
 def _share_read_only(directory: Path) -> None:
     """mkdtemp makes a 0700 directory: open the cache to other users like any ~/.cache entry."""
     directory.chmod(0o755)

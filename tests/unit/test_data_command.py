@@ -66,7 +66,7 @@ def test_import_from_the_command_line(tmp_path: Path, capsys):
     assert "unknown data set 'gsm9k'" in capsys.readouterr().err
 
 
-@pytest.mark.subprocess
+@pytest.mark.integration  # runs the command as a subprocess
 def test_download_offline_says_which_command_to_run_where(tmp_path: Path):
     pytest.importorskip(
         "datasets", reason="needs the `hub` extra (datasets): pip install -e '.[hub]'"
@@ -86,7 +86,7 @@ def test_download_offline_says_which_command_to_run_where(tmp_path: Path):
     assert not (tmp_path / "home" / "aime24").exists()
 
 
-@pytest.mark.subprocess
+@pytest.mark.integration  # runs the command as a subprocess
 def test_printing_every_preset_needs_no_data(tmp_path: Path):
     empty = tmp_path / "no-data"
     for experiment in EXPERIMENTS:
@@ -101,7 +101,7 @@ def test_printing_every_preset_needs_no_data(tmp_path: Path):
     assert not empty.exists()  # nothing was written into the data home
 
 
-@pytest.mark.subprocess
+@pytest.mark.integration  # runs the command as a subprocess
 def test_a_run_that_needs_missing_files_stops_at_compose_time(tmp_path: Path):
     empty = tmp_path / "no-data"
     done = run(["quadrants.sweep", "experiment=paper_main_qwen7b"], empty)

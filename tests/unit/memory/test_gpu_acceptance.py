@@ -36,7 +36,7 @@ runpy.run_path({script!r}, run_name="__main__")
 """
 
 
-@pytest.mark.subprocess
+@pytest.mark.integration  # runs the command as a subprocess
 @pytest.mark.parametrize("extra", [[], ["--lora-rank", "4"]], ids=["full", "lora"])
 def test_smoke_runs_without_hydra_omegaconf_mlflow(tmp_path: Path, extra: list[str]) -> None:
     out = tmp_path / "figures.json"

@@ -53,7 +53,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.subprocess
+@pytest.mark.integration  # runs the command as a subprocess
 @pytest.mark.parametrize(
     "module", ["quadrants.sweep", "quadrants.submit", "quadrants.distributed_main"]
 )

@@ -15,7 +15,7 @@ from quadrants.tracking.mlflow_tracker import SENTINEL_KEY, MlflowTracker
 from .conftest import WRITER
 from .helpers import KEYS, duplicates, history, step_metrics
 
-pytestmark = pytest.mark.slow  # each writer process imports MLflow (~5 s)
+pytestmark = pytest.mark.integration  # each writer process imports MLflow (~5 s)
 
 
 def run_writer(python: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
