@@ -98,16 +98,9 @@ def pass_at_k_by_run(
             for b, part in logged.groupby("benchmark")
         }
         final_step = {b: int(part["step"].max()) for b, part in logged.groupby("benchmark")}
-        found: dict[str, tuple[int, pd.DataFrame]] = {}
-        for source in [run_id, *runset.eval_runs.get(run_id, [])]:
-            step = (
-                int(client.get_run(source).data.tags.get("quadrants.checkpoint_step", -1))
-                if source != run_id
-                else -1
-            )
-            for bench, (at, table) in load.problem_tables(client, source, benchmarks, step).items():
-                if bench not in found or at > found[bench][0]:
-                    found[bench] = (at, table)
+        found = load.newest_problem_tables(
+            client, run_id, runset.eval_runs.get(run_id, []), benchmarks
+        )
         used = False
         for bench, (at, table) in found.items():
             if at >= final_step.get(bench, -1):
