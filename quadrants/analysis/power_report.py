@@ -116,6 +116,89 @@ def _common_seeds(runs: pd.DataFrame, labels: pd.Series) -> tuple[tuple[str, ...
     return tuple(sorted(common, key=lambda s: (len(s), s))), notes
 
 
+@dataclass(frozen=True)
+class Pilot:
+    """The final values of a table's runs arranged for `power.variance_split`: every arm at the
+    seeds all arms ran.
+
+    Attributes:
+        arms: the table's rows. seeds: the seeds every arm ran.
+        run_of: {(arm, seed): run id}.
+        values: {(benchmark, "avg" | "pass"): {arm: {seed: final value}}}, the table's columns at
+            its k; a column some run lacks (or was evaluated on fewer problems for) is left out.
+        notes: what was left out.
+    """
+
+    arms: tuple[str, ...]
+    seeds: tuple[str, ...]
+    run_of: Mapping[tuple[str, str], str]
+    values: Mapping[tuple[str, str], Mapping[str, Mapping[str, float]]]
+    notes: tuple[str, ...]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [self.run_of[(arm, seed)] for arm in self.arms for seed in self.seeds]
+
+    @classmethod
+    def of(cls, table: tables.ComparisonTable, runs: pd.DataFrame, points: pd.DataFrame) -> Pilot:
+        """Raises ValueError: runs without a seed tag, one arm, an arm with one seed, or fewer
+        than 2 shared seeds."""
+        if "seed" not in runs or runs["seed"].isna().any():
+            raise ValueError(
+                "runs without a 'seed' tag: a power analysis pairs runs by seed; select the runs "
+                "of a quadrants sweep (they carry it)"
+            )
+        labels = tables.row_labels(runs, table.row_tags)
+        seeds, notes = _common_seeds(runs, labels)
+        run_of = {
+            (label, str(seed)): run_id
+            for label, seed, run_id in zip(labels, runs["seed"].astype(str), runs["run_id"])
+        }
+        arms = tuple(table.rows)
+        found = points.set_index(["run_id", "benchmark", "kind", "k"])["value"]
+        values: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+        for bench, k in table.ks.items():
+            if k is None:  # no common k: the table leaves the column blank, and so does this
+                continue
+            for kind in ("avg", "pass"):
+                column: dict[str, dict[str, float]] = {}
+                lacking = []
+                for arm in arms:
+                    for seed in seeds:
+                        run_id = run_of[(arm, seed)]
+                        key = (run_id, bench, kind, k)
+                        if (
+                            k is None
+                            or key not in found.index
+                            or (run_id, bench) in table.uncompared
+                        ):
+                            lacking.append(f"{arm} s{seed}")
+                        else:
+                            column.setdefault(arm, {})[seed] = float(found.loc[key])
+                if lacking:
+                    notes.append(
+                        f"{bench} {kind.capitalize()}@{k}: missing (or evaluated on fewer problems "
+                        f"than its column) in {lacking}, left out"
+                    )
+                else:
+                    values[(bench, kind)] = column
+        return cls(arms, seeds, run_of, values, tuple(notes))
+
+    def detectable(
+        self, alpha: float = 0.05, power_level: float = 0.8
+    ) -> dict[tuple[str, str], float]:
+        """{column: the minimal detectable paired difference at this pilot's seeds}; a column whose
+        paired differences do not vary has none."""
+        out = {}
+        for column, values in self.values.items():
+            sd = power.variance_split(values).diff_sd
+            if sd > 0.0:
+                out[column] = power.minimal_detectable_difference(
+                    sd, len(self.seeds), alpha, power_level
+                )
+        return out
+
+
 def _sampling(
     client: MlflowClient,
     run_id: str,
@@ -179,11 +262,6 @@ def power_study(
     client = MlflowClient(selection.tracking_uri)
     runset = load.select_runs(client, selection)
     runs = runset.runs
-    if "seed" not in runs or runs["seed"].isna().any():
-        raise ValueError(
-            "runs without a 'seed' tag: a power analysis pairs runs by seed; select the runs of a "
-            "quadrants sweep (they carry it)"
-        )
     finals = load.final_metrics(client, runset.run_ids, runset.eval_runs)
     points, counts = load.eval_points(finals), load.problem_counts(finals)
     table = tables.build_table(
@@ -195,20 +273,13 @@ def power_study(
         confidence=confidence,
         problems=counts,
     )
-    labels = tables.row_labels(runs, table.row_tags)
-    seeds, notes = _common_seeds(runs, labels)
-    run_of = {
-        (label, str(seed)): run_id
-        for label, seed, run_id in zip(labels, runs["seed"].astype(str), runs["run_id"])
-    }
-    arms = tuple(table.rows)
+    pilot = Pilot.of(table, runs, points)
+    seeds, arms, run_of, notes = pilot.seeds, pilot.arms, pilot.run_of, list(pilot.notes)
     n = planned if planned is not None else len(seeds)
-
     columns = {bench: kk for bench, kk in table.ks.items() if kk is not None}
     per_run: dict[str, tuple[dict, dict]] = {
         run_id: _sampling(client, run_id, runset.eval_runs.get(run_id, []), columns, points, counts)
-        for (arm, seed), run_id in run_of.items()
-        if seed in seeds
+        for run_id in pilot.run_ids
     }
 
     def line(name, column, scale, unit, values, sampling, source) -> MetricPower:
@@ -231,39 +302,19 @@ def power_study(
         )
 
     metrics = []
-    for bench, kk in columns.items():
-        for kind in ("avg", "pass"):
-            name = f"{bench} {kind.capitalize()}@{kk}"
-            values: dict[str, dict[str, float]] = {}
-            sampling: dict[tuple[str, str], float] = {}
-            sources = set()
-            lacking = []
-            for arm in arms:
-                for seed in seeds:
-                    run_id = run_of[(arm, seed)]
-                    hit = points[
-                        (points["run_id"] == run_id)
-                        & (points["benchmark"] == bench)
-                        & (points["kind"] == kind)
-                        & (points["k"] == kk)
-                    ]
-                    if hit.empty or (run_id, bench) in table.uncompared:
-                        lacking.append(f"{arm} s{seed}")
-                        continue
-                    values.setdefault(arm, {})[seed] = float(hit["value"].iloc[0])
-                    variances, where = per_run[run_id]
-                    if (bench, kind) in variances:
-                        sampling[(arm, seed)] = variances[(bench, kind)]
-                        sources.add(where[(bench, kind)])
-            if lacking:
-                notes.append(
-                    f"{name}: missing (or evaluated on fewer problems than its column) in "
-                    f"{lacking}, left out"
-                )
-                continue
-            complete = len(sampling) == len(arms) * len(seeds)
-            source = " and ".join(sorted(sources)) if complete else "not logged"
-            metrics.append(line(name, (bench, kind), 100.0, "points", values, sampling, source))
+    for (bench, kind), values in pilot.values.items():
+        sampling: dict[tuple[str, str], float] = {}
+        sources = set()
+        for arm in arms:
+            for seed in seeds:
+                variances, where = per_run[run_of[(arm, seed)]]
+                if (bench, kind) in variances:
+                    sampling[(arm, seed)] = variances[(bench, kind)]
+                    sources.add(where[(bench, kind)])
+        complete = len(sampling) == len(arms) * len(seeds)
+        source = " and ".join(sorted(sources)) if complete else "not logged"
+        name = f"{bench} {kind.capitalize()}@{table.ks[bench]}"
+        metrics.append(line(name, (bench, kind), 100.0, "points", values, sampling, source))
 
     history = load.histories(client, list(per_run), [TRAIN_ENTROPY])
     last = history.sort_values("step").groupby("run_id")["value"].last()
@@ -276,14 +327,9 @@ def power_study(
         raise ValueError("no metric that every arm logged at the shared seeds: nothing to analyse")
 
     # the table shows means over the pilot's own seeds: its marks are at that many seeds
-    here = {
-        m.column: power.minimal_detectable_difference(
-            m.split.diff_sd, len(seeds), alpha, power_level
-        )
-        for m in metrics
-        if m.column is not None and not math.isnan(m.detectable)
-    }
-    marked = tables.mark_below_detectable(table, here, len(seeds), alpha, power_level)
+    marked = tables.mark_below_detectable(
+        table, pilot.detectable(alpha, power_level), len(seeds), alpha, power_level
+    )
     return PowerStudy(
         runset.label,
         table.row_tags,

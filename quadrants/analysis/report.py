@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from quadrants.analysis import figures, load, paired, tables
+from quadrants.analysis import figures, load, paired, power_report, tables
 from quadrants.analysis.provenance import provenance_warnings
 from quadrants.analysis.report_html import render_report
 from quadrants.analysis.samples_html import render_samples
@@ -378,6 +378,16 @@ def build_report(
         initial_runs=list(all_runs["run_id"][len(runset.runs) :]),
         problems=counts,
     )
+    # every row at the same >= 2 seeds: mark the cells that the study cannot tell from the best,
+    # and the paired differences below the minimal detectable one (two-sided 0.05, power 0.8)
+    detectable = None
+    try:
+        pilot = power_report.Pilot.of(table, all_runs, all_points)
+    except ValueError:  # a row with one seed, or no two seeds shared: no spread to size them by
+        pilot = None
+    if pilot is not None:
+        detectable = pilot.detectable()
+        table = tables.mark_below_detectable(table, detectable, len(pilot.seeds), 0.05, 0.8)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [
         _write(out_dir / "table.md", tables.to_markdown(table)),
@@ -397,7 +407,7 @@ def build_report(
             confidence=options.confidence,
             uncompared=table.uncompared,
         )
-        files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
+        files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison, detectable)))
 
     if options.figures:
         files += _figures(
@@ -405,14 +415,17 @@ def build_report(
         )
 
     files.append(
-        _write(out_dir / "report.md", _index(runset, table, comparison, files, out_dir, messages))
+        _write(
+            out_dir / "report.md",
+            _index(runset, table, comparison, detectable, files, out_dir, messages),
+        )
     )
     blocks = [
         f"Selection: {runset.selection.describe()}; {len(runset.runs)} runs.",
         tables.to_markdown(table),
     ]
     if comparison is not None:
-        blocks.append(paired.to_markdown(comparison))
+        blocks.append(paired.to_markdown(comparison, detectable))
     pngs = [path for path in files if path.suffix == ".png"]
     files.append(
         _write(
@@ -437,6 +450,7 @@ def _index(
     runset: load.RunSet,
     table: tables.ComparisonTable,
     comparison: paired.PairedComparison | None,
+    detectable: Mapping[tuple[str, str], float] | None,
     files: Sequence[Path],
     out_dir: Path,
     messages: Sequence[str],
@@ -449,7 +463,7 @@ def _index(
         tables.to_markdown(table),
     ]
     if comparison is not None:
-        lines += [paired.to_markdown(comparison)]
+        lines += [paired.to_markdown(comparison, detectable)]
     for path in files:
         if path.suffix == ".png":
             lines.append(f"![{path.stem}]({path.relative_to(out_dir).as_posix()})")

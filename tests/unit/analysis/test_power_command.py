@@ -27,6 +27,7 @@ from mlflow.entities import Metric
 
 from quadrants.analysis import load, power
 from quadrants.analysis.power_report import power_study
+from quadrants.analysis.report import ReportOptions, build_report
 from quadrants.launch.analysis_power import main
 
 from .conftest import make_child, make_parent, new_store
@@ -172,3 +173,21 @@ def test_python_m_analysis_power_runs(pilot, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| metric | within arm | eval sampling | training seed |" in done.stdout
     assert "MDD at 5 seeds" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_analysis_report_marks_the_pilots_table_and_paired_comparison(pilot, tmp_path):
+    # the same pilot through `python -m analysis --compare PHR NHR`: every row has seeds 0 and 1,
+    # so the table and the paired comparison carry the marks. PHR - NHR on arithmetic Avg@4:
+    # differences (0.10, 0.14), mean +12.0 points, under the 32.7 points detectable at 2 seeds
+    options = ReportOptions(compare=("PHR", "NHR"), log_to_parent=False, figures=False)
+    report = build_report(load.Selection(pilot, None, "sw1"), tmp_path / "out", options)
+    assert report.table.cells[("NHR", "arithmetic", "avg")].below_detectable
+    paired_md = (tmp_path / "out" / "paired.md").read_text()
+    assert "| minimal detectable |" in paired_md
+    assert "| arithmetic | Avg@4 | +12.0 |" in paired_md
+    assert "| 2/2 | 32.7 (below: not told apart) |" in paired_md
+    # math500 Pass@4 has equal differences (no spread): no detectable difference to compare with
+    assert "| math500 | Pass@4 | +0.0 | [+0.0, +0.0] | 0/2 | — |" in paired_md
+    csv = (tmp_path / "out" / "table.csv").read_text()
+    assert "below_detectable" in csv.splitlines()[0]
