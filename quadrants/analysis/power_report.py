@@ -167,11 +167,7 @@ class Pilot:
                     for seed in seeds:
                         run_id = run_of[(arm, seed)]
                         key = (run_id, bench, kind, k)
-                        if (
-                            k is None
-                            or key not in found.index
-                            or (run_id, bench) in table.uncompared
-                        ):
+                        if key not in found.index or (run_id, bench) in table.uncompared:
                             lacking.append(f"{arm} s{seed}")
                         else:
                             column.setdefault(arm, {})[seed] = float(found.loc[key])
@@ -212,8 +208,8 @@ def _sampling(
     sources: dict[tuple[str, str], str] = {}
     own = points[points["run_id"] == run_id]
     tables_found = load.newest_problem_tables(client, run_id, eval_runs, columns)
-    stderr_keys = [f"eval/{bench}/avg_at_{k}_stderr" for bench, k in columns.items()]
-    logged = load.histories(client, [run_id, *eval_runs], stderr_keys)
+    stderr_keys = {bench: f"eval/{bench}/avg_at_{k}_stderr" for bench, k in columns.items()}
+    logged = load.histories(client, [run_id, *eval_runs], stderr_keys.values())
     for bench, k in columns.items():
         at_k = own[(own["benchmark"] == bench) & (own["k"] == k)]
         if at_k.empty:
@@ -228,8 +224,9 @@ def _sampling(
                 sources[(bench, "avg")] = sources[(bench, "pass")] = "per-problem counts"
                 continue
         value = at_k.loc[at_k["kind"] == "avg", "value"]
-        stderr = logged[(logged["key"] == stderr_keys[list(columns).index(bench)])]
-        stderr = stderr.loc[stderr["step"] == step, "value"]
+        stderr = logged.loc[
+            (logged["key"] == stderr_keys[bench]) & (logged["step"] == step), "value"
+        ]
         problems = counts[
             (counts["run_id"] == run_id) & (counts["benchmark"] == bench) & (counts["step"] == step)
         ]["problems"]
