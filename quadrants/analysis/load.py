@@ -433,3 +433,22 @@ def problem_tables(
             elif bench is not None:
                 keep(bench, step, table)
     return tables
+
+
+def newest_problem_tables(
+    client: MlflowClient, run_id: str, eval_run_ids: Sequence[str], benchmarks: Iterable[str]
+) -> dict[str, tuple[int, pd.DataFrame]]:
+    """`problem_tables` of a training run and of its standalone evaluation runs (whose tables take
+    the `quadrants.checkpoint_step` tag as their step), the newest per benchmark."""
+    wanted = set(benchmarks)
+    found: dict[str, tuple[int, pd.DataFrame]] = {}
+    for source in [run_id, *eval_run_ids]:
+        step = (
+            int(client.get_run(source).data.tags.get("quadrants.checkpoint_step", -1))
+            if source != run_id
+            else -1
+        )
+        for bench, (at, table) in problem_tables(client, source, wanted, step).items():
+            if bench not in found or at > found[bench][0]:
+                found[bench] = (at, table)
+    return found

@@ -157,20 +157,26 @@ def paired_comparison(
     return PairedComparison(a, b, tuple(common), tuple(lines), confidence, tuple(notes))
 
 
-def to_markdown(comparison: PairedComparison) -> str:
+def to_markdown(
+    comparison: PairedComparison, detectable: Mapping[tuple[str, str], float] | None = None
+) -> str:
     """The comparison as Markdown: difference in points (%), its t-interval over
-    seeds, wins per seed."""
+    seeds, wins per seed; with `detectable` ({(benchmark, "avg" | "pass"): the minimal detectable
+    paired difference}, `quadrants.analysis.power_report.Pilot.detectable`) a last column says
+    whether each difference reaches it."""
     level = round(100 * comparison.confidence)
     head = (
         f"Paired comparison {comparison.a} − {comparison.b} over seed(s) "
         f"{', '.join(comparison.seeds)}: difference in points (%), mean over seeds with the "
         f"{level}% Student-t interval; 'A better' counts the seeds where {comparison.a} is higher."
     )
+    extra = detectable is not None
     out = [
         head,
         "",
-        f"| benchmark | metric | {comparison.a} − {comparison.b} | {level}% CI | A better |",
-        "|---|---|---|---|---|",
+        f"| benchmark | metric | {comparison.a} − {comparison.b} | {level}% CI | A better |"
+        + (" minimal detectable |" if extra else ""),
+        "|---|---|---|---|---|" + ("---|" if extra else ""),
     ]
     for line in comparison.lines:
         est = line.estimate
@@ -180,10 +186,18 @@ def to_markdown(comparison: PairedComparison) -> str:
             else line.metric.capitalize()
         )
         interval = f"[{100 * est.low:+.1f}, {100 * est.high:+.1f}]" if est.has_ci else "— (1 seed)"
-        out.append(
+        row = (
             f"| {line.benchmark} | {metric} | {100 * est.mean:+.1f} | {interval} | "
             f"{line.wins}/{len(line.differences)} |"
         )
+        if extra:
+            limit = detectable.get((line.benchmark, line.metric))
+            if limit is None:
+                row += " — |"
+            else:
+                verdict = "below: not told apart" if abs(est.mean) < limit else "reached"
+                row += f" {100 * limit:.1f} ({verdict}) |"
+        out.append(row)
     if comparison.notes:
         out.append("")
         out += [f"- {note}" for note in comparison.notes]

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from quadrants.analysis import figures, load, paired, tables
+from quadrants.analysis import figures, load, paired, power_report, tables
 from quadrants.analysis.provenance import provenance_warnings
 from quadrants.analysis.report_html import render_report
 from quadrants.analysis.samples_html import render_samples
@@ -98,16 +98,9 @@ def pass_at_k_by_run(
             for b, part in logged.groupby("benchmark")
         }
         final_step = {b: int(part["step"].max()) for b, part in logged.groupby("benchmark")}
-        found: dict[str, tuple[int, pd.DataFrame]] = {}
-        for source in [run_id, *runset.eval_runs.get(run_id, [])]:
-            step = (
-                int(client.get_run(source).data.tags.get("quadrants.checkpoint_step", -1))
-                if source != run_id
-                else -1
-            )
-            for bench, (at, table) in load.problem_tables(client, source, benchmarks, step).items():
-                if bench not in found or at > found[bench][0]:
-                    found[bench] = (at, table)
+        found = load.newest_problem_tables(
+            client, run_id, runset.eval_runs.get(run_id, []), benchmarks
+        )
         used = False
         for bench, (at, table) in found.items():
             if at >= final_step.get(bench, -1):
@@ -385,6 +378,16 @@ def build_report(
         initial_runs=list(all_runs["run_id"][len(runset.runs) :]),
         problems=counts,
     )
+    # every row at the same >= 2 seeds: mark the cells that the study cannot tell from the best,
+    # and the paired differences below the minimal detectable one (two-sided 0.05, power 0.8)
+    detectable = None
+    try:
+        pilot = power_report.Pilot.of(table, all_runs, all_points)
+    except ValueError:  # a row with one seed, or no two seeds shared: no spread to size them by
+        pilot = None
+    if pilot is not None:
+        detectable = pilot.detectable()
+        table = tables.mark_below_detectable(table, detectable, len(pilot.seeds), 0.05, 0.8)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = [
         _write(out_dir / "table.md", tables.to_markdown(table)),
@@ -404,7 +407,7 @@ def build_report(
             confidence=options.confidence,
             uncompared=table.uncompared,
         )
-        files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison)))
+        files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison, detectable)))
 
     if options.figures:
         files += _figures(
@@ -412,14 +415,17 @@ def build_report(
         )
 
     files.append(
-        _write(out_dir / "report.md", _index(runset, table, comparison, files, out_dir, messages))
+        _write(
+            out_dir / "report.md",
+            _index(runset, table, comparison, detectable, files, out_dir, messages),
+        )
     )
     blocks = [
         f"Selection: {runset.selection.describe()}; {len(runset.runs)} runs.",
         tables.to_markdown(table),
     ]
     if comparison is not None:
-        blocks.append(paired.to_markdown(comparison))
+        blocks.append(paired.to_markdown(comparison, detectable))
     pngs = [path for path in files if path.suffix == ".png"]
     files.append(
         _write(
@@ -444,6 +450,7 @@ def _index(
     runset: load.RunSet,
     table: tables.ComparisonTable,
     comparison: paired.PairedComparison | None,
+    detectable: Mapping[tuple[str, str], float] | None,
     files: Sequence[Path],
     out_dir: Path,
     messages: Sequence[str],
@@ -456,7 +463,7 @@ def _index(
         tables.to_markdown(table),
     ]
     if comparison is not None:
-        lines += [paired.to_markdown(comparison)]
+        lines += [paired.to_markdown(comparison, detectable)]
     for path in files:
         if path.suffix == ".png":
             lines.append(f"![{path.stem}]({path.relative_to(out_dir).as_posix()})")

@@ -61,13 +61,16 @@ _NOT_ROW_TAGS = {
 @dataclass(frozen=True)
 class Cell:
     """One table cell: an estimate (None = blank), whether it is the best of
-    its column, footnotes, and whether it takes part in the column's comparison (False: a run of
-    it was evaluated on fewer problems than the column's, or on an unknown number)."""
+    its column, footnotes, whether it takes part in the column's comparison (False: a run of
+    it was evaluated on fewer problems than the column's, or on an unknown number), and whether its
+    difference from the column's best is below the minimal detectable difference
+    (`mark_below_detectable`)."""
 
     estimate: SeedEstimate | None
     best: bool = False
     notes: tuple[int, ...] = ()
     compared: bool = True
+    below_detectable: bool = False
 
 
 @dataclass(frozen=True)
@@ -468,6 +471,48 @@ def build_table(
     )
 
 
+def mark_below_detectable(
+    table: ComparisonTable,
+    detectable: Mapping[tuple[str, str], float],
+    seeds: int,
+    alpha: float,
+    power: float,
+) -> ComparisonTable:
+    """The table with every compared cell whose mean lies less than its column's minimal
+    detectable difference below the column's best marked (`Cell.below_detectable`) and
+    footnoted: at `seeds` seeds the study cannot tell it from the best.
+
+    Args:
+        detectable: {(benchmark, "avg" | "pass"): minimal detectable paired difference, on the
+            metric's scale} (`quadrants.analysis.power`); columns without one are left as they are.
+        seeds, alpha, power: what the differences were computed at (for the footnote).
+    """
+    notes = _Notes()
+    notes.texts = list(table.footnotes)
+    cells = dict(table.cells)
+    for bench in table.benchmarks:
+        for kind in ("avg", "pass"):
+            limit = detectable.get((bench, kind))
+            keys = [(row, bench, kind) for row in table.rows]
+            best = [cells[key] for key in keys if cells[key].best]
+            if limit is None or not best or math.isnan(limit):
+                continue
+            top = best[0].estimate.mean
+            for key in keys:
+                cell = cells[key]
+                if cell.best or cell.estimate is None or not cell.compared:
+                    continue
+                if top - cell.estimate.mean < limit:
+                    mark = notes.add(
+                        f"{bench} {kind.capitalize()}@{table.ks[bench]}: less than the minimal "
+                        f"detectable difference ({100 * limit:.1f} points at {seeds} seeds, "
+                        f"two-sided alpha {alpha:g}, power {power:g}; python -m analysis power) "
+                        "below the column's best: not told apart from it"
+                    )
+                    cells[key] = replace(cell, notes=(*cell.notes, mark), below_detectable=True)
+    return replace(table, cells=cells, footnotes=tuple(notes.texts))
+
+
 def _plain_mean(values: Mapping[str, float]) -> float:
     return math.fsum(values.values()) / len(values)
 
@@ -687,6 +732,7 @@ def to_frame(table: ComparisonTable) -> pd.DataFrame:
                 "n_seeds": table.seeds[row],
                 "best": cell.best,
                 "compared": cell.compared,
+                "below_detectable": cell.below_detectable,
                 "problems": table.problems.get(bench),
                 "notes": "; ".join(table.footnotes[n - 1] for n in sorted(set(cell.notes))),
             }
