@@ -14,7 +14,7 @@ def history(cwd, run_id: str, key: str) -> dict[int, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
+@pytest.mark.integration  # runs the sweep command
 def test_phr_and_its_random_control_keep_equal_counts_at_step_one(tmp_path):
     done = sweep(
         tmp_path,
