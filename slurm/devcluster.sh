@@ -494,7 +494,10 @@ cmd_status() {
 
 cmd_env() { echo "export SLURM_CONF=$CONF"; }
 
+cmd_install() { mkdir -p "$DIR/log" && install_packages; }
+
 case "${1:-}" in
+  install) cmd_install ;;  # the packages only (CI prepares them while other stages run)
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;

