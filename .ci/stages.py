@@ -1,11 +1,14 @@
 """The closing table of .ci/run: each stage's time against its budget and its tests, from
-`outputs/ci/stages.tsv` and the stages' junit files; exits 1 when a stage took more than twice its
-budget or when the stages' test counts do not add up to every collected test."""
+`outputs/ci/stages.tsv` and the stages' junit files. Exits 1 when a stage failed (its log's tail is
+printed), took more than twice its budget, or when the stages' test counts do not add up to every
+collected test. Its last line is the whole run's `ci: N passed, N failed, N skipped`."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -30,7 +33,7 @@ def main(out: Path) -> int:
         f"\n{'stage':<12} {'budget s':>8} {'took s':>7} {'exit':>4} {'tests':>6} {'passed':>6} "
         f"{'skipped':>7} {'failed':>6}"
     )
-    tested = 0
+    tested = passed_all = failed_all = skipped_all = 0
     spent = 0
     for name, budget, took, rc in rows:
         c = counts(out / f"{name}.xml")
@@ -42,14 +45,23 @@ def main(out: Path) -> int:
             failed = c["failures"] + c["errors"]
             passed = c["tests"] - failed - c["skipped"]
             cells = f"{c['tests']:>6} {passed:>6} {c['skipped']:>7} {failed:>6}"
+            passed_all, failed_all = passed_all + passed, failed_all + failed
+            skipped_all += c["skipped"]
         print(f"{name:<12} {budget:>8} {took:>7} {rc:>4} {cells}")
+        if rc != "0":
+            log = out / f"{name}.log"
+            tail = log.read_text(errors="replace").splitlines()[-40:] if log.exists() else []
+            problems.append(f"stage {name} exited {rc}; the end of {log}:\n" + "\n".join(tail))
         if int(took) > OVER * int(budget):
             problems.append(
                 f"stage {name} took {took} s, over {OVER:g} x its budget of {budget} s: find what "
-                "grew (pytest --durations=20 --stage NAME) and move it, or restate the budget "
+                "grew (pytest --durations=20 --stage=NAME) and move it, or restate the budget "
                 "in .ci/run"
             )
-    print(f"{'total':<12} {'':>8} {spent:>7} {'':>4} {tested:>6}  ({spent / 60:.1f} min)")
+    print(f"{'sum':<12} {'':>8} {spent:>7} {'':>4} {tested:>6}  ({spent / 60:.1f} min of stages)")
+    if os.environ.get("CI_STARTED"):
+        wall = time.time() - int(os.environ["CI_STARTED"])
+        print(f"wall time of the whole run: {wall:.0f} s ({wall / 60:.1f} min; the lanes overlap)")
     collected = out / "collected.txt"
     match = (
         re.search(r"(\d+) tests? collected", collected.read_text()) if collected.exists() else None
@@ -59,7 +71,7 @@ def main(out: Path) -> int:
     else:
         every = int(match.group(1))
         print(
-            f"collected (pytest --stage all --collect-only): {every}; run by the stages: {tested}"
+            f"collected (pytest --stage=all --collect-only): {every}; run by the stages: {tested}"
         )
         if every != tested:
             problems.append(
@@ -68,6 +80,7 @@ def main(out: Path) -> int:
             )
     for problem in problems:
         print(f"CI: {problem}", file=sys.stderr)
+    print(f"ci: {passed_all} passed, {failed_all} failed, {skipped_all} skipped")
     return 1 if problems else 0
 
 

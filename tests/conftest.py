@@ -70,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _default_markexpr(config: pytest.Config) -> bool:
-    """True when -m is the one pyproject's addopts give (so --stage may replace it)."""
+    """True when -m is the one pyproject's addopts give (so --stage=may replace it)."""
     return config.option.markexpr == "not (" + " or ".join(STAGES) + ")"
 
 

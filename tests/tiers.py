@@ -3,7 +3,7 @@
 Every test runs in exactly one stage of .ci/run. A test's stage is the first of STAGES whose marker it
 carries (its own, or its folder's in FOLDER_MARKERS); a test with none of them is in the `default`
 stage, which is what the README's bare `python -m pytest` runs (pyproject's addopts deselect the
-rest). `python -m pytest --stage NAME` runs one stage, `--stage all` every test. The order matters
+rest). `python -m pytest --stage=NAME` runs one stage, `--stage=all` every test. The order matters
 only for tests with two stage markers (a vLLM test on SLURM runs with vLLM).
 
 The quick tier (`pytest -m quick`, about a minute) is chosen by what a test does, not by its folder:

@@ -36,7 +36,7 @@ echo "[browser stage] Chromium and Playwright ready in $((installed - started)) 
 cd "$ROOT"
 export QUADRANTS_BROWSER_ARTIFACTS=${QUADRANTS_BROWSER_ARTIFACTS:-$ROOT/outputs/browser}
 status=0
-"$PYTHON" -m pytest tests/browser --stage browser -p no:cacheprovider "$@" || status=$?
+"$PYTHON" -m pytest tests/browser --stage=browser -p no:cacheprovider "$@" || status=$?
 finished=$(date +%s)
 echo "[browser stage] tests $((finished - installed)) s, total $((finished - started)) s (exit $status); screenshots in $QUADRANTS_BROWSER_ARTIFACTS" >&2
 exit $status

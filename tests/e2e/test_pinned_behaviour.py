@@ -19,7 +19,7 @@ tolerance would mean anything, so the test skips there, naming the kinds it has 
 new kind's pin with the command below (it adds that kind and leaves the others).
 
 Regenerate (only for an intended behaviour change, naming it in the commit):
-    QUADRANTS_PIN_WRITE=1 QUADRANTS_PIN_COMMIT=<commit> python -m pytest --stage pinned \\
+    QUADRANTS_PIN_WRITE=1 QUADRANTS_PIN_COMMIT=<commit> python -m pytest --stage=pinned \\
         tests/e2e/test_pinned_behaviour.py
 """
 

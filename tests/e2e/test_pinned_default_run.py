@@ -21,7 +21,7 @@ The 60-step values are not in ``behaviour.json`` (its runs are 2 steps), so they
 Regenerate it for an intended behaviour change, together with ``behaviour.json``, and paste the
 printed table into docs/results.md with the kind and commit:
     QUADRANTS_PIN_WRITE=1 QUADRANTS_PIN_COMMIT=<commit> \\
-        python -m pytest --stage pinned tests/e2e/test_pinned_default_run.py -k values
+        python -m pytest --stage=pinned tests/e2e/test_pinned_default_run.py -k values
 """
 
 from __future__ import annotations

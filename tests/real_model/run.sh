@@ -18,7 +18,7 @@ installed=$(date +%s)
 echo "[real-model stage] environment ready in $((installed - started)) s; running the real_model tests" >&2
 cd "$ROOT"
 status=0
-QUADRANTS_REQUIRE_REAL_MODEL=1 "$VENV/bin/python" -m pytest tests/real_model --stage real_model -p no:cacheprovider "$@" || status=$?
+QUADRANTS_REQUIRE_REAL_MODEL=1 "$VENV/bin/python" -m pytest tests/real_model --stage=real_model -p no:cacheprovider "$@" || status=$?
 finished=$(date +%s)
 echo "[real-model stage] tests $((finished - installed)) s, total $((finished - started)) s (exit $status)" >&2
 exit $status

@@ -39,7 +39,7 @@ echo "[vllm stage] environment ready in $((installed - started)) s; running the 
 cd "$ROOT"
 status=0
 QUADRANTS_REQUIRE_VLLM=1 VLLM_LOGGING_LEVEL=${VLLM_LOGGING_LEVEL:-WARNING} \
-    "$VENV/bin/python" -m pytest tests/vllm --stage vllm -p no:cacheprovider "$@" || status=$?
+    "$VENV/bin/python" -m pytest tests/vllm --stage=vllm -p no:cacheprovider "$@" || status=$?
 finished=$(date +%s)
 echo "[vllm stage] tests $((finished - installed)) s, total $((finished - started)) s (exit $status)" >&2
 exit $status
