@@ -296,6 +296,9 @@ class ProbeConfig:
 class CheckpointConfig:
     every: int = 10  # steps between checkpoints; 0 = never (a killed run restarts from scratch)
     keep: int = 2  # newest checkpoints kept on disk
+    # resume a run whose resolved config differs from its checkpoint's (quadrants/run/identity.py:
+    # refused unless true); the change is recorded on the run and in config.<step>.yaml
+    allow_config_change: bool = False
 
 
 @dataclass

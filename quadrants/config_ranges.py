@@ -219,7 +219,7 @@ NO_RANGE: dict[str, str] = {
     "eval.source": "a name, checked by eval.plan.validate_eval",
     "eval.target": "a path or a name, resolved by quadrants.evaluate",
     "tracking.uri": (
-        "a URI; an http(s) server is checked to answer before training (hydra_setup.preflight)"
+        "a URI; checked to be a writable MLflow store before training (hydra_setup.preflight)"
     ),
     "tracking.system_metrics": "a flag",
     "tracking.report": "a flag (the analysis report logged on a sweep's parent run)",
@@ -227,6 +227,7 @@ NO_RANGE: dict[str, str] = {
     "distributed.reshard_after_forward": "a flag",
     "train.precision": "a name, checked by validate_config",
     "train.allow_pure_bf16": "a flag",
+    "checkpoint.allow_config_change": "a flag",
     "train.activation_checkpointing": "a flag",
     "train.offload_optimizer": "a flag; refused with train.device=cpu (validate_config)",
     "rollout.vllm.dtype": "a dtype name, checked by validate_config",

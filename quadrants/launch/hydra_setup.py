@@ -36,6 +36,8 @@ from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
 from quadrants.memory.plan import GiB, Plan
 from quadrants.rollout.registry import get_engine
+from quadrants.run.identity import OUTSIDE_THE_RUN, check_resume, may_change
+from quadrants.tracking.setup import tracking_uri
 from quadrants.validation import check_lora_ranks, validate_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "sweeps"  # the repository's sweeps/
@@ -138,11 +140,18 @@ def _overrides(argv: list[str]) -> list[str]:
 
 
 def with_sweep_id(argv: list[str]) -> list[str]:
-    """`argv` plus `sweep_id=<hash of the sorted overrides>` unless it already sets sweep_id."""
+    """`argv` plus `sweep_id=<hash of the sorted overrides>` unless it already sets sweep_id.
+    Overrides of where records go and of thread counts (run/identity.py `OUTSIDE_THE_RUN`:
+    tracking.uri, outputs, train.threads, ...) stay out of the hash: the same runs, resumed."""
     overrides = _overrides(argv)
     if any(o.split("=", 1)[0].lstrip("+~") == "sweep_id" for o in overrides):
         return argv
-    relevant = sorted(o for o in overrides if not o.startswith(("hydra.", "hydra/", "launcher=")))
+    relevant = sorted(
+        o
+        for o in overrides
+        if not o.startswith(("hydra.", "hydra/", "launcher="))
+        and not may_change(o.split("=", 1)[0].lstrip("+~"), OUTSIDE_THE_RUN)
+    )
     digest = hashlib.sha1("\n".join(relevant).encode()).hexdigest()[:8]
     return [*argv, f"sweep_id=s{digest}"]
 
@@ -290,9 +299,13 @@ def preflight(argv: list[str]) -> int:
         else:
             check_single_run_launcher(base.hydra.launcher)
             jobs = [overrides]
+        # Hydra's own overrides too: the run directory's name depends on them (exclude_keys)
+        hydra_only = [o for o in everything if o.startswith(("hydra.", "hydra/"))]
         for job in jobs:
-            run = _checked(job, lambda job=job: to_run_config(_compose_job(job)))
-            uris.add(run.tracking.uri or "")
+            run = _checked(job, lambda job=job: to_run_config(_compose_job([*job, *hydra_only])))
+            uris.add(tracking_uri(run))
+            # a run directory with a checkpoint of another config (run/identity.py)
+            _checked_plain(job, lambda run=run: check_resume(run))
             if multirun:  # a run planned for GPUs asks SLURM for one GPU per rank
                 _checked_plain(job, lambda run=run: check_gpu_request(run, base.hydra.launcher))
             if (
@@ -399,13 +412,14 @@ def check_single_run_launcher(launcher: DictConfig) -> None:
 
 
 def check_tracking_server(uri: str) -> None:
-    """An http(s) tracking server must answer before anything starts (raises ValueError naming
-    MLFLOW_TRACKING_URI); outages that begin later are the tracking spool's to ride out."""
-    from quadrants.tracking.reachability import URI_VARIABLE, server_problem, unreachable_message
+    """The tracking target must be an MLflow store this run can write before anything starts
+    (tracking/reachability.py; raises ValueError naming the URI); outages that begin later are
+    the tracking spool's to ride out."""
+    from quadrants.tracking.reachability import URI_VARIABLE, store_message, store_problem
 
-    problem = server_problem(uri)
+    problem = store_problem(uri)
     if problem is not None:
-        raise ValueError(unreachable_message(uri, problem, os.environ.get(URI_VARIABLE)))
+        raise ValueError(store_message(uri, *problem, os.environ.get(URI_VARIABLE)))
 
 
 def launcher_target(argv: list[str]) -> str:

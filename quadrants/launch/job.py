@@ -16,9 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from quadrants.distributed.collectives import init_distributed
 from quadrants.launch.hydra_setup import to_run_config
+from quadrants.run.checkpoint import latest_path
+from quadrants.run.identity import check_resume, history_name
 from quadrants.run.loop import run_training
 from quadrants.tracking.base import NullTracker
-from quadrants.tracking.setup import make_tracker, tracked, tracking_uri
+from quadrants.tracking.setup import check_delivered, make_tracker, tracked, tracking_uri
 
 log = logging.getLogger("quadrants.job")
 
@@ -29,15 +31,20 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
     `parent_run_id`: the sweep's MLflow parent run (default: read from the sweep's sweep.json)."""
     cfg = to_run_config(job_cfg)
     assert cfg.run_dir is not None
+    change = check_resume(cfg)  # a resume under another config: refused before anything is written
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     # several srun tasks of one job (launcher=slurm_ddp) join one process
     # group; else world 1, no group
     env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
     if env.is_main:
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
+        # config.yaml stays the first config of a run with checkpoints; a change gets its own file
+        if change is not None or latest_path(run_dir) is None:
+            (run_dir / history_name(change)).write_text(OmegaConf.to_yaml(job_cfg, resolve=True))
     tracker = make_tracker(cfg, run_dir, parent_run_id) if env.is_main else NullTracker()
     log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
     with tracked(tracker):
         result = run_training(cfg, tracker)
+    if env.is_main:  # a run that tracked nothing fails (exit non-zero)
+        check_delivered(tracker, tracking_uri(cfg), run_dir / "tracking")
     return {"run_dir": str(run_dir), "run_id": result.run_id, **result.final_eval}

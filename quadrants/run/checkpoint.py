@@ -14,6 +14,7 @@ hold the model in `state.pt` still load.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -33,6 +34,7 @@ from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 
 log = logging.getLogger("quadrants.checkpoint")
 
+IDENTITY_FILE = "config.json"  # the run's config record (run/identity.py)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -75,12 +77,14 @@ def save_checkpoint(
     rng: dict[str, Any] | None = None,
     unlogged_metrics: dict[int, dict[str, float]] | None = None,
     objective_state: dict[str, float] | None = None,
+    identity: dict[str, Any] | None = None,
 ) -> Path:
     """Write the checkpoint after `step` completed steps atomically; prune older
     ones. Returns its path.
 
     `objective_state`: the objective's state for the next step (objectives/control.py), when it
-    has one; a resumed run continues with it.
+    has one; a resumed run continues with it. `identity`: the run's config record
+    (run/identity.py `identity_record`), kept as `config.json` for a resume to compare against.
 
     `rng`: the RNG states to store (default: the current ones), e.g. those at the end of `step` when
     the process has already gone on into the next step (a checkpoint written on a signal).
@@ -100,6 +104,7 @@ def save_checkpoint(
             rng=rng,
             unlogged_metrics=unlogged_metrics,
             objective_state=objective_state,
+            identity=identity,
         )
     except (
         BaseException
@@ -124,6 +129,7 @@ def _save(
     rng: dict[str, Any] | None,
     unlogged_metrics: dict[int, dict[str, float]] | None,
     objective_state: dict[str, float] | None = None,
+    identity: dict[str, Any] | None = None,
 ) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:07d}"
@@ -144,6 +150,8 @@ def _save(
         }
         if objective_state is not None:
             state["objective_state"] = dict(objective_state)
+        if identity is not None:
+            (tmp / IDENTITY_FILE).write_text(json.dumps(identity, indent=1, sort_keys=True))
         with open(tmp / "state.pt", "wb") as f:
             torch.save(state, f)
             f.flush()
@@ -191,13 +199,19 @@ def has_checkpoint(run_dir: Path, step: int) -> bool:
     return (Path(run_dir) / "checkpoints" / f"step_{step:07d}" / "state.pt").exists()
 
 
+def latest_path(run_dir: Path) -> tuple[int, Path] | None:
+    """(step, directory) of the newest complete checkpoint under `run_dir`, or None."""
+    root = Path(run_dir) / "checkpoints"
+    complete = sorted(_complete(root)) if root.is_dir() else []
+    return complete[-1] if complete else None
+
+
 def load_latest(run_dir: Path) -> Checkpoint | None:
     """The newest complete checkpoint under `run_dir`, or None."""
-    root = Path(run_dir) / "checkpoints"
-    complete = sorted(_complete(root)) if root.exists() else []
-    if not complete:
+    found = latest_path(run_dir)
+    if found is None:
         return None
-    step, path = complete[-1]
+    step, path = found
     state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
     return Checkpoint(step=step, run_id=state.get("run_id"), state=state, path=path)
 

@@ -31,6 +31,7 @@ from quadrants.objectives.control import advance_state
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.run.build import Run, build_context
 from quadrants.run.checkpoint import has_checkpoint
+from quadrants.run.identity import ResumeChange, change_params, check_resume, history_name
 from quadrants.run.preemption import checkpointed_steps
 from quadrants.run.records import (
     disk_full_on_any_rank,
@@ -86,6 +87,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     """Train one policy as `cfg` says, logging every step to `tracker`; resume if
     `cfg.run_dir` has a checkpoint."""
     validate_config(cfg)
+    # before anything is written or tracked: a resume under another config is refused
+    change = check_resume(cfg)
     tracker = tracker or NullTracker()
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
@@ -108,6 +111,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             if add_tags is not None:
                 add_tags(task_tags(ctx.task))
             result.run_id = tracker.start(known_id)
+            if change is not None:  # checkpoint.allow_config_change: recorded on the run
+                record_change(change, tracker, run_dir)
             # versions, commit, GPUs, data read so far (also on a resume: a change is reported)
             tracker.log_params(provenance.params(files_read()))
             for logged_step, step_metrics in sorted(
@@ -208,6 +213,19 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     result.run_id = tracker.run_id
     result.seconds = time.perf_counter() - started
     return result
+
+
+def record_change(change: ResumeChange, tracker: Tracker, run_dir: Path | None) -> None:
+    """An allowed config change on resume: one param per changed key, the config file the job
+    kept for it (launch/job.py) as an artifact, and a warning in the log."""
+    log.warning(
+        "resuming after step %d with a changed config (checkpoint.allow_config_change):\n  %s",
+        change.step,
+        "\n  ".join(str(c) for c in change.changes),
+    )
+    tracker.log_params(change_params(change))
+    if run_dir is not None and (run_dir / history_name(change)).exists():
+        tracker.log_artifact(run_dir / history_name(change), "config")
 
 
 def _fmt(metrics: dict[str, float]) -> str:

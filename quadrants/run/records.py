@@ -18,6 +18,7 @@ from quadrants.distributed.collectives import gather_objects
 from quadrants.objectives.control import STATE_KEY, restore_state
 from quadrants.run.build import Run
 from quadrants.run.checkpoint import load_latest, restore, save_checkpoint
+from quadrants.run.identity import identity_record
 from quadrants.run.offload import OptimizerOffload
 from quadrants.tracking.base import Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
@@ -191,6 +192,7 @@ def save_step(
             run_id=tracker.run_id,
             keep=ctx.cfg.checkpoint.keep,
             objective_state=ctx.params.get(STATE_KEY),
+            identity=identity_record(ctx.cfg),
             **extra,
         )
 

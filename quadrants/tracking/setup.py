@@ -73,6 +73,20 @@ def tracked(tracker: Tracker) -> Iterator[None]:
     tracker.finish("FINISHED")
 
 
+def check_delivered(tracker: Tracker, uri: str, spool_dir: Path) -> None:
+    """Raise when the run's records never reached MLflow (no run exists there: the store refused
+    them, or went away after the preflight and never came back). A run that exits 0 with nothing
+    tracked reads as a success; its records wait in the spool, which a tracker started on it
+    delivers first."""
+    if tracker.run_id is None:
+        raise RuntimeError(
+            f"nothing was delivered to the MLflow store at {uri}: no run was created there. The "
+            f"run's records are kept in {spool_dir}; run the same command again once the store "
+            "answers (with tracking.uri set to it if it moved): it resumes from the newest "
+            "checkpoint and delivers them first"
+        )
+
+
 def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:
     """The run's MLflow tracker; its parent is `parent_run_id`, else the one in
     the sweep's sweep.json."""

@@ -145,6 +145,22 @@ def test_sweep_id_is_a_stable_hash_of_the_overrides():
     assert with_sweep_id(["sweep_id=mine"]) == ["sweep_id=mine"]
 
 
+def test_where_records_go_and_thread_counts_stay_out_of_the_sweep_id():
+    # re-running with the right tracking URI, another outputs or thread count resumes the same runs
+    plain = with_sweep_id(["quadrant=PHR"])[-1]
+    moved = [
+        "tracking.uri=http://127.0.0.1:5000",
+        "tracking=server",
+        "outputs=/elsewhere",
+        "train.threads=2",
+        "task.grader_workers=3",
+    ]
+    assert with_sweep_id(["quadrant=PHR", *moved])[-1] == plain
+    # what is trained is in it
+    assert with_sweep_id(["quadrant=PHR", "train.lr=1e-3"])[-1] != plain
+    assert with_sweep_id(["quadrant=PHR", "train.steps=4"])[-1] != plain
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),

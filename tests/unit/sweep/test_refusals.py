@@ -1,6 +1,7 @@
 """Inputs that used to be accepted silently or fail late now fail at compose time, before any file
 or MLflow run is written, naming the key and what to do: a SLURM launcher without -m, out-of-range
-numbers, a missing local model directory, an unreachable tracking server, uneven mini-batches."""
+numbers, a missing local model directory, a tracking target that is not a writable MLflow store,
+uneven mini-batches."""
 
 from __future__ import annotations
 
@@ -121,12 +122,28 @@ class _Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_tracking_server_that_answers_passes(monkeypatch):
+def test_a_web_service_that_is_not_mlflow_is_refused(monkeypatch, tmp_path):
+    # it answers /health with 200 (what the old check asked) and every other path with 404, so
+    # MLflow's call (a POST to /api/2.0/mlflow/experiments/search) fails
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.server_address[1]}")
-        assert preflight(["tracking=server"]) == 1
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        said = rf"tracking.uri={uri}: something answers there, but not an MLflow tracking server"
+        with pytest.raises(ValueError, match=said):
+            preflight(["tracking=server", f"outputs={tmp_path / 'outputs'}"])
     finally:
         server.shutdown()
         server.server_close()
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_sqlite_store_where_no_file_can_be_written_is_refused(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    uri = f"sqlite:///{blocker / 'mlflow.db'}"  # its directory is a file
+    said = rf"tracking.uri={uri}: the store cannot be written there \({blocker} is not a directory"
+    with pytest.raises(ValueError, match=said):
+        preflight([f"tracking.uri={uri}", f"outputs={tmp_path / 'outputs'}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing written
