@@ -164,7 +164,7 @@ def training_curve(
     confidence: float = 0.95,
 ) -> list[Path]:
     """Metric `key` over training steps: per row (method) the mean over its seeds, with a shaded
-    `confidence` band (Student t, rows with 2+ seeds) and one colour per row.
+    `confidence` band (Student t, rows with two or more seeds) and one colour per row.
 
     Args:
         history: run_id, key, step, value (`analysis.load.histories`).

@@ -5,9 +5,9 @@ the in-training check on the task's own held-out split: Avg@n (mean correctness 
 of each problem) and the unbiased Pass@k for k = 1, 2, 4, ..., n from the same samples (so even the
 quick check gives a Pass@k curve).
 
-Under torch.distributed the chunks of problems (one generate call each, chunk c seeded
-`seed + c * batch_prompts * n`: no two samples of the split share a seed) are dealt to the ranks,
-chunk c to rank c % W, and gathered in chunk order on every rank
+Under torch.distributed the chunks of problems (one generate call each, chunk c seeded by the
+stream `heldout` of quadrants/seeds.py: no two samples of the split share a seed) are dealt to the
+ranks, chunk c to rank c % W, and gathered in chunk order on every rank
 (`quadrants.distributed.collectives.run_dealt`), so the metrics are those of one process for any W.
 """
 
@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from quadrants import seeds
 from quadrants.distributed.collectives import DistEnv, run_dealt
 from quadrants.eval.metrics import avg_at_k_estimate, mean_pass_at_k, pass_at_k_curve
 from quadrants.rewards.grader import Grader, Outcome
@@ -113,13 +114,12 @@ def heldout_metrics(
     chunks = [problems[i : i + batch_prompts] for i in range(0, len(problems), batch_prompts)]
 
     def seeded(c: int) -> SamplingSettings:
-        """Chunk c's seed: vLLM seeds sample j of the r-th prompt of a call `seed + r * n + j`
-        (rollout/vllm.py), and equal seeds draw equal noise there, so chunk c starts past the
-        `batch_prompts * n` seeds of each earlier chunk (one seed for every chunk coupled problem
-        r of each chunk with problem r of every other)."""
+        """Chunk c's seed: stream `heldout` of (c,) of `sampling.seed` (quadrants/seeds.py), so no
+        two samples of the split share a seed, also with vLLM, where equal seeds draw equal noise
+        (one seed for every chunk coupled problem r of each chunk with problem r of every other)."""
         if sampling.seed is None:
             return sampling
-        return replace(sampling, seed=sampling.seed + c * batch_prompts * sampling.n)
+        return replace(sampling, seed=seeds.heldout(sampling.seed, c))
 
     counts = run_dealt(
         len(chunks),

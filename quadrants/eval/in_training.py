@@ -45,7 +45,7 @@ def evaluate_policy(
         temperature=cfg.eval.temperature,
         top_p=cfg.eval.top_p,
         max_new_tokens=cfg.eval.max_new_tokens,
-        seed=cfg.seed + 7,
+        seed=cfg.seed,  # the run seed; each chunk's own is derived from it (eval/heldout.py)
     )
     problems = (
         cfg.eval.problems if cfg.eval.limit is None else min(cfg.eval.problems, cfg.eval.limit)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
+from quadrants import seeds
 from quadrants.cpu import tune_for
 from quadrants.distributed.collectives import DistEnv, dealt, run_dealt
 from quadrants.eval.plan import BenchmarkPlan, build_plans
@@ -111,21 +112,15 @@ def generate_calls(problems: int, samples: int, batch_size: int) -> list[Generat
     ]
 
 
-def call_seeds(calls: list[GenerateCall], seed: int) -> list[int]:
-    """The sampling seed of each of `calls`: ``seed + i * d`` for call i, d the most sequences a
-    call draws (prompts x samples per prompt).
-
-    vLLM seeds sample j of the r-th prompt of a call seeded s with ``s + r * n + j``, n the call's
-    samples per prompt (quadrants/rollout/vllm.py), so call i's sequences get the seeds
-    ``seed + i * d`` .. ``seed + i * d + d - 1`` and no two samples of a benchmark share one: not
-    those of one problem split over several calls (n > ``eval.batch_size``), nor those of two
-    problems (equal seeds draw equal noise in vLLM, which couples the two problems' answers).
-    Seeding call i with ``seed + i`` would not: sample j + 1 of call i and sample j of call i + 1
-    would share ``seed + i + j + 1`` (n = 256 in calls of 64: 67 distinct seeds). The HF engine
-    seeds torch once per call; these seeds are distinct per call too.
+def call_seeds(calls: list[GenerateCall], seed: int, benchmark: int) -> list[int]:
+    """The sampling seed of each of `calls` of the `benchmark`-th benchmark: stream `evaluation` of
+    (benchmark, call) of the run seed (quadrants/seeds.py). The HF engine seeds torch once per call;
+    vLLM gives each request of a call a seed of its own, and its samples the next values
+    (seeds.vllm_request), so no two samples of a benchmark share a seed: not those of one problem
+    split over several calls (n > ``eval.batch_size``), nor those of two problems (equal seeds draw
+    equal noise in vLLM, which couples the two problems' answers).
     """
-    stride = max(((call.stop - call.start) * call.samples for call in calls), default=1)
-    return [seed + i * stride for i in range(len(calls))]
+    return [seeds.evaluation(seed, benchmark, i) for i in range(len(calls))]
 
 
 def generate_and_grade(
@@ -162,14 +157,15 @@ def grade_benchmark(
     eval_cfg: EvalConfig,
     seed: int,
     dist: DistEnv | None = None,
+    index: int = 0,
 ) -> BenchmarkResult:
     """Generate ``plan.samples`` answers for every problem of `plan` and grade them.
 
     A generate call holds at most ``eval.batch_size`` sequences, or as many as the engine's KV cache
-    holds when that is unset (eval/sizing.py; `generate_calls`), seeded by
-    `call_seeds` (distinct seeds for all samples of a problem, also with vLLM). With `dist` sharded,
-    call i is made by rank i % W and every rank gets every call's samples (a collective: every rank
-    calls this), so the result is the one-process result.
+    holds when that is unset (eval/sizing.py; `generate_calls`), seeded by `call_seeds` of the run
+    `seed` and the benchmark's `index` in the suite (distinct seeds for all samples of a problem,
+    also with vLLM). With `dist` sharded, call i is made by rank i % W and every rank gets every
+    call's samples (a collective: every rank calls this), so the result is the one-process result.
     """
     dist = dist or DistEnv()
     size = call_size(
@@ -180,7 +176,7 @@ def grade_benchmark(
         dist,
     )
     calls = generate_calls(len(plan.problems), plan.samples, size)
-    seeds = call_seeds(calls, seed)
+    call_seed = call_seeds(calls, seed, index)
     bar = tqdm(
         total=len(dealt(len(calls), dist)),
         desc=f"eval {plan.name}",
@@ -195,7 +191,7 @@ def grade_benchmark(
             engine,
             grader,
             plan.problems[call.start : call.stop],
-            sampling_for(eval_cfg, call.samples, seeds[i]),
+            sampling_for(eval_cfg, call.samples, call_seed[i]),
             plan.rules[call.start : call.stop],
         )
         bar.update()
@@ -241,9 +237,7 @@ def run_suite(
     started = time.perf_counter()
     report = SuiteReport()
     for index, plan in enumerate(build_plans(eval_cfg, task_cfg, tokenizer, prompt_cfg)):
-        result = grade_benchmark(
-            engine, grader, plan, eval_cfg, seed=seed + 10_000 * index, dist=dist
-        )
+        result = grade_benchmark(engine, grader, plan, eval_cfg, seed=seed, dist=dist, index=index)
         report.results.append(result)
         if out_dir is not None:
             report.files.extend(write_benchmark(result, out_dir))
@@ -281,7 +275,7 @@ def evaluate_in_training(
         cfg.eval,
         cfg.task,
         tokenizer=tokenizer,
-        seed=cfg.seed + 7,
+        seed=cfg.seed,
         prompt_cfg=cfg.prompt,
         out_dir=out_dir,
         dist=dist,
@@ -490,7 +484,7 @@ def run_evaluation(
                 cfg.task,
                 tokenizer=tokenizer,
                 prompt_cfg=cfg.prompt,
-                seed=cfg.seed + 7,
+                seed=cfg.seed,
                 out_dir=directory / "results",
             )
         tracker.log_metrics(report.metrics, step=target.step)

@@ -26,7 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from quadrants.distributed.collectives import DistEnv, gather_objects
+from quadrants.distributed.agreement import min_over_ranks
+from quadrants.distributed.collectives import DistEnv
 from quadrants.rollout.engine import encode_prompts
 
 DEFAULT_SEQUENCES = 256  # an engine without a KV cache of fixed size (the HF engine)
@@ -49,10 +50,7 @@ def kv_cache_tokens(engine: Any, dist: DistEnv) -> int | None:
     ranks (a collective when sharded); None when an engine reports none."""
     report = getattr(engine, "kv_cache_tokens", None)
     tokens = report() if report is not None else None
-    if not dist.sharded:
-        return tokens
-    everyone = gather_objects(tokens, dist)
-    return None if any(t is None for t in everyone) else min(everyone)
+    return min_over_ranks(tokens, dist)  # distributed/agreement.py; one process: `tokens`
 
 
 def call_size(

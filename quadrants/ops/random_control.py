@@ -27,7 +27,6 @@ Shape legend: **B** sequences · **T** response tokens.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -35,27 +34,16 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from quadrants import seeds
+
 Reweight = Literal["none", "ht"]
 REWEIGHTS: tuple[str, ...] = get_args(Reweight)
 
-CONTROL_STREAM = "random_control"
-
-
-def stream_seed(seed: int, stream: str, *coordinates: int) -> int:
-    """A seed for the named random stream at integer `coordinates` (the step, ...): the first 8
-    bytes of BLAKE2b over "seed/stream/c1/c2/...", as an int below 2**63.
-
-    A stable hash, the same in every process and Python version (not the salted `hash()`), and no
-    linear offsets: two (stream, coordinates) pairs collide only by a hash collision. Meant to move
-    to the run's one owner of seeds (issue 48, quadrants/seeds.py) unchanged."""
-    text = "/".join([str(int(seed)), stream, *(str(int(c)) for c in coordinates)])
-    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
 
 def control_generator(seed: int, step: int) -> torch.Generator:
-    """The control's CPU generator at `step`: stream `random_control` of the run seed."""
-    return torch.Generator().manual_seed(stream_seed(seed, CONTROL_STREAM, step))
+    """The control's CPU generator at `step`: stream `random_control` of the run seed
+    (quadrants/seeds.py)."""
+    return torch.Generator().manual_seed(seeds.random_control(seed, step))
 
 
 @dataclass(frozen=True)

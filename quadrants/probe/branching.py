@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from quadrants import seeds
 from quadrants.config import RunConfig
 from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 from quadrants.objectives.batch import TokenBatch, make_token_batch
@@ -69,7 +70,7 @@ def sample_batch(
         temperature=rollout.temperature,
         top_p=rollout.top_p,
         max_new_tokens=rollout.max_new_tokens,
-        seed=cfg.probe.seed,
+        seed=seeds.probe_rollout(cfg.probe.seed),
     )
     rollouts = engine.generate([p.prompt for p in problems], sampling)
     golds = [problems[int(g)].answer for g in rollouts.group_ids]
@@ -251,7 +252,7 @@ def roll_out_branches(
             temperature=rollout.temperature,
             top_p=rollout.top_p,
             max_new_tokens=width,
-            seed=probe.seed + 1 + call,
+            seed=seeds.probe_branch(probe.seed, call),
         )
         out = engine.generate_from_ids(prefixes[chunk], sampling)
         for row, (head, budget) in enumerate(zip(responses[chunk], budgets[chunk])):

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from quadrants import seeds
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.probe.branching import (
@@ -80,13 +81,13 @@ def probe_policy(
             f"{bound * cfg.rollout.max_new_tokens} tokens",
             flush=True,
         )
-    problems = task.train_batch(probe.prompts, random.Random(probe.seed))
+    problems = task.train_batch(probe.prompts, random.Random(seeds.probe_prompts(probe.seed)))
     sampled = sample_batch(model, tokenizer, engine, grader, problems, cfg)
     batch = sampled.batch
     candidates = batch.response_mask & ~batch.constant_group_mask[:, None]  # tokens an update moves
     if not candidates.any():
         candidates = batch.response_mask
-    generator = torch.Generator().manual_seed(probe.seed)
+    generator = torch.Generator().manual_seed(seeds.probe_positions(probe.seed))
     positions = select_positions(
         batch.entropy,
         quadrant_index(batch.quadrants),

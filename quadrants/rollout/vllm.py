@@ -10,11 +10,13 @@ What we ask vLLM for, and why:
 - `SamplingParams(n, temperature, top_p, top_k=-1, max_tokens, seed, logprobs=0,
   stop_token_ids=<the HF engine's stop ids>, detokenize=False)`: `logprobs=0` returns the log-prob
   of the sampled token only. With n > 1 and a seed, vLLM gives the j-th sample of a request the
-  seed `seed + j` (`vllm/v1/engine/parallel_sampling.py`), and a seeded request's noise is a
+  request's seed plus j (`vllm/v1/engine/parallel_sampling.py`), and a seeded request's noise is a
   function of its seed alone (V1 model runner: a `torch.Generator` per request; V2, vLLM 0.33's
-  default on CUDA: a hash of seed and position, `vllm/v1/worker/gpu/sample/gumbel.py`). So request
-  i of a call gets the seed `seed + i * n`: every sample of a call has a seed of its own and the
-  prompts of one call draw independently, as the rows of one HF batch do (one seed for all of them
+  default on CUDA: a Philox draw of (seed, position), `vllm/v1/worker/gpu/sample/gumbel.py`). So
+  request i of a call gets the seed `seeds.vllm_request(call seed, i, n)` (quadrants/seeds.py: a
+  hash that reserves n consecutive values for the request's samples): every sample of a call, and
+  of every other call of the run, has a seed of its own and the prompts of one call draw
+  independently, as the rows of one HF batch do (one seed for all of them
   made two copies of a prompt sample the same responses, and coupled the draws of different
   prompts).
   `LLM(generation_config="vllm")` keeps the sampling defaults of the model's
@@ -108,6 +110,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from quadrants import seeds
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.hf import stop_token_ids
 from quadrants.rollout.weights import WEIGHT_DTYPES, full_weights, weight_buckets
@@ -301,8 +304,9 @@ class VLLMEngine:
         return self.generate(prompts, sampling)  # type: ignore[arg-type]  # ids too
 
     def generate(self, prompts: list[str], sampling: SamplingSettings) -> Rollouts:
-        """Sample `sampling.n` responses per prompt; with a seed, request i gets `seed + i * n` (its
-        samples `seed + i * n + j`, j < n): see the module docstring."""
+        """Sample `sampling.n` responses per prompt; with a seed, request i gets
+        `seeds.vllm_request(sampling.seed, i, n)` (vLLM gives its sample j the next j-th value):
+        see the module docstring."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -334,7 +338,7 @@ class VLLMEngine:
         if sampling.seed is not None:  # a seed per request: independent prompts (module docstring)
             params = [params.clone() for _ in requests]
             for i, request_params in enumerate(params):
-                request_params.seed = sampling.seed + i * sampling.n
+                request_params.seed = seeds.vllm_request(sampling.seed, i, sampling.n)
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         completions = [
             c for out in outputs for c in out.outputs

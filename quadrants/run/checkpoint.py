@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from quadrants.distributed.collectives import DistEnv, current, gather_objects
+from quadrants.distributed.agreement import on_rank0
+from quadrants.distributed.collectives import DistEnv, current
 from quadrants.run.distributed_checkpoint import SHARDS_DIR, load_sharded, save_sharded
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 
@@ -174,24 +175,19 @@ def _save(
 
 
 def _on_rank0(work: Callable[[], None], env: DistEnv, root: Path) -> None:
-    """`work` on rank 0 only, then every rank raises if it failed. In place of a barrier: the ranks
-    exchange rank 0's outcome (one `gather_objects`; one process: none), so that a failure there
-    (a full disk under `state.pt`) stops every rank at once instead of leaving the others waiting
-    in a barrier that rank 0's next collective would then answer."""
-    failure: Exception | None = None
-    if env.is_main:
-        try:
-            work()
-        except Exception as error:  # noqa: BLE001 - raised below, after the others learnt of it
-            failure = error
-    said = None if failure is None else ("full" if is_disk_full(failure) else repr(failure))
-    outcome = gather_objects(said, env)[0]
-    if failure is not None:
-        raise failure
-    if outcome == "full":
-        raise DiskFullError(f"{root} on rank 0")
-    if outcome is not None:
-        raise RuntimeError(f"rank 0 could not write its part of the checkpoint: {outcome}")
+    """`work` on rank 0 only, then every rank raises if it failed (distributed/agreement.py
+    `on_rank0`). In place of a barrier: the ranks exchange rank 0's outcome (one process: no
+    exchange), so that a failure there (a full disk under `state.pt`) stops every rank at once
+    instead of leaving the others waiting in a barrier that rank 0's next collective would then
+    answer. Rank 0 raises its own error; the others a DiskFullError naming `root` for a full disk,
+    else a RuntimeError with rank 0's error's repr."""
+
+    def rebuild(_rank: int, said: str) -> Exception:
+        if said == "full":
+            return DiskFullError(f"{root} on rank 0")
+        return RuntimeError(f"rank 0 could not write its part of the checkpoint: {said}")
+
+    on_rank0(work, env, lambda error: "full" if is_disk_full(error) else repr(error), rebuild)
 
 
 def has_checkpoint(run_dir: Path, step: int) -> bool:

@@ -24,18 +24,18 @@ launcher) the steps pass through untouched.
 
 In a multi-rank (torch.distributed) run a save is collective and the ranks see a signal at different
 points of a step, so a handler cannot save on its own. There the handler only notes the signal; at
-every step boundary the ranks exchange what they noted (one all_gather_object of an int), and if any
-rank was signalled, all of them save the completed step together and leave. A step of the paper's
-runs takes minutes, longer than SLURM's warning (`signal_delay_s`), so the wait for the boundary is
-bounded as in one process: if rank 0 noted the preemption signal and no boundary came within
-`defer_s`, it hands the signal to submitit's handler at once (from a timer thread, since its main
-thread may be inside a collective), which requeues the job without a new checkpoint; the requeued
-job resumes from the last periodic one. Without that bound a step that outlasts the warning meant
-no requeue at all: the job hit its time limit and ended TIMEOUT (submitit requeues only from its
-handler, which runs on the job's first task: submitit/core/job_environment.py,
+every step boundary the ranks exchange what they noted (distributed/agreement.py `exchange`), and if
+any rank was signalled, all of them save the completed step together and leave. A step of the
+paper's runs takes minutes, longer than SLURM's warning (`signal_delay_s`), so the wait for the
+boundary is bounded as in one process: if rank 0 noted the preemption signal and no boundary came
+within `defer_s`, it hands the signal to submitit's handler at once (from a timer thread, since its
+main thread may be inside a collective), which requeues the job without a new checkpoint; the
+requeued job resumes from the last periodic one. Without that bound a step that outlasts the warning
+meant no requeue at all: the job hit its time limit and ended TIMEOUT (submitit requeues only from
+its handler, which runs on the job's first task: submitit/core/job_environment.py,
 `SignalHandler.checkpoint_and_try_requeue`). At the next boundary rank 0 tells the others it has
-gone that way, and every rank leaves without saving. SIGTERM has no such bound (submitit ignores
-it; SLURM itself requeues a preempted job), so there the step in flight must fit in `KillWait`.
+gone that way, and every rank leaves without saving. SIGTERM has no such bound (submitit ignores it;
+SLURM itself requeues a preempted job), so there the step in flight must fit in `KillWait`.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from quadrants.distributed.agreement import exchange
 from quadrants.run.checkpoint import rng_state
 
 log = logging.getLogger("quadrants.train")
@@ -297,15 +298,6 @@ def _several_ranks() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def _exchange_across_ranks(value: int) -> list[int]:
-    """Every rank's `value`, in rank order (a collective)."""
-    import torch.distributed as dist
-
-    values: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return values
-
-
 def checkpointed_steps(
     steps: Iterable[int],
     *,
@@ -336,7 +328,7 @@ def checkpointed_steps(
         import torch.distributed as dist
 
         guard = _CollectiveExitCheckpoint(
-            save, _exchange_across_ranks, is_main=dist.get_rank() == 0, defer_s=defer_s
+            save, exchange, is_main=dist.get_rank() == 0, defer_s=defer_s
         )
     else:
         guard = _ExitCheckpoint(optimizer, save, first_step, defer_s)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from quadrants.distributed.collectives import gather_objects
+from quadrants.distributed.agreement import raise_on_every_rank
 from quadrants.objectives.control import STATE_KEY, restore_state
 from quadrants.run.build import Run
 from quadrants.run.checkpoint import load_latest, restore, save_checkpoint
@@ -140,28 +140,28 @@ def disk_full_on_any_rank(ctx: Run, run_dir: Path | None) -> Iterator[None]:
 
     Several ranks: the block holds what only rank 0 writes (the tracker's metrics, the samples,
     run.json), so a full disk there is rank 0's alone, while the save `stop_if_disk_full` then
-    writes is collective. After the block the ranks exchange where their disk was full (one
-    `gather_objects`; None: it was not), and every rank leaves it the same way: a rank that hit it
-    with its own error, the others with a `DiskFullError` naming that path "on rank r". So all of
-    them enter `stop_if_disk_full`'s save together, as one process does, instead of rank 0 saving
-    while the others wait in the next collective (a hang until the process group's timeout).
+    writes is collective. After the block the ranks exchange where their disk was full
+    (distributed/agreement.py `raise_on_every_rank`), and every rank leaves it the same way: a rank
+    that hit it with its own error, the others with a `DiskFullError` naming that path "on rank r".
+    So all of them enter `stop_if_disk_full`'s save together, as one process does, instead of rank 0
+    saving while the others wait in the next collective (a hang until the process group's timeout).
     Another error is raised at once, as before (the other ranks then wait in that exchange)."""
     if not ctx.dist.sharded:
         yield
         return
-    full: BaseException | None = None
+    full: Exception | None = None
     try:
         yield
     except Exception as error:
         if not is_disk_full(error):
             raise
         full = error
-    where = gather_objects(None if full is None else str(_full_path(full, run_dir)), ctx.dist)
-    if full is not None:
-        raise full
-    for rank, path in enumerate(where):
-        if path is not None:
-            raise DiskFullError(f"{path} on rank {rank}")
+    raise_on_every_rank(
+        full,
+        ctx.dist,
+        lambda error: str(_full_path(error, run_dir)),
+        lambda rank, path: DiskFullError(f"{path} on rank {rank}"),
+    )
 
 
 def _full_path(error: BaseException, run_dir: Path | None) -> Path | str:

@@ -5,7 +5,11 @@
 `reasoning_gym.create_dataset` (``min_digits``, ``max_terms``, ``operators``, ...), so difficulty is
 a config, not code. Training items come from a generator seeded with `seed` (item ``i`` of a
 seeded dataset is fixed, so a step's draw is deterministic and resume-safe); the held-out problems
-from a second generator seeded ``seed + 1``, and no training draw ever equals a held-out question.
+from a second generator seeded with the stream `task_split` of (1,) (quadrants/seeds.py), and no
+training draw ever equals a held-out question. reasoning-gym draws item i with `Random` seeded by
+the dataset's seed plus i (reasoning_gym/arithmetic/basic_arithmetic.py `__getitem__`), so a
+held-out seed one above the training seed made held-out item i the training item i + 1; the hashed
+seed is nowhere near the training items'.
 
 Reward (`task.params.reward`): ``math_verify`` grades the last ``\\boxed{}`` of a response against
 the item's answer with the same math-verify grader as every other task; it is the right rule for the
@@ -19,6 +23,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from quadrants import seeds
 from quadrants.tasks.base import Problem
 
 __all__ = ["MATH_ANSWER_DATASETS", "REWARDS", "ReasoningGymTask"]
@@ -54,7 +59,7 @@ class ReasoningGymTask:
     """A reasoning-gym generator as a training task with a disjoint held-out split.
 
     Args:
-        heldout_size: held-out problems (from the generator seeded `seed + 1`).
+        heldout_size: held-out problems (from the generator seeded `seeds.task_split(seed, 1)`).
         dataset: the reasoning-gym dataset name.
         reward: how responses are graded (`REWARDS`).
         seed: seed of the training generator.
@@ -85,7 +90,7 @@ class ReasoningGymTask:
         self.prompt_format = None
         self._train = reasoning_gym.create_dataset(dataset, seed=seed, size=_TRAIN_SIZE, **params)
         held = reasoning_gym.create_dataset(
-            dataset, seed=seed + 1, size=max(heldout_size, 1), **params
+            dataset, seed=seeds.task_split(seed, 1), size=max(heldout_size, 1), **params
         )
         self._heldout = [self._problem(f"heldout/{i}", held[i]) for i in range(heldout_size)]
         self._heldout_questions = {p.prompt for p in self._heldout}

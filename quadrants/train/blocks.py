@@ -1,7 +1,8 @@
 """Prompts in blocks: a step's prompts are generated in blocks (one generate call each), dealt to
 ranks and gathered in block order (train/step.py `collect_rollouts`); refill rounds add more blocks
-(train/refill.py). Block b keeps a seed of its own (`block_seed`), so the same blocks, seeds and
-global order come out for any number of ranks; `concat_rollouts` joins the blocks' rollouts.
+(train/refill.py). Block b keeps a seed of its own (quadrants/seeds.py `rollout`), so the same
+blocks, seeds and global order come out for any number of ranks; `concat_rollouts` joins the
+blocks' rollouts.
 
 Pure torch: no config, no model. Shape legend: **B** sequences · **P** prompt tokens · **T**
 response tokens.
@@ -13,11 +14,6 @@ import torch
 from torch import Tensor
 
 from quadrants.rollout.engine import Rollouts
-
-
-def block_seed(step_seed: int, block: int) -> int:
-    """Block 0 keeps the step's seed (one block = the single-process stream); others are offset."""
-    return (step_seed + 7919 * block) % (2**31 - 1)
 
 
 def _pad(tensor: Tensor, width: int, value: float | int | bool, *, left: bool) -> Tensor:

@@ -8,7 +8,8 @@ mixed correctness are collected, and trains on those. Here:
 - Round 0 is the step's ordinary batch (same prompts and seeds as without refill). While fewer than
   `prompts_per_step` of the groups generated so far are mixed and fewer than `rollout.refill_rounds`
   extra rounds have run, round r draws `prompts_per_step` fresh prompts with its own seed
-  (`refill_seed(step seed, r)`), so a resumed run regenerates exactly the same rounds.
+  (quadrants/seeds.py `prompts` and `rollout` of (step, r)), so a resumed run regenerates exactly
+  the same rounds.
 - The batch keeps the first `prompts_per_step` mixed groups in round order. When the cap is reached
   first, it is topped up with round 0's constant groups (in order), so every step trains on
   `prompts_per_step` x G sequences (mini-batches and the ranks' row shares stay the same); the DAPO
@@ -43,15 +44,6 @@ from quadrants.train.blocks import concat_rollouts
 
 if TYPE_CHECKING:
     from quadrants.train.context import Collected
-
-_ROUND_SEED_STRIDE = (
-    104_729  # a prime; blocks within a round are offset by 7919 (train/blocks.py block_seed)
-)
-
-
-def refill_seed(step_seed: int, round_index: int) -> int:
-    """The seed of refill round `round_index` (round 0 keeps the step's seed)."""
-    return (step_seed + _ROUND_SEED_STRIDE * round_index) % (2**31 - 1)
 
 
 def mixed_groups(group_ids: Tensor, correct: Tensor) -> list[bool]:

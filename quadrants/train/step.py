@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
+from quadrants import seeds
 from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
@@ -51,7 +52,7 @@ from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings, rollouts_to
 from quadrants.tasks.base import Task
 from quadrants.tracking import keys
-from quadrants.train.blocks import block_seed, concat_rollouts
+from quadrants.train.blocks import concat_rollouts
 from quadrants.train.context import (
     Collected,
     CollectSettings,
@@ -64,7 +65,7 @@ from quadrants.train.context import (
 from quadrants.train.gradless_rows import equal_shares, rows_with_gradient, splice_rows
 from quadrants.train.micro_batches import row_lengths, token_groups
 from quadrants.train.placement import Placement
-from quadrants.train.refill import collect_with_refill, correctness, refill_seed
+from quadrants.train.refill import collect_with_refill, correctness
 from quadrants.train.signals import token_signals
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
@@ -139,12 +140,6 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     return StepOutput(forwards.placement.reduce_metrics(metrics), batch, collected)
 
 
-def step_seed(seed: int, step: int) -> int:
-    """A per-step seed, so a resumed run draws the same prompts and samples as
-    an uninterrupted one."""
-    return (seed * 1_000_003 + step) % (2**31 - 1)
-
-
 # --- 1. collect ------------------------------------------------------------------------------
 
 
@@ -185,22 +180,23 @@ def collect_round(
     round_index: int,
     pad_id: int,
 ) -> Collected:
-    """One generation round: `prompts_per_step` prompts drawn and sampled with the round's seed
-    (round 0: the step's seed), G responses each, graded; rewards include the overlong penalty when
-    it is on.
+    """One generation round: `prompts_per_step` prompts drawn with the round's seed (stream
+    `prompts` of (step, round), quadrants/seeds.py), G responses each, graded; rewards include the
+    overlong penalty when it is on. A resumed run draws the same prompts and samples as an
+    uninterrupted one: every seed is a function of the run seed, the step, the round and the block.
 
     The prompts go in blocks (`prompts_per_generate`, default prompts_per_step / W), block b
-    generated and graded by rank b % W with its own seed (train/blocks.py), all blocks gathered in
-    block order on every rank: the same blocks, seeds and order for any W. One process without
-    the block setting is one block with the round's own seed (block_seed(s, 0) = s)."""
-    seed = refill_seed(step_seed(settings.seed, step), round_index)
-    problems = task.train_batch(settings.prompts_per_step, random.Random(seed))
+    generated and graded by rank b % W with its own seed (stream `rollout` of (step, round, b)),
+    all blocks gathered in block order on every rank: the same blocks, seeds and order for any W.
+    One process without the block setting is one block, block 0."""
+    problems = task.train_batch(
+        settings.prompts_per_step, random.Random(seeds.prompts(settings.seed, step, round_index))
+    )
     sampling = SamplingSettings(
         n=settings.group_size,
         temperature=settings.temperature,
         top_p=settings.top_p,
         max_new_tokens=settings.max_new_tokens,
-        seed=seed,
     )
     size = settings.prompts_per_generate or settings.prompts_per_step // placement.world_size
     blocks = [problems[i : i + size] for i in range(0, len(problems), size)]
@@ -209,7 +205,7 @@ def collect_round(
     for index in placement.deal(len(blocks)):
         block = blocks[index]
         t0 = time.perf_counter()
-        seeded = replace(sampling, seed=block_seed(seed, index))
+        seeded = replace(sampling, seed=seeds.rollout(settings.seed, step, round_index, index))
         rollouts = engine.generate([p.prompt for p in block], seeded)
         t1 = time.perf_counter()
         graded = grader.grade(rollouts.texts, [block[int(g)].answer for g in rollouts.group_ids])
@@ -363,7 +359,7 @@ def update_policy(
     `is_weights` [B, T]: the mismatch correction's per-token weights (None = off),
     sliced with each mini-batch.
     """
-    generator = torch.Generator().manual_seed(step_seed(settings.seed, step))
+    generator = torch.Generator().manual_seed(seeds.shuffle(settings.seed, step))
     per_update: list[dict[str, Tensor]] = []
     grad_norms: list[float] = []
     model.train()
@@ -371,7 +367,7 @@ def update_policy(
     # default generators, seeded here for the step: every rank computes the whole mini-batch's loss
     # and must draw the same tokens as the others and as one process, whatever its engine drew
     # before (the HF engine reseeds per generation block, and the ranks generate other blocks)
-    with seeded(step_seed(settings.seed, step) + 2, batch.sequences.device):
+    with seeded(seeds.update(settings.seed, step), batch.sequences.device):
         for _ in range(settings.epochs):
             # drawn on the CPU generator (the same order on every device), then moved to the batch
             if settings.minibatch_grouping == "query":  # each prompt's responses together
@@ -565,9 +561,9 @@ def measure_dlogp(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """log π_after − log π_old per token (signed; the telemetry takes |Δ| and the flips from it)
     and the updated policy's entropy after the update, on `dlogp_rows` sequences drawn with the
-    step's seed (None = ops.subsample.auto_rows, 0 = all; sharded: rounded up to a multiple of the
-    ranks): one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
-    generator = torch.Generator().manual_seed(step_seed(settings.seed, step) + 1)
+    step's `telemetry` seed (None = ops.subsample.auto_rows, 0 = all; sharded: rounded up to a
+    multiple of the ranks): one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
+    generator = torch.Generator().manual_seed(seeds.telemetry(settings.seed, step))
     world = forwards.placement.world_size
     wanted = settings.dlogp_rows
     if wanted is None:  # auto: 1/16 of the rows, at least 2 and at least one per rank

@@ -37,18 +37,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     "cpu": frozenset(),
     "device": frozenset(),  # where a run's tensors live (train.device): torch only
     # pure tensor math (the fused head's multiply: cpu/matmul.py); the trainer's precision
-    "ops": frozenset({"cpu"}),
+    "ops": frozenset({"cpu", "seeds"}),
     "rewards": frozenset(),  # text in, float out
     "home": frozenset(),  # where the user's files live: the cache root and the data home
+    "seeds": frozenset(),  # every random stream of a run, by name: a stable hash, hashlib only
     # the research core and the data
     # (config_ranges: the one range type their hyper-parameter checks declare)
     "objectives": frozenset({"cpu", "ops", "config_ranges"}),
-    "tasks": frozenset({"rewards", "home"}),
+    "tasks": frozenset({"rewards", "home", "seeds"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
     "models": frozenset({"cpu", "ops", "tasks", "home"}),
     "tracking": frozenset({"config", "cpu", "ops"}),
     "rollout": frozenset(
-        {"config", "cpu", "device", "ops", "models"}
+        {"config", "cpu", "device", "ops", "models", "seeds"}
     ),  # an engine starts from its config section
     # process groups and collectives (ops/precision.py: the sharding's mixed precision)
     "distributed": frozenset({"config", "cpu", "device", "ops", "rollout"}),
@@ -58,13 +59,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     # components that use the ones above
     "eval": frozenset(
         {"config", "cpu", "device", "ops", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "config_ranges"}
+        | {"distributed", "config_ranges", "seeds"}
     ),
     # finished runs in MLflow -> tables and figures (the benchmark averages of eval/metrics.py)
     "analysis": frozenset({"eval", "tracking"}),
     "probe": frozenset(
         {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "config_ranges"}
+        | {"distributed", "config_ranges", "seeds"}
     ),
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(
@@ -73,7 +74,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     ),
     # the step: its phases, their frozen settings, placement, micro-batches, blocks, refill, signals
     # and telemetry (no config, no process group)
-    "train": frozenset({"ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}),
+    "train": frozenset(
+        {"ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout", "seeds"}
+    ),
     # one run of the step: built from the config (run/build.py), looped, recorded, checkpointed,
     # preempted, its optimizer offloaded
     "run": frozenset(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from quadrants import seeds
 from quadrants.eval.heldout import ChunkCounts, heldout_metrics, summarize
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import Rollouts, SamplingSettings
@@ -117,14 +118,21 @@ def test_eval_ks_off_the_curve_are_added() -> None:
 
 
 def test_every_chunk_has_seeds_of_its_own() -> None:
-    """6 problems in chunks of 2 prompts x n = 3, seed 7: chunk c is seeded 7 + c * 2 * 3, so with
-    vLLM's per-sample seeds (seed + r * n + j, rollout/vllm.py) the chunks take 7..12, 13..18 and
-    19..24, 18 distinct seeds for the 18 samples; one seed for every chunk (7, 7, 7) gave problem r
-    of each chunk the seeds of problem r of the others, for which vLLM draws the same noise."""
+    """6 problems in chunks of 2 prompts x n = 3, seed 7: chunk c is seeded by the stream
+    `heldout` of (c,) (quadrants/seeds.py), so with vLLM's per-request seeds (seeds.vllm_request)
+    the 18 samples get 18 distinct seeds; one seed for every chunk (7, 7, 7) gave problem r of
+    each chunk the seeds of problem r of the others, for which vLLM draws the same noise."""
     engine = ScriptedEngine(["1"] * 6)  # each call: 2 prompts x 3 samples
     problems = [Problem(id=str(i), prompt=f"{i}+0=", answer=str(i)) for i in range(6)]
     with Grader(num_workers=0) as grader:
         heldout_metrics(
             engine, grader, problems, SamplingSettings(n=3, seed=7), "toy", batch_prompts=2
         )
-    assert engine.seeds == [7, 13, 19]
+    assert engine.seeds == [seeds.heldout(7, c) for c in range(3)]
+    samples = {
+        seeds.vllm_sample(seeds.vllm_request(call, r, 3), j)
+        for call in engine.seeds
+        for r in range(2)
+        for j in range(3)
+    }
+    assert len(samples) == 18

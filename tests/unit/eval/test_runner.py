@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from quadrants import seeds
 from quadrants.config import EvalConfig
 from quadrants.eval.generation import TextEngine
 from quadrants.eval.plan import BenchmarkPlan
@@ -37,11 +38,10 @@ def engine_and_grader():
     ("batch_size", "expected_calls"),
     [
         # n = 5 <= 10: 10 // 5 = 2 prompts per call -> problems {0, 1}, then {2}; call i is seeded
-        # 100 + 10 i (call_seeds: stride = 2 prompts x 5 samples, the most sequences of a call)
-        (10, [(2, 5, 100), (1, 5, 110)]),
-        # n = 5 > 4: one prompt per call, its samples as 4 + 1 -> 2 calls per problem, 6 in all;
-        # stride 4, so call i is seeded 100 + 4 i (was 100 + i, whose per-sample seeds overlapped)
-        (4, [(1, 4, 100), (1, 1, 104), (1, 4, 108), (1, 1, 112), (1, 4, 116), (1, 1, 120)]),
+        # by the stream `evaluation` of (benchmark 0, call i) of the run seed 100
+        (10, [(2, 5, 0), (1, 5, 1)]),
+        # n = 5 > 4: one prompt per call, its samples as 4 + 1 -> 2 calls per problem, 6 in all
+        (4, [(1, 4, 0), (1, 1, 1), (1, 4, 2), (1, 1, 3), (1, 4, 4), (1, 1, 5)]),
     ],
 )
 def test_calls_hold_at_most_batch_size_sequences_and_every_problem_gets_n(
@@ -54,7 +54,9 @@ def test_calls_hold_at_most_batch_size_sequences_and_every_problem_gets_n(
     result = grade_benchmark(
         engine, grader, plan, EvalConfig(batch_size=batch_size, max_new_tokens=6), seed=100
     )
-    assert engine.calls == expected_calls
+    assert engine.calls == [
+        (prompts, n, seeds.evaluation(100, 0, call)) for prompts, n, call in expected_calls
+    ]
     assert [p.problem_id for p in result.problems] == [p.id for p in problems]
     assert [p.n for p in result.problems] == [5, 5, 5]
     outcomes = {s.outcome for p in result.problems for s in p.samples}
@@ -74,55 +76,52 @@ def test_generate_calls_by_hand():
     ]
 
 
-def vllm_seeds_per_problem(problems: int, calls: list[GenerateCall], seeds: list[int]):
+def vllm_seeds_per_problem(problems: int, calls: list[GenerateCall], call_seed: list[int]):
     """Per problem, the seed vLLM derives for each of its samples: sample j of the r-th prompt of a
-    call seeded s gets s + r * n + j, n the call's samples per prompt (quadrants/rollout/vllm.py)."""
+    call seeded s gets seeds.vllm_sample(seeds.vllm_request(s, r, n), j) (quadrants/rollout/vllm.py,
+    vLLM's own offset j: vllm/v1/engine/parallel_sampling.py)."""
     per_problem: list[list[int]] = [[] for _ in range(problems)]
-    for call, seed in zip(calls, seeds):
+    for call, seed in zip(calls, call_seed):
         for r, problem in enumerate(range(call.start, call.stop)):
-            per_problem[problem].extend(seed + r * call.samples + j for j in range(call.samples))
+            request = seeds.vllm_request(seed, r, call.samples)
+            per_problem[problem].extend(seeds.vllm_sample(request, j) for j in range(call.samples))
     return per_problem
 
 
 @pytest.mark.parametrize(
     ("samples", "batch_size"),
     [
-        # 1 prompt per call, 256 = 4 x 64: problem p is calls 4p..4p+3, seeds 256 p + 64 c + j,
-        # c < 4, j < 64 -> 256 p .. 256 p + 255
+        # 1 prompt per call, 256 = 4 x 64: problem p is calls 4p..4p+3
         (256, 64),
-        # 1 prompt per call, 128 = 2 x 64: calls 2p, 2p + 1, seeds 128 p .. 128 p + 127
+        # 1 prompt per call, 128 = 2 x 64: calls 2p, 2p + 1
         (128, 64),
-        # 64 // 32 = 2 prompts per call, each problem in one call: seeds 64 c + 32 r + j, j < 32
+        # 64 // 32 = 2 prompts per call, each problem in one call
         (32, 64),
-        # 10 // 5 = 2 prompts per call: call c seeded 10 c, its problems 10 c + {0..4}, {5..9}
+        # 10 // 5 = 2 prompts per call
         (5, 10),
-        # 1 prompt per call, 5 = 2 + 2 + 1: calls 3p..3p+2 seeded 6p, 6p + 2, 6p + 4 (stride 2)
-        # -> 6p + {0, 1}, 6p + {2, 3}, 6p + {4}: five seeds
+        # 1 prompt per call, 5 = 2 + 2 + 1: calls 3p..3p+2
         (5, 2),
     ],
 )
 def test_no_two_samples_of_a_problem_share_a_vllm_seed(samples, batch_size):
     calls = generate_calls(3, samples, batch_size)
-    per_problem = vllm_seeds_per_problem(3, calls, call_seeds(calls, seed=1000))
-    for seeds in per_problem:
-        assert len(seeds) == samples
-        assert len(set(seeds)) == samples  # distinct
+    per_problem = vllm_seeds_per_problem(3, calls, call_seeds(calls, seed=1000, benchmark=0))
+    for drawn in per_problem:
+        assert len(drawn) == samples
+        assert len(set(drawn)) == samples  # distinct
     # nor two samples of different problems (equal seeds couple their draws in vLLM)
-    assert len({s for seeds in per_problem for s in seeds}) == 3 * samples
+    assert len({s for drawn in per_problem for s in drawn}) == 3 * samples
 
 
-def test_call_seeds_by_hand():
-    # n = 256 in calls of 64: stride 64, problem 0 is calls 0..3 seeded 7, 71, 135, 199, so its
-    # samples get 7 .. 7 + 255; problem 1 starts at 7 + 4 * 64 = 263
+def test_call_seeds_are_the_evaluation_stream():
+    # n = 256 in calls of 64: problem 0 is calls 0..3; call i of benchmark b is the stream
+    # `evaluation` of (b, i), so another benchmark of the suite draws other seeds
     calls = generate_calls(2, 256, 64)
-    assert call_seeds(calls, seed=7) == [7, 71, 135, 199, 263, 327, 391, 455]
-    assert vllm_seeds_per_problem(2, calls, call_seeds(calls, seed=7))[0] == list(range(7, 263))
-    # seeding call i with seed + i (the old rule) gave problem 0 the seeds 7 + i + j,
-    # i < 4, j < 64 -> 7 .. 7 + 66: 67 distinct of 256
-    old = vllm_seeds_per_problem(2, calls, [7 + i for i in range(len(calls))])
-    assert len(set(old[0])) == 67
-    # n = 5 <= 10: calls of 2 prompts x 5 then 1 x 5 -> stride 10, seeds 0, 10: the first call's
-    # sequences take 0..9 (problem 0: 0..4, problem 1: 5..9), the second's 10..14
-    assert call_seeds(generate_calls(3, 5, 10), seed=0) == [0, 10]
+    assert call_seeds(calls, seed=7, benchmark=0) == [seeds.evaluation(7, 0, i) for i in range(8)]
+    assert not set(call_seeds(calls, seed=7, benchmark=0)) & set(
+        call_seeds(calls, seed=7, benchmark=1)
+    )
+    # problem 0's 256 samples have 256 distinct vLLM seeds (the old seed + i per call: 67)
+    assert len(set(vllm_seeds_per_problem(2, calls, call_seeds(calls, 7, 0))[0])) == 256
     # no problems: no calls, no seeds
-    assert call_seeds(generate_calls(0, 5, 10), seed=0) == []
+    assert call_seeds(generate_calls(0, 5, 10), seed=0, benchmark=0) == []

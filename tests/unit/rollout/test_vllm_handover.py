@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 import quadrants.rollout.vllm as vllm_module
+from quadrants import seeds
 from quadrants.models.tokenizer import char_tokenizer
 from quadrants.rollout.engine import SamplingSettings
 from quadrants.rollout.vllm import VLLMEngine, VLLMSettings
@@ -264,16 +265,23 @@ def test_tensor_parallel_engines_get_pickled_buckets_that_keep_layers_whole(fake
 
 
 def test_every_request_of_a_call_gets_seeds_of_its_own(fake_vllm, monkeypatch):
-    """vLLM gives sample j of a request `SamplingParams.seed + j`, and equal seeds draw equal noise
+    """vLLM gives sample j of a request the request's seed plus j, and equal seeds draw equal noise
     (tests/vllm/test_engine.py shows it on the real engine), so request i of a call is seeded
-    `seed + i * n`: with seed 10 and n = 2, requests 0, 1, 2 get 10, 12, 14, i.e. the samples
-    10, 11 | 12, 13 | 14, 15, six distinct seeds. Without a seed vLLM draws its own per request."""
+    `seeds.vllm_request(call seed, i, n)`, a multiple of 2**SAMPLE_BITS: the samples of requests
+    0, 1, 2 of a call seeded 10 with n = 2 are six distinct seeds, two per slot. Without a seed vLLM
+    draws its own per request."""
     engine = start(fake_vllm, monkeypatch)
     llm = fake_vllm.built[-1]
     engine.generate(["1+1=", "2+2=", "1+1="], SamplingSettings(n=2, max_new_tokens=1, seed=10))
     engine.generate_from_ids([[3, 4], [3, 4]], SamplingSettings(n=3, max_new_tokens=1, seed=0))
     engine.generate(["1+1="], SamplingSettings(n=2, max_new_tokens=1, seed=None))
-    assert llm.seeds == [[10, 12, 14], [0, 3], None]
+    assert llm.seeds == [
+        [seeds.vllm_request(10, i, 2) for i in range(3)],
+        [seeds.vllm_request(0, i, 3) for i in range(2)],
+        None,
+    ]
+    samples = {seeds.vllm_sample(s, j) for s in llm.seeds[0] for j in range(2)}
+    assert len(samples) == 6 and all(s % 2**seeds.SAMPLE_BITS == 0 for s in llm.seeds[0])
 
 
 def test_weight_buckets_never_split_a_layer_even_when_it_is_larger_than_a_bucket():

@@ -6,8 +6,8 @@ import torch
 
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts
-from quadrants.train.refill import collect_with_refill, mixed_groups, refill_seed
-from quadrants.train.step import Collected, step_seed
+from quadrants.train.refill import collect_with_refill, mixed_groups
+from quadrants.train.step import Collected
 
 C, W = Outcome.correct, Outcome.wrong
 PAD = 0
@@ -124,12 +124,3 @@ def test_no_refill_needed_keeps_round_zero_as_it_is():
     assert (
         out.metrics["train/refill/rounds"] == 0.0 and out.metrics["train/refill/groups_kept"] == 2.0
     )
-
-
-def test_refill_seeds_are_fixed_by_step_and_round():
-    # round 0 is the step's own seed (a run without refill draws the same first round); later rounds
-    # differ from it, from each other and from other steps' seeds, and depend on nothing else
-    base = step_seed(3, 5)
-    assert refill_seed(base, 0) == base
-    seeds = {refill_seed(step_seed(3, s), r) for s in range(50) for r in range(5)}
-    assert len(seeds) == 250
