@@ -14,7 +14,7 @@ answers again would move it). Variances ``sigma_b², sigma_w², sigma_e²``, all
 
 - within-arm variance over seeds, pooled over arms, ``MS_within`` (df ``A (S-1)``):
   ``sigma_b² + sigma_w² + sigma_e²``;
-- the two-way (arm + seed) residual mean square ``MS_resid`` (df ``(A-1)(S-1)``):
+- the two-way (arm, seed) residual mean square ``MS_resid`` (df ``(A-1)(S-1)``):
   ``sigma_w² + sigma_e²``; ``2 MS_resid`` is exactly the variance of the paired differences
   ``y[a, s] - y[a', s]`` pooled over every pair of arms (`paired_difference_sd`);
 - evaluation sampling: the mean over runs of each run's own estimate of ``Var(e)``
