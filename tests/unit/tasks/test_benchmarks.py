@@ -30,6 +30,7 @@ from quadrants.tasks.benchmarks import (
     known_benchmarks,
     load_benchmark,
 )
+from tests.unit.tasks.full_data import skip_if_never_fetched
 
 # Problems graded per benchmark in the full-data agreement test (None: all); well under 60 s.
 AGREEMENT_SUBSET = {"math500": 150, "minerva": 80, "olympiadbench": 150, "gsm8k": 200}
@@ -335,6 +336,7 @@ def test_grader_agrees_with_equivalent_and_different_answers(name: str, grader: 
     ],
 )
 def test_full_sizes_and_unique_ids(name: str, size: int, full_data_dir: Path):
+    skip_if_never_fetched(name, full_data_dir)
     benchmark = load_benchmark(name, data_dir=full_data_dir)
     assert len(benchmark) == size
     assert len({p.id for p in benchmark.problems}) == size
@@ -388,6 +390,7 @@ def test_full_golds_at_the_real_rows(full_data_dir: Path):
 def test_full_grader_agrees_with_equivalent_and_different_answers(
     name: str, grader: Grader, full_data_dir: Path
 ):
+    skip_if_never_fetched(name, full_data_dir)
     benchmark = load_benchmark(name, data_dir=full_data_dir)
     report = run_agreement(benchmark, grader, max_problems=AGREEMENT_SUBSET.get(name), seed=0)
     disagreements = "\n".join(
