@@ -117,7 +117,7 @@ RANGES: dict[str, Range] = {
     "train.forward_tokens": Range(0, why="0 = off"),
     "cluster.gpu_memory_gb": Range(0, null=True, low_open=True, why="null = no memory check"),
     "cluster.allocator_headroom": Range(0, why="a fraction of the trainer's planned peak"),
-    "cluster.prompt_tokens": Range(1, why="the longest prompt the memory plan sizes a row for"),
+    "task.max_prompt_tokens": Range(1, why="the longest prompt: longer ones are dropped at load"),
     "train.dlogp_rows": Range(0, null=True, why="null = auto (1/16 of the rows), 0 = every row"),
     "train.length_buckets": Range(1, why="1 = every response in one call, cut to the longest"),
     "eval.every": Range(0, why="0 = only before and after training"),
@@ -216,6 +216,7 @@ NO_RANGE: dict[str, str] = {
         "a URI; an http(s) server is checked to answer before training (hydra_setup.preflight)"
     ),
     "tracking.system_metrics": "a flag",
+    "tracking.sqlite_on_slurm": "a flag (SQLite under SLURM: every job on one machine)",
     "tracking.report": "a flag (the analysis report logged on a sweep's parent run)",
     "distributed.backend": "a name, checked by distributed.collectives.validate_distributed_config",
     "distributed.reshard_after_forward": "a flag",
