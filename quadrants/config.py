@@ -100,6 +100,18 @@ class VLLMConfig:
 
 
 @dataclass
+class IdentityCheckConfig:
+    # the rollout identity guard (quadrants/rollout/identity.py): at a weight push the engine and
+    # the trainer score one fixed probe batch; the run stops when their log-probs disagree, or
+    # when the engine's did not move since the last check while the trainer's did
+    every: int = 1  # check every N-th weight push (1 = every push); 0 = off
+    probe_size: int = 4  # probe sequences
+    probe_tokens: int = 32  # tokens per probe sequence (the second half scored)
+    tolerance: float | None = None  # mean |log-prob gap| allowed; None = from the precision pair
+    seed: int = 0  # the probe's own generator (the run's sampling stream is untouched)
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "hf"
     group_size: int = 8  # G, rollouts per prompt
@@ -122,6 +134,7 @@ class RolloutConfig:
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    identity_check: IdentityCheckConfig = field(default_factory=IdentityCheckConfig)
 
 
 @dataclass

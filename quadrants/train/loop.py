@@ -48,6 +48,7 @@ from quadrants.objectives.control import STATE_KEY, advance_state, restore_state
 from quadrants.ops.precision import cast_on_device, resolve_precision, store_parameters
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rollout.engine import RolloutEngine
+from quadrants.rollout.identity import identity_checked
 from quadrants.rollout.registry import get_engine
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
@@ -208,7 +209,8 @@ def prepare_policy(
         fill_from_rank0(ref_model, full_ref, env, device)
         del full_ref
     engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
-    return model, ref_model, engine
+    # every weight push checked: the engine scores what the trainer scores (rollout/identity.py)
+    return model, ref_model, identity_checked(engine, cfg, precision)
 
 
 @dataclass
