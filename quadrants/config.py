@@ -62,7 +62,8 @@ class TaskConfig:
     grader_workers: int = 0
     # the longest rendered prompt, in the policy's tokens (quadrants/tasks/prompt_length.py): longer
     # problems are dropped when the task loads (counted and logged); the memory plan sizes every row
-    # at this + rollout.max_new_tokens, and vLLM's max_model_len defaults to the same sum
+    # at this + rollout.max_new_tokens, and vLLM's max_model_len defaults to this + the longest
+    # response (rollout.max_new_tokens or eval.max_new_tokens)
     max_prompt_tokens: int = 1024
 
 
@@ -94,8 +95,8 @@ class VLLMConfig:
     # memory, 0 never
     sleep_level: int = 2
     in_process: bool = True  # vLLM's engine core in the trainer's process (weights by reference)
-    # prompt + response tokens per sequence; None = task.max_prompt_tokens + rollout.max_new_tokens
-    # (at most the model's positions)
+    # prompt + response tokens per sequence; None = task.max_prompt_tokens + the longer of
+    # rollout.max_new_tokens and eval.max_new_tokens (at most the model's positions)
     max_model_len: int | None = None
 
 

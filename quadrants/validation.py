@@ -83,13 +83,15 @@ def validate_rollout_engine(rollout: RolloutConfig) -> None:
 def validate_model_len(cfg: RunConfig) -> None:
     """vLLM's max_model_len bounds prompt + response: set below the planned row, the engine would
     shorten responses (or refuse a prompt) that the run planned for."""
-    planned = cfg.task.max_prompt_tokens + cfg.rollout.max_new_tokens
+    response = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+    planned = cfg.task.max_prompt_tokens + response
     set_len = cfg.rollout.vllm.max_model_len
     if set_len is not None and set_len < planned:
         raise ValueError(
-            f"rollout.vllm.max_model_len={set_len} is below task.max_prompt_tokens + "
-            f"rollout.max_new_tokens = {cfg.task.max_prompt_tokens} + "
-            f"{cfg.rollout.max_new_tokens} = {planned}: the engine would cut responses short. "
+            f"rollout.vllm.max_model_len={set_len} is below task.max_prompt_tokens + the longest "
+            f"response (rollout.max_new_tokens, eval.max_new_tokens) = "
+            f"{cfg.task.max_prompt_tokens} + {response} = {planned}: the engine would cut "
+            "responses short. "
             f"Use rollout.vllm.max_model_len=null (the planned sum) or >= {planned}, or lower "
             "task.max_prompt_tokens"
         )

@@ -117,14 +117,20 @@ class HFKind(EngineKind):
         return HFEngine(model, tokenizer, logprobs=False, decode=cfg.rollout.hf_decode)
 
 
+def longest_row(cfg) -> int:
+    """Prompt + response tokens of the run's longest sequence, in training or evaluation."""
+    return cfg.task.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+
+
 def model_len(cfg, model_positions: int | None = None) -> int:
     """vLLM's `max_model_len` (prompt + response tokens per sequence): `rollout.vllm.max_model_len`
-    when set, else the run's planned row, `task.max_prompt_tokens + rollout.max_new_tokens` (longer
-    prompts never reach the engine: tasks/prompt_length.py), at most the model's positions (vLLM
-    refuses a longer one: vllm/config/model.py `_get_and_verify_max_len`)."""
+    when set, else the run's longest row, `task.max_prompt_tokens` + the longer of
+    `rollout.max_new_tokens` and `eval.max_new_tokens` (the engine generates both; longer prompts
+    never reach it: tasks/prompt_length.py), at most the model's positions (vLLM refuses a longer
+    one: vllm/config/model.py `_get_and_verify_max_len`)."""
     if cfg.rollout.vllm.max_model_len is not None:
         return int(cfg.rollout.vllm.max_model_len)
-    planned = cfg.task.max_prompt_tokens + cfg.rollout.max_new_tokens
+    planned = longest_row(cfg)
     return planned if model_positions is None else min(planned, int(model_positions))
 
 

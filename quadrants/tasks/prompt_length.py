@@ -1,11 +1,11 @@
 """The prompt-length limit (`task.max_prompt_tokens`): no prompt longer than the run planned for.
 
 The memory plan sizes every row at `task.max_prompt_tokens + rollout.max_new_tokens` tokens, and
-vLLM's `max_model_len` defaults to the same sum. A longer prompt would have vLLM shorten its
-response (the budget is shared) or, past `max_model_len`, refuse the request on one rank while the
-others wait in the next collective. So a rendered prompt (the text the policy sees, in its own
-tokens, without special tokens as the engines encode it: rollout/engine.py `encode_prompts`) over
-the limit never reaches an engine:
+vLLM's `max_model_len` defaults to this limit + the longest response (training or evaluation). A
+longer prompt would have vLLM shorten its response (the budget is shared) or, past
+`max_model_len`, refuse the request on one rank while the others wait in the next collective. So
+a rendered prompt (the text the policy sees, in its own tokens, without special tokens as the
+engines encode it: rollout/engine.py `encode_prompts`) over the limit never reaches an engine:
 
 - a task with a fixed list of problems (a dataset: `keep_only`) loses them once, when it loads;
   how many training and held-out problems were dropped is logged and kept on the task

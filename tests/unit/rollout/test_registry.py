@@ -183,7 +183,11 @@ def test_vllms_max_model_len_is_the_planned_prompt_plus_response():
 
     cfg = RunConfig()
     cfg.task.max_prompt_tokens, cfg.rollout.max_new_tokens = 1024, 3072
-    assert model_len(cfg) == 4096  # 1024 + 3072
+    cfg.eval.max_new_tokens = 2048
+    assert model_len(cfg) == 4096  # 1024 + max(3072, 2048)
+    cfg.eval.max_new_tokens = 8192  # the engine evaluates too: its longest row counts
+    assert model_len(cfg) == 9216  # 1024 + 8192
+    cfg.eval.max_new_tokens = 3072
     assert model_len(cfg, model_positions=131072) == 4096
     assert model_len(cfg, model_positions=128) == 128  # the tiny model: vLLM refuses more
     cfg.rollout.vllm.max_model_len = 5000  # set: taken as it is

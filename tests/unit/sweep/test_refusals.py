@@ -69,8 +69,8 @@ def closed_port() -> int:
         # vLLM's max_model_len below prompt + response: 1024 + 48 = 1072
         (
             ["rollout.vllm.max_model_len=1000"],
-            r"rollout.vllm.max_model_len=1000 is below task.max_prompt_tokens \+ rollout"
-            r".max_new_tokens = 1024 \+ 48 = 1072",
+            r"rollout.vllm.max_model_len=1000 is below task.max_prompt_tokens \+ the longest "
+            r"response .* = 1024 \+ 48 = 1072",
         ),
         (
             ["cluster.prompt_tokens=2048"],
