@@ -210,7 +210,7 @@ def prepare_policy(
         del full_ref
     engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
     # every weight push checked: the engine scores what the trainer scores (rollout/identity.py)
-    return model, ref_model, identity_checked(engine, cfg, precision)
+    return model, ref_model, identity_checked(engine, cfg, precision, model)
 
 
 @dataclass

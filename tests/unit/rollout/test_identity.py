@@ -34,9 +34,13 @@ def test_the_gap_and_the_stale_engine_by_hand():
     with pytest.raises(RolloutIdentityError, match=r"differ by 0.0300 on average \(max 0.0400\)"):
         judge(engine, trainer, None, tolerance=0.01)
     # stale: the trainer moved by (0.2 + 0.2) / 2 = 0.2 since the last check, the engine by 0
+    # (under a tenth of the tolerance 0.05: 0.005)
     moved = trainer - 0.2
-    with pytest.raises(RolloutIdentityError, match=r"did not change .*moved by 0.2000"):
+    with pytest.raises(RolloutIdentityError, match=r"moved by only 0.00e\+00 .*moved by 0.2000"):
         judge(engine, moved, (engine, trainer), tolerance=0.05)
+    # the engine moved by 0.004 (< 0.005) while the trainer moved 0.2: stale too
+    with pytest.raises(RolloutIdentityError, match="did not reach the engine"):
+        judge(engine - 0.004, moved, (engine, trainer), tolerance=0.05)
     # both moved alike: a healthy push (engine 0.1 + 0.1 -> 0.1, trainer 0.1; gap 0.03)
     figures = judge(engine - 0.1, trainer - 0.1, (engine, trainer), tolerance=0.05)
     assert figures.engine_moved == pytest.approx(0.1) and figures.trainer_moved == pytest.approx(
