@@ -60,6 +60,11 @@ class TaskConfig:
     # math-verify worker processes grading the answers; 0 = one per CPU this task holds, less one
     # for the trainer (SLURM_CPUS_PER_TASK, else the CPUs this process may run on)
     grader_workers: int = 0
+    # the longest rendered prompt, in the policy's tokens (quadrants/tasks/prompt_length.py): longer
+    # problems are dropped when the task loads (counted and logged); the memory plan sizes every row
+    # at this + rollout.max_new_tokens, and vLLM's max_model_len defaults to this + the longest
+    # response (rollout.max_new_tokens or eval.max_new_tokens)
+    max_prompt_tokens: int = 1024
 
 
 @dataclass
@@ -90,7 +95,21 @@ class VLLMConfig:
     # memory, 0 never
     sleep_level: int = 2
     in_process: bool = True  # vLLM's engine core in the trainer's process (weights by reference)
-    max_model_len: int | None = None  # None = the model's
+    # prompt + response tokens per sequence; None = task.max_prompt_tokens + the longer of
+    # rollout.max_new_tokens and eval.max_new_tokens (at most the model's positions)
+    max_model_len: int | None = None
+
+
+@dataclass
+class IdentityCheckConfig:
+    # the rollout identity guard (quadrants/rollout/identity.py): at a weight push the engine and
+    # the trainer score one fixed probe batch; the run stops when their log-probs disagree, or
+    # when the engine's did not move since the last check while the trainer's did
+    every: int = 1  # check every N-th weight push (1 = every push); 0 = off
+    probe_size: int = 4  # probe sequences
+    probe_tokens: int = 32  # tokens per probe sequence (the second half scored)
+    tolerance: float | None = None  # mean |log-prob gap| allowed; None = from the precision pair
+    seed: int = 0  # the probe's own generator (the run's sampling stream is untouched)
 
 
 @dataclass
@@ -116,6 +135,7 @@ class RolloutConfig:
     overlong_buffer: int = 0
     overlong_penalty: float = 1.0
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    identity_check: IdentityCheckConfig = field(default_factory=IdentityCheckConfig)
 
 
 @dataclass
@@ -305,6 +325,10 @@ class CheckpointConfig:
 class TrackingConfig:
     # MLflow tracking URI; None = a SQLite store `<outputs>/mlflow.db` (one machine only)
     uri: str | None = None
+    # a SLURM sweep (launcher=slurm, slurm_ddp) with a SQLite store is refused at compose time (its
+    # jobs land on several nodes, and one SQLite file written from several nodes over a network file
+    # system is not safe); true says every job runs on this one machine (launcher=slurm_dev sets it)
+    sqlite_on_slurm: bool = False
     log_samples_every: int = 10  # steps between sample-completion artifacts; 0 = never
     # CPU, memory, disk, network (and GPU) readings as `system/*` metrics on the training steps
     system_metrics: bool = False
@@ -330,9 +354,6 @@ class ClusterConfig:
     # what one rank's accelerator holds; a run whose memory plan (`python -m quadrants.plan`)
     # exceeds it is refused before anything is queued. None = no check
     gpu_memory_gb: float | None = None
-    # the longest prompt (tokens) the memory plan sizes a row for: rows are planned at
-    # prompt_tokens + rollout.max_new_tokens, every row at the longest length (the worst case)
-    prompt_tokens: int = 1024
     # what torch's caching allocator reserves beyond the trainer's peak of live tensors (blocks
     # cached but not reusable at the peak), as a fraction of that peak: a run is refused unless
     # plan peak + this share of the trainer's part fits gpu_memory_gb. Measured on an H100 with

@@ -80,6 +80,23 @@ def validate_rollout_engine(rollout: RolloutConfig) -> None:
         )
 
 
+def validate_model_len(cfg: RunConfig) -> None:
+    """vLLM's max_model_len bounds prompt + response: set below the planned row, the engine would
+    shorten responses (or refuse a prompt) that the run planned for."""
+    response = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+    planned = cfg.task.max_prompt_tokens + response
+    set_len = cfg.rollout.vllm.max_model_len
+    if set_len is not None and set_len < planned:
+        raise ValueError(
+            f"rollout.vllm.max_model_len={set_len} is below task.max_prompt_tokens + the longest "
+            f"response (rollout.max_new_tokens, eval.max_new_tokens) = "
+            f"{cfg.task.max_prompt_tokens} + {response} = {planned}: the engine would cut "
+            "responses short. "
+            f"Use rollout.vllm.max_model_len=null (the planned sum) or >= {planned}, or lower "
+            "task.max_prompt_tokens"
+        )
+
+
 def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
     """Refuse an evaluation that needs a held-out split which ``task.heldout_size=0`` leaves empty.
 
@@ -274,6 +291,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
         )
     get_engine(cfg.rollout.engine)  # an unknown name lists the registered engines
     validate_rollout_engine(cfg.rollout)
+    validate_model_len(cfg)
     if cfg.train.behaviour_pass not in ("auto", "always"):
         raise ValueError(
             f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from quadrants.device import require_usable_device
 from quadrants.distributed.collectives import init_distributed, shutdown
 from quadrants.launch.hydra_setup import (
     compose_run_config,
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     if show:  # --cfg job: print the run's composed config (resolved, as the run stores it) and stop
         print(OmegaConf.to_yaml(OmegaConf.structured(cfg)), end="")
         return
+    require_usable_device(cfg.train.device)  # no usable GPU for train.device=cuda: stop now
     env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
     logging.basicConfig(
         level=logging.INFO, format=f"[rank {env.rank}] %(asctime)s %(name)s: %(message)s"

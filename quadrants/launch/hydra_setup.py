@@ -34,7 +34,7 @@ from quadrants.cpu.openmp import spin_environment
 from quadrants.distributed.collectives import check_layout
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
-from quadrants.memory.plan import GiB, Plan
+from quadrants.memory.plan import HOST_MARGIN, GiB, Plan
 from quadrants.rollout.registry import get_engine
 from quadrants.run.identity import OUTSIDE_THE_RUN, check_resume, may_change
 from quadrants.tracking.setup import tracking_uri
@@ -262,6 +262,8 @@ REMOVED_KEYS = {
     # the CPU-only settings have their own section (quadrants/cpu)
     "train.cpu_matmul": "train.cpu.matmul (auto | torch | onednn)",
     "train.retain_freed_mb": "train.cpu.retain_freed_mb",
+    # one key for the longest prompt: the plan's rows, the task's filter and vLLM's max_model_len
+    "cluster.prompt_tokens": "task.max_prompt_tokens",
 }
 
 
@@ -306,6 +308,8 @@ def preflight(argv: list[str]) -> int:
             uris.add(tracking_uri(run))
             # a run directory with a checkpoint of another config (run/identity.py)
             _checked_plain(job, lambda run=run: check_resume(run))
+            if multirun:  # SLURM jobs on several nodes track to a server, not one SQLite file
+                _checked_plain(job, lambda run=run: check_tracking_store(run, base.hydra.launcher))
             if multirun:  # a run planned for GPUs asks SLURM for one GPU per rank
                 _checked_plain(job, lambda run=run: check_gpu_request(run, base.hydra.launcher))
             if (
@@ -323,13 +327,38 @@ def preflight(argv: list[str]) -> int:
     return len(jobs)
 
 
+def check_tracking_store(run: RunConfig, launcher: DictConfig) -> None:
+    """Refuse a SLURM sweep whose runs track to a SQLite file (the default store, or a `sqlite:`
+    tracking.uri). Its jobs run on whatever nodes SLURM picks, and SQLite's locking over a network
+    file system is not reliable (sqlite.org/faq.html#q5; docs/slurm.md): runs would fail to log, or
+    the store would be damaged, hours into the sweep. `tracking.sqlite_on_slurm=true` (the dev
+    cluster's profile) says every job runs on this one machine."""
+    from quadrants.tracking.setup import tracking_uri
+
+    if str(launcher.get("_target_", "")) != SLURM_LAUNCHER or run.tracking.sqlite_on_slurm:
+        return
+    uri = tracking_uri(run)
+    if not uri.startswith("sqlite:"):
+        return
+    raise ValueError(
+        f"tracking: a SLURM sweep runs its jobs on several nodes, and its tracking store is the "
+        f"SQLite file {uri} (tracking=local"
+        + (f", tracking.uri={run.tracking.uri}" if run.tracking.uri else "")
+        + "): several nodes writing one SQLite file over a network file system is not safe. Fix: "
+        "start an MLflow server the compute nodes can reach and add tracking=server with "
+        "MLFLOW_TRACKING_URI=http://HOST:5000 (docs/slurm.md, 'Tracking on a cluster'); or, if "
+        "every job runs on this one machine, tracking.sqlite_on_slurm=true"
+    )
+
+
 def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
     """Refuse a SLURM job of a run planned for GPUs (`cluster.gpu_memory_gb` set) whose launcher
     does not give each of its ranks a GPU of its own.
 
     A rank binds `cuda:0` when its task sees one GPU, else `cuda:<local rank>` (device.py,
-    `local_cuda_index`). So: `gpus_per_task=1` (each task sees its own, Slurm's per-task binding),
-    or `gpus_per_node` >= ranks per node with `gpus_per_task` unset (every task sees all of them).
+    `local_cuda_index`). So: `gpus_per_node` >= ranks per node with `gpus_per_task` unset (every
+    task sees all of them, launcher=slurm_ddp's default: NCCL sees the NVLink between them,
+    NVIDIA/nccl#1066), or `gpus_per_task=1` (each task sees its own, Slurm's per-task binding).
     Without either the job gets no GPU and `train.device=auto` trains on the node's CPUs; with
     `gpus_per_node=1` every rank of the node binds the same GPU (NCCL refuses a duplicate GPU);
     with fewer GPUs than ranks the ranks above them fail at start. `gres` (SLURM's own syntax) is
@@ -344,8 +373,10 @@ def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
     tasks = launcher_ranks_per_node(launcher)
     per_task, per_node = launcher.get("gpus_per_task"), launcher.get("gpus_per_node")
     fix = (
-        "ask for one GPU per rank: hydra.launcher.gpus_per_task=1 (launcher=slurm_ddp's default), "
-        f"or hydra.launcher.gpus_per_task=null hydra.launcher.gpus_per_node={tasks}"
+        f"ask for one GPU per rank: hydra.launcher.gpus_per_node={tasks} "
+        "hydra.launcher.gpus_per_task=null (launcher=slurm_ddp's default: every rank sees all of "
+        "the node's GPUs, as NCCL needs for NVLink), or hydra.launcher.gpus_per_task=1 "
+        "(per-task binding; NCCL may then lose NVLink, docs/distributed.md)"
     )
     if not per_task and not per_node:
         raise ValueError(
@@ -381,19 +412,22 @@ def check_host_memory(plan: Plan | None, launcher: DictConfig) -> None:
 
     submitit writes it as `--mem=<mem_gb>GB` (submitit/slurm/slurm.py `_convert_mem`), which SLURM
     reads in units of 1024 MiB, and the job's memory cgroup on the node holds every rank of it: a
-    plan over it is OOM-killed on the node, after its wait in the queue. No plan (no
+    plan over it is OOM-killed on the node, after its wait in the queue. The request must cover
+    the plan's figure and `HOST_MARGIN` more (its process base is an assumption). No plan (no
     cluster.gpu_memory_gb) or no mem_gb: nothing to check."""
     mem_gb = launcher.get("mem_gb")
     if plan is None or mem_gb is None or str(launcher.get("_target_", "")) != SLURM_LAUNCHER:
         return
     limit = float(mem_gb) * GiB
-    if plan.host_per_node <= limit:
+    needed = plan.host_per_node * (1 + HOST_MARGIN)
+    if needed <= limit:
         return
     raise ValueError(
         f"memory plan: host memory {plan.host_per_node / 1e9:.0f} GB per node "
-        f"({plan.inputs.gpus_per_node} rank(s)) is over hydra.launcher.mem_gb={mem_gb} "
+        f"({plan.inputs.gpus_per_node} rank(s)), {needed / 1e9:.0f} GB with the "
+        f"{HOST_MARGIN:.0%} margin, is over hydra.launcher.mem_gb={mem_gb} "
         f"(sbatch --mem, {limit / 1e9:.1f} GB): SLURM would kill the job on its node. Fix: "
-        f"hydra.launcher.mem_gb={math.ceil(plan.host_per_node / GiB)} or more (within the "
+        f"hydra.launcher.mem_gb={math.ceil(needed / GiB)} or more (within the "
         "node's memory), or pin less on the host (rollout.vllm.sleep_level=2 discards the "
         "engine's weights instead of pinning them; train.offload_optimizer=false)"
     )

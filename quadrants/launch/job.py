@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from quadrants.device import require_usable_device
 from quadrants.distributed.collectives import init_distributed
 from quadrants.launch.hydra_setup import to_run_config
 from quadrants.run.checkpoint import latest_path
@@ -30,6 +31,9 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
 
     `parent_run_id`: the sweep's MLflow parent run (default: read from the sweep's sweep.json)."""
     cfg = to_run_config(job_cfg)
+    # train.device=cuda on a node without a usable GPU (an old driver, a CPU torch): stop now,
+    # before the tracking run, the process group and rank 0's load of the weights
+    require_usable_device(cfg.train.device)
     assert cfg.run_dir is not None
     change = check_resume(cfg)  # a resume under another config: refused before anything is written
     run_dir = Path(cfg.run_dir)

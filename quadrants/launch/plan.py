@@ -16,13 +16,14 @@ from __future__ import annotations
 import sys
 
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from quadrants.launch.hydra_setup import (
     CONFIG_DIR,
     _checked,
     _compose_job,
     _overrides,
+    check_host_memory,
     expand_jobs,
     hydra_argv,
     launcher_ranks,
@@ -30,8 +31,9 @@ from quadrants.launch.hydra_setup import (
     register,
     to_run_config,
 )
+from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import plan_inputs, refusal
-from quadrants.memory.plan import fits, format_plan, make_plan
+from quadrants.memory.plan import HOST_MARGIN, GiB, Plan, fits, format_plan, make_plan
 
 
 def plan_command(argv: list[str]) -> tuple[str, bool]:
@@ -61,6 +63,7 @@ def plan_command(argv: list[str]) -> tuple[str, bool]:
                     inputs.allocator_headroom,
                     inputs.gpus_per_node,
                     inputs.reference_dtype_bytes,
+                    inputs.load_dtype_bytes,
                     run.cluster.gpu_memory_gb,
                 )
             )
@@ -73,11 +76,32 @@ def plan_command(argv: list[str]) -> tuple[str, bool]:
         others = f" and {len(members) - 1} more with the same plan" if len(members) > 1 else ""
         out.append(f"job: {first}{others}")
         out.append(format_plan(plan, budget))
+        request = memory_request_line(plan, base.hydra.launcher)
+        out.append(request)
+        ok = ok and not request.startswith("REFUSED")
         if budget is not None and not fits(plan, budget):
             ok = False
             out.append("REFUSED: " + refusal(run, plan, budget))
         out.append("")
     return "\n".join(out).rstrip(), ok
+
+
+def memory_request_line(plan: Plan, launcher: DictConfig) -> str:
+    """Whether the SLURM profile's memory request covers the plan's host peak with its margin (the
+    check `quadrants.sweep` makes: launch/hydra_setup.py `check_host_memory`)."""
+    mem_gb = launcher.get("mem_gb")
+    if mem_gb is None or str(launcher.get("_target_", "")) != SLURM_LAUNCHER:
+        return "(no SLURM memory request: launcher is not a SLURM profile)"
+    try:
+        check_host_memory(plan, launcher)
+    except ValueError as err:
+        return f"REFUSED: {err}"
+    limit = float(mem_gb) * GiB
+    needed = plan.host_per_node * (1 + HOST_MARGIN)
+    return (
+        f"hydra.launcher.mem_gb={mem_gb} (sbatch --mem, {limit / 1e9:.1f} GB a node) covers the "
+        f"host peak + {HOST_MARGIN:.0%} ({needed / 1e9:.1f} GB), {limit / needed - 1:.0%} to spare"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """Detached SLURM submission: `python -m quadrants.submit [sweep args...]
 launcher=slurm` returns at once.
 
-    python -m quadrants.submit -m quadrant=PHR,NHR,PLR,NLR launcher=slurm \\
+    python -m quadrants.submit -m quadrant=PHR,NHR,PLR,NLR launcher=slurm tracking=server \\
         hydra.launcher.partition=gpu
     python -m quadrants.status outputs/quadrants/<sweep_id>          # SLURM states + latest metrics
 

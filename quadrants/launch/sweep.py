@@ -1,7 +1,7 @@
 """Entry point: `python -m quadrants.sweep [-m] [overrides...]` — one run, or a Hydra multirun.
 
     python -m quadrants.sweep -m quadrant=PHR,NHR,PLR,NLR             # the four-quadrant ablation
-    python -m quadrants.sweep -m experiment=baselines launcher=slurm   # a study on a SLURM cluster
+    python -m quadrants.sweep -m experiment=baselines launcher=slurm tracking=server   # on SLURM
     python -m quadrants.sweep --cfg job quadrant=PHR                   # show the composed config
 
 Before Hydra launches anything, every job of the command is composed and validated (preflight), and

@@ -5,7 +5,7 @@
 - ranks: the launcher's (`nodes x tasks_per_node` for launcher=slurm_ddp, else one process,
   unsharded); FSDP2 shards parameters, gradients and optimizer states over them;
 - precision: `train.precision` (`auto` is bf16-mixed: the plan is for CUDA);
-- rows: every row at its longest, `cluster.prompt_tokens + rollout.max_new_tokens` tokens (the
+- rows: every row at its longest, `task.max_prompt_tokens + rollout.max_new_tokens` tokens (the
   worst case a step can meet); a rank's share of a mini-batch is `mini_batch_size / ranks` rows;
   `train.micro_batch_tokens` packs `micro_batch_tokens // row length` rows per micro-batch (at least
   one), else `train.micro_batch_size`, else the whole share; the no-grad passes take
@@ -41,7 +41,7 @@ def resolved_precision(cfg: RunConfig) -> str:
 
 def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInputs:
     train = cfg.train
-    seq_len = cfg.cluster.prompt_tokens + cfg.rollout.max_new_tokens
+    seq_len = cfg.task.max_prompt_tokens + cfg.rollout.max_new_tokens
     step_rows = cfg.train.prompts_per_step * cfg.rollout.group_size
     share = max(1, min(train.mini_batch_size, step_rows) // world_size)
     if train.micro_batch_tokens > 0:
@@ -77,6 +77,7 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
             else 0
         ),
         allocator_headroom=cfg.cluster.allocator_headroom,
+        load_dtype_bytes=_DTYPE_BYTES.get(cfg.model.dtype, 4),
         offload_optimizer=cfg.train.offload_optimizer,
         lora=lora_spec(cfg),
     )

@@ -53,6 +53,10 @@ PHASES = ("load", "rollout", "behaviour pass", "update", "weight push")
 # host memory of one trainer process besides what the plan itemises (interpreter, torch, CUDA's
 # host side, data): an assumption, not a measurement
 HOST_BASE_GIB = 4.0
+# what a SLURM job's memory request (sbatch --mem) must hold beyond the plan's host figure: the
+# process base is an assumption (its estimates run to 5 GiB a rank with vLLM imported and the
+# grader's workers: +25 %), so the request covers the plan by this share (launch/hydra_setup.py)
+HOST_MARGIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class PlanInputs:
     vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
     gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
     reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
+    load_dtype_bytes: int = 2  # bytes per parameter of the checkpoint as read (model.dtype)
     # train.offload_optimizer: AdamW's states in host memory except during the optimizer step
     offload_optimizer: bool = False
     # torch's caching allocator reserves this share of the trainer's peak beyond it
@@ -217,14 +222,18 @@ def _trainer_trace(inputs: PlanInputs) -> StepTrace:
     return extrapolate(one, two, layers, TRACED_DEPTH)
 
 
-def host_per_node(parameters: int, ranks: int, *, pinned: int, copies: int = 1) -> int:
+def host_per_node(
+    parameters: int, ranks: int, *, pinned: int, copies: int = 1, dtype_bytes: int = 2
+) -> int:
     """Host bytes of the node that holds rank 0: each of its `ranks` processes' base
     (`HOST_BASE_GIB`), plus the larger of
 
-    - the load: rank 0 alone reads the checkpoint, `copies` bf16 copies on the host (the policy,
-      and a KL reference), which go to the GPU before the engine first sleeps; the other ranks
-      build the model on the meta device and receive their shards from rank 0
-      (quadrants/distributed/collectives.py, `fill_from_rank0`);
+    - the load: rank 0 alone reads the checkpoint, `copies` copies (the policy, and a KL
+      reference) of `dtype_bytes` per parameter (`model.dtype`, as read) on the host, and nothing
+      more: each tensor goes to the GPU and is cast to the trainer's float32 there
+      (ops/precision.py `store_parameters`, `cast_on_device`); the other ranks build the model on
+      the meta device and receive their shards from rank 0 (quadrants/distributed/collectives.py,
+      `fill_from_rank0`);
     - the steps: every rank's `pinned` bytes, its engine's weights at sleep level 1 (0 at level 2)
       and its offloaded optimizer states (train.offload_optimizer).
 
@@ -232,7 +241,7 @@ def host_per_node(parameters: int, ranks: int, *, pinned: int, copies: int = 1) 
     page cache (shared by the ranks of a node, reclaimable; on NFS or Lustre vLLM prefetches the
     files into it: `vllm/model_executor/model_loader/weight_utils.py`,
     `safetensors_weights_iterator`), which is not counted."""
-    load = copies * parameters * 2
+    load = copies * parameters * dtype_bytes
     return ranks * int(HOST_BASE_GIB * GiB) + max(load, ranks * pinned)
 
 
@@ -271,6 +280,7 @@ def make_plan(inputs: PlanInputs) -> Plan:
         inputs.gpus_per_node,
         pinned=(engine.host_pinned if engine else 0) + offloaded,
         copies=2 if inputs.reference_dtype_bytes else 1,
+        dtype_bytes=inputs.load_dtype_bytes,
     )
     vocab = int(inputs.config.vocab_size)
     return Plan(
@@ -294,6 +304,31 @@ def _largest_parameter(config: PretrainedConfig) -> int:
     the widest MLP matrix."""
     hidden = int(config.hidden_size)
     return max(int(config.vocab_size) * hidden, int(config.intermediate_size) * hidden)
+
+
+def host_line(plan: Plan) -> str:
+    """The host line of the plan: its peak per node and what it is made of (`host_per_node`)."""
+    i = plan.inputs
+    copies = 2 if i.reference_dtype_bytes else 1
+    base = i.gpus_per_node * int(HOST_BASE_GIB * GiB)
+    load = copies * plan.parameters * i.load_dtype_bytes
+    held = plan.host_per_node - base
+    what = (
+        f"rank 0's load {load / 1e9:.1f} GB ({copies} cop{'y' if copies == 1 else 'ies'} of "
+        f"{plan.parameters / 1e9:.2f} B parameters x {i.load_dtype_bytes} B as read; each tensor "
+        "is cast to the trainer's dtype on the GPU, never on the host)"
+    )
+    if held > load:
+        what = (
+            f"every rank's pinned engine weights (sleep level 1) and offloaded optimizer states "
+            f"{held / 1e9:.1f} GB (more than {what})"
+        )
+    return (
+        f"host peak per node ({i.gpus_per_node} rank(s)): {plan.host_per_node / 1e9:.1f} GB = "
+        f"process bases {i.gpus_per_node} x {HOST_BASE_GIB:g} GiB ({base / 1e9:.1f} GB) + {what}; "
+        f"a SLURM job's sbatch --mem must cover it + {HOST_MARGIN:.0%}: "
+        f"{plan.host_per_node * (1 + HOST_MARGIN) / 1e9:.1f} GB"
+    )
 
 
 def fits(plan: Plan, gpu_memory_gb: float) -> bool:
@@ -350,11 +385,7 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
             else ""
         )
     )
-    out.append(
-        f"host memory per node ({i.gpus_per_node} ranks): {plan.host_per_node / 1e9:.0f} GB "
-        f"({HOST_BASE_GIB:g} GiB process base per rank, and the larger of rank 0's bf16 load copy "
-        "and every rank's engine weights pinned at sleep level 1 and offloaded optimizer states)"
-    )
+    out.append(host_line(plan))
     out.append(
         f"the fused LM head's buffers: {gib(plan.head_buffers)} GiB (2 x chunk x vocab float32, "
         "inside activations)"

@@ -35,6 +35,7 @@ torch only (no quadrants import), so a script with torch and transformers alone 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -118,17 +119,48 @@ def frozen_linear_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 @torch.no_grad()
-def store_parameters(model: nn.Module, precision: Precision) -> nn.Module:
-    """`model`'s parameters (and floating buffers) cast to `precision.param_dtype` where the model
-    is, and, when the precision is mixed, its frozen linear weights (`frozen_linear_parameters`)
-    to `precision.compute_dtype` (module docstring): under `bf16-mixed` a LoRA policy's base
-    linears in bf16, its adapters, norms and embeddings in float32. A model without frozen
-    parameters is cast whole, as `model.to(dtype)`. One process only: FSDP2 expects one dtype per
-    parameter group (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `_init_mp_dtypes`),
-    and the trainer refuses LoRA with more than one rank."""
-    model = model.to(dtype=precision.param_dtype)
-    store_frozen_linears(model, precision)
-    return model
+def store_parameters(
+    model: nn.Module, precision: Precision, device: torch.device | None = None
+) -> nn.Module:
+    """`model`'s parameters (and floating buffers) on `device` (default: where they are) in
+    `precision.param_dtype`, and, when the precision is mixed, its frozen linear weights
+    (`frozen_linear_parameters`) in `precision.compute_dtype` (module docstring): under
+    `bf16-mixed` a LoRA policy's base linears in bf16, its adapters, norms and embeddings in
+    float32. FSDP2 expects one dtype per parameter group
+    (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py `_init_mp_dtypes`), and the trainer
+    refuses LoRA with more than one rank.
+
+    One tensor at a time, moved first and cast where it lands (`cast_on_device`): a bf16
+    checkpoint bound for a GPU never has a float32 copy on the host (the host holds the loaded
+    copy and nothing more: the memory plan's host line), and a frozen base never has one on the
+    GPU. A tensor on the meta device (a rank that did not read the weights) stays there, cast."""
+    frozen = {id(p) for p in frozen_linear_parameters(model)} if precision.mixed else set()
+    return cast_on_device(
+        model,
+        device,
+        lambda p: precision.compute_dtype if id(p) in frozen else precision.param_dtype,
+    )
+
+
+@torch.no_grad()
+def cast_on_device(
+    model: nn.Module, device: torch.device | None, dtype_of: Callable[[torch.Tensor], torch.dtype]
+) -> nn.Module:
+    """Each floating parameter and buffer `t` of `model` moved to `device` (None: kept where it is;
+    a meta tensor stays on the meta device) and then cast to `dtype_of(t)` there, one tensor at a
+    time: the extra memory at any moment is one tensor, on the device. `model.to(dtype)` followed
+    by `.to(device)` would cast every tensor where the model was loaded (the host) first.
+
+    Through `nn.Module._apply`, the function `model.to` itself applies to each tensor
+    (torch/nn/modules/module.py): it hands `fn` the Parameter (so `dtype_of` may key on it) and
+    swaps in the result as `.to` does (`param.data = ...` where the tensor types allow it)."""
+
+    def move_then_cast(tensor: torch.Tensor) -> torch.Tensor:
+        target = tensor.device if device is None or tensor.is_meta else device
+        moved = tensor.to(device=target)
+        return moved.to(dtype_of(tensor)) if tensor.is_floating_point() else moved
+
+    return model._apply(move_then_cast)
 
 
 @torch.no_grad()

@@ -41,6 +41,7 @@ from transformers import (
 )
 
 from quadrants.device import model_device
+from quadrants.models.policy import response_logprobs
 from quadrants.ops.precision import stored_mixed_autocast
 from quadrants.rollout.decode import HF_DECODES, sample
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
@@ -48,6 +49,7 @@ from quadrants.rollout.fast_decode import fast_decode_unsupported, sample_fast
 from quadrants.rollout.weights import copy_weights
 
 log = logging.getLogger(__name__)
+SCORE_CHUNK = 256  # response positions per head chunk when scoring a probe (models/policy.py)
 
 
 class SampledLogprobs(LogitsProcessor):
@@ -119,6 +121,31 @@ class HFEngine:
 
     def release_memory(self) -> None:
         return None  # generates with the trainer's module (or a replica it keeps): nothing to free
+
+    @torch.no_grad()
+    def score(self, sequences: Tensor, attention_mask: Tensor, response_length: int) -> Tensor:
+        """Log-probs [B, T] (float32, on the CPU) of the last `response_length` tokens of
+        `sequences` under the engine's weights at temperature 1 (the identity check's probe,
+        rollout/identity.py), computed as it samples (under `stored_mixed_autocast`)."""
+        device = model_device(self.model)
+        with stored_mixed_autocast(self.model, device):
+            logp, _ = response_logprobs(
+                self.model,
+                sequences.to(device),
+                attention_mask.to(device),
+                response_length,
+                temperature=1.0,
+                chunk_size=SCORE_CHUNK,
+                with_entropy=False,
+                share_prompts="never",
+                max_buckets=1,
+            )
+        return logp.float().cpu()
+
+    def score_dtype(self) -> torch.dtype:
+        """The dtype the engine's forward computes in: its narrowest floating parameter dtype."""
+        dtypes = {p.dtype for p in self.model.parameters() if p.is_floating_point()}
+        return min(dtypes, key=lambda d: torch.finfo(d).bits) if dtypes else torch.float32
 
     def close(self) -> None:
         return None

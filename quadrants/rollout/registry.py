@@ -117,6 +117,23 @@ class HFKind(EngineKind):
         return HFEngine(model, tokenizer, logprobs=False, decode=cfg.rollout.hf_decode)
 
 
+def longest_row(cfg) -> int:
+    """Prompt + response tokens of the run's longest sequence, in training or evaluation."""
+    return cfg.task.max_prompt_tokens + max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+
+
+def model_len(cfg, model_positions: int | None = None) -> int:
+    """vLLM's `max_model_len` (prompt + response tokens per sequence): `rollout.vllm.max_model_len`
+    when set, else the run's longest row, `task.max_prompt_tokens` + the longer of
+    `rollout.max_new_tokens` and `eval.max_new_tokens` (the engine generates both; longer prompts
+    never reach it: tasks/prompt_length.py), at most the model's positions (vLLM refuses a longer
+    one: vllm/config/model.py `_get_and_verify_max_len`)."""
+    if cfg.rollout.vllm.max_model_len is not None:
+        return int(cfg.rollout.vllm.max_model_len)
+    planned = longest_row(cfg)
+    return planned if model_positions is None else min(planned, int(model_positions))
+
+
 class VLLMKind(EngineKind):
     """The colocated vLLM engine (quadrants/rollout/vllm.py), started on the model's directory or
     hub id, or, for the embedded tiny model, on its config with the weights synced in. Under
@@ -139,8 +156,9 @@ class VLLMKind(EngineKind):
     def gpus_per_run(self, rollout):
         return int(rollout.vllm.tensor_parallel_size)
 
-    def settings(self, cfg, world_size):
-        """The engine settings of one rank of a run of `world_size` ranks (rollout/vllm.py)."""
+    def settings(self, cfg, world_size, model_positions=None):
+        """The engine settings of one rank of a run of `world_size` ranks (rollout/vllm.py), for a
+        model of `model_positions` positions (its config's max_position_embeddings)."""
         from quadrants.rollout.vllm import VLLMSettings
 
         engine = cfg.rollout.vllm
@@ -152,7 +170,7 @@ class VLLMKind(EngineKind):
             enforce_eager=engine.enforce_eager,
             sleep_level=engine.sleep_level,
             in_process=engine.in_process,
-            max_model_len=engine.max_model_len,
+            max_model_len=model_len(cfg, model_positions),
             seed=cfg.seed,
             ranks=world_size,
         )
@@ -162,7 +180,8 @@ class VLLMKind(EngineKind):
         from quadrants.models.source import TINY, TINY_RANDOM
         from quadrants.rollout.vllm import VLLMEngine
 
-        settings = self.settings(cfg, world_size)
+        positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        settings = self.settings(cfg, world_size, positions)
         name = cfg.model.name_or_path
         # a directory or hub id vLLM can read ("smollm2-135m" is neither: its cached directory)
         source = None if name in (TINY, TINY_RANDOM) else pretrained_source(name)

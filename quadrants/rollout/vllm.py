@@ -107,7 +107,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from quadrants import seeds
@@ -358,6 +358,39 @@ class VLLMEngine:
             n=sampling.n,
             stop_ids=self.stop_ids,
         )
+
+    def score(self, sequences: Tensor, attention_mask: Tensor, response_length: int) -> Tensor:
+        """Log-probs [B, T] (float32, CPU) of the last `response_length` tokens of each sequence
+        under the engine's weights at temperature 1 (the identity check's probe,
+        rollout/identity.py): each sequence goes in as a prompt with `prompt_logprobs=0`, whose
+        entry at position i holds the log-prob of the prompt's own token i given the tokens before
+        it (vllm/sampling_params.py `prompt_logprobs`; the first entry is None). One token is
+        generated and ignored. At temperature 1 the processed log-probs the engine is started
+        with equal the raw ones."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        requests = [
+            TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
+            for ids, mask in zip(sequences, attention_mask)
+        ]
+        params = SamplingParams(
+            n=1, temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False, seed=0
+        )
+        self._wake(["weights", "kv_cache"])
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        rows = []
+        for request, out in zip(requests, outputs):
+            tokens = request["prompt_token_ids"]
+            first = len(tokens) - response_length
+            rows.append(
+                [out.prompt_logprobs[i][tokens[i]].logprob for i in range(first, len(tokens))]
+            )
+        return torch.tensor(rows, dtype=torch.float32)
+
+    def score_dtype(self) -> torch.dtype:
+        """The dtype the engine computes in (`rollout.vllm.dtype`)."""
+        return WEIGHT_DTYPES[self.settings.dtype]
 
     def sync_weights(self, model: nn.Module) -> None:
         """Copy `model`'s weights into vLLM (waking only the weights if asleep: the KV cache wakes

@@ -22,7 +22,6 @@ from quadrants.distributed.collectives import (
     check_layout,
     fill_from_rank0,
     fill_replica,
-    on_meta,
     rollout_replica,
     shard_model,
 )
@@ -30,13 +29,15 @@ from quadrants.distributed.collectives import current as current_dist
 from quadrants.distributed.placement import Sharded
 from quadrants.models.loading import load_policy
 from quadrants.models.lora import trainable_parameters
-from quadrants.ops.precision import resolve_precision, store_parameters
+from quadrants.ops.precision import cast_on_device, resolve_precision, store_parameters
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine
+from quadrants.rollout.identity import identity_checked
 from quadrants.rollout.registry import get_engine
 from quadrants.run.settings import build_step
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
+from quadrants.tasks.prompt_length import LengthLimitedTask, prompt_token_counter
 from quadrants.tasks.prompts import make_renderer
 from quadrants.train.context import StepContext
 from quadrants.train.placement import SingleProcess
@@ -132,17 +133,20 @@ def prepare_policy(
     The parameters are stored in `train.precision`'s dtype (ops/precision.py): float32 for fp32
     and bf16-mixed whatever `model.dtype` they were read in (a bf16 checkpoint cast up exactly),
     bfloat16 for pure bf16; under bf16-mixed a LoRA policy's frozen base linears in bf16
-    (ops/precision.py `store_parameters`: autocast's matmul sees bf16(W) either way), cast before
-    the move so that no float32 copy of the base reaches the device. The replica is taken after
+    (ops/precision.py `store_parameters`: autocast's matmul sees bf16(W) either way). Each tensor is
+    moved to the device first and cast there, one at a time, so neither the host (a bf16
+    checkpoint's load) nor the device (a LoRA base) ever holds a float32 copy of the model. The
+    replica is taken after
     the cast: the HF engine samples from the trainer's parameters in their stored dtype (under
     autocast when they are stored in two dtypes, rollout/hf.py)."""
     check_layout(cfg, env.world_size)
     kind = get_engine(cfg.rollout.engine)
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
     precision = resolve_precision(cfg.train.precision, device)
-    model = _place(store_parameters(model, precision), device)
+    # moved and cast one tensor at a time (ops/precision.py): no float32 copy on the host
+    model = store_parameters(model, precision, device)
     if ref_model is not None:  # frozen: the policy's dtype, so that its forward is the policy's
-        ref_model = _place(ref_model.to(dtype=precision.param_dtype), device)
+        ref_model = cast_on_device(ref_model, device, lambda _: precision.param_dtype)
     options = dict(
         precision=precision,
         reshard_after_forward=cfg.distributed.reshard_after_forward,
@@ -165,16 +169,8 @@ def prepare_policy(
         fill_from_rank0(ref_model, full_ref, env, device)
         del full_ref
     engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
-    return model, ref_model, engine
-
-
-def _place(model: nn.Module, device: torch.device) -> nn.Module:
-    """`model` (already cast to its storage dtypes, where it was loaded) on `device`, dtypes kept;
-    a model on the meta device (a rank that did not read the weights) stays there: its shards are
-    allocated on `device` when filled (`fill_from_rank0`)."""
-    if on_meta(model):
-        return model
-    return model.to(device=device)
+    # every weight push checked: the engine scores what the trainer scores (rollout/identity.py)
+    return model, ref_model, identity_checked(engine, cfg, precision, model)
 
 
 @dataclass
@@ -198,9 +194,10 @@ class Run:
     params = property(lambda self: self.step.objective.params)
 
 
-def make_run_task(cfg: RunConfig, tokenizer: Any) -> RenderedTask:
+def make_run_task(cfg: RunConfig, tokenizer: Any) -> LengthLimitedTask:
     """The run's task with its prompts rendered in the run's prompt format (the function evaluation
-    uses too); a dataset task also drops the problems of the benchmarks this run evaluates on."""
+    uses too), none longer than task.max_prompt_tokens (tasks/prompt_length.py); a dataset task
+    also drops the problems of the benchmarks this run evaluates on."""
     params = dict(cfg.task.params)
     if params.get("decontaminate") is not None:  # None = every known benchmark already
         evaluated = [name for name in cfg.eval.benchmarks if name in known_benchmarks()]
@@ -212,4 +209,5 @@ def make_run_task(cfg: RunConfig, tokenizer: Any) -> RenderedTask:
         instruction=cfg.prompt.instruction,
         task_format=getattr(task, "prompt_format", None),
     )
-    return RenderedTask(task, render)
+    rendered = RenderedTask(task, render)
+    return LengthLimitedTask(rendered, prompt_token_counter(tokenizer), cfg.task.max_prompt_tokens)

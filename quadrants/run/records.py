@@ -41,7 +41,7 @@ def log_task(ctx: Run, tracker: Tracker, run_dir: Path | None) -> None:
     """The task's counts as params, and the first training prompt, rendered, as an artifact."""
     task = ctx.task
     info = {"prompt.rendered_format": getattr(getattr(task, "render", None), "format", "raw")}
-    for name in ("decontaminated", "skipped_empty"):
+    for name in ("decontaminated", "skipped_empty", "too_long", "too_long_heldout"):
         if hasattr(task, name):
             info[f"task.{name}"] = getattr(task, name)
     tracker.log_params(info)

@@ -26,7 +26,7 @@ import json
 import logging
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +273,17 @@ class DatasetTask:
 
     def __len__(self) -> int:
         return len(self._train)
+
+    def keep_only(self, keep: Callable[[Problem], bool]) -> tuple[int, int]:
+        """Drop the training and held-out problems `keep` refuses (the prompt-length limit,
+        tasks/prompt_length.py); returns how many of each were dropped."""
+        train = [problem for problem in self._train if keep(problem)]
+        heldout = [problem for problem in self._heldout if keep(problem)]
+        dropped = (len(self._train) - len(train), len(self._heldout) - len(heldout))
+        if not train:
+            raise ValueError(f"task {self.name}: no training problems left")
+        self._train, self._heldout = train, heldout
+        return dropped
 
     def train_batch(self, n: int, rng: random.Random) -> list[Problem]:
         """`n` distinct training problems drawn with `rng` (the loop seeds it per step)."""

@@ -50,6 +50,7 @@ from quadrants.ops.random_control import control_generator, control_strata, draw
 from quadrants.ops.subsample import auto_rows, sample_rows
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings, rollouts_to
+from quadrants.rollout.identity import push_figures
 from quadrants.tasks.base import Task
 from quadrants.tracking import keys
 from quadrants.train.blocks import concat_rollouts
@@ -128,6 +129,7 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
         metrics[keys.train("engine_is_weight_mean")] = weight_mean.item()
         metrics[keys.train("engine_is_capped_frac")] = capped_frac.item()
     metrics.update(collected.metrics)  # refill rounds and groups, the overlong penalty (when on)
+    metrics.update(push_figures(ctx.engine))  # the identity check of this step's weight push
     metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
     metrics[keys.train("step")] = float(step + 1)
     metrics[keys.train("grad_norm")] = grad_norm

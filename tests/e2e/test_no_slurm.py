@@ -18,7 +18,14 @@ from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.integration
 
-ARGS = ["-m", "seed=0,1", "launcher=slurm", "model=tiny_random", "eval.problems=0"]
+ARGS = [
+    "-m",
+    "seed=0,1",
+    "launcher=slurm",
+    "tracking.sqlite_on_slurm=true",  # what is tested is the missing SLURM, not the store
+    "model=tiny_random",
+    "eval.problems=0",
+]
 
 
 def fake_slurm(bin_dir: Path, *, ping: str, ping_rc: int) -> None:

@@ -20,10 +20,11 @@ DEV_CLUSTER = [
     "launcher=slurm_ddp",
     "hydra.launcher.tasks_per_node=2",
     "hydra.launcher.partition=debug",
-    "hydra.launcher.gpus_per_task=null",
+    "hydra.launcher.gpus_per_node=null",
     "hydra.launcher.cpus_per_task=1",
     "hydra.launcher.mem_gb=2",
     "hydra.launcher.timeout_min=30",
+    "tracking.sqlite_on_slurm=true",  # one machine: the SQLite store is safe
 ]
 FAST = [
     "model=tiny_random",

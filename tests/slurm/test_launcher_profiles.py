@@ -12,6 +12,10 @@ from omegaconf import OmegaConf
 
 from quadrants.launch.hydra_setup import CONFIG_DIR, register
 
+# these tests compose the profiles with no tracking server: the SQLite store, allowed explicitly
+# (a real sweep with it is refused, tests/unit/sweep/test_refusals.py)
+SQLITE = "tracking.sqlite_on_slurm=true"
+
 KEYS = {
     "partition",
     "account",
@@ -92,6 +96,7 @@ def test_quadrants_preflight_accepts_the_profiles():
                 "-m",
                 "experiment=paper_main_qwen7b",
                 "launcher=slurm",
+                SQLITE,
                 "hydra.launcher.partition=gpu",
                 # one GPU per 7B run does not fit: the memory plan refuses it
                 # (tests/unit/memory/test_plan.py); composing the profile is what is tested here
@@ -125,7 +130,9 @@ def test_paper_presets_compose_with_the_slurm_profile_and_request_gpus(preset):
     assert threads == launcher["cpus_per_task"] == 8
     # every job of the study validates with the profile (one job array)
     # (the memory plan, skipped here, refuses one GPU per 7B run: tests/unit/memory/test_plan.py)
-    jobs = preflight(["-m", f"experiment={preset}", "launcher=slurm", "cluster.gpu_memory_gb=null"])
+    jobs = preflight(
+        ["-m", f"experiment={preset}", "launcher=slurm", "cluster.gpu_memory_gb=null", SQLITE]
+    )
     assert jobs == PAPER_PRESETS[preset]
 
 
@@ -168,7 +175,7 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
     from quadrants.launch.hydra_setup import preflight
 
     assert (
-        preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp"]) == 2
+        preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp", SQLITE]) == 2
     )  # 2 runs of 8 ranks each (the profile's default: one 8-GPU node per run)
     # 16 ranks: the 7B preset's batch deals evenly (its prompts and mini-batches are multiples of 16)
     assert (
@@ -177,6 +184,7 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
                 "-m",
                 "experiment=paper_main_qwen7b",
                 "launcher=slurm_ddp",
+                SQLITE,
                 "hydra.launcher.nodes=2",
                 "hydra.launcher.tasks_per_node=8",
             ]
@@ -186,12 +194,16 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
     with pytest.raises(
         ValueError, match=r"train.prompts_per_step=3 does not deal evenly to 8 ranks"
     ):
-        preflight(["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp", "train.prompts_per_step=3"])
+        preflight(
+            ["-m", "quadrant=PHR,NHR", "launcher=slurm_ddp", SQLITE, "train.prompts_per_step=3"]
+        )
     with pytest.raises(
         ValueError,
         match=r"train.prompts_per_step=16 does not deal evenly to 3 ranks; use a multiple of 3",
     ):
-        preflight(["-m", "quadrant=PHR", "launcher=slurm_ddp", "hydra.launcher.tasks_per_node=3"])
+        preflight(
+            ["-m", "quadrant=PHR", "launcher=slurm_ddp", SQLITE, "hydra.launcher.tasks_per_node=3"]
+        )
     with pytest.raises(
         ValueError, match=r"rollout.vllm.tensor_parallel_size=2 with 8 trainer ranks is not built"
     ):
@@ -200,6 +212,7 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
                 "-m",
                 "quadrant=PHR",
                 "launcher=slurm_ddp",
+                SQLITE,
                 "rollout=vllm",
                 "rollout.vllm.tensor_parallel_size=2",
             ]
@@ -211,6 +224,7 @@ def test_multi_rank_profile_checks_every_runs_layout_at_compose_time():
                 "-m",
                 "quadrant=PHR",
                 "launcher=slurm",
+                SQLITE,
                 "rollout=vllm",
                 "rollout.vllm.tensor_parallel_size=2",
             ]

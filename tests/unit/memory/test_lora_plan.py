@@ -110,4 +110,14 @@ def test_the_7b_lora_preset_fits_one_80gb_gpu():
     process (launcher=slurm). Traces a 7B-wide model at 2 and 3 layers (30-70 s on a shared
     laptop). Planned 2026-11-26: peak 67.8 GiB in rollout, 77.8 GB with the allocator's headroom
     (with the base in float32 and vLLM at 0.45: 62.4 GiB, 76.2 GB)."""
-    assert preflight(["-m", "experiment=paper_quadrants_qwen7b_lora_1gpu", "launcher=slurm"]) == 8
+    assert (
+        preflight(
+            [
+                "-m",
+                "experiment=paper_quadrants_qwen7b_lora_1gpu",
+                "launcher=slurm",
+                "tracking.sqlite_on_slurm=true",
+            ]
+        )
+        == 8
+    )

@@ -16,6 +16,26 @@ from quadrants.memory.trace import TraceSpec, trace_step
 from quadrants.memory.vllm_share import vllm_share
 
 
+def compose_launcher(*overrides: str) -> dict:
+    """hydra.launcher as a sweep composes it (resolved)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from quadrants.launch.hydra_setup import CONFIG_DIR, register
+
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        return OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+
+
+# a SLURM sweep with the SQLite store, allowed (no tracking server here; the refusal is
+# tests/unit/sweep/test_refusals.py's)
+SQLITE = "tracking.sqlite_on_slurm=true"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("sharded", "world", "checkpointing"),
@@ -91,6 +111,8 @@ def test_host_memory_per_node_by_hand():
     assert round(host_per_node(p, 8, pinned=0) / 1e9, 2) == 49.60
     assert host_per_node(p, 8, pinned=15_240_000_000) == base + 121_920_000_000
     assert host_per_node(p, 8, pinned=0, copies=2) == base + 30_480_000_000
+    # a float32 checkpoint (model.dtype=float32) is held as read: 4 B a parameter
+    assert host_per_node(p, 8, pinned=0, dtype_bytes=4) == base + 30_480_000_000
     # one process (a run on one GPU): its own copy, or its pinned weights, whichever is larger
     assert host_per_node(p, 1, pinned=0) == 4 * GiB + 15_240_000_000
 
@@ -100,7 +122,7 @@ def test_rows_per_micro_batch_come_from_the_token_budget():
         [
             "model=tiny_random",
             "rollout.max_new_tokens=64",
-            "cluster.prompt_tokens=32",
+            "task.max_prompt_tokens=32",
             "train.micro_batch_tokens=300",  # 300 // (32 + 64) = 3 rows
             "train.forward_tokens=500",  # 500 // 96 = 5 rows
             "train.mini_batch_size=64",
@@ -144,13 +166,14 @@ def test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight():
     8 ranks (launcher=slurm_ddp, 8 tasks per node) it fits. Composed and checked as the sweep
     does it, at compose time, with no data and no network."""
     with pytest.raises(ValueError, match=r"the update phase needs .* GB per GPU.*tasks_per_node"):
-        preflight(["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm"])
+        preflight(["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm", SQLITE])
     jobs = preflight(
         [
             "-m",
             "experiment=paper_quadrants_qwen7b",
             "launcher=slurm_ddp",
             "hydra.launcher.tasks_per_node=8",
+            SQLITE,
         ]
     )
     assert jobs == 8
@@ -161,16 +184,20 @@ def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
     """sbatch --mem (hydra.launcher.mem_gb, per node; submitit writes `--mem=64GB`, which SLURM reads
     as 64 x 1024 MiB) is the node's memory cgroup: a plan whose host memory exceeds it is killed by
     the OOM killer on the node, after the wait in the queue. The 7B quadrant preset at sleep level 1
-    plans 156.28 GB per node (test_host_memory_per_node_by_hand) against 64 GiB = 68.72 GB:
-    refused, naming the key and the size that fits; at sleep level 2 (49.60 GB) it passes, and so
-    does sleep level 1 with mem_gb=150 (150 GiB = 161.06 GB)."""
-    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0"]
+    plans 156.28 GB per node (test_host_memory_per_node_by_hand), 195.35 GB with the 25 % margin
+    (181.93 GiB), against 64 GiB = 68.72 GB: refused, naming the key and the size that fits, 182;
+    at sleep level 2 (49.60 GB, 62.00 GB with the margin) it passes, and so does sleep level 1
+    with mem_gb=182 (195.42 GB), not with 181 (194.35 GB)."""
+    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0", SQLITE]
     with pytest.raises(ValueError) as refused:
         preflight([*common, "rollout.vllm.sleep_level=1"])
     message = str(refused.value)
     assert "host memory" in message and "156 GB per node" in message, message
-    assert "hydra.launcher.mem_gb=64" in message and "hydra.launcher.mem_gb=146" in message, message
-    assert preflight([*common, "rollout.vllm.sleep_level=1", "hydra.launcher.mem_gb=150"]) == 4
+    assert "hydra.launcher.mem_gb=64" in message and "hydra.launcher.mem_gb=182" in message, message
+    assert "195 GB with the 25% margin" in message, message
+    with pytest.raises(ValueError, match="host memory"):
+        preflight([*common, "rollout.vllm.sleep_level=1", "hydra.launcher.mem_gb=181"])
+    assert preflight([*common, "rollout.vllm.sleep_level=1", "hydra.launcher.mem_gb=182"]) == 4
 
 
 @pytest.mark.slow
@@ -178,7 +205,7 @@ def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
     ("launcher", "refusal"),
     [
         # the dev cluster's CPU layout copied to a GPU cluster: SLURM gives the job no GPU
-        (["hydra.launcher.gpus_per_task=null"], r"asks SLURM for none .* on the node's CPUs"),
+        (["hydra.launcher.gpus_per_node=null"], r"asks SLURM for none .* on the node's CPUs"),
         # every task sees the one GPU of the node: all 8 ranks bind cuda:0
         (
             ["hydra.launcher.gpus_per_task=null", "hydra.launcher.gpus_per_node=1"],
@@ -195,19 +222,27 @@ def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
 )
 def test_a_gpu_run_whose_launcher_does_not_give_each_rank_a_gpu_is_refused(launcher, refusal):
     """Refused at compose time, before the memory plan is traced and before anything is queued;
-    the layouts that do give each rank a GPU pass (the profile's default, gpus_per_task=1, is
-    test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight; all 8 GPUs seen by every task is
-    below, and a CPU-planned run, cluster.gpu_memory_gb=null, is not checked)."""
-    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0"]
+    the layouts that do give each rank a GPU pass (the profile's default, all 8 GPUs seen by every
+    task, and the per-task binding are below, and a CPU-planned run, cluster.gpu_memory_gb=null, is
+    not checked)."""
+    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0", SQLITE]
     with pytest.raises(ValueError, match=refusal):
         preflight([*common, "quadrant=PHR", *launcher])
-    cpu = ["cluster.gpu_memory_gb=null", "hydra.launcher.gpus_per_task=null"]
+    cpu = ["cluster.gpu_memory_gb=null", "hydra.launcher.gpus_per_node=null"]
     assert preflight([*common, *cpu]) == 4
 
 
-def test_every_task_seeing_all_of_the_nodes_gpus_passes():
-    every = ["hydra.launcher.gpus_per_task=null", "hydra.launcher.gpus_per_node=8"]
-    jobs = preflight(
-        ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0", *every]
+def test_every_task_seeing_all_of_the_nodes_gpus_is_the_default_and_binding_passes_too():
+    """launcher=slurm_ddp asks --gpus-per-node = tasks per node with no per-task binding (each rank
+    sees the node's 8 GPUs and binds cuda:<local rank>); 2 x 4 follows tasks_per_node; the per-task
+    binding (gpus_per_task=1) stays available."""
+    launcher = compose_launcher("launcher=slurm_ddp")
+    assert (launcher["gpus_per_node"], launcher["gpus_per_task"]) == (8, None)
+    launcher = compose_launcher(
+        "launcher=slurm_ddp", "hydra.launcher.nodes=2", "hydra.launcher.tasks_per_node=4"
     )
-    assert jobs == 4
+    assert (launcher["gpus_per_node"], launcher["nodes"]) == (4, 2)
+    common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0", SQLITE]
+    assert preflight(common) == 4
+    binding = ["hydra.launcher.gpus_per_task=1", "hydra.launcher.gpus_per_node=null"]
+    assert preflight([*common, *binding]) == 4

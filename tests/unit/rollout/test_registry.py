@@ -149,7 +149,9 @@ def test_vllm_is_started_with_the_run_settings(monkeypatch):
         enforce_eager=False,
         sleep_level=2,
         in_process=True,
-        max_model_len=None,
+        # prompt + response: task.max_prompt_tokens 1024 + rollout.max_new_tokens 48 (a Linear
+        # has no config, so no positions to cap it)
+        max_model_len=1072,
         seed=7,
         ranks=2,  # one independent engine per trainer rank
     )
@@ -174,3 +176,19 @@ def test_vllm_gets_smollm2s_directory_not_its_short_name(monkeypatch, tmp_path):
     cfg.model.name_or_path = NAME
     engine = get_engine("vllm").start(cfg, torch.nn.Linear(1, 1), None, replica=None, world_size=1)
     assert engine.model_source == str(built)
+
+
+def test_vllms_max_model_len_is_the_planned_prompt_plus_response():
+    from quadrants.rollout.registry import model_len
+
+    cfg = RunConfig()
+    cfg.task.max_prompt_tokens, cfg.rollout.max_new_tokens = 1024, 3072
+    cfg.eval.max_new_tokens = 2048
+    assert model_len(cfg) == 4096  # 1024 + max(3072, 2048)
+    cfg.eval.max_new_tokens = 8192  # the engine evaluates too: its longest row counts
+    assert model_len(cfg) == 9216  # 1024 + 8192
+    cfg.eval.max_new_tokens = 3072
+    assert model_len(cfg, model_positions=131072) == 4096
+    assert model_len(cfg, model_positions=128) == 128  # the tiny model: vLLM refuses more
+    cfg.rollout.vllm.max_model_len = 5000  # set: taken as it is
+    assert model_len(cfg, model_positions=4096) == 5000

@@ -37,7 +37,8 @@ def test_every_experiment_is_listed_here():
 
 # the paper presets are sized for one 8-GPU node per run (their memory plan refuses fewer ranks)
 LAUNCH = {
-    name: ["launcher=slurm_ddp", "hydra.launcher.tasks_per_node=8"]
+    # (tracking.sqlite_on_slurm: no tracking server here; test_refusals checks the refusal)
+    name: ["launcher=slurm_ddp", "hydra.launcher.tasks_per_node=8", "tracking.sqlite_on_slurm=true"]
     for name in ("paper_quadrants_qwen7b", "paper_main_qwen7b", "paper_main_dsr1p5b")
 }
 

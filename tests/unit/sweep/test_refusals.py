@@ -6,6 +6,7 @@ uneven mini-batches."""
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import threading
 import time
@@ -66,6 +67,16 @@ def closed_port() -> int:
             ["model.dtype=bfloat16", "train.precision=bf16"],
             r"rounds away.*Use train.precision=bf16-mixed.*train.allow_pure_bf16=true",
         ),
+        # vLLM's max_model_len below prompt + response: 1024 + 48 = 1072
+        (
+            ["rollout.vllm.max_model_len=1000"],
+            r"rollout.vllm.max_model_len=1000 is below task.max_prompt_tokens \+ the longest "
+            r"response .* = 1024 \+ 48 = 1072",
+        ),
+        (
+            ["cluster.prompt_tokens=2048"],
+            r"cluster.prompt_tokens was removed; use task.max_prompt_tokens",
+        ),
         (
             ["rollout.max_new_tokens=128", "train.micro_batch_tokens=64"],
             r"train.micro_batch_tokens=64 is below rollout.max_new_tokens=128",
@@ -85,7 +96,8 @@ def test_a_hub_id_and_the_multirun_slurm_launcher_still_compose():
         preflight(["model.name_or_path=Qwen/Qwen2.5-Math-1.5B", "task=gsm8k"]) == 1
     )  # a hub id: resolved when loading
     assert preflight(["train.mini_batch_size=256"]) == 1  # >= the 128 sequences: one update
-    assert preflight(["-m", "seed=0,1", "launcher=slurm"]) == 2  # -m: the launcher is used
+    # -m: the launcher is used (one machine: the SQLite store is allowed)
+    assert preflight(["-m", "seed=0,1", "launcher=slurm", "tracking.sqlite_on_slurm=true"]) == 2
 
 
 def test_tracking_server_that_does_not_answer_names_the_variable(monkeypatch, tmp_path):
@@ -122,6 +134,7 @@ class _Health(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.subprocess  # MLflow's client runs `uname -p` (platform.processor)
 def test_a_web_service_that_is_not_mlflow_is_refused(monkeypatch, tmp_path):
     # it answers /health with 200 (what the old check asked) and every other path with 404, so
     # MLflow's call (a POST to /api/2.0/mlflow/experiments/search) fails
@@ -147,3 +160,52 @@ def test_a_sqlite_store_where_no_file_can_be_written_is_refused(tmp_path):
     with pytest.raises(ValueError, match=said):
         preflight([f"tracking.uri={uri}", f"outputs={tmp_path / 'outputs'}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing written
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["launcher=slurm"],  # the default store: <outputs>/mlflow.db
+        ["launcher=slurm_ddp", "tracking.uri=sqlite:////shared/mlflow.db"],
+    ],
+)
+def test_a_slurm_sweep_tracking_to_sqlite_is_refused_before_anything_is_queued(
+    argv, tmp_path, monkeypatch
+):
+    """The jobs of a SLURM sweep land on several nodes; one SQLite file written from several nodes
+    over a network file system is not safe. `quadrants.submit` stops at compose time: no sbatch is
+    run (a fake one on PATH would leave its mark), nothing is written, and the message names the
+    fix, tracking=server."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    mark = tmp_path / "sbatch-ran"
+    for tool in ("sbatch", "scontrol", "srun"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\ntouch {mark}\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    from quadrants.launch.submit import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["-m", "seed=0,1", *argv, f"outputs={tmp_path / 'outputs'}"])
+    message = str(refused.value)
+    assert "nothing was submitted" in message and "SQLite file" in message, message
+    assert "tracking=server" in message and "MLFLOW_TRACKING_URI" in message, message
+    assert not mark.exists() and not (tmp_path / "outputs").exists()
+
+
+def test_the_suggested_tracking_server_composes_for_a_slurm_sweep(monkeypatch):
+    """The fix the refusal names: tracking=server (MLFLOW_TRACKING_URI). Whether a server answers
+    there is the reachability check's own question (test_a_web_service_that_is_not_mlflow_is_refused,
+    tests/unit/tracking/test_reachability.py): here every URI counts as reachable."""
+    from quadrants.launch import hydra_setup
+
+    asked: list[str] = []
+    monkeypatch.setattr(hydra_setup, "check_tracking_server", asked.append)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    with pytest.raises(ValueError, match="tracking=server"):
+        preflight(["-m", "seed=0,1", "launcher=slurm_ddp"])
+    assert preflight(["-m", "seed=0,1", "launcher=slurm_ddp", "tracking=server"]) == 2
+    assert asked == ["http://127.0.0.1:5999"]  # the server is what the runs track to
+    # one machine (the dev cluster's profile sets it): the SQLite store is allowed
+    assert preflight(["-m", "seed=0,1", "launcher=slurm_dev"]) == 2

@@ -312,7 +312,9 @@ def test_hydra_composes_model_lora_and_refuses_before_anything_is_queued():
         preflight(["model.lora.enabled=true", "rollout=vllm"])
     assert preflight(["model.lora.enabled=true", "rollout=vllm", "rollout.vllm.dtype=float32"]) == 1
     with pytest.raises(ValueError, match="with 8 ranks"):
-        preflight(["-m", "model.lora.enabled=true", "launcher=slurm_ddp"])
+        preflight(
+            ["-m", "model.lora.enabled=true", "launcher=slurm_ddp", "tracking.sqlite_on_slurm=true"]
+        )
 
 
 def test_activation_checkpointing_gives_the_same_adapter_gradients():
