@@ -23,10 +23,11 @@ def chromium_path() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    asked = "browser" in (config.getoption("markexpr") or "")
+    # asked for: the browser stage (tests/browser/run.sh runs --stage=browser), or -m browser
+    asked = config.getoption("--stage") == "browser" or config.getoption("markexpr") == "browser"
     reason = None
     if not asked:
-        reason = "browser stage: run tests/browser/run.sh (or pytest -m browser)"
+        reason = "browser stage: run tests/browser/run.sh (or pytest --stage=browser)"
     elif importlib.util.find_spec("playwright") is None:
         reason = "Playwright for Python is not installed (pip install playwright)"
     elif chromium_path() is None:
