@@ -42,5 +42,9 @@ def test_checkpoint_resumes_with_another_number_of_ranks(
     assert set(got) == set(expected)
     for name, value in expected.items():
         torch.testing.assert_close(
-            got[name], value, rtol=0, atol=worker.parameter_atol(name), msg=name
+            got[name],
+            value,
+            rtol=0,
+            atol=worker.parameter_atol(name),
+            msg=lambda m, name=name: f"{name}: {m}",
         )
