@@ -57,7 +57,11 @@ def test_two_ranks_with_vllm_match_one_process(runs):
     assert set(single) == set(sharded) and len(single) > 10
     for name, value in single.items():
         torch.testing.assert_close(
-            sharded[name], value, rtol=0, atol=Worker.parameter_atol(name), msg=name
+            sharded[name],
+            value,
+            rtol=0,
+            atol=Worker.parameter_atol(name),
+            msg=lambda m, name=name: f"{name}: {m}",
         )
 
 
