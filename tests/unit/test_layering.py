@@ -234,6 +234,7 @@ def layering_problems(
     return problems
 
 
+@pytest.mark.slow
 def test_the_package_has_no_cycle_and_no_upward_import():
     graph = import_graph(PACKAGE)
     assert len(graph) > 100  # the walk found the package
@@ -272,6 +273,7 @@ def test_the_walk_sees_lazy_relative_and_type_checking_imports(tmp_path):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("planted", "expected"),
     [
@@ -317,6 +319,7 @@ def test_a_planted_violation_fails(planted, expected):
         assert problem.startswith(start), (problem, start)
 
 
+@pytest.mark.slow
 def test_the_exception_covers_only_the_registrys_self_registration():
     """Without the named exception, the only cycle (if any: builtin.py may import the objectives
     dynamically) is the objective registry's self-registration, inside objectives/."""
@@ -325,6 +328,7 @@ def test_the_exception_covers_only_the_registrys_self_registration():
         assert all(module.startswith("quadrants.objectives.") for module in cycle)
 
 
+@pytest.mark.slow
 def test_entry_modules_are_thin_aliases():
     """Every `python -m` target inside the package (the top-level commands and the packages'
     `__main__`) is an alias: one `from quadrants.launch.<x> import main` and the `__main__` guard,

@@ -147,6 +147,7 @@ def long_run_draws() -> list[int]:
     return draws
 
 
+@pytest.mark.slow
 def test_a_long_run_draws_no_seed_twice():
     draws = long_run_draws()
     # per run: 300 x (3 x (1 + 4 x (1 + 32)) + 4) = 300 x 403 = 120,900 training draws,

@@ -8,6 +8,7 @@ import pytest
 from quadrants.launch.hydra_setup import compose_run_config, preflight
 
 
+@pytest.mark.slow
 def test_rollout_vllm_composes_with_its_engine_settings():
     cfg = compose_run_config(
         ["rollout=vllm", "rollout.mismatch_correction=sequence", "rollout.vllm.sleep_level=2"]

@@ -47,6 +47,7 @@ def test_empty_selection_names_what_exists(store, capsys):
     assert "no runs match" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_runs_without_eval_metrics(store, tmp_path, capsys):
     uri, client, exp_id, parent = store
     make_child(client, exp_id, parent, "PHR", 0, {"train/solve_rate": 0.5})

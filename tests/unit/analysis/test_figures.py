@@ -40,6 +40,7 @@ def _study(seeds: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(history), pd.DataFrame(runs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("per_seed", [False, True])
 def test_training_curve_one_line_per_method_legend_outside(tmp_path, monkeypatch, per_seed):
     history, runs = _study(seeds=3)

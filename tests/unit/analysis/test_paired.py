@@ -19,6 +19,7 @@ def comparison(study_frames):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "bench, metric, diffs, mean, half",
     [

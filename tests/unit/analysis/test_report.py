@@ -89,6 +89,7 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     assert "figures/" not in html_page
 
 
+@pytest.mark.slow
 def test_missing_figure_data_is_reported_not_drawn(template_db, tmp_path):
     # two runs with eval metrics only: no training curves, telemetry or samples -> those figures are
     # skipped with a message; the table and the Pass@k figure (logged points) are still there

@@ -232,6 +232,7 @@ def test_a_gpu_run_whose_launcher_does_not_give_each_rank_a_gpu_is_refused(launc
     assert preflight([*common, *cpu]) == 4
 
 
+@pytest.mark.slow
 def test_every_task_seeing_all_of_the_nodes_gpus_is_the_default_and_binding_passes_too():
     """launcher=slurm_ddp asks --gpus-per-node = tasks per node with no per-task binding (each rank
     sees the node's 8 GPUs and binds cuda:<local rank>); 2 x 4 follows tasks_per_node; the per-task

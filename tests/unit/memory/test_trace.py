@@ -62,6 +62,7 @@ def test_one_process_holds_fp32_parameters_gradients_and_two_adamw_moments(tiny)
     assert trace.update.gradients == 4 * P1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", [2, 4])
 def test_fsdp2_shards_parameters_and_states_by_the_world_size(tiny, world):
     trace = trace_step(spec(tiny, sharded=True, world_size=world))
@@ -74,6 +75,7 @@ def test_fsdp2_shards_parameters_and_states_by_the_world_size(tiny, world):
     assert trace.update.gradients >= 4 * P1 // world
 
 
+@pytest.mark.slow
 def test_the_sharded_optimizer_step_is_not_inflated_by_dtensor_propagation(tiny):
     """The tracker once reported ~10x the moments (DTensor's global-shape fake tensors counted
     during the step, memory/trace.py). The step's peak: the states, plus foreach AdamW's
@@ -85,6 +87,7 @@ def test_the_sharded_optimizer_step_is_not_inflated_by_dtensor_propagation(tiny)
     assert trace.optimizer.optimizer >= 2 * shard_bytes
 
 
+@pytest.mark.slow
 def test_pure_bf16_halves_parameters_and_states(tiny):
     trace = trace_step(spec(tiny, sharded=False, precision="bf16"))
     assert trace.resident.parameters == 2 * P1

@@ -76,6 +76,7 @@ def test_attention_layers_out_of_range_are_refused():
     assert chosen_layers(4, [-1, 0]) == [0, 3]
 
 
+@pytest.mark.slow
 def test_adapter_residual_is_zero_at_init_and_the_hidden_state_difference_after():
     lora = LoraConfig(enabled=True, rank=4, alpha=8.0)
     model, _ = load_policy("tiny-random", seed=0, lora=lora)

@@ -51,6 +51,7 @@ def test_every_module_but_the_shared_ones_is_a_registered_objective():
     assert SHARED <= modules
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", YAMLS)
 def test_the_yaml_restates_the_signature_defaults(name):
     lora = ["model.lora.enabled=true"] if name in NEEDS_LORA else []  # refused without (ARCA)
@@ -91,6 +92,7 @@ def _local_graph() -> dict[str, set[str]]:
     return graph
 
 
+@pytest.mark.slow
 def test_objectives_import_only_ops_and_the_shared_objective_modules():
     for path in sorted(PACKAGE.glob("*.py")):
         packages = {".".join(n.split(".")[:2]) for n in _imports(path)}

@@ -154,6 +154,7 @@ def probe_world(pi, rates, *, positions: int, k: int, seed: int, tmp_path=None):
     return graded, credit, where, sampled
 
 
+@pytest.mark.slow
 def test_fork_world_estimate_is_unbiased_and_its_intervals_cover():
     pi, rates = world([0.5, 0.3], 0.2 / 6, [0.9, 0.4], 0.1)
     truth = truth_of(pi, rates, 0.75, 2)
@@ -175,6 +176,7 @@ def test_fork_world_estimate_is_unbiased_and_its_intervals_cover():
     assert credit.cmi_plugin.mean().item() > credit.cmi.mean().item()
 
 
+@pytest.mark.slow
 def test_near_deterministic_world_rolls_out_the_rest_and_is_not_a_structural_zero(tmp_path):
     pi, rates = world([0.999], 0.001 / 7, [0.9], 0.0)
     truth = truth_of(pi, rates, 0.75, 2)

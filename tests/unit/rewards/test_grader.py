@@ -262,6 +262,7 @@ def test_normalisation_keeps_different_answers_different(answer: str, gold: str)
     assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is Outcome.wrong
 
 
+@pytest.mark.slow
 def test_cpu_budget_counts_cpu_time_not_wall_time() -> None:
     from quadrants.rewards.grader import _cpu_budget
 
@@ -274,6 +275,7 @@ def test_cpu_budget_counts_cpu_time_not_wall_time() -> None:
     assert time.process_time() - start < 2.0
 
 
+@pytest.mark.slow
 def test_cpu_clock_in_process_times_out_and_leaves_no_timer() -> None:
     start = time.monotonic()
     assert grade_one(SLOW_ANSWER, "5", timeout_s=0.5, clock="cpu") is Outcome.timeout

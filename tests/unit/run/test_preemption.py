@@ -75,6 +75,7 @@ def test_sigterm_during_the_update_waits_for_the_step_then_saves_it():
     assert done == [1, 2, 3, 4] and saved == [4]  # step 4 completed, then saved, then exit
 
 
+@pytest.mark.slow
 def test_a_step_that_does_not_complete_in_time_leaves_without_a_checkpoint():
     model, opt, saved = _setup()
     started = time.monotonic()
@@ -227,6 +228,7 @@ def _submitit_like(events: list[str], saved: list[int]):
     return handler
 
 
+@pytest.mark.slow
 def test_rank0_requeues_without_a_checkpoint_when_no_step_boundary_comes_in_time():
     saved: list[int] = []
     events: list[str] = []
@@ -269,6 +271,7 @@ def test_the_other_ranks_leave_without_saving_once_rank0_requeued():
     assert saved == [] and leaving.value.code == 128 + signal.SIGUSR2
 
 
+@pytest.mark.slow
 def test_a_step_boundary_in_time_saves_first_and_requeues_once():
     saved: list[int] = []
     events: list[str] = []
@@ -292,6 +295,7 @@ def test_a_step_boundary_in_time_saves_first_and_requeues_once():
     assert saved == [4] and events == ["requeue (saved=[4])"] and leaving.value.code == -1
 
 
+@pytest.mark.slow
 def test_only_rank0_hands_the_signal_on():
     events: list[str] = []
     guard = _CollectiveExitCheckpoint(
@@ -308,6 +312,7 @@ def test_only_rank0_hands_the_signal_on():
     assert events == []
 
 
+@pytest.mark.slow
 def test_a_handler_that_refuses_to_requeue_leaves_the_boundary_to_save_and_ask_again():
     """submitit raises UncompletedJobError when the job timed out too many times: then nothing was
     requeued, so the ranks still save at the boundary and the handler's error ends the job there

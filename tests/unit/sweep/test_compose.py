@@ -86,6 +86,7 @@ def test_paper_presets_turn_on_verls_dual_clip(overrides):
     assert compose_run_config(overrides[1:]).objective.params["clip_ratio_c"] is None
 
 
+@pytest.mark.slow
 def test_paper_presets_evaluate_with_the_paper_protocol():
     # quadrant study: AIME24 Avg@32/Pass@32 only (docs/science.md, "Training recipes of the presets")
     study = compose_run_config(["experiment=paper_quadrants_qwen7b", "quadrant=PHR"])
@@ -119,6 +120,7 @@ def test_paper_presets_train_on_deepscaler_with_the_papers_prompt(experiment, mo
     assert (cfg.rollout.temperature, cfg.rollout.top_p) == (1.0, 0.95)
 
 
+@pytest.mark.slow
 def test_a_pretrained_model_on_the_character_level_task_is_refused_with_the_fix():
     with pytest.raises(
         ValueError,
@@ -128,6 +130,7 @@ def test_a_pretrained_model_on_the_character_level_task_is_refused_with_the_fix(
     assert preflight(["model=qwen2.5_math_7b", "task=deepscaler"]) == 1
 
 
+@pytest.mark.slow
 def test_the_four_quadrant_sweep_expands_to_four_jobs():
     assert expand_jobs(["quadrant=PHR,NHR,PLR,NLR"]) == [
         ["quadrant=PHR"],

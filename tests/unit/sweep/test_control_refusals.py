@@ -8,6 +8,7 @@ import pytest
 from quadrants.launch.hydra_setup import preflight
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -56,6 +57,7 @@ def test_control_refused_at_compose_time(argv, message, tmp_path):
     assert not (tmp_path / "outputs").exists()  # nothing written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [

@@ -22,6 +22,7 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -91,6 +92,7 @@ def test_refused_at_compose_time(argv, message, tmp_path):
     assert not (tmp_path / "outputs").exists()  # nothing written
 
 
+@pytest.mark.slow
 def test_a_hub_id_and_the_multirun_slurm_launcher_still_compose():
     assert (
         preflight(["model.name_or_path=Qwen/Qwen2.5-Math-1.5B", "task=gsm8k"]) == 1
@@ -194,6 +196,7 @@ def test_a_slurm_sweep_tracking_to_sqlite_is_refused_before_anything_is_queued(
     assert not mark.exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_the_suggested_tracking_server_composes_for_a_slurm_sweep(monkeypatch):
     """The fix the refusal names: tracking=server (MLFLOW_TRACKING_URI). Whether a server answers
     there is the reachability check's own question (test_a_web_service_that_is_not_mlflow_is_refused,

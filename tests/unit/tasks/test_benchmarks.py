@@ -305,6 +305,7 @@ def grader() -> Iterator[Grader]:
         yield pool
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", known_benchmarks())
 def test_grader_agrees_with_equivalent_and_different_answers(name: str, grader: Grader):
     report = run_agreement(load(name), grader, max_problems=None, seed=0)

@@ -71,6 +71,7 @@ def test_metrics_params_tags_and_artifacts_arrive(store_uri: str, tmp_path: Path
     assert [a.path for a in client.list_artifacts(run_id, "config")] == ["config/config.yaml"]
 
 
+@pytest.mark.slow
 def test_a_step_logged_twice_keeps_the_first_value_and_adds_new_keys(
     store_uri: str, tmp_path: Path
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_step_logged_twice_keeps_the_first_value_and_adds_new_keys(
     assert hist == {"train/loss": [(5, 1.0)], "eval/acc": [(5, 0.5)], SENTINEL_KEY: [(5, 1.0)]}
 
 
+@pytest.mark.slow
 def test_bad_input_is_dropped_with_a_warning_and_never_raises(
     store_uri: str, tmp_path: Path, caplog
 ) -> None:

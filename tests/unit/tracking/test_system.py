@@ -65,6 +65,7 @@ def test_every_step_gets_system_metrics_next_to_its_own() -> None:
     assert [step for step, _ in inner.series("system/cpu_utilization_percentage")] == [1, 2]
 
 
+@pytest.mark.slow
 def test_system_metrics_arrive_in_a_real_store_once_per_step(
     store_uri: str, tmp_path: Path
 ) -> None:

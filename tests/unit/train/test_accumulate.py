@@ -244,6 +244,7 @@ def test_zero_advantage_inert_is_true_of_the_objective(objective):
             assert not inert, f"{objective} shift={shift}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", known_objectives())
 def test_rows_without_gradient_change_nothing(objective):
     """Without isolation (the DAPO family still drops the constant group's rows) and under each

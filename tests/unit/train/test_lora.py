@@ -161,6 +161,7 @@ def adapter_gradients(objective, model, batch, *, micro=0, tokens=0, keep="all",
     return loss, {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", known_objectives())
 def test_micro_batches_accumulate_the_unsplit_adapter_update(objective):
     """The seeded batch (6 rows, 4 prompt + 5, 3, 5, 2, 4, 5 response tokens) in one call, in
@@ -361,6 +362,7 @@ def test_evaluation_loads_a_lora_checkpoint(tmp_path: Path):
     assert any(saved[n].abs().max() > 0 for n in saved if ".lora_B." in n)
 
 
+@pytest.mark.slow
 def test_bf16_mixed_stores_the_base_in_bf16_with_the_same_update():
     """Under bf16-mixed the frozen base linears are stored in bf16, the adapters, norms and the
     (tied) embedding in float32 (ops/precision.py `store_parameters`, as run/build.py

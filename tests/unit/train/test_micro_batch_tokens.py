@@ -75,6 +75,7 @@ def gradients_by_tokens(objective, tokens, model, batch, keep="all", forward_tok
     return loss, metrics, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", known_objectives())
 @pytest.mark.parametrize("keep", ["all", "PHR"])
 def test_token_budget_accumulates_the_unsplit_gradient(objective, keep):
