@@ -162,21 +162,13 @@ def cpu_capability() -> str:
     return f"{torch.backends.cpu.get_cpu_capability()} matmul {vendor} torch {torch.__version__}"
 
 
-def _objectives(root: Path) -> dict:
+def _in_process(root: Path, key: str, values: list[str]) -> dict:
+    """One job per value of `key`, each in a directory of its own under `root`."""
     runs = {}
-    for name in OBJECTIVES:
-        (root / name).mkdir()
-        in_process(root / name, f"objective={name}")
-        runs[f"objective={name}"] = observed(root / name)
-    return runs
-
-
-def _quadrants(root: Path) -> dict:
-    runs = {}
-    for q in QUADRANTS:
-        (root / q).mkdir()
-        in_process(root / q, f"quadrant={q}")
-        runs[f"quadrant={q}"] = observed(root / q)
+    for value in values:
+        (root / value).mkdir()
+        in_process(root / value, f"{key}={value}")
+        runs[f"{key}={value}"] = observed(root / value)
     return runs
 
 
@@ -185,7 +177,11 @@ def _two_ranks(root: Path) -> dict:
     return {"default": observed(root)}
 
 
-CASES = {"objectives": _objectives, "quadrants": _quadrants, "two_ranks": _two_ranks}
+CASES = {
+    "objectives": lambda root: _in_process(root, "objective", OBJECTIVES),
+    "quadrants": lambda root: _in_process(root, "quadrant", QUADRANTS),
+    "two_ranks": _two_ranks,
+}
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -23,20 +23,13 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.commands import TINY
+
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-FAST = [
-    "model=tiny_random",
-    "train.prompts_per_step=2",
-    "rollout.group_size=2",
-    "rollout.max_new_tokens=8",
-    "eval.problems=2",
-    "eval.samples=1",
-    "eval.max_new_tokens=8",
-    "eval.every=0",
-    "tracking.log_samples_every=0",
-    "hydra.launcher.timeout_min=30",
-]
+# the tiny sweep (tests/commands.py) without sample logging, with a SLURM time limit
+FAST = [o for o in TINY if not o.startswith("tracking.log_samples_every=")]
+FAST += ["tracking.log_samples_every=0", "hydra.launcher.timeout_min=30"]
 
 
 def _env(cluster) -> dict[str, str]:
