@@ -157,6 +157,17 @@ def paired_comparison(
     return PairedComparison(a, b, tuple(common), tuple(lines), confidence, tuple(notes))
 
 
+def _verdict(est: SeedEstimate, limit: float) -> str:
+    """The minimal-detectable column's word: a difference at least the design's minimal
+    detectable one is 'reached'; a smaller one whose own interval excludes 0 is still told apart
+    (the pair's spread is smaller than the pooled one the design assumes), otherwise it is not."""
+    if abs(est.mean) >= limit:
+        return "reached"
+    if est.has_ci and (est.low > 0 or est.high < 0):
+        return "below, interval excludes 0"
+    return "below: not told apart"
+
+
 def to_markdown(
     comparison: PairedComparison, detectable: Mapping[tuple[str, str], float] | None = None
 ) -> str:
@@ -195,10 +206,18 @@ def to_markdown(
             if limit is None:
                 row += " — |"
             else:
-                verdict = "below: not told apart" if abs(est.mean) < limit else "reached"
-                row += f" {100 * limit:.1f} ({verdict}) |"
+                row += f" {100 * limit:.1f} ({_verdict(est, limit)}) |"
         out.append(row)
-    if comparison.notes:
+    notes = list(comparison.notes)
+    if extra:
+        notes.append(
+            "minimal detectable: the paired difference this design (these seeds, the spread of "
+            "the paired differences pooled over every arm) finds with power 0.8 at two-sided "
+            "alpha 0.05 (python -m analysis power). 'below' says a true difference of that size "
+            "would often be missed; whether this pair is told apart is its own interval's call: "
+            "'below, interval excludes 0' is told apart, 'below: not told apart' is not."
+        )
+    if notes:
         out.append("")
-        out += [f"- {note}" for note in comparison.notes]
+        out += [f"- {note}" for note in notes]
     return "\n".join(out) + "\n"

@@ -507,7 +507,8 @@ def mark_below_detectable(
                         f"{bench} {kind.capitalize()}@{table.ks[bench]}: less than the minimal "
                         f"detectable difference ({100 * limit:.1f} points at {seeds} seeds, "
                         f"two-sided alpha {alpha:g}, power {power:g}; python -m analysis power) "
-                        "below the column's best: not told apart from it"
+                        "below the column's best: a true gap this size would often be missed "
+                        "at these seeds (python -m analysis --compare tests the pair itself)"
                     )
                     cells[key] = replace(cell, notes=(*cell.notes, mark), below_detectable=True)
     return replace(table, cells=cells, footnotes=tuple(notes.texts))

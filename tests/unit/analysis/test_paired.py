@@ -71,3 +71,21 @@ def test_unpaired_seed_and_unknown_row(study_frames):
         paired.paired_comparison(
             runset.runs, points, "GRPO", "PHR", rows=("quadrant",), ks={"aime24": 4}
         )
+
+
+def test_the_detectable_column_separates_power_from_the_pairs_own_test():
+    # the words of the minimal-detectable column (paired._verdict), by hand:
+    # differences 0.10, 0.14 (2 seeds): mean 0.12, sd 0.0283, se 0.02, t(0.975, 1) = 12.706,
+    # interval 0.12 ± 0.254 = [-0.134, 0.374] holds 0: below a limit of 0.327 and not told apart
+    from quadrants.analysis.paired import _verdict
+    from quadrants.analysis.stats import seed_estimate
+
+    assert _verdict(seed_estimate([0.10, 0.14]), 0.327) == "below: not told apart"
+    # differences 0.12, 0.14, 0.16, 0.15, 0.17 (5 seeds): mean 0.148, sd 0.01924, se 0.00860,
+    # t(0.975, 4) = 2.776, interval 0.148 ± 0.0239 = [0.124, 0.172]: excludes 0, so below a
+    # pooled limit of 0.186 it is still told apart
+    five = seed_estimate([0.12, 0.14, 0.16, 0.15, 0.17])
+    assert abs(five.low - 0.1241) < 1e-3 and abs(five.high - 0.1719) < 1e-3
+    assert _verdict(five, 0.186) == "below, interval excludes 0"
+    # at or above the limit: reached (sign does not matter)
+    assert _verdict(seed_estimate([-0.2, -0.22]), 0.2) == "reached"
