@@ -70,6 +70,7 @@ from quadrants.tracking.delivery import (
     RunRequest,
     experiment_id_for,
     is_permanent,
+    run_request_record,
 )
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 from quadrants.tracking.spool import Spool
@@ -194,6 +195,9 @@ class MlflowTracker:
             self._spool.update_state(run_id=None)
             recorded = None
         request = RunRequest(**{**self._request.__dict__, "run_id": run_id or recorded})
+        # what creating the run needs, for `python -m quadrants.tracking deliver` to create it
+        # after this process is gone (tracking/redeliver.py)
+        self._spool.update_state(request=run_request_record(self._request))
         self._delivery = Delivery(self._spool, request, session=self._session, **self._options)
         self._delivery.start()
         if not self._delivery.first_attempt.wait(self._start_timeout_s):

@@ -81,8 +81,9 @@ def check_delivered(tracker: Tracker, uri: str, spool_dir: Path) -> None:
     if tracker.run_id is None:
         raise RuntimeError(
             f"nothing was delivered to the MLflow store at {uri}: no run was created there. The "
-            f"run's records are kept in {spool_dir}; run the same command again once the store "
-            "answers (with tracking.uri set to it if it moved): it resumes from the newest "
+            f"run's records are kept in {spool_dir}; send them once the store answers with "
+            f"`python -m quadrants.tracking deliver {spool_dir.parent}` (add --tracking-uri URI "
+            "for another store), or run the same command again: it resumes from the newest "
             "checkpoint and delivers them first"
         )
 
