@@ -336,6 +336,9 @@ class TrackingConfig:
     report: bool = (
         True  # at the end of a sweep, log the analysis report (report.html) on its parent run
     )
+    # trackers beside MLflow, fed the same records (tracking/sinks.py): tensorboard (event files in
+    # <run_dir>/tensorboard), wandb (offline unless WANDB_MODE says otherwise); MLflow is always on
+    sinks: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -229,6 +229,7 @@ NO_RANGE: dict[str, str] = {
     "tracking.system_metrics": "a flag",
     "tracking.sqlite_on_slurm": "a flag (SQLite under SLURM: every job on one machine)",
     "tracking.report": "a flag (the analysis report logged on a sweep's parent run)",
+    "tracking.sinks": "names, checked by tracking.sinks.check_sinks (validate_config)",
     "distributed.backend": "a name, checked by distributed.collectives.validate_distributed_config",
     "distributed.reshard_after_forward": "a flag",
     "train.precision": "a name, checked by validate_config",

@@ -39,6 +39,7 @@ from quadrants.tasks import known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
+from quadrants.tracking.sinks import check_sinks
 
 
 def loss_settings(
@@ -312,6 +313,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     validate_eval(cfg.eval, cfg.task, files=files)
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
+    check_sinks(list(cfg.tracking.sinks))  # tracking.sinks: names, and their packages installed
     validate_trainer_memory(cfg.train, cfg.rollout)
     validate_minibatch_grouping(cfg.train, cfg.rollout)
     # imported here: a one-process step builds its loss settings from this module (loss_settings)

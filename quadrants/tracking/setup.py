@@ -103,6 +103,17 @@ def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None
         spool_dir=run_dir / "tracking",
         artifact_location=artifact_location(cfg),
     )
+    if cfg.tracking.sinks:
+        from quadrants.tracking.sinks import MirroredTracker, make_sinks
+
+        sinks = make_sinks(
+            [name for name in cfg.tracking.sinks if name != "mlflow"],
+            run_dir,
+            project=cfg.study,
+            name=Path(run_dir).name,
+            group=cfg.sweep_id,
+        )
+        tracker = MirroredTracker(tracker, sinks)
     if cfg.tracking.system_metrics:
         from quadrants.tracking.system import SystemMetricsTracker, SystemSampler
 
