@@ -57,6 +57,9 @@ class TaskConfig:
     # how the final answer is read, in training and evaluation: boxed (the last \boxed{}) |
     # boxed_or_last_number (the last box, else the last number written; rewards/extract.py)
     answer_extraction: str = "boxed"
+    # your own reward in place of math-verify, "package.module:function" (rewards/custom.py): called
+    # with (completion, gold answer), returns True / False / None (no answer); None = math-verify
+    reward: str | None = None
     # math-verify worker processes grading the answers; 0 = one per CPU this task holds, less one
     # for the trainer (SLURM_CPUS_PER_TASK, else the CPUs this process may run on)
     grader_workers: int = 0

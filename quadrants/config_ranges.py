@@ -175,6 +175,7 @@ NO_RANGE: dict[str, str] = {
     "model.lora.residual_telemetry": "a flag",
     "task.name": "a name, checked against the registered tasks (tasks.validate_task)",
     "task.params": "the task's keyword arguments, checked by tasks.validate_task",
+    "task.reward": "a 'module:function' path, imported by validate_config (rewards/custom.py)",
     "task.answer_extraction": (
         "a name, checked against rewards.extract.EXTRACTIONS (validate_config)"
     ),

@@ -31,6 +31,7 @@ from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.precision import PRECISIONS
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
+from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.registry import get_engine
@@ -284,6 +285,8 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
         model=cfg.model.name_or_path,
         files=files,
     )
+    if cfg.task.reward is not None:  # imports the user's module: a bad path fails here
+        load_callable(cfg.task.reward, "task.reward")
     validate_prompt(cfg.prompt.format)
     if cfg.task.answer_extraction not in EXTRACTIONS:
         raise ValueError(
