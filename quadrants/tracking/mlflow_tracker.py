@@ -73,12 +73,12 @@ from quadrants.tracking.delivery import (
     run_request_record,
 )
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
+from quadrants.tracking.links import ROLE_TAG
 from quadrants.tracking.spool import Spool
 
 log = logging.getLogger("quadrants.tracking")
 
 SWEEP_ID_TAG = "quadrants.sweep_id"
-ROLE_TAG = "quadrants.role"
 MAX_PARAM_VALUE_CHARS = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
 MAX_KEY_CHARS = 250  # MAX_ENTITY_KEY_LENGTH
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")

@@ -91,6 +91,7 @@ def check_delivered(tracker: Tracker, uri: str, spool_dir: Path) -> None:
 def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:
     """The run's MLflow tracker; its parent is `parent_run_id`, else the one in
     the sweep's sweep.json."""
+    from quadrants.tracking.links import ROLE_TAG, TRAIN_ROLE
     from quadrants.tracking.mlflow_tracker import MlflowTracker
 
     parent = parent_run_id or read_sweep_file(cfg).get("parent_run_id")
@@ -98,7 +99,7 @@ def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None
         tracking_uri(cfg),
         cfg.study,
         run_name=Path(run_dir).name,
-        tags={**run_tags(cfg), **slurm_tags()},
+        tags={**run_tags(cfg), **slurm_tags(), ROLE_TAG: TRAIN_ROLE},
         parent_run_id=parent,
         spool_dir=run_dir / "tracking",
         artifact_location=artifact_location(cfg),
