@@ -62,7 +62,7 @@ def test_a_users_task_and_reward_train_without_editing_the_package(tmp_path):
         "train.steps=2",
         "task=custom",
         "task.params.target=my_study:make_task",
-        "task.params.words=[red,green,blue]",
+        "+task.params.words=[red,green,blue]",
         "task.heldout_size=1",
         "task.reward=my_study:generous",
         *TINY,
@@ -71,14 +71,16 @@ def test_a_users_task_and_reward_train_without_editing_the_package(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     pairs = [json.loads(line) for line in graded.read_text().splitlines()]
-    # 2 steps x 2 prompts x 2 samples in training, the held-out 'red' once at the end (eval.samples=1)
-    assert len(pairs) == 9
+    # 2 steps x 2 prompts x 2 samples in training; the held-out 'red' once before training and once
+    # at the end (eval.samples=1)
+    assert len(pairs) == 10
     assert {answer for _, answer in pairs} <= {"red", "green", "blue"}
-    assert [answer for _, answer in pairs].count("red") == 1  # held out: never a training answer
+    assert [answer for _, answer in pairs].count("red") == 2  # held out: never a training answer
 
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("quadrants")
     (run,) = [r for r in client.search_runs([experiment.experiment_id]) if "steps" in r.data.params]
-    rewards = client.get_metric_history(run.info.run_id, "train/reward")
+    rewards = client.get_metric_history(run.info.run_id, "train/reward_mean")
     assert [(m.step, m.value) for m in rewards] == [(1, 1.0), (2, 1.0)]  # every answer correct
-    assert run.data.params["task.name"] == "custom"
+    assert run.data.params["task"] == "custom" == run.data.tags["task"]
+    assert run.data.tags["quadrants.role"] == "train"  # what the printed link filters on

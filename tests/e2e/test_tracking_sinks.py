@@ -43,7 +43,7 @@ def test_tensorboard_and_wandb_get_what_mlflow_gets(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = tmp_path / "outputs" / "quadrants" / "X" / "default"
     expected = mlflow_series(tmp_path)
-    assert {"train/reward", "train/entropy"} <= set(expected) and len(expected) > 20
+    assert {"train/reward_mean", "train/entropy"} <= set(expected) and len(expected) > 20
     scalars = tensorboard_scalars(run_dir / "tensorboard")
     assert set(scalars) == set(expected)
     for key, series in expected.items():  # event files keep float32
