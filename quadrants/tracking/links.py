@@ -68,16 +68,21 @@ def run_url(tracking_uri: str, experiment_id: str, run_id: str, tab: str | None 
     return f"{ui_base(tracking_uri)}{path}?{_WORKFLOW}"
 
 
+REPORT_TAB = "artifacts/analysis/report.html"  # the analysis report on a sweep's parent run
+
+
 def link_lines(
     tracking_uri: str,
     experiment_id: str | None,
     *,
     sweep_id: str | None = None,
     runs: dict[str, str] | None = None,
+    report_run: str | None = None,
 ) -> list[str]:
     """The lines a command prints: how to open the UI, the experiment's runs page, then one line per
-    `{label: run id}` (e.g. {"parent run": ...}). No experiment id
-    (store unreachable): only the command."""
+    `{label: run id}` (e.g. {"parent run": ...}), then with `report_run` the analysis report that
+    run holds, opened in MLflow's artifact viewer. No experiment id (store unreachable): only the
+    command."""
     lines = []
     command = ui_command(tracking_uri)
     if command:
@@ -88,6 +93,9 @@ def link_lines(
     for label, run_id in (runs or {}).items():
         if run_id:
             lines.append(f"quadrants: {label:<11} {run_url(tracking_uri, experiment_id, run_id)}")
+    if report_run:
+        report = run_url(tracking_uri, experiment_id, report_run, REPORT_TAB)
+        lines.append(f"quadrants: {'report':<11} {report}")
     return lines
 
 

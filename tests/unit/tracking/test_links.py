@@ -56,3 +56,13 @@ def test_experiments_are_tagged_as_training(tmp_path):
     assert client.get_experiment(bare).tags["mlflow.experimentKind"] == "custom_model_development"
     experiment_id_for(client, "chosen", None)
     assert client.get_experiment(chosen).tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_a_sweep_with_a_report_links_it_directly():
+    """The parent run's analysis report opens in MLflow's artifact viewer from the printed line."""
+    assert link_lines("http://host:5000", "7", runs={"parent run": "abc"}, report_run="abc")[
+        -1
+    ] == (
+        "quadrants: report      http://host:5000/#/experiments/7/runs/abc/artifacts/analysis/"
+        "report.html?workflowType=machine_learning"
+    )
