@@ -57,6 +57,9 @@ class TaskConfig:
     # how the final answer is read, in training and evaluation: boxed (the last \boxed{}) |
     # boxed_or_last_number (the last box, else the last number written; rewards/extract.py)
     answer_extraction: str = "boxed"
+    # your own reward in place of math-verify, "package.module:function" (rewards/custom.py): called
+    # with (completion, gold answer), returns True / False / None (no answer); None = math-verify
+    reward: str | None = None
     # math-verify worker processes grading the answers; 0 = one per CPU this task holds, less one
     # for the trainer (SLURM_CPUS_PER_TASK, else the CPUs this process may run on)
     grader_workers: int = 0
@@ -336,6 +339,9 @@ class TrackingConfig:
     report: bool = (
         True  # at the end of a sweep, log the analysis report (report.html) on its parent run
     )
+    # trackers beside MLflow, fed the same records (tracking/sinks.py): tensorboard (event files in
+    # <run_dir>/tensorboard), wandb (offline unless WANDB_MODE says otherwise); MLflow is always on
+    sinks: list[str] = field(default_factory=list)
 
 
 @dataclass

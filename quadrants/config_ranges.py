@@ -175,6 +175,7 @@ NO_RANGE: dict[str, str] = {
     "model.lora.residual_telemetry": "a flag",
     "task.name": "a name, checked against the registered tasks (tasks.validate_task)",
     "task.params": "the task's keyword arguments, checked by tasks.validate_task",
+    "task.reward": "a 'module:function' path, imported by validate_config (rewards/custom.py)",
     "task.answer_extraction": (
         "a name, checked against rewards.extract.EXTRACTIONS (validate_config)"
     ),
@@ -229,6 +230,7 @@ NO_RANGE: dict[str, str] = {
     "tracking.system_metrics": "a flag",
     "tracking.sqlite_on_slurm": "a flag (SQLite under SLURM: every job on one machine)",
     "tracking.report": "a flag (the analysis report logged on a sweep's parent run)",
+    "tracking.sinks": "names, checked by tracking.sinks.check_sinks (validate_config)",
     "distributed.backend": "a name, checked by distributed.collectives.validate_distributed_config",
     "distributed.reshard_after_forward": "a flag",
     "train.precision": "a name, checked by validate_config",

@@ -31,6 +31,7 @@ from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.precision import PRECISIONS
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
+from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.registry import get_engine
@@ -39,6 +40,7 @@ from quadrants.tasks import known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
+from quadrants.tracking.sinks import check_sinks
 
 
 def loss_settings(
@@ -283,6 +285,8 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
         model=cfg.model.name_or_path,
         files=files,
     )
+    if cfg.task.reward is not None:  # imports the user's module: a bad path fails here
+        load_callable(cfg.task.reward, "task.reward")
     validate_prompt(cfg.prompt.format)
     if cfg.task.answer_extraction not in EXTRACTIONS:
         raise ValueError(
@@ -312,6 +316,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     validate_eval(cfg.eval, cfg.task, files=files)
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
+    check_sinks(list(cfg.tracking.sinks))  # tracking.sinks: names, and their packages installed
     validate_trainer_memory(cfg.train, cfg.rollout)
     validate_minibatch_grouping(cfg.train, cfg.rollout)
     # imported here: a one-process step builds its loss settings from this module (loss_settings)

@@ -24,6 +24,7 @@ import pandas as pd
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from quadrants.tracking.links import TRAIN_ROLE
 from quadrants.tracking.mlflow_tracker import ROLE_TAG, SWEEP_ID_TAG
 
 EVAL_KEY = re.compile(r"^eval/(?P<benchmark>[^/]+)/(?P<kind>avg|pass)_at_(?P<k>\d+)$")
@@ -170,7 +171,9 @@ def select_runs(client: MlflowClient, selection: Selection) -> RunSet:
     """
     ids = _experiment_ids(client, selection.experiment)
     matched = _search(client, ids, _filter(selection))
-    found = [r for r in matched if r.data.tags.get(ROLE_TAG) not in ("sweep_parent", "eval")]
+    # training runs only (role train, or none: made before the tag); a parent, evaluation or probe
+    # run carries the sweep id too, and is never a row of its own here
+    found = [r for r in matched if r.data.tags.get(ROLE_TAG) in (None, TRAIN_ROLE)]
     training_ids = {r.info.run_id for r in found}
     eval_runs: dict[str, list[str]] = {}
     # standalone evaluations of the selected runs' checkpoints, whatever the selection filter says

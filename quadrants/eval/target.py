@@ -26,7 +26,13 @@ import yaml
 
 from quadrants.models.loading import SMOLLM2, TINY, TINY_RANDOM
 
-__all__ = ["EvalTarget", "load_target_policy", "resolve_target"]
+__all__ = [
+    "EvalTarget",
+    "load_checkpoint_weights",
+    "load_target_policy",
+    "resolve_target",
+    "run_lora",
+]
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _SHARDS_DIR = (
@@ -149,25 +155,32 @@ def _check_offline_cache(hub_id: str) -> None:
 def load_target_policy(target: EvalTarget, *, dtype: str, seed: int = 0) -> tuple[Any, Any]:
     """(model, tokenizer) of `target`; a checkpoint's weights are loaded into
     its run's base model."""
-    import torch
-
     from quadrants.models.loading import load_policy
 
     model, tokenizer = load_policy(
-        target.model, dtype=target.dtype or dtype, seed=seed, lora=_run_lora(target)
+        target.model, dtype=target.dtype or dtype, seed=seed, lora=run_lora(target)
     )
     if target.checkpoint is not None:
-        shards = target.checkpoint.parent / _SHARDS_DIR
-        if shards.is_dir():
-            _load_sharded_model(shards, model)
-        else:  # older checkpoints keep the model in state.pt
-            state = torch.load(target.checkpoint, map_location="cpu", weights_only=False)
-            model.load_state_dict(state["model"])
-        model.eval()
+        load_checkpoint_weights(target, model)
     return model, tokenizer
 
 
-def _run_lora(target: EvalTarget) -> Any:
+def load_checkpoint_weights(target: EvalTarget, model: Any) -> None:
+    """The checkpoint's model weights loaded into `model` (the run's base model, with its LoRA
+    adapters in place for a LoRA run), which is left in eval mode."""
+    import torch
+
+    assert target.checkpoint is not None, "not a checkpoint target"
+    shards = target.checkpoint.parent / _SHARDS_DIR
+    if shards.is_dir():
+        _load_sharded_model(shards, model)
+    else:  # older checkpoints keep the model in state.pt
+        state = torch.load(target.checkpoint, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+    model.eval()
+
+
+def run_lora(target: EvalTarget) -> Any:
     """The training run's `model.lora` for a checkpoint of a LoRA run (its adapters are loaded
     into the same layers), else None."""
     from quadrants.config import LoraConfig

@@ -163,6 +163,7 @@ DEFAULT_EXCLUDED_KEYS = (
     "launcher",
     "tracking",
     "tracking.uri",
+    "tracking.sinks",  # a list ([tensorboard,wandb]): its commas are not a sweep
     "train.threads",
     "experiment",
 )

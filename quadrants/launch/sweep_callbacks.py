@@ -5,8 +5,8 @@ all wait on one build), open the sweep's MLflow parent run and record it in `<sw
 (the jobs read it there, on this machine or on any node sharing the file system), and print where
 the runs go. After the jobs: print a summary table of the sweep's runs, put it on the parent run
 (its description) with the analysis report (`analysis/report.html`: table and figures in one page
-that MLflow shows inline), close the parent run, and print the links to the runs page and the parent
-run.
+that MLflow shows inline), close the parent run, and print the links to the runs page, the parent
+run and the report.
 """
 
 from __future__ import annotations
@@ -36,17 +36,23 @@ def _announce(uri: str) -> None:
     print(f"quadrants: tracking to {uri}", flush=True)
 
 
-def _print_links(config: DictConfig, uri: str, parent: str | None) -> None:
+def _print_links(config: DictConfig, uri: str, parent: str | None, *, report: bool = False) -> None:
+    """The UI links; `report`: the parent holds the analysis report, linked directly."""
     from quadrants.tracking.links import experiment_id_of, link_lines
 
     experiment_id = experiment_id_of(uri, str(config.study))
     for line in link_lines(
-        uri, experiment_id, sweep_id=str(config.sweep_id), runs={"parent run": parent}
+        uri,
+        experiment_id,
+        sweep_id=str(config.sweep_id),
+        runs={"parent run": parent},
+        report_run=parent if report else None,
     ):
         print(line, flush=True)
 
 
-def _report_on_parent(config: DictConfig, uri: str, parent: str) -> None:
+def _report_on_parent(config: DictConfig, uri: str, parent: str) -> bool:
+    """Summary and report on the parent run; whether the report was logged there."""
     from quadrants.launch.sweep_report import report_on_parent
 
     out = _sweep_dir(config) / "analysis" if config.tracking.report else None
@@ -56,6 +62,7 @@ def _report_on_parent(config: DictConfig, uri: str, parent: str) -> None:
             f"quadrants: analysis report ({count} files) in {out}, logged on the parent run",
             flush=True,
         )
+    return out is not None and count > 0
 
 
 def _prepare_model(config: DictConfig) -> None:
@@ -151,9 +158,10 @@ class SweepCallback(Callback):
             if record_path.exists()
             else None
         )
+        reported = False
         if parent:
             try:
-                _report_on_parent(config, _uri(config), parent)
+                reported = _report_on_parent(config, _uri(config), parent)
             except Exception as err:  # noqa: BLE001 - a missing report never fails a finished sweep
                 log.warning(
                     "could not put the summary and analysis report on the parent run %s: %s",
@@ -166,7 +174,7 @@ class SweepCallback(Callback):
                 end_parent_run(_uri(config), parent)
             except Exception as err:  # noqa: BLE001
                 log.warning("could not close the parent run %s: %s", parent, err)
-        _print_links(config, _uri(config), parent)
+        _print_links(config, _uri(config), parent, report=reported)
 
     def _summary(self, config: DictConfig) -> None:
         uri = _uri(config)

@@ -66,15 +66,21 @@ def peft_config(lora: Any) -> Any:
     )
 
 
-def apply_lora(model: nn.Module, lora: Any) -> nn.Module:
-    """`model` with LoRA adapters in place (peft's `get_peft_model`); only adapter parameters
-    require grad. Returns the same module (its class and attribute paths unchanged)."""
+def wrap_lora(model: nn.Module, lora: Any) -> Any:
+    """peft's `PeftModel` around `model`, whose targeted linear layers now hold the adapters in
+    place (`get_peft_model`); `wrapped.get_base_model()` is `model` itself. Kept by the export
+    (launch/export.py), which merges the adapters with peft's `merge_and_unload`."""
     from peft import get_peft_model
 
     with warnings.catch_warnings():  # peft reads transformers' deprecated checkpointing flag
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-        wrapped = get_peft_model(model, peft_config(lora))
-    base = wrapped.get_base_model()
+        return get_peft_model(model, peft_config(lora))
+
+
+def apply_lora(model: nn.Module, lora: Any) -> nn.Module:
+    """`model` with LoRA adapters in place (peft's `get_peft_model`); only adapter parameters
+    require grad. Returns the same module (its class and attribute paths unchanged)."""
+    base = wrap_lora(model, lora).get_base_model()
     if base is not model:  # peft injects in place: a copy would leave the caller's module stale
         raise RuntimeError("peft returned a different module than it was given")
     return base

@@ -28,6 +28,7 @@ from quadrants.config import RunConfig
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.objectives.control import advance_state
+from quadrants.rewards.custom import FunctionGrader
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.run.build import Run, build_context
 from quadrants.run.checkpoint import has_checkpoint
@@ -101,7 +102,12 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     total = cfg.train.steps
     workers = grader_workers(cfg.task.grader_workers)  # the CPUs this task holds, less one
     extraction = cfg.task.answer_extraction
-    with Grader(num_workers=workers, timeout_s=5.0, extraction=extraction) as grader:
+    grading = (  # task.reward: the user's function in place of math-verify (rewards/custom.py)
+        FunctionGrader(cfg.task.reward)
+        if cfg.task.reward is not None
+        else Grader(num_workers=workers, timeout_s=5.0, extraction=extraction)
+    )
+    with grading as grader:
         ctx = Run(build_context(cfg, grader), cfg, current_dist())
         try:
             first, known_id, unlogged = resume(ctx, run_dir)

@@ -13,6 +13,8 @@ Registered here:
 - ``deepscaler``, ``gsm8k``, ``math``: `dataset` with the settings of the paper's training set,
   GSM8K's train split and MATH's train split (`DATASET_PRESETS`; `task.params` override them).
 - ``reasoning_gym``: a procedural curriculum from reasoning-gym (`tasks/reasoning_gym.py`).
+- ``custom``: the task a function of the user's own module makes (`task.params.target`,
+  `CustomKind`): a task without an edit to this package (docs/tools.md).
 
 To add a task: write its module (a `Task`), subclass `TaskKind` and `register_task(YourKind())`,
 add `sweeps/task/<name>.yaml` (tests/unit/tasks/test_registry.py checks that every YAML names a
@@ -252,7 +254,47 @@ class ReasoningGymKind(TaskKind):
             )
 
 
+class CustomKind(TaskKind):
+    """`task=custom`: the task a function of the user's own module makes. `task.params.target` is
+    its path ("package.module:function", importable from the Python path); every other param is
+    passed to it as a keyword argument, with `heldout_size`. It returns a `Task` (tasks/base.py: a
+    `name`, `train_batch(n, rng)` and `heldout(n)` handing out `Problem`s)."""
+
+    name = "custom"
+
+    def _factory(self, params: dict[str, Any]) -> Any:
+        from quadrants.rewards.custom import load_callable
+
+        return load_callable(params.get("target"), "task.params.target")
+
+    def make(self, heldout_size, params):
+        rest = {k: v for k, v in params.items() if k != "target"}
+        task = self._factory(params)(heldout_size=heldout_size, **rest)
+        missing = [a for a in ("name", "train_batch", "heldout") if not hasattr(task, a)]
+        if missing:
+            raise TypeError(
+                f"task.params.target={params['target']} returned {type(task).__name__}, which has "
+                f"no {missing}: a task has a name, train_batch(n, rng) and heldout(n) "
+                "(quadrants/tasks/base.py Task)"
+            )
+        return task
+
+    def validate(self, heldout_size, params, *, model, files):
+        factory = self._factory(params)  # imports the user's module: a bad path fails here
+        accepted = inspect.signature(factory).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+        unknown = [k for k in params if k != "target" and k not in accepted and not takes_any]
+        if "heldout_size" not in accepted and not takes_any:
+            unknown.insert(0, "heldout_size")
+        if unknown:
+            raise ValueError(
+                f"task.params.target={params['target']}: {factory.__name__} does not take "
+                f"{unknown} (it is called with heldout_size= and every other task.params key)"
+            )
+
+
 register_task(ArithmeticKind())
 for _name in ("dataset", *DATASET_PRESETS):
     register_task(DatasetKind(_name))
 register_task(ReasoningGymKind())
+register_task(CustomKind())

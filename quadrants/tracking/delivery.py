@@ -82,6 +82,17 @@ class RunRequest:
     run_id: str | None = None
 
 
+def run_request_record(request: RunRequest) -> dict[str, Any]:
+    """What a spool keeps of the request that opens its run (state.json `request`): the run's name,
+    tags, parent and artifact location, without the store or a run id."""
+    return {
+        "run_name": request.run_name,
+        "tags": dict(request.tags),
+        "parent_run_id": request.parent_run_id,
+        "artifact_location": request.artifact_location,
+    }
+
+
 @dataclass
 class _Unit:
     """The metrics one spool record still has to deliver (all of a step that one call can carry)."""

@@ -7,9 +7,11 @@ experiment quadrants creates carries the kind tag `mlflow.experimentKind = custo
 ("Machine learning" in MLflow's experiment list), and every link carries
 `workflowType=machine_learning`, so a link opens the training view in any browser.
 
-The runs-page link filters on the sweep and sorts runs by name: MLflow nests child runs under their
-(collapsed) parent only in its default order (by start time), so sorted by name the four quadrant
-runs are rows of their own, and their curves are in the chart view without a click.
+The runs-page link filters on the sweep and on the training runs (`quadrants.role = train`, so the
+evaluation and probe runs of the sweep's checkpoints are not mixed into the quadrant list; runs
+created before that tag existed are not shown either) and sorts runs by name: MLflow nests child
+runs under their (collapsed) parent only in its default order (by start time), so sorted by name the
+four quadrant runs are rows of their own, and their curves are in the chart view without a click.
 
 With a tracking server the links start with its URL; with the local SQLite store they point at
 `mlflow ui --backend-store-uri <store>` on its default address, and
@@ -21,6 +23,11 @@ from __future__ import annotations
 from urllib.parse import quote
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+# what a run is, on every run quadrants creates: train (a training job), eval (python -m
+# quadrants.evaluate), probe (python -m quadrants.probe), sweep_parent (a sweep's parent run).
+# Runs created before training runs were tagged have no role.
+ROLE_TAG = "quadrants.role"
+TRAIN_ROLE = "train"
 TRAINING_KIND = "custom_model_development"
 LOCAL_UI = "http://127.0.0.1:5000"
 _WORKFLOW = "workflowType=machine_learning"
@@ -42,11 +49,15 @@ def ui_command(tracking_uri: str) -> str | None:
 
 
 def experiment_url(tracking_uri: str, experiment_id: str, sweep_id: str | None = None) -> str:
-    """The runs page of an experiment in the training view; with `sweep_id`, that sweep's runs only,
-    sorted by name (so child runs are rows of their own, not folded under the parent)."""
+    """The runs page of an experiment in the training view; with `sweep_id`, that sweep's training
+    runs only (`quadrants.role = train`: no evaluation, probe or parent run), sorted by name (so
+    child runs are rows of their own, not folded under the parent)."""
     query = _WORKFLOW
     if sweep_id:
-        search = quote(f"tags.`quadrants.sweep_id` = '{sweep_id}'", safe="")
+        search = quote(
+            f"tags.`quadrants.sweep_id` = '{sweep_id}' and tags.`{ROLE_TAG}` = '{TRAIN_ROLE}'",
+            safe="",
+        )
         query += f"&orderByKey=attributes.run_name&orderByAsc=true&searchFilter={search}"
     return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs?{query}"
 
@@ -57,16 +68,21 @@ def run_url(tracking_uri: str, experiment_id: str, run_id: str, tab: str | None 
     return f"{ui_base(tracking_uri)}{path}?{_WORKFLOW}"
 
 
+REPORT_TAB = "artifacts/analysis/report.html"  # the analysis report on a sweep's parent run
+
+
 def link_lines(
     tracking_uri: str,
     experiment_id: str | None,
     *,
     sweep_id: str | None = None,
     runs: dict[str, str] | None = None,
+    report_run: str | None = None,
 ) -> list[str]:
     """The lines a command prints: how to open the UI, the experiment's runs page, then one line per
-    `{label: run id}` (e.g. {"parent run": ...}). No experiment id
-    (store unreachable): only the command."""
+    `{label: run id}` (e.g. {"parent run": ...}), then with `report_run` the analysis report that
+    run holds, opened in MLflow's artifact viewer. No experiment id (store unreachable): only the
+    command."""
     lines = []
     command = ui_command(tracking_uri)
     if command:
@@ -77,6 +93,9 @@ def link_lines(
     for label, run_id in (runs or {}).items():
         if run_id:
             lines.append(f"quadrants: {label:<11} {run_url(tracking_uri, experiment_id, run_id)}")
+    if report_run:
+        report = run_url(tracking_uri, experiment_id, report_run, REPORT_TAB)
+        lines.append(f"quadrants: {'report':<11} {report}")
     return lines
 
 

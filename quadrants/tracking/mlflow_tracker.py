@@ -70,14 +70,15 @@ from quadrants.tracking.delivery import (
     RunRequest,
     experiment_id_for,
     is_permanent,
+    run_request_record,
 )
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
+from quadrants.tracking.links import ROLE_TAG
 from quadrants.tracking.spool import Spool
 
 log = logging.getLogger("quadrants.tracking")
 
 SWEEP_ID_TAG = "quadrants.sweep_id"
-ROLE_TAG = "quadrants.role"
 MAX_PARAM_VALUE_CHARS = 6000  # mlflow.utils.validation.MAX_PARAM_VAL_LENGTH
 MAX_KEY_CHARS = 250  # MAX_ENTITY_KEY_LENGTH
 RUN_STATUSES = ("FINISHED", "FAILED", "KILLED")
@@ -194,6 +195,9 @@ class MlflowTracker:
             self._spool.update_state(run_id=None)
             recorded = None
         request = RunRequest(**{**self._request.__dict__, "run_id": run_id or recorded})
+        # what creating the run needs, for `python -m quadrants.tracking deliver` to create it
+        # after this process is gone (tracking/redeliver.py)
+        self._spool.update_state(request=run_request_record(self._request))
         self._delivery = Delivery(self._spool, request, session=self._session, **self._options)
         self._delivery.start()
         if not self._delivery.first_attempt.wait(self._start_timeout_s):

@@ -81,8 +81,9 @@ def check_delivered(tracker: Tracker, uri: str, spool_dir: Path) -> None:
     if tracker.run_id is None:
         raise RuntimeError(
             f"nothing was delivered to the MLflow store at {uri}: no run was created there. The "
-            f"run's records are kept in {spool_dir}; run the same command again once the store "
-            "answers (with tracking.uri set to it if it moved): it resumes from the newest "
+            f"run's records are kept in {spool_dir}; send them once the store answers with "
+            f"`python -m quadrants.tracking deliver {spool_dir.parent}` (add --tracking-uri URI "
+            "for another store), or run the same command again: it resumes from the newest "
             "checkpoint and delivers them first"
         )
 
@@ -90,6 +91,7 @@ def check_delivered(tracker: Tracker, uri: str, spool_dir: Path) -> None:
 def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:
     """The run's MLflow tracker; its parent is `parent_run_id`, else the one in
     the sweep's sweep.json."""
+    from quadrants.tracking.links import ROLE_TAG, TRAIN_ROLE
     from quadrants.tracking.mlflow_tracker import MlflowTracker
 
     parent = parent_run_id or read_sweep_file(cfg).get("parent_run_id")
@@ -97,11 +99,22 @@ def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None
         tracking_uri(cfg),
         cfg.study,
         run_name=Path(run_dir).name,
-        tags={**run_tags(cfg), **slurm_tags()},
+        tags={**run_tags(cfg), **slurm_tags(), ROLE_TAG: TRAIN_ROLE},
         parent_run_id=parent,
         spool_dir=run_dir / "tracking",
         artifact_location=artifact_location(cfg),
     )
+    if cfg.tracking.sinks:
+        from quadrants.tracking.sinks import MirroredTracker, make_sinks
+
+        sinks = make_sinks(
+            [name for name in cfg.tracking.sinks if name != "mlflow"],
+            run_dir,
+            project=cfg.study,
+            name=Path(run_dir).name,
+            group=cfg.sweep_id,
+        )
+        tracker = MirroredTracker(tracker, sinks)
     if cfg.tracking.system_metrics:
         from quadrants.tracking.system import SystemMetricsTracker, SystemSampler
 

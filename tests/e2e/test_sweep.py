@@ -101,6 +101,11 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
         f"quadrants: runs        http://127.0.0.1:5000/#/experiments/{experiment_id}/runs?"
         in done.stdout
     )
+    # the report itself, one click: the parent's artifact viewer on analysis/report.html
+    assert (
+        f"quadrants: report      http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/"
+        f"{parent.info.run_id}/artifacts/analysis/report.html?workflowType=machine_learning"
+    ) in done.stdout
 
 
 def test_killed_run_resumes_into_the_same_mlflow_run_with_every_step_once(tmp_path):

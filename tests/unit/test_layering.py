@@ -26,7 +26,16 @@ PACKAGE = Path(quadrants.__file__).resolve().parent
 
 # the `python -m quadrants.<command>` modules at the package's top level: thin aliases of a command
 # line in launch/ (test_entry_modules_are_thin_aliases)
-ENTRY_COMMANDS = ("sweep", "submit", "plan", "status", "evaluate", "data", "distributed_main")
+ENTRY_COMMANDS = (
+    "sweep",
+    "submit",
+    "plan",
+    "status",
+    "evaluate",
+    "data",
+    "distributed_main",
+    "export",
+)
 
 # component -> the components it may import (besides itself); bottom to top
 ALLOWED: dict[str, frozenset[str]] = {
@@ -70,7 +79,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(
         {"config", "config_ranges", "cpu", "device", "ops", "objectives", "rewards", "tasks"}
-        | {"models", "rollout", "distributed", "eval", "probe"}
+        | {"models", "rollout", "distributed", "eval", "probe", "tracking"}
     ),
     # the step: its phases, their frozen settings, placement, micro-batches, blocks, refill, signals
     # and telemetry (no config, no process group)
@@ -84,7 +93,8 @@ ALLOWED: dict[str, frozenset[str]] = {
         | {"rollout", "distributed", "eval", "probe", "validation", "train"}
     ),
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, every
-    # command line (sweep, submit, plan, status, evaluate, data, distributed_main, probe, analysis)
+    # command line (sweep, submit, plan, status, evaluate, data, distributed_main, export, probe,
+    # analysis, tracking)
     "launch": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
         | {"rollout", "distributed", "eval", "analysis", "probe", "validation", "run", "home"}
@@ -335,10 +345,11 @@ def test_entry_modules_are_thin_aliases():
     so that each command line lives in launch/; and no module imports one."""
     graph = import_graph(PACKAGE)
     entries = {m for m in graph if component(m) == "entry" or component(m) in ENTRY_COMMANDS}
-    # the seven top-level commands and the two packages' `__main__` (probe, analysis)
+    # the eight top-level commands and the three packages' `__main__` (probe, analysis, tracking)
     assert {f"quadrants.{c}" for c in ENTRY_COMMANDS} | {
         "quadrants.probe.__main__",
         "quadrants.analysis.__main__",
+        "quadrants.tracking.__main__",
     } == entries
     files = module_files(PACKAGE)
     for module in sorted(entries):

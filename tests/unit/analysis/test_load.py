@@ -118,3 +118,19 @@ def test_standalone_evaluations_count_for_their_training_run(template_db, tmp_pa
     points = load.eval_points(load.final_metrics(client, [train], runset.eval_runs))
     got = {(p.kind, p.k): p.value for p in points.itertuples()}
     assert got == {("avg", 4): 0.5, ("pass", 4): 0.8, ("avg", 8): 0.6, ("pass", 8): 0.95}
+
+
+def test_a_probe_run_of_the_sweep_is_not_a_row(template_db, tmp_path):
+    """`python -m quadrants.probe` on a sweep's checkpoint logs a run carrying the sweep id (and the
+    quadrant and seed of its source); tagged quadrants.role = probe, it is left out of the tables,
+    as training runs tagged quadrants.role = train (and older untagged ones) are kept."""
+    uri, client = new_store(template_db, tmp_path)
+    exp_id, parent = make_parent(client, tmp_path)
+    untagged = make_child(client, exp_id, parent, "PHR", 0, eval_metrics({"aime24": (0.5, 0.8)}))
+    tagged = make_child(client, exp_id, parent, "NHR", 0, eval_metrics({"aime24": (0.4, 0.7)}))
+    client.set_tag(tagged, "quadrants.role", "train")
+    tags = {"quadrants.role": "probe", "quadrants.sweep_id": "sw1", "quadrant": "PHR", "seed": "0"}
+    client.create_run(exp_id, run_name="probe", tags=tags)
+    runset = load.select_runs(client, load.Selection(uri, "study", "sw1"))
+    assert set(runset.run_ids) == {untagged, tagged}
+    assert sorted(runset.runs["quadrant"]) == ["NHR", "PHR"]

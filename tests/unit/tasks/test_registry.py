@@ -22,6 +22,7 @@ def test_every_task_yaml_names_a_registered_task_and_every_task_has_its_yaml():
     assert sorted(named) == sorted(known_tasks())
     assert sorted(known_tasks()) == [
         "arithmetic",
+        "custom",
         "dataset",
         "deepscaler",
         "gsm8k",

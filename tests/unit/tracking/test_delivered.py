@@ -15,7 +15,8 @@ def test_no_run_in_the_store_is_a_failure_naming_the_store_and_the_spool():
     with pytest.raises(
         RuntimeError,
         match=r"nothing was delivered to the MLflow store at "
-        r"http://h:5000.*kept in /runs/x/tracking",
+        r"http://h:5000.*kept in /runs/x/tracking; send them once the store answers with "
+        r"`python -m quadrants.tracking deliver /runs/x` \(add --tracking-uri URI",
     ):
         check_delivered(NullTracker(), "http://h:5000", spool)
 

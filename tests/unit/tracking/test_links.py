@@ -17,6 +17,7 @@ def test_server_links_are_the_servers_pages():
     assert experiment_url("http://host:5000", "7", "s1a2") == (
         "http://host:5000/#/experiments/7/runs?workflowType=machine_learning&orderByKey=attributes.run_name"
         "&orderByAsc=true&searchFilter=tags.%60quadrants.sweep_id%60%20%3D%20%27s1a2%27"
+        "%20and%20tags.%60quadrants.role%60%20%3D%20%27train%27"
     )
     assert run_url("https://h", "7", "abc", "artifacts/analysis/report.html") == (
         "https://h/#/experiments/7/runs/abc/artifacts/analysis/report.html?workflowType=machine_learning"
@@ -55,3 +56,13 @@ def test_experiments_are_tagged_as_training(tmp_path):
     assert client.get_experiment(bare).tags["mlflow.experimentKind"] == "custom_model_development"
     experiment_id_for(client, "chosen", None)
     assert client.get_experiment(chosen).tags["mlflow.experimentKind"] == "genai_development"
+
+
+def test_a_sweep_with_a_report_links_it_directly():
+    """The parent run's analysis report opens in MLflow's artifact viewer from the printed line."""
+    assert link_lines("http://host:5000", "7", runs={"parent run": "abc"}, report_run="abc")[
+        -1
+    ] == (
+        "quadrants: report      http://host:5000/#/experiments/7/runs/abc/artifacts/analysis/"
+        "report.html?workflowType=machine_learning"
+    )
