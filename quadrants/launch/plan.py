@@ -58,7 +58,8 @@ def plan_command(argv: list[str]) -> tuple[str, bool]:
             key = repr(
                 (
                     inputs.trace_key(),
-                    inputs.vllm,
+                    inputs.engine,
+                    inputs.rollout,
                     inputs.gpu_memory_gb,
                     inputs.allocator_headroom,
                     inputs.gpus_per_node,

@@ -10,8 +10,9 @@
   `train.micro_batch_tokens` packs `micro_batch_tokens // row length` rows per micro-batch (at least
   one), else `train.micro_batch_size`, else the whole share; the no-grad passes take
   `train.forward_tokens // row length` rows (else the mini-batch, as today);
-- the engine: `rollout.engine=vllm` adds its share (memory/vllm_share.py); the HF engine
-  generates with the trainer's own model, whose KV cache the plan does not itemise;
+- the engine: its registry entry answers its own share (rollout/registry.py
+  `EngineKind.memory_share`); an engine that generates with the trainer's own model has none,
+  and its KV cache is not itemised;
 - a KL reference model (`objective.kl_coef > 0`) adds its parameters in `model.dtype`, sharded;
   under LoRA there is none (the reference is the policy with its adapters off);
 - `model.lora`: the adapters on a frozen base, traced as the trainer builds them (memory/trace.py).
@@ -29,6 +30,7 @@ from quadrants.memory.architecture import model_config
 from quadrants.memory.plan import Plan, PlanInputs, format_plan, make_plan
 from quadrants.memory.trace import LoraSpec
 from quadrants.models.lora import target_modules as lora_target_modules
+from quadrants.rollout.registry import get_engine
 
 DEFAULT_GPU_GB = 80.0  # the engine's share is sized on this when cluster.gpu_memory_gb is null
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -69,7 +71,8 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
         forward_rows=forward_rows,
         chunk_size=train.entropy_chunk_size,
         micro_batches=math.ceil(share / update_rows),
-        vllm=cfg.rollout.vllm if cfg.rollout.engine == "vllm" else None,
+        engine=cfg.rollout.engine,
+        rollout=cfg.rollout,
         gpu_memory_gb=cfg.cluster.gpu_memory_gb or DEFAULT_GPU_GB,
         reference_dtype_bytes=(
             _DTYPE_BYTES.get(cfg.model.dtype, 4)
@@ -115,7 +118,7 @@ def check_memory(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan | 
 
 def needed_bytes(cfg: RunConfig, plan: Plan) -> float:
     """The plan's peak plus the caching allocator's headroom on the trainer's part of it
-    (cluster.allocator_headroom; vLLM's share comes from its own memory pool)."""
+    (cluster.allocator_headroom; the engine's share comes from its own memory pool)."""
     return plan.needed()
 
 
@@ -149,20 +152,9 @@ def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
             f"fewer tokens per no-grad forward: train.forward_tokens={inputs.seq_len} "
             f"(now {inputs.forward_rows} rows of {inputs.seq_len})"
         )
-    if peak.vllm_weights + peak.kv_cache > 0 and peak.phase in ("load", "rollout", "weight push"):
-        engine = cfg.rollout.vllm
-        if engine.kv_cache_gib is None:
-            fixes.append(
-                "a smaller engine share: rollout.vllm.gpu_memory_utilization (now "
-                f"{engine.gpu_memory_utilization:g} of the GPU) or a fixed "
-                "rollout.vllm.kv_cache_gib"
-            )
-        else:
-            fixes.append(
-                f"a smaller KV cache: rollout.vllm.kv_cache_gib (now {engine.kv_cache_gib:g})"
-            )
-    if peak.vllm_weights + peak.kv_cache > 0 and peak.phase in ("update", "behaviour pass"):
-        fixes.append("let the engine sleep while the trainer works: rollout.vllm.sleep_level=1")
+    if peak.engine_weights + peak.kv_cache > 0:
+        awake = peak.phase in ("load", "rollout", "weight push")
+        fixes.extend(get_engine(inputs.engine).share_fixes(cfg.rollout, awake=awake))
     if not fixes:
         fixes.append("more ranks per run, or a GPU with more memory")
     return (

@@ -2,8 +2,9 @@
 
 The trainer's share is measured (memory/trace.py: one micro-batch step of the real architecture
 traced with torch's trackers on fake tensors at 1 and 2 decoder layers, extrapolated to the
-model's depth); the vLLM engine's share follows from its
-settings (memory/vllm_share.py). Phases, in the order a step runs them:
+model's depth); the rollout engine's share is what its registry entry answers
+(rollout/registry.py `EngineKind.memory_share`: vLLM's follows from its settings,
+rollout/vllm_share.py). Phases, in the order a step runs them:
 
 - load: the trainer's parameters and the engine awake (its weights and KV cache);
 - rollout: parameters and optimizer states (gradients released after the last update) and the
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from transformers import PretrainedConfig
 
-from quadrants.config import VLLMConfig
+from quadrants.config import RolloutConfig
 from quadrants.memory.trace import (
     KINDS,
     Footprint,
@@ -43,7 +44,8 @@ from quadrants.memory.trace import (
     TraceSpec,
     trace_step,
 )
-from quadrants.memory.vllm_share import vllm_share
+from quadrants.rollout.engine import EngineShare
+from quadrants.rollout.registry import get_engine
 
 # the depths traced (this and one more): the first layer sits between the embedding and the head,
 # so a 1-layer model's peak can fall at another moment than a deep model's; from 2 layers on a
@@ -75,7 +77,8 @@ class PlanInputs:
     forward_rows: int  # rows per no-grad forward (per rank)
     chunk_size: int
     micro_batches: int  # micro-batches per optimizer step (per rank)
-    vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
+    engine: str = "hf"  # rollout.engine: its registry entry answers its share of the GPU
+    rollout: RolloutConfig | None = None  # the rollout section the engine's share is sized on
     gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
     reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
     load_dtype_bytes: int = 2  # bytes per parameter of the checkpoint as read (model.dtype)
@@ -109,7 +112,7 @@ class PlanInputs:
 class PhasePeak:
     phase: str
     trainer: Footprint
-    vllm_weights: int = 0
+    engine_weights: int = 0
     kv_cache: int = 0
     gathered_push: int = 0  # the weight push's one full parameter
     reference: int = 0
@@ -118,7 +121,7 @@ class PhasePeak:
     def total(self) -> int:
         return (
             self.trainer.total
-            + self.vllm_weights
+            + self.engine_weights
             + self.kv_cache
             + self.gathered_push
             + self.reference
@@ -144,7 +147,7 @@ class Plan:
 
     def needed(self) -> float:
         """Bytes the peak phase needs from the GPU: its live tensors plus the caching allocator's
-        headroom on the trainer's share (vLLM's share comes from its own memory pool)."""
+        headroom on the trainer's share (the engine's share comes from its own memory pool)."""
         return self._needs(self.peak())
 
 
@@ -248,9 +251,9 @@ def host_per_node(
 def make_plan(inputs: PlanInputs) -> Plan:
     """The plan of `inputs` (module docstring)."""
     step = trainer_trace(inputs)
-    engine = vllm_share(inputs.vllm, step.parameters, inputs.gpu_memory_gb) if inputs.vllm else None
-    awake = dict(vllm_weights=engine.weights, kv_cache=engine.kv_cache) if engine else {}
-    asleep = dict(vllm_weights=engine.asleep_weights, kv_cache=engine.asleep_kv) if engine else {}
+    engine = engine_share(inputs, step.parameters)
+    awake = dict(engine_weights=engine.weights, kv_cache=engine.kv_cache) if engine else {}
+    asleep = dict(engine_weights=engine.asleep_weights, kv_cache=engine.asleep_kv) if engine else {}
     reference = step.parameters * inputs.reference_dtype_bytes // inputs.world_size
     ref = dict(reference=reference)
     resident, no_grad, forward_backward = step.resident, step.no_grad, step.update
@@ -267,7 +270,7 @@ def make_plan(inputs: PlanInputs) -> Plan:
     # time in the engine's dtype (rollout/weights.py `merged_lora_weights`), the widest projection
     merged = _largest_linear(inputs.config) * (engine.dtype_bytes if engine else 2)
     one_at_a_time = largest if inputs.sharded else merged if inputs.lora is not None else 0
-    push = dict(vllm_weights=engine.weights, gathered_push=one_at_a_time) if engine else {}
+    push = dict(engine_weights=engine.weights, gathered_push=one_at_a_time) if engine else {}
     phases = [
         PhasePeak("load", load, **awake, **ref),
         PhasePeak("rollout", resident, **awake, **ref),
@@ -291,6 +294,14 @@ def make_plan(inputs: PlanInputs) -> Plan:
         parameters=step.parameters,
         trainable=step.trainable,
     )
+
+
+def engine_share(inputs: PlanInputs, parameters: int) -> EngineShare | None:
+    """The rollout engine's own share of each GPU, as its registry entry answers it (None: it
+    generates with the trainer's module, or no rollout section was given)."""
+    if inputs.rollout is None:
+        return None
+    return get_engine(inputs.engine).memory_share(inputs.rollout, parameters, inputs.gpu_memory_gb)
 
 
 def _largest_linear(config: PretrainedConfig) -> int:
@@ -342,7 +353,7 @@ def gib(value: int) -> str:
 def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
     """The plan as one table (GiB per GPU) plus its host line and notes."""
     i = plan.inputs
-    columns = ["phase", *KINDS, "vLLM weights", "KV cache", "push", "reference", "total"]
+    columns = ["phase", *KINDS, "engine weights", "KV cache", "push", "reference", "total"]
     rows = []
     for p in plan.phases:
         f = p.trainer
@@ -350,7 +361,7 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
             [
                 p.phase,
                 *(gib(getattr(f, k)) for k in KINDS),
-                gib(p.vllm_weights),
+                gib(p.engine_weights),
                 gib(p.kv_cache),
                 gib(p.gathered_push),
                 gib(p.reference),

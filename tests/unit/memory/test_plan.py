@@ -13,7 +13,7 @@ from quadrants.memory.architecture import model_config
 from quadrants.memory.check import check_memory, plan_inputs
 from quadrants.memory.plan import GiB, PlanInputs, host_per_node, trainer_trace
 from quadrants.memory.trace import TraceSpec, trace_step
-from quadrants.memory.vllm_share import vllm_share
+from quadrants.rollout.vllm_share import vllm_share
 
 
 def compose_launcher(*overrides: str) -> dict:

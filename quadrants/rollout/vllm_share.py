@@ -1,4 +1,5 @@
-"""The colocated vLLM engine's share of each GPU, from its settings (`rollout.vllm.*`).
+"""The colocated vLLM engine's share of each GPU, from its settings (`rollout.vllm.*`): what
+`VLLMKind.memory_share` (rollout/registry.py) answers the memory plan.
 
 Read in vLLM's source (vllm-project/vllm, the files below; the brief targets vLLM 0.33.0, whose
 full snapshot was too large to fetch here, so these were read at the indexed main branch and the
@@ -25,28 +26,14 @@ lines quoted are the ones the plan depends on):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from quadrants.config import VLLMConfig
+from quadrants.rollout.engine import EngineShare
 
 GiB = 2**30
 _BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "auto": 2}
 
 
-@dataclass(frozen=True)
-class VLLMShare:
-    """Bytes per GPU of the engine, awake and asleep, and its pinned host copy."""
-
-    weights: int
-    kv_cache: int
-    asleep_weights: int
-    asleep_kv: int
-    host_pinned: int  # per rank, while asleep at level 1
-    dtype_bytes: int
-    sized_by_utilization: bool
-
-
-def vllm_share(settings: VLLMConfig, parameters: int, gpu_memory_gb: float) -> VLLMShare:
+def vllm_share(settings: VLLMConfig, parameters: int, gpu_memory_gb: float) -> EngineShare:
     """The engine's share for a model of `parameters` elements on a GPU of `gpu_memory_gb` GB."""
     if settings.dtype not in _BYTES:
         raise ValueError(
@@ -54,18 +41,16 @@ def vllm_share(settings: VLLMConfig, parameters: int, gpu_memory_gb: float) -> V
         )
     dtype_bytes = _BYTES[settings.dtype]
     weights = parameters * dtype_bytes // max(settings.tensor_parallel_size, 1)
-    by_utilization = settings.kv_cache_gib is None
-    if by_utilization:
+    if settings.kv_cache_gib is None:
         kv = max(int(settings.gpu_memory_utilization * gpu_memory_gb * 1e9) - weights, 0)
     else:
         kv = int(settings.kv_cache_gib * GiB)
     level = settings.sleep_level
-    return VLLMShare(
+    return EngineShare(
         weights=weights,
         kv_cache=kv,
         asleep_weights=weights if level == 0 else 0,
         asleep_kv=kv if level == 0 else 0,
         host_pinned=weights if level == 1 else 0,
         dtype_bytes=dtype_bytes,
-        sized_by_utilization=by_utilization,
     )
