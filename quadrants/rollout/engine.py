@@ -89,6 +89,13 @@ class EngineShare:
     asleep_kv: int
     host_pinned: int  # per rank, while asleep
     dtype_bytes: int  # bytes per element of its weights (the weight push's gathered tensor)
+    # held outside what sleeping frees (CUDA graphs, the runner's buffers): in the phases the
+    # engine is awake (outside its awake share, if so) and asleep
+    awake_fixed: int = 0
+    asleep_fixed: int = 0
+    # full tensors of the largest parameter (in `dtype_bytes`) it holds besides its weights while
+    # it receives a weight push
+    receive_tensors: int = 0
 
 
 class RolloutEngine(Protocol):

@@ -14,7 +14,7 @@ of the code asks the kind, never the name:
 - `check_settings(cfg)`: compose-time checks of the engine's own config section (run for every
   registered engine, the chosen one or not);
 - `check_lora(cfg)`: whether the engine serves `model.lora` as configured;
-- `memory_share(rollout, parameters, gpu_memory_gb)`: its own share of each GPU beside the
+- `memory_share(rollout, parameters, device_bytes)`: its own share of each GPU beside the
   trainer's, for the memory plan (None: it generates with the trainer's module), and
   `share_fixes(rollout, awake)`: the settings that shrink that share, for the plan's refusal.
 
@@ -58,11 +58,11 @@ class EngineKind:
         of `model.lora` as configured (called when LoRA is on and this is the run's engine)."""
 
     def memory_share(
-        self, rollout: RolloutConfig, parameters: int, gpu_memory_gb: float
+        self, rollout: RolloutConfig, parameters: int, device_bytes: int
     ) -> EngineShare | None:
         """The engine's own bytes per GPU beside the trainer's, for a model of `parameters`
-        elements on a GPU of `gpu_memory_gb`; None: it generates with the trainer's own module,
-        whose memory the plan counts already."""
+        elements on a GPU of `device_bytes` usable bytes; None: it generates with the trainer's
+        own module, whose memory the plan counts already."""
         return None
 
     def share_fixes(self, rollout: RolloutConfig, awake: bool) -> list[str]:
@@ -223,10 +223,10 @@ class VLLMKind(EngineKind):
                 "from the base. Set rollout.vllm.dtype=float32, or rollout.engine=hf"
             )
 
-    def memory_share(self, rollout, parameters, gpu_memory_gb):
+    def memory_share(self, rollout, parameters, device_bytes):
         from quadrants.rollout.vllm_share import vllm_share
 
-        return vllm_share(rollout.vllm, parameters, gpu_memory_gb)
+        return vllm_share(rollout.vllm, parameters, device_bytes)
 
     def share_fixes(self, rollout, awake):
         engine = rollout.vllm
