@@ -104,8 +104,8 @@ def lora_spec(cfg: RunConfig) -> LoraSpec | None:
 
 def device_total(cfg: RunConfig) -> tuple[int, str]:
     """(usable bytes of one rank's GPU, where the figure comes from): the device's own total when
-    this process sees a CUDA device (`torch.cuda.mem_get_info()[1]`, the figure vLLM sizes its
-    share on: rollout/vllm_share.py), else `cluster.gpu_memory_gib` (the same figure, in GiB),
+    this process sees a CUDA device (`torch.cuda.mem_get_info()[1]`, the figure an engine sizes
+    its share on: rollout/registry.py), else `cluster.gpu_memory_gib` (the same figure, in GiB),
     else `DEFAULT_GPU_GIB`."""
     import torch
 
