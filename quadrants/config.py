@@ -277,9 +277,9 @@ class EvalConfig:
     ks: list[int] = field(default_factory=list)  # Pass@k also at these k (each <= every n)
     data_dir: str | None = None  # None: the data home, $QUADRANTS_DATA or ~/.cache/quadrants/data
     source: str = "local"  # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
-    # sequences (prompts x n) per generate call, benchmarks and the held-out check; None = as many
-    # as the engine's KV cache holds at the longest prompt + max_new_tokens (vLLM), 256 for an
-    # engine without one (HF) (quadrants/eval/sizing.py)
+    # sequences (prompts x n) per generate call, benchmarks and the held-out check; None = a
+    # rank's whole share in one call for an engine that schedules its own batches (vLLM), 256 for
+    # an engine without one (HF) (quadrants/eval/sizing.py)
     batch_size: int | None = None
     confidence: float = 0.95  # of the normal interval around each mean (value +/- z * stderr)
     # `python -m quadrants.evaluate TARGET`: a run dir (its newest checkpoint), a checkpoint dir,
@@ -357,15 +357,18 @@ class DistributedConfig:
 
 @dataclass
 class ClusterConfig:
-    # what one rank's accelerator holds; a run whose memory plan (`python -m quadrants.plan`)
-    # exceeds it is refused before anything is queued. None = no check
-    gpu_memory_gb: float | None = None
+    # one rank's GPU memory, usable GiB: what torch.cuda.mem_get_info()[1] / 2**30 reports on the
+    # cluster's cards (an "80 GB" H100 about 79.1-79.6); a run whose memory plan
+    # (`python -m quadrants.plan`) exceeds it is refused before anything is queued, and vLLM's
+    # share is gpu_memory_utilization x it. A planning process that sees a GPU reads that GPU's
+    # figure instead (memory/check.py `device_total`). None = no check
+    gpu_memory_gib: float | None = None
     # what torch's caching allocator reserves beyond the trainer's peak of live tensors (blocks
     # cached but not reusable at the peak), as a fraction of that peak: a run is refused unless
-    # plan peak + this share of the trainer's part fits gpu_memory_gb. Measured on an H100 with
+    # plan peak + this share of the trainer's part fits gpu_memory_gib. Measured on an H100 with
     # benchmarks/gpu_acceptance.py (docs/cluster.md): 0.31 with the allocator's defaults, 0.17 with
-    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which vLLM's sleep mode refuses
-    # (vllm/device_allocator/cumem.py asserts it is unset), so rollout=vllm runs need the former
+    # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (which vLLM's sleep mode turns off only
+    # around its own pool and restores: vllm/device_allocator/cumem.py `use_memory_pool`)
     allocator_headroom: float = 0.3
 
 

@@ -120,7 +120,7 @@ RANGES: dict[str, Range] = {
     "train.micro_batch_size": Range(0, why="0 = the whole mini-batch in one forward/backward"),
     "train.micro_batch_tokens": Range(0, why="0 = off (train.micro_batch_size decides)"),
     "train.forward_tokens": Range(0, why="0 = off"),
-    "cluster.gpu_memory_gb": Range(0, null=True, low_open=True, why="null = no memory check"),
+    "cluster.gpu_memory_gib": Range(0, null=True, low_open=True, why="null = no memory check"),
     "cluster.allocator_headroom": Range(0, why="a fraction of the trainer's planned peak"),
     "task.max_prompt_tokens": Range(1, why="the longest prompt: longer ones are dropped at load"),
     "train.dlogp_rows": Range(0, null=True, why="null = auto (1/16 of the rows), 0 = every row"),

@@ -34,8 +34,7 @@ from quadrants.probe.plan import validate_probe
 from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
-from quadrants.rollout.registry import get_engine
-from quadrants.rollout.weights import WEIGHT_DTYPES
+from quadrants.rollout.registry import get_engine, known_engines
 from quadrants.tasks import known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
@@ -60,9 +59,12 @@ def loss_settings(
     )
 
 
-def validate_rollout_engine(rollout: RolloutConfig) -> None:
-    """The mismatch correction, the HF engine's decode and the vLLM engine's settings (checked
-    whatever the engine; their numeric ranges are in config_ranges.RANGES)."""
+def validate_rollout_engine(cfg: RunConfig) -> None:
+    """The rollout section: the engine's name, the mismatch correction, the HF engine's decode and
+    every registered engine's own settings (`EngineKind.check_settings`, checked whatever the
+    engine; their numeric ranges are in config_ranges.RANGES)."""
+    rollout = cfg.rollout
+    get_engine(rollout.engine)  # an unknown name lists the registered engines
     if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
         raise ValueError(
             f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
@@ -75,28 +77,8 @@ def validate_rollout_engine(rollout: RolloutConfig) -> None:
     Range(
         0, rollout.max_new_tokens, why="0 = no overlong penalty; at most rollout.max_new_tokens"
     ).check("rollout.overlong_buffer", rollout.overlong_buffer)
-    if rollout.vllm.sleep_level not in (0, 1, 2):
-        raise ValueError(
-            f"rollout.vllm.sleep_level={rollout.vllm.sleep_level} is unknown; "
-            "choose one of [0, 1, 2]"
-        )
-
-
-def validate_model_len(cfg: RunConfig) -> None:
-    """vLLM's max_model_len bounds prompt + response: set below the planned row, the engine would
-    shorten responses (or refuse a prompt) that the run planned for."""
-    response = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
-    planned = cfg.task.max_prompt_tokens + response
-    set_len = cfg.rollout.vllm.max_model_len
-    if set_len is not None and set_len < planned:
-        raise ValueError(
-            f"rollout.vllm.max_model_len={set_len} is below task.max_prompt_tokens + the longest "
-            f"response (rollout.max_new_tokens, eval.max_new_tokens) = "
-            f"{cfg.task.max_prompt_tokens} + {response} = {planned}: the engine would cut "
-            "responses short. "
-            f"Use rollout.vllm.max_model_len=null (the planned sum) or >= {planned}, or lower "
-            "task.max_prompt_tokens"
-        )
+    for name in known_engines():
+        get_engine(name).check_settings(cfg)
 
 
 def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
@@ -133,8 +115,7 @@ def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
 
 
 def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
-    """train.precision (pure bf16 with AdamW refused unless allowed), the token budgets and the
-    vLLM engine's dtype."""
+    """train.precision (pure bf16 with AdamW refused unless allowed) and the token budgets."""
     if train.precision not in PRECISIONS:
         raise ValueError(
             f"train.precision={train.precision!r} is unknown; choose one of {list(PRECISIONS)}"
@@ -149,11 +130,6 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
             "train.precision=bf16-mixed (float32 parameters and optimizer states, bf16 compute; "
             "model.dtype=bfloat16 still reads the weights in bf16), or set "
             "train.allow_pure_bf16=true to train in pure bf16 anyway"
-        )
-    if rollout.vllm.dtype not in WEIGHT_DTYPES:
-        raise ValueError(
-            f"rollout.vllm.dtype={rollout.vllm.dtype!r} is unknown; choose one of "
-            f"{list(WEIGHT_DTYPES)}"
         )
     if train.micro_batch_tokens and train.micro_batch_size:
         raise ValueError(
@@ -196,21 +172,13 @@ def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> N
 
 def validate_lora(cfg: RunConfig) -> None:
     """`model.lora` against the rest of the run: its target modules here, the number of ranks in
-    `check_lora_ranks`. Both engines take LoRA: vLLM receives the merged weights
-    (rollout/weights.py `merged_lora_weights`, docs/lora.md), in float32 only."""
+    `check_lora_ranks`, the engine's own conditions in its registry entry
+    (`EngineKind.check_lora`)."""
     lora = cfg.model.lora
     if not lora.enabled:
         return
     lora_target_modules(lora.target_modules)
-    if cfg.rollout.engine == "vllm" and cfg.rollout.vllm.dtype != "float32":
-        raise ValueError(
-            f"model.lora.enabled=true with rollout.engine=vllm and "
-            f"rollout.vllm.dtype={cfg.rollout.vllm.dtype!r}: vLLM receives the adapters merged "
-            "into its weights, and a LoRA update merged into 16-bit weights is mostly rounded "
-            "away (measured: 99.8 % of it lost at adapter entries of 1e-5, 79 % at 1e-3; "
-            "benchmarks/lora_merge_precision.py, docs/lora.md), so the engine would sample from "
-            "the base. Set rollout.vllm.dtype=float32, or rollout.engine=hf"
-        )
+    get_engine(cfg.rollout.engine).check_lora(cfg)
 
 
 QUADRANT_AXES = ("token_entropy", "attention_entropy")
@@ -293,9 +261,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
             f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose "
             f"one of {list(EXTRACTIONS)}"
         )
-    get_engine(cfg.rollout.engine)  # an unknown name lists the registered engines
-    validate_rollout_engine(cfg.rollout)
-    validate_model_len(cfg)
+    validate_rollout_engine(cfg)
     if cfg.train.behaviour_pass not in ("auto", "always"):
         raise ValueError(
             f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "

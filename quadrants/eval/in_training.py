@@ -63,7 +63,7 @@ def evaluate_policy(
                 engine,
                 [p.prompt for p in heldout],
                 cfg.eval.batch_size,
-                cfg.eval.max_new_tokens,
+                cfg.eval.samples,
                 dist,
             )
             // cfg.eval.samples,

@@ -16,6 +16,7 @@ data file (naming the path and the fix), or a k larger than a benchmark's n, bef
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,9 +35,12 @@ from quadrants.tasks.benchmarks import (
 )
 from quadrants.tasks.data_files import fetch_command, file_for_path
 from quadrants.tasks.ood import get_ood_spec, known_ood_benchmarks, load_ood_benchmark, missing_note
+from quadrants.tasks.prompt_length import prompt_token_counter
 
 if TYPE_CHECKING:
     from quadrants.config import EvalConfig, PromptConfig, TaskConfig
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SOURCES", "BenchmarkPlan", "build_plans", "suite", "validate_eval"]
 
@@ -55,8 +59,10 @@ class BenchmarkPlan:
             the math-verify grader.
         groups: one group (domain, task) per problem; empty = no groups.
         group_kind: what the groups are ("domain", "task"), when there are groups.
-        whole: False when ``eval.limit`` left out some of a benchmark's problems (a task's held-out
-            split is whole at the size the run asked for).
+        whole: False when ``eval.limit`` or the prompt-length limit left out some of a
+            benchmark's problems (a task's held-out split is whole at the size the run asked for).
+        too_long: problems left out because their rendered prompt is longer than
+            ``task.max_prompt_tokens`` (`within_prompt_limit`).
     """
 
     name: str
@@ -66,6 +72,7 @@ class BenchmarkPlan:
     groups: tuple[str, ...] = ()
     group_kind: str | None = None
     whole: bool = True
+    too_long: int = 0
 
 
 def suite(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> dict[str, int]:
@@ -220,4 +227,38 @@ def build_plans(
         plans.append(
             BenchmarkPlan(name=name, problems=tuple(problems), samples=samples, whole=whole)
         )
-    return plans
+    if tokenizer is None:
+        return plans
+    count_tokens = prompt_token_counter(tokenizer)
+    return [within_prompt_limit(plan, count_tokens, task_cfg.max_prompt_tokens) for plan in plans]
+
+
+def within_prompt_limit(
+    plan: BenchmarkPlan, count_tokens: Callable[[str], int], max_tokens: int
+) -> BenchmarkPlan:
+    """`plan` without the problems whose rendered prompt is longer than `max_tokens` tokens
+    (`task.max_prompt_tokens`, as training's tasks are cut: tasks/prompt_length.py): the engine's
+    `max_model_len` is that limit plus the longest response, so under vLLM a longer evaluation
+    prompt would be refused on one rank while the others wait in the next collective. How many
+    were left out is logged and kept (`too_long`); a benchmark that lost any is not whole."""
+    fits = [count_tokens(problem.prompt) <= max_tokens for problem in plan.problems]
+    keep = [i for i, ok in enumerate(fits) if ok]
+    dropped = len(plan.problems) - len(keep)
+    if not dropped:
+        return plan
+    log.info(
+        "eval benchmark %s: %d of %d problems dropped, their prompts longer than "
+        "task.max_prompt_tokens=%d tokens",
+        plan.name,
+        dropped,
+        len(plan.problems),
+        max_tokens,
+    )
+    return replace(
+        plan,
+        problems=tuple(plan.problems[i] for i in keep),
+        rules=tuple(plan.rules[i] for i in keep) if plan.rules else (),
+        groups=tuple(plan.groups[i] for i in keep) if plan.groups else (),
+        whole=False,
+        too_long=dropped,
+    )

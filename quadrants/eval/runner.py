@@ -10,10 +10,10 @@ The same `run_suite` serves both callers:
   step, files under ``<outputs>/<study>/eval/<target>/<time>/``.
 
 Sampling is the config's (``eval.temperature``, ``eval.top_p``, ``eval.max_new_tokens``); each
-generate call holds about ``eval.batch_size`` sequences (prompts x n; unset: as many as the
-engine's KV cache holds, eval/sizing.py) and is seeded (`call_seeds`:
-no two samples of a problem share a seed), so a run is reproducible. Metrics and files are described
-in `quadrants.eval.results`.
+generate call holds about ``eval.batch_size`` sequences (prompts x n; unset: a rank's whole share
+of the benchmark when the engine schedules its own batches, as vLLM does: eval/sizing.py) and is
+seeded (`call_seeds`: no two samples of a problem share a seed), so a run is reproducible.
+Metrics and files are described in `quadrants.eval.results`.
 """
 
 from __future__ import annotations
@@ -161,18 +161,19 @@ def grade_benchmark(
 ) -> BenchmarkResult:
     """Generate ``plan.samples`` answers for every problem of `plan` and grade them.
 
-    A generate call holds at most ``eval.batch_size`` sequences, or as many as the engine's KV cache
-    holds when that is unset (eval/sizing.py; `generate_calls`), seeded by `call_seeds` of the run
-    `seed` and the benchmark's `index` in the suite (distinct seeds for all samples of a problem,
-    also with vLLM). With `dist` sharded, call i is made by rank i % W and every rank gets every
-    call's samples (a collective: every rank calls this), so the result is the one-process result.
+    A generate call holds at most ``eval.batch_size`` sequences, or a rank's whole share when that
+    is unset and the engine schedules its own batches (eval/sizing.py; `generate_calls`), seeded
+    by `call_seeds` of the run `seed` and the benchmark's `index` in the suite (distinct seeds for
+    all samples of a problem, also with vLLM). With `dist` sharded, call i is made by rank i % W
+    and every rank gets every call's samples (a collective: every rank calls this), so the result
+    is the one-process result.
     """
     dist = dist or DistEnv()
     size = call_size(
         engine,
         [p.prompt for p in plan.problems],
         eval_cfg.batch_size,
-        eval_cfg.max_new_tokens,
+        plan.samples,
         dist,
     )
     calls = generate_calls(len(plan.problems), plan.samples, size)

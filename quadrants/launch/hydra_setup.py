@@ -318,7 +318,7 @@ def preflight(argv: list[str]) -> int:
             ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
                 _checked(job, lambda run=run: check_layout(run, ranks))
                 _checked(job, lambda run=run: check_lora_ranks(run, ranks))
-            # the memory plan against cluster.gpu_memory_gb (jobs that differ only in seed,
+            # the memory plan against cluster.gpu_memory_gib (jobs that differ only in seed,
             # objective or quadrant share one trace), its host memory against sbatch --mem
             plan = _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
             if multirun:
@@ -353,7 +353,7 @@ def check_tracking_store(run: RunConfig, launcher: DictConfig) -> None:
 
 
 def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
-    """Refuse a SLURM job of a run planned for GPUs (`cluster.gpu_memory_gb` set) whose launcher
+    """Refuse a SLURM job of a run planned for GPUs (`cluster.gpu_memory_gib` set) whose launcher
     does not give each of its ranks a GPU of its own.
 
     A rank binds `cuda:0` when its task sees one GPU, else `cuda:<local rank>` (device.py,
@@ -366,7 +366,7 @@ def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
     not read."""
     if (
         str(launcher.get("_target_", "")) != SLURM_LAUNCHER
-        or run.cluster.gpu_memory_gb is None
+        or run.cluster.gpu_memory_gib is None
         or run.train.device == "cpu"
         or launcher.get("gres")
     ):
@@ -381,7 +381,7 @@ def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
     )
     if not per_task and not per_node:
         raise ValueError(
-            f"the run is planned for GPUs (cluster.gpu_memory_gb={run.cluster.gpu_memory_gb:g}) "
+            f"the run is planned for GPUs (cluster.gpu_memory_gib={run.cluster.gpu_memory_gib:g}) "
             "but the launcher asks SLURM for none (hydra.launcher.gpus_per_task and gpus_per_node "
             f"unset), so it would train on the node's CPUs; {fix}"
         )
@@ -415,7 +415,7 @@ def check_host_memory(plan: Plan | None, launcher: DictConfig) -> None:
     reads in units of 1024 MiB, and the job's memory cgroup on the node holds every rank of it: a
     plan over it is OOM-killed on the node, after its wait in the queue. The request must cover
     the plan's figure and `HOST_MARGIN` more (its process base is an assumption). No plan (no
-    cluster.gpu_memory_gb) or no mem_gb: nothing to check."""
+    cluster.gpu_memory_gib) or no mem_gb: nothing to check."""
     mem_gb = launcher.get("mem_gb")
     if plan is None or mem_gb is None or str(launcher.get("_target_", "")) != SLURM_LAUNCHER:
         return

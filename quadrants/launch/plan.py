@@ -1,5 +1,5 @@
 """`python -m quadrants.plan <the sweep's overrides>`: the memory plan of every distinct run of the
-command, per GPU and per phase, against `cluster.gpu_memory_gb`.
+command, per GPU and per phase, against `cluster.gpu_memory_gib`.
 
     python -m quadrants.plan experiment=paper_quadrants_qwen7b launcher=slurm_ddp \
         hydra.launcher.tasks_per_node=8
@@ -58,30 +58,31 @@ def plan_command(argv: list[str]) -> tuple[str, bool]:
             key = repr(
                 (
                     inputs.trace_key(),
-                    inputs.vllm,
-                    inputs.gpu_memory_gb,
+                    inputs.engine,
+                    inputs.rollout,
+                    inputs.device_bytes,
                     inputs.allocator_headroom,
                     inputs.gpus_per_node,
                     inputs.reference_dtype_bytes,
                     inputs.load_dtype_bytes,
-                    run.cluster.gpu_memory_gb,
+                    run.cluster.gpu_memory_gib,
                 )
             )
             groups.setdefault(key, ([], run))[0].append(job)
     out, ok = [], True
     for members, run in groups.values():
         plan = make_plan(plan_inputs(run, ranks, per_node))
-        budget = run.cluster.gpu_memory_gb
+        budget = run.cluster.gpu_memory_gib
         first = " ".join(members[0]) or "(defaults)"
         others = f" and {len(members) - 1} more with the same plan" if len(members) > 1 else ""
         out.append(f"job: {first}{others}")
-        out.append(format_plan(plan, budget))
+        out.append(format_plan(plan, checked=budget is not None))
         request = memory_request_line(plan, base.hydra.launcher)
         out.append(request)
         ok = ok and not request.startswith("REFUSED")
-        if budget is not None and not fits(plan, budget):
+        if budget is not None and not fits(plan):
             ok = False
-            out.append("REFUSED: " + refusal(run, plan, budget))
+            out.append("REFUSED: " + refusal(run, plan))
         out.append("")
     return "\n".join(out).rstrip(), ok
 

@@ -60,6 +60,6 @@ def model_config(name_or_path: str, key: str = "model.name_or_path") -> Pretrain
     raise ValueError(
         f"{key}={name_or_path}: the memory plan needs the model's architecture and has none for "
         f"it. Point {key} at a local directory with a config.json, or use one of "
-        f"{sorted(SHIPPED)} (whose configs ship with quadrants), or set cluster.gpu_memory_gb=null "
-        "to skip the plan."
+        f"{sorted(SHIPPED)} (whose configs ship with quadrants), or set "
+        "cluster.gpu_memory_gib=null to skip the plan."
     )

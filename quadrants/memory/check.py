@@ -10,13 +10,14 @@
   `train.micro_batch_tokens` packs `micro_batch_tokens // row length` rows per micro-batch (at least
   one), else `train.micro_batch_size`, else the whole share; the no-grad passes take
   `train.forward_tokens // row length` rows (else the mini-batch, as today);
-- the engine: `rollout.engine=vllm` adds its share (memory/vllm_share.py); the HF engine
-  generates with the trainer's own model, whose KV cache the plan does not itemise;
+- the engine: its registry entry answers its own share (rollout/registry.py
+  `EngineKind.memory_share`); an engine that generates with the trainer's own model has none,
+  and its KV cache is not itemised;
 - a KL reference model (`objective.kl_coef > 0`) adds its parameters in `model.dtype`, sharded;
   under LoRA there is none (the reference is the policy with its adapters off);
 - `model.lora`: the adapters on a frozen base, traced as the trainer builds them (memory/trace.py).
 
-`check_memory` raises ValueError when the plan's peak exceeds `cluster.gpu_memory_gb`, naming the
+`check_memory` raises ValueError when the plan's peak exceeds `cluster.gpu_memory_gib`, naming the
 phase and the settings that fix it.
 """
 
@@ -26,11 +27,14 @@ import math
 
 from quadrants.config import RunConfig
 from quadrants.memory.architecture import model_config
-from quadrants.memory.plan import Plan, PlanInputs, format_plan, make_plan
-from quadrants.memory.trace import LoraSpec
+from quadrants.memory.plan import Plan, PlanInputs, fits, format_plan, make_plan
+from quadrants.memory.trace import GiB, LoraSpec
 from quadrants.models.lora import target_modules as lora_target_modules
+from quadrants.rollout.registry import get_engine
 
-DEFAULT_GPU_GB = 80.0  # the engine's share is sized on this when cluster.gpu_memory_gb is null
+# the usable GiB the engine's share is sized on when cluster.gpu_memory_gib is null and no GPU is
+# seen: an "80 GB" card's total as torch.cuda.mem_get_info() reports it is about 79.1-79.6 GiB
+DEFAULT_GPU_GIB = 79.1
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
@@ -69,8 +73,9 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
         forward_rows=forward_rows,
         chunk_size=train.entropy_chunk_size,
         micro_batches=math.ceil(share / update_rows),
-        vllm=cfg.rollout.vllm if cfg.rollout.engine == "vllm" else None,
-        gpu_memory_gb=cfg.cluster.gpu_memory_gb or DEFAULT_GPU_GB,
+        engine=cfg.rollout.engine,
+        rollout=cfg.rollout,
+        **dict(zip(("device_bytes", "device_source"), device_total(cfg), strict=True)),
         reference_dtype_bytes=(
             _DTYPE_BYTES.get(cfg.model.dtype, 4)
             if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled
@@ -97,40 +102,57 @@ def lora_spec(cfg: RunConfig) -> LoraSpec | None:
     )
 
 
+def device_total(cfg: RunConfig) -> tuple[int, str]:
+    """(usable bytes of one rank's GPU, where the figure comes from): the device's own total when
+    this process sees a CUDA device (`torch.cuda.mem_get_info()[1]`, the figure an engine sizes
+    its share on: rollout/registry.py), else `cluster.gpu_memory_gib` (the same figure, in GiB),
+    else `DEFAULT_GPU_GIB`."""
+    import torch
+
+    if torch.cuda.is_available():
+        total = int(torch.cuda.mem_get_info()[1])
+        return total, f"read from {torch.cuda.get_device_name()}, torch.cuda.mem_get_info"
+    gib = cfg.cluster.gpu_memory_gib
+    if gib is not None:
+        return int(gib * GiB), f"cluster.gpu_memory_gib={gib:g}"
+    default = f"no GPU seen and cluster.gpu_memory_gib=null: {DEFAULT_GPU_GIB:g}"
+    return int(DEFAULT_GPU_GIB * GiB), default
+
+
 def plan_for(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan:
     return make_plan(plan_inputs(cfg, world_size, gpus_per_node))
 
 
 def check_memory(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan | None:
-    """The run's plan; ValueError when it does not fit `cluster.gpu_memory_gb` (None: no check,
-    nothing traced)."""
-    budget = cfg.cluster.gpu_memory_gb
-    if budget is None:
+    """The run's plan; ValueError when it does not fit the device's usable bytes (`device_total`;
+    `cluster.gpu_memory_gib` null: no check, nothing traced)."""
+    if cfg.cluster.gpu_memory_gib is None:
         return None
     plan = plan_for(cfg, world_size, gpus_per_node)
-    if needed_bytes(cfg, plan) <= budget * 1e9:
+    if fits(plan):
         return plan
-    raise ValueError(refusal(cfg, plan, budget) + "\n" + format_plan(plan, budget))
+    raise ValueError(refusal(cfg, plan) + "\n" + format_plan(plan, checked=True))
 
 
 def needed_bytes(cfg: RunConfig, plan: Plan) -> float:
     """The plan's peak plus the caching allocator's headroom on the trainer's part of it
-    (cluster.allocator_headroom; vLLM's share comes from its own memory pool)."""
+    (cluster.allocator_headroom; the engine's share comes from its own memory pool)."""
     return plan.needed()
 
 
-def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
+def refusal(cfg: RunConfig, plan: Plan) -> str:
     """What does not fit, where, and the settings that fix it."""
     peak = plan.peak()
     inputs = plan.inputs
     f = peak.trainer
     state = f.parameters + f.gradients + f.optimizer
     fixes = []
-    over = needed_bytes(cfg, plan) - budget * 1e9
+    budget = inputs.device_bytes
+    over = needed_bytes(cfg, plan) - budget
     # the trainer's sharded state: more ranks divide it (LoRA trains in one process)
     if state > 0.1 * peak.total and inputs.lora is None:
         full_state = state * inputs.world_size
-        room = budget * 1e9 - (peak.total - state)
+        room = budget - (peak.total - state)
         least = f"; at least {math.ceil(full_state / room)}" if room > 0 else ""
         fixes.append(
             f"more ranks per run (parameters, gradients and optimizer states, "
@@ -149,28 +171,26 @@ def refusal(cfg: RunConfig, plan: Plan, budget: float) -> str:
             f"fewer tokens per no-grad forward: train.forward_tokens={inputs.seq_len} "
             f"(now {inputs.forward_rows} rows of {inputs.seq_len})"
         )
-    if peak.vllm_weights + peak.kv_cache > 0 and peak.phase in ("load", "rollout", "weight push"):
-        engine = cfg.rollout.vllm
-        if engine.kv_cache_gib is None:
-            fixes.append(
-                "a smaller engine share: rollout.vllm.gpu_memory_utilization (now "
-                f"{engine.gpu_memory_utilization:g} of the GPU) or a fixed "
-                "rollout.vllm.kv_cache_gib"
-            )
-        else:
-            fixes.append(
-                f"a smaller KV cache: rollout.vllm.kv_cache_gib (now {engine.kv_cache_gib:g})"
-            )
-    if peak.vllm_weights + peak.kv_cache > 0 and peak.phase in ("update", "behaviour pass"):
-        fixes.append("let the engine sleep while the trainer works: rollout.vllm.sleep_level=1")
+    if (
+        peak.phase in ("rollout", "weight push", "behaviour pass")
+        and f.optimizer > 0.1 * over
+        and not inputs.offload_optimizer
+    ):
+        fixes.append(
+            "AdamW's states in host memory outside the optimizer step: train.offload_optimizer=true"
+        )
+    if peak.engine_weights + peak.kv_cache > 0:
+        awake = peak.phase in ("load", "rollout", "weight push")
+        fixes.extend(get_engine(inputs.engine).share_fixes(cfg.rollout, awake=awake))
     if not fixes:
         fixes.append("more ranks per run, or a GPU with more memory")
     return (
-        f"memory plan: the {peak.phase} phase needs {peak.total / 1e9:.1f} GB per GPU "
-        f"({needed_bytes(cfg, plan) / 1e9:.1f} GB with the allocator's headroom, "
-        f"cluster.allocator_headroom={cfg.cluster.allocator_headroom:g}), over "
-        f"cluster.gpu_memory_gb={budget:g} ({inputs.world_size} rank(s) per run). Fix: "
+        f"memory plan: the {peak.phase} phase needs {peak.total / GiB:.1f} GiB per GPU "
+        f"({needed_bytes(cfg, plan) / GiB:.1f} GiB with the allocator's headroom, "
+        f"cluster.allocator_headroom={cfg.cluster.allocator_headroom:g}), over the GPU's "
+        f"{budget / GiB:.1f} GiB ({inputs.device_source}; {inputs.world_size} rank(s) per run). "
+        "Fix: "
         + "; or ".join(fixes)
         + ". (Check with python -m quadrants.plan <the same overrides>; "
-        "cluster.gpu_memory_gb=null skips the check.)"
+        "cluster.gpu_memory_gib=null skips the check.)"
     )

@@ -2,17 +2,23 @@
 
 The trainer's share is measured (memory/trace.py: one micro-batch step of the real architecture
 traced with torch's trackers on fake tensors at 1 and 2 decoder layers, extrapolated to the
-model's depth); the vLLM engine's share follows from its
-settings (memory/vllm_share.py). Phases, in the order a step runs them:
+model's depth); the rollout engine's share is what its registry entry answers
+(rollout/registry.py `EngineKind.memory_share`: vLLM's follows from its settings,
+rollout/vllm_share.py). Phases, in the order a step runs them:
 
 - load: the trainer's parameters and the engine awake (its weights and KV cache);
 - rollout: parameters and optimizer states (gradients released after the last update) and the
   engine awake;
 - behaviour pass: the no-grad forward of `train.forward_tokens` (or the mini-batch) with the
-  engine asleep;
+  engine asleep (what sleep does not free, its CUDA graphs and buffers, still held);
 - update: the micro-batches' forward and backward and the AdamW step, engine asleep;
 - weight push: the engine's weights woken and receiving the trainer's, plus one gathered full
-  parameter (the largest, in the engine's dtype) at a time.
+  parameter (the largest, in the engine's dtype) at a time and the copy the engine's reload makes
+  of it (`EngineShare.receive_tensors`).
+
+Every phase also holds the process's non-torch memory (`NON_TORCH_GIB`: CUDA context, NCCL), and
+the budget is the device's usable total (`PlanInputs.device_bytes`: `cluster.gpu_memory_gib`, or
+the device's own figure when the planning process sees one: memory/check.py).
 
 Rows: the trace runs the plan's own rows per micro-batch and per no-grad forward (a peak is the
 largest of several moments, each linear in the rows, and which one is largest changes with them,
@@ -23,7 +29,9 @@ optimizer states, and the activations it saves for backward). The update's peak 
 2-layer peak plus (L - 2) times the per-layer growth of what is held at the end of the forward
 (where backward starts and every layer's saved activations are held), or the 2-layer peak extended
 linearly, whichever is larger; the no-grad peak, the optimizer's step and the resident state are
-linear in depth.
+linear in depth. FSDP2's gathered (unsharded) parameters are not: it gathers one layer at a time
+and frees it (`reshard_after_forward`), so at every depth the plan holds them at the deeper trace's
+value (`_deepest_gathered`).
 tests/unit/memory/test_plan.py checks the extrapolation against a full trace.
 """
 
@@ -33,7 +41,7 @@ from dataclasses import dataclass, field, replace
 
 from transformers import PretrainedConfig
 
-from quadrants.config import VLLMConfig
+from quadrants.config import RolloutConfig
 from quadrants.memory.trace import (
     KINDS,
     Footprint,
@@ -43,7 +51,8 @@ from quadrants.memory.trace import (
     TraceSpec,
     trace_step,
 )
-from quadrants.memory.vllm_share import vllm_share
+from quadrants.rollout.engine import EngineShare
+from quadrants.rollout.registry import get_engine
 
 # the depths traced (this and one more): the first layer sits between the embedding and the head,
 # so a 1-layer model's peak can fall at another moment than a deep model's; from 2 layers on a
@@ -57,6 +66,12 @@ HOST_BASE_GIB = 4.0
 # process base is an assumption (its estimates run to 5 GiB a rank with vLLM imported and the
 # grader's workers: +25 %), so the request covers the plan by this share (launch/hydra_setup.py)
 HOST_MARGIN = 0.25
+# GPU memory one process holds outside torch's allocator, in every phase: an assumption, not a
+# measurement here (no GPU): the CUDA context of a Hopper GPU with lazy module loading (CUDA 12+'s
+# default) about 0.5 GiB, NCCL's communicator buffers for 8 ranks over NVLink (NCCL_BUFFSIZE, 4 MiB
+# per channel and peer, and its NVLS buffers) up to about 1 GiB. The engine runs in the trainer's
+# process (one CUDA context). benchmarks/gpu_acceptance.py measures it where a GPU is lent.
+NON_TORCH_GIB = 1.5
 
 
 @dataclass(frozen=True)
@@ -75,8 +90,12 @@ class PlanInputs:
     forward_rows: int  # rows per no-grad forward (per rank)
     chunk_size: int
     micro_batches: int  # micro-batches per optimizer step (per rank)
-    vllm: VLLMConfig | None = None  # None: the HF engine (the trainer's own model generates)
-    gpu_memory_gb: float = 80.0  # the GPU the engine's share is sized on
+    engine: str = "hf"  # rollout.engine: its registry entry answers its share of the GPU
+    rollout: RolloutConfig | None = None  # the rollout section the engine's share is sized on
+    # one rank's GPU, usable bytes (what torch.cuda.mem_get_info()[1] reports): the budget, and
+    # what the engine's share is a fraction of; `device_source` says where the figure came from
+    device_bytes: int = int(79.1 * 2**30)
+    device_source: str = "cluster.gpu_memory_gib=79.1"
     reference_dtype_bytes: int = 0  # a KL reference model's bytes per parameter (0: none)
     load_dtype_bytes: int = 2  # bytes per parameter of the checkpoint as read (model.dtype)
     # train.offload_optimizer: AdamW's states in host memory except during the optimizer step
@@ -109,19 +128,23 @@ class PlanInputs:
 class PhasePeak:
     phase: str
     trainer: Footprint
-    vllm_weights: int = 0
+    engine_weights: int = 0
     kv_cache: int = 0
-    gathered_push: int = 0  # the weight push's one full parameter
+    engine_fixed: int = 0  # what the engine holds outside its share or sleep (CUDA graphs)
+    gathered_push: int = 0  # the weight push: the gathered parameter and the engine's reload copy
     reference: int = 0
+    non_torch: int = 0  # CUDA context and NCCL buffers (`NON_TORCH_GIB`)
 
     @property
     def total(self) -> int:
         return (
             self.trainer.total
-            + self.vllm_weights
+            + self.engine_weights
             + self.kv_cache
+            + self.engine_fixed
             + self.gathered_push
             + self.reference
+            + self.non_torch
         )
 
 
@@ -144,7 +167,7 @@ class Plan:
 
     def needed(self) -> float:
         """Bytes the peak phase needs from the GPU: its live tensors plus the caching allocator's
-        headroom on the trainer's share (vLLM's share comes from its own memory pool)."""
+        headroom on the trainer's share (the engine's share comes from its own memory pool)."""
         return self._needs(self.peak())
 
 
@@ -160,17 +183,27 @@ def extrapolate(one: StepTrace, two: StepTrace, layers: int, depth: int = 1) -> 
     bf16 weight copies)."""
     steps = layers - depth - 1  # layers beyond the deeper trace
     per_layer_held = _minus(two.held, one.held)
-    by_held = _add(two.update, per_layer_held, steps)
-    by_peak = one.update.scaled(two.update, steps + 1)
+    by_held = _deepest_gathered(_add(two.update, per_layer_held, steps), two.update)
+    by_peak = _deepest_gathered(one.update.scaled(two.update, steps + 1), two.update)
     return StepTrace(
         update=max(by_held, by_peak, key=lambda f: f.total),
-        held=_add(two.held, per_layer_held, steps),
-        optimizer=one.optimizer.scaled(two.optimizer, steps + 1),
-        no_grad=one.no_grad.scaled(two.no_grad, steps + 1),
+        held=_deepest_gathered(_add(two.held, per_layer_held, steps), two.held),
+        optimizer=_deepest_gathered(one.optimizer.scaled(two.optimizer, steps + 1), two.optimizer),
+        no_grad=_deepest_gathered(one.no_grad.scaled(two.no_grad, steps + 1), two.no_grad),
         resident=one.resident.scaled(two.resident, steps + 1),
         parameters=one.parameters + (steps + 1) * (two.parameters - one.parameters),
         trainable=one.trainable + (steps + 1) * (two.trainable - one.trainable),
     )
+
+
+def _deepest_gathered(extrapolated: Footprint, deepest: Footprint) -> Footprint:
+    """`extrapolated` with FSDP2's gathered parameters held at the deepest trace's value: FSDP2
+    unshards one layer at a time (and prefetches the next: torch/distributed/fsdp/_fully_shard,
+    forward and backward prefetch of one module), so what is gathered at any moment is a layer or
+    two and the root's embedding and head, whatever the depth; extended linearly, the 7B at 8
+    ranks planned 13.75 GiB of gathered layers where the full 28-layer trace holds 2.90 (update
+    46.02 GiB planned against 35.17 traced; now 35.17: benchmarks/plan_full_depth.py)."""
+    return replace(extrapolated, gathered=deepest.gathered)
 
 
 def _minus(a: Footprint, b: Footprint) -> Footprint:
@@ -248,11 +281,19 @@ def host_per_node(
 def make_plan(inputs: PlanInputs) -> Plan:
     """The plan of `inputs` (module docstring)."""
     step = trainer_trace(inputs)
-    engine = vllm_share(inputs.vllm, step.parameters, inputs.gpu_memory_gb) if inputs.vllm else None
-    awake = dict(vllm_weights=engine.weights, kv_cache=engine.kv_cache) if engine else {}
-    asleep = dict(vllm_weights=engine.asleep_weights, kv_cache=engine.asleep_kv) if engine else {}
+    engine = engine_share(inputs, step.parameters)
+    awake = asleep = push = {}
+    if engine is not None:
+        awake = dict(
+            engine_weights=engine.weights, kv_cache=engine.kv_cache, engine_fixed=engine.awake_fixed
+        )
+        asleep = dict(
+            engine_weights=engine.asleep_weights,
+            kv_cache=engine.asleep_kv,
+            engine_fixed=engine.asleep_fixed,
+        )
     reference = step.parameters * inputs.reference_dtype_bytes // inputs.world_size
-    ref = dict(reference=reference)
+    ref = dict(reference=reference, non_torch=int(NON_TORCH_GIB * GiB))
     resident, no_grad, forward_backward = step.resident, step.no_grad, step.update
     offloaded = 0
     if inputs.offload_optimizer:  # AdamW's states on the host but for the step itself
@@ -267,7 +308,13 @@ def make_plan(inputs: PlanInputs) -> Plan:
     # time in the engine's dtype (rollout/weights.py `merged_lora_weights`), the widest projection
     merged = _largest_linear(inputs.config) * (engine.dtype_bytes if engine else 2)
     one_at_a_time = largest if inputs.sharded else merged if inputs.lora is not None else 0
-    push = dict(vllm_weights=engine.weights, gathered_push=one_at_a_time) if engine else {}
+    if engine is not None:  # the weights woken, the KV cache asleep
+        push = dict(
+            engine_weights=engine.weights,
+            kv_cache=engine.asleep_kv,
+            engine_fixed=engine.asleep_fixed,
+            gathered_push=one_at_a_time + engine.receive_tensors * largest,
+        )
     phases = [
         PhasePeak("load", load, **awake, **ref),
         PhasePeak("rollout", resident, **awake, **ref),
@@ -291,6 +338,14 @@ def make_plan(inputs: PlanInputs) -> Plan:
         parameters=step.parameters,
         trainable=step.trainable,
     )
+
+
+def engine_share(inputs: PlanInputs, parameters: int) -> EngineShare | None:
+    """The rollout engine's own share of each GPU, as its registry entry answers it (None: it
+    generates with the trainer's module, or no rollout section was given)."""
+    if inputs.rollout is None:
+        return None
+    return get_engine(inputs.engine).memory_share(inputs.rollout, parameters, inputs.device_bytes)
 
 
 def _largest_linear(config: PretrainedConfig) -> int:
@@ -331,18 +386,20 @@ def host_line(plan: Plan) -> str:
     )
 
 
-def fits(plan: Plan, gpu_memory_gb: float) -> bool:
-    return plan.needed() <= gpu_memory_gb * 1e9
+def fits(plan: Plan) -> bool:
+    """Whether the plan's need fits the device's usable bytes (`PlanInputs.device_bytes`)."""
+    return plan.needed() <= plan.inputs.device_bytes
 
 
 def gib(value: int) -> str:
     return f"{value / GiB:.2f}"
 
 
-def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
+def format_plan(plan: Plan, checked: bool = False) -> str:
     """The plan as one table (GiB per GPU) plus its host line and notes."""
     i = plan.inputs
-    columns = ["phase", *KINDS, "vLLM weights", "KV cache", "push", "reference", "total"]
+    columns = ["phase", *KINDS, "engine weights", "KV cache", "engine fixed", "push", "reference"]
+    columns += ["non-torch", "total"]
     rows = []
     for p in plan.phases:
         f = p.trainer
@@ -350,10 +407,12 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
             [
                 p.phase,
                 *(gib(getattr(f, k)) for k in KINDS),
-                gib(p.vllm_weights),
+                gib(p.engine_weights),
                 gib(p.kv_cache),
+                gib(p.engine_fixed),
                 gib(p.gathered_push),
                 gib(p.reference),
+                gib(p.non_torch),
                 gib(p.total),
             ]
         )
@@ -377,11 +436,11 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
     out.append(
         f"peak: {gib(peak.total)} GiB ({peak.total / 1e9:.1f} GB) in {peak.phase}; with the "
         f"caching allocator's headroom ({i.allocator_headroom:g} of the trainer's share) "
-        f"{plan.needed() / 1e9:.1f} GB"
+        f"{gib(plan.needed())} GiB"
         + (
-            f"; budget cluster.gpu_memory_gb={gpu_memory_gb:g} GB: "
-            + ("fits" if fits(plan, gpu_memory_gb) else "DOES NOT FIT")
-            if gpu_memory_gb is not None
+            f"; budget {gib(i.device_bytes)} GiB ({i.device_source}): "
+            + ("fits" if fits(plan) else "DOES NOT FIT")
+            if checked
             else ""
         )
     )

@@ -66,10 +66,9 @@ import torch.distributed as dist
 from torch import nn
 from transformers import AutoModelForCausalLM, PretrainedConfig
 
-import quadrants.ops.fused_head as fused_head_module
 from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.models.lora import apply_lora, trainable_parameters
-from quadrants.models.policy import _plain_logprobs
+from quadrants.models.policy import plain_logprobs
 from quadrants.ops.precision import resolve_precision, store_frozen_linears
 
 GiB = 2**30
@@ -176,19 +175,6 @@ class StepTrace:
     resident: Footprint  # between steps: parameters and optimizer states (gradients released)
     parameters: int  # elements of the traced base model (the adapters not counted)
     trainable: int = 0  # elements the optimizer steps (all of them, or the LoRA adapters)
-
-
-@contextmanager
-def _every_row_carries_gradient() -> Iterator[None]:
-    """The fused head's backward asks which rows have a non-zero incoming gradient (a data-
-    dependent question fake tensors cannot answer). The traced loss gives every row one, so the
-    answer is "all of them" (None), the path of most memory."""
-    original = fused_head_module._rows_with_gradient
-    fused_head_module._rows_with_gradient = lambda grad_logp, grad_entropy: None
-    try:
-        yield
-    finally:
-        fused_head_module._rows_with_gradient = original
 
 
 @contextmanager
@@ -300,8 +286,11 @@ def policy_loss(
 ) -> torch.Tensor:
     """The traced step's loss (also what benchmarks/gpu_acceptance.py trains): a policy-gradient-
     shaped loss over the response log-probs and entropy, every row carrying
-    gradient (the objective's own [rows, T] terms are negligible next to the model's)."""
-    logp, entropy = _plain_logprobs(
+    gradient (the objective's own [rows, T] terms are negligible next to the model's), through the
+    policy's one-forward path (models/policy.py `plain_logprobs`). The fused head's backward
+    recomputes every row (`skip_gradless=False`): the path of most memory, and the one that asks
+    no data-dependent question of the gradients, which fake tensors cannot answer."""
+    logp, entropy = plain_logprobs(
         model,
         ids,
         mask,
@@ -309,6 +298,7 @@ def policy_loss(
         temperature=1.0,
         chunk_size=spec.chunk_size,
         with_entropy=True,
+        skip_gradless=False,
     )
     return -(logp.mean() + 0.01 * entropy.mean())  # type: ignore[union-attr]
 
@@ -334,7 +324,7 @@ def trace_step(spec: TraceSpec) -> StepTrace:
     if spec.precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {spec.precision!r}")
     group = _fake_process_group(spec.world_size) if spec.sharded and spec.fake else nullcontext()
-    with group, _torch_matmul(), _every_row_carries_gradient():
+    with group, _torch_matmul():
         mode = nullcontext()
         if spec.fake:
             from torch._subclasses.fake_tensor import FakeTensorMode

@@ -72,6 +72,7 @@ def _head_reduces(
     temperature: float,
     chunk_size: int,
     prefix: Tensor | None = None,
+    skip_gradless: bool = True,
 ) -> Iterator[None]:
     """While inside, `head(hidden)` returns [B, T, 2]: (logp of `targets` [B, T], entropy).
     `hidden` is [B, T, H], the states that predict the T targets; with `prefix` [B, 1, H] (the
@@ -91,6 +92,7 @@ def _head_reduces(
             head.bias,
             temperature=temperature,
             chunk_size=chunk_size,
+            skip_gradless=skip_gradless,
         )
         return torch.stack([logp, entropy], dim=-1)
 
@@ -189,7 +191,7 @@ def response_logprobs(
     else:
         prompt_length = sequences.shape[1] - response_length
         parts = [
-            _plain_logprobs(
+            plain_logprobs(
                 model,
                 sequences[rows, : prompt_length + length],
                 attention_mask[rows, : prompt_length + length],
@@ -223,7 +225,7 @@ def _assemble(
     return logp, whole([entropy for _, entropy in parts])  # type: ignore[misc]
 
 
-def _plain_logprobs(
+def plain_logprobs(
     model: nn.Module,
     sequences: Tensor,
     attention_mask: Tensor,
@@ -232,9 +234,16 @@ def _plain_logprobs(
     temperature: float,
     chunk_size: int,
     with_entropy: bool,
+    skip_gradless: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """`response_logprobs` of rows that each carry their prompt: one forward over [B, P + T - 1]
-    (the last token is a target only: no position after it reads it)."""
+    (the last token is a target only: no position after it reads it), no length buckets and no
+    shared prompts (`response_logprobs` picks those by the data; this path asks nothing of it, so
+    the memory plan traces it on fake tensors: memory/trace.py).
+
+    `skip_gradless`: the fused head's backward skips rows whose incoming gradients are both 0
+    (ops/fused_head.py); False recomputes every row, the path of most memory, and asks no
+    data-dependent question of the gradients."""
     end = sequences.shape[1] - 1 if response_length > 0 else sequences.shape[1]
     inputs = dict(
         input_ids=sequences[:, :end],
@@ -246,7 +255,7 @@ def _plain_logprobs(
     targets = sequences[:, sequences.shape[1] - response_length :]  # [B, T] (T = 0: none)
     head = fused_head(model)
     if head is not None:
-        with _head_reduces(head, targets, temperature, chunk_size):
+        with _head_reduces(head, targets, temperature, chunk_size, skip_gradless=skip_gradless):
             reduced = model(**inputs).logits  # [B, T, 2]
         return reduced[..., 0], reduced[..., 1] if with_entropy else None
     logits = model(**inputs).logits  # position P-1+t predicts response token t

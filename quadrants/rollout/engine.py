@@ -76,6 +76,28 @@ def rollouts_to(rollouts: Rollouts, device: torch.device) -> Rollouts:
     )
 
 
+@dataclass(frozen=True)
+class EngineShare:
+    """Bytes per GPU that an engine holds beside the trainer's (the memory plan, memory/plan.py),
+    awake (generating) and asleep (the trainer's update), and per rank in host memory while
+    asleep. An engine that generates with the trainer's own module holds none (its registry entry
+    answers None: rollout/registry.py `EngineKind.memory_share`)."""
+
+    weights: int
+    kv_cache: int
+    asleep_weights: int
+    asleep_kv: int
+    host_pinned: int  # per rank, while asleep
+    dtype_bytes: int  # bytes per element of its weights (the weight push's gathered tensor)
+    # held outside what sleeping frees (CUDA graphs, the runner's buffers): in the phases the
+    # engine is awake (outside its awake share, if so) and asleep
+    awake_fixed: int = 0
+    asleep_fixed: int = 0
+    # full tensors of the largest parameter (in `dtype_bytes`) it holds besides its weights while
+    # it receives a weight push
+    receive_tensors: int = 0
+
+
 class RolloutEngine(Protocol):
     def generate(self, prompts: list[str], sampling: SamplingSettings) -> Rollouts:
         """Sample `sampling.n` responses for every prompt."""

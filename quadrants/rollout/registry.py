@@ -10,7 +10,13 @@ of the code asks the kind, never the name:
 - `replica_for_ranks`: when the policy is sharded over ranks, the engine needs a full per-rank copy
   of it, taken before sharding (the trainer makes it; `start` receives it as `replica`);
 - `start(...)`: the training engine, over the placed (and sharded) policy;
-- `sampler(...)`: an engine over a plain one-process model (the branching probe).
+- `sampler(...)`: an engine over a plain one-process model (the branching probe);
+- `check_settings(cfg)`: compose-time checks of the engine's own config section (run for every
+  registered engine, the chosen one or not);
+- `check_lora(cfg)`: whether the engine serves `model.lora` as configured;
+- `memory_share(rollout, parameters, device_bytes)`: its own share of each GPU beside the
+  trainer's, for the memory plan (None: it generates with the trainer's module), and
+  `share_fixes(rollout, awake)`: the settings that shrink that share, for the plan's refusal.
 
 To add an engine: write it (the `RolloutEngine` protocol in quadrants/rollout/engine.py), subclass
 `EngineKind` and `register_engine(YourKind())`. Engines import lazily here so that composing a
@@ -23,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from quadrants.rollout.engine import RolloutEngine
+from quadrants.rollout.engine import EngineShare, RolloutEngine
 
 if TYPE_CHECKING:
-    from quadrants.config import RunConfig
+    from quadrants.config import RolloutConfig, RunConfig
 
 
 class EngineKind:
@@ -42,6 +48,27 @@ class EngineKind:
     def gpus_per_run(self, rollout: Any) -> int | None:
         """GPUs one run's process needs for this engine (`rollout`: the rollout config section)."""
         return None
+
+    def check_settings(self, cfg: RunConfig) -> None:
+        """Raise ValueError, naming the key, when the engine's own settings are invalid (checked
+        for every registered engine, whichever `rollout.engine` names)."""
+
+    def check_lora(self, cfg: RunConfig) -> None:
+        """Raise ValueError, naming the key, when the engine cannot sample from the adapted policy
+        of `model.lora` as configured (called when LoRA is on and this is the run's engine)."""
+
+    def memory_share(
+        self, rollout: RolloutConfig, parameters: int, device_bytes: int
+    ) -> EngineShare | None:
+        """The engine's own bytes per GPU beside the trainer's, for a model of `parameters`
+        elements on a GPU of `device_bytes` usable bytes; None: it generates with the trainer's
+        own module, whose memory the plan counts already."""
+        return None
+
+    def share_fixes(self, rollout: RolloutConfig, awake: bool) -> list[str]:
+        """The settings that shrink the engine's share, for the plan's refusal when the peak
+        falls in a phase where the engine is `awake` (load, rollout, weight push) or asleep."""
+        return []
 
     def start(
         self,
@@ -155,6 +182,63 @@ class VLLMKind(EngineKind):
 
     def gpus_per_run(self, rollout):
         return int(rollout.vllm.tensor_parallel_size)
+
+    def check_settings(self, cfg):
+        from quadrants.rollout.weights import WEIGHT_DTYPES
+
+        engine = cfg.rollout.vllm
+        if engine.sleep_level not in (0, 1, 2):
+            raise ValueError(
+                f"rollout.vllm.sleep_level={engine.sleep_level} is unknown; choose one of [0, 1, 2]"
+            )
+        if engine.dtype not in WEIGHT_DTYPES:
+            raise ValueError(
+                f"rollout.vllm.dtype={engine.dtype!r} is unknown; choose one of "
+                f"{list(WEIGHT_DTYPES)}"
+            )
+        # max_model_len bounds prompt + response: set below the planned row, the engine would
+        # shorten responses (or refuse a prompt) that the run planned for
+        response = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)
+        planned = longest_row(cfg)
+        if engine.max_model_len is not None and engine.max_model_len < planned:
+            raise ValueError(
+                f"rollout.vllm.max_model_len={engine.max_model_len} is below "
+                "task.max_prompt_tokens + the longest response (rollout.max_new_tokens, "
+                f"eval.max_new_tokens) = {cfg.task.max_prompt_tokens} + {response} = {planned}: "
+                "the engine would cut responses short. "
+                f"Use rollout.vllm.max_model_len=null (the planned sum) or >= {planned}, or lower "
+                "task.max_prompt_tokens"
+            )
+
+    def check_lora(self, cfg):
+        # vLLM receives the adapters merged into its weights (rollout/weights.py
+        # `merged_lora_weights`, docs/lora.md), in float32 only
+        if cfg.rollout.vllm.dtype != "float32":
+            raise ValueError(
+                f"model.lora.enabled=true with rollout.engine=vllm and "
+                f"rollout.vllm.dtype={cfg.rollout.vllm.dtype!r}: vLLM receives the adapters merged "
+                "into its weights, and a LoRA update merged into 16-bit weights is mostly rounded "
+                "away (measured: 99.8 % of it lost at adapter entries of 1e-5, 79 % at 1e-3; "
+                "benchmarks/lora_merge_precision.py, docs/lora.md), so the engine would sample "
+                "from the base. Set rollout.vllm.dtype=float32, or rollout.engine=hf"
+            )
+
+    def memory_share(self, rollout, parameters, device_bytes):
+        from quadrants.rollout.vllm_share import vllm_share
+
+        return vllm_share(rollout.vllm, parameters, device_bytes)
+
+    def share_fixes(self, rollout, awake):
+        engine = rollout.vllm
+        if not awake:
+            return ["let the engine sleep while the trainer works: rollout.vllm.sleep_level=1"]
+        if engine.kv_cache_gib is None:
+            return [
+                "a smaller engine share: rollout.vllm.gpu_memory_utilization (now "
+                f"{engine.gpu_memory_utilization:g} of the GPU) or a fixed "
+                "rollout.vllm.kv_cache_gib"
+            ]
+        return [f"a smaller KV cache: rollout.vllm.kv_cache_gib (now {engine.kv_cache_gib:g})"]
 
     def settings(self, cfg, world_size, model_positions=None):
         """The engine settings of one rank of a run of `world_size` ranks (rollout/vllm.py), for a

@@ -100,7 +100,7 @@ def test_quadrants_preflight_accepts_the_profiles():
                 "hydra.launcher.partition=gpu",
                 # one GPU per 7B run does not fit: the memory plan refuses it
                 # (tests/unit/memory/test_plan.py); composing the profile is what is tested here
-                "cluster.gpu_memory_gb=null",
+                "cluster.gpu_memory_gib=null",
             ]
         )
         == 6
@@ -131,7 +131,7 @@ def test_paper_presets_compose_with_the_slurm_profile_and_request_gpus(preset):
     # every job of the study validates with the profile (one job array)
     # (the memory plan, skipped here, refuses one GPU per 7B run: tests/unit/memory/test_plan.py)
     jobs = preflight(
-        ["-m", f"experiment={preset}", "launcher=slurm", "cluster.gpu_memory_gb=null", SQLITE]
+        ["-m", f"experiment={preset}", "launcher=slurm", "cluster.gpu_memory_gib=null", SQLITE]
     )
     assert jobs == PAPER_PRESETS[preset]
 

@@ -63,8 +63,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     # process groups and collectives (ops/precision.py: the sharding's mixed precision)
     "distributed": frozenset({"config", "cpu", "device", "ops", "rollout"}),
     # the memory plan: traces the policy's forward (models) sharded as the trainer shards it
-    # (distributed) and sizes the engine (config)
-    "memory": frozenset({"config", "cpu", "ops", "models", "distributed"}),
+    # (distributed); the engine's share is what its registry entry answers (rollout)
+    "memory": frozenset({"config", "cpu", "ops", "models", "rollout", "distributed"}),
     # components that use the ones above
     "eval": frozenset(
         {"config", "cpu", "device", "ops", "rewards", "tasks", "models", "tracking", "rollout"}

@@ -136,3 +136,21 @@ def test_evaluation_renders_with_the_training_renderer(data_dir):
         cfg = EvalConfig(benchmarks={"gsm8k": 1}, limit=1, data_dir=str(data_dir))
         (plan,) = build_plans(cfg, TaskConfig(), tokenizer, PromptConfig(format=fmt))
         assert plan.problems[0].prompt == render_prompt(question, format=fmt, tokenizer=tokenizer)
+
+
+def test_benchmark_prompts_over_the_prompt_limit_are_dropped_and_counted(data_dir, caplog):
+    """One character per token (char_tokenizer); a plain prompt is the question, a newline and the
+    70-character INSTRUCTION: 38 + 1 + 70 = 109, 20 + 1 + 70 = 91 and 14 + 1 + 70 = 85 tokens. At
+    task.max_prompt_tokens=100 the first is dropped (109 > 100), counted, logged, and the
+    benchmark is no longer whole; at 109 every prompt stays (the limit is inclusive)."""
+    assert len(INSTRUCTION) == 70
+    cfg = EvalConfig(benchmarks={"gsm8k": 2}, data_dir=str(data_dir))
+    plain = PromptConfig(format="plain")
+    with caplog.at_level("INFO", logger="quadrants.eval.plan"):
+        (plan,) = build_plans(cfg, TaskConfig(max_prompt_tokens=100), char_tokenizer(), plain)
+    assert [p.answer for p in plan.problems] == ["1234", "0"]
+    assert (plan.too_long, plan.whole) == (1, False)
+    assert "gsm8k: 1 of 3 problems dropped" in caplog.text
+    assert "task.max_prompt_tokens=100" in caplog.text
+    (kept,) = build_plans(cfg, TaskConfig(max_prompt_tokens=109), char_tokenizer(), plain)
+    assert (len(kept.problems), kept.too_long, kept.whole) == (3, 0, True)

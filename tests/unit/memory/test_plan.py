@@ -13,7 +13,7 @@ from quadrants.memory.architecture import model_config
 from quadrants.memory.check import check_memory, plan_inputs
 from quadrants.memory.plan import GiB, PlanInputs, host_per_node, trainer_trace
 from quadrants.memory.trace import TraceSpec, trace_step
-from quadrants.memory.vllm_share import vllm_share
+from quadrants.rollout.vllm_share import vllm_share
 
 
 def compose_launcher(*overrides: str) -> dict:
@@ -82,19 +82,19 @@ def test_extrapolated_depth_matches_a_full_trace(sharded, world, checkpointing):
 
 def test_vllm_share_by_hand():
     gb = 10**9
-    # 1e9 parameters in bf16 over tensor parallel 2: 1e9 bytes of weights per GPU; the engine takes
-    # 0.5 x 80 GB = 40e9 bytes awake, the KV cache the rest: 39e9
-    one = vllm_share(VLLMConfig(tensor_parallel_size=2, sleep_level=1), 10**9, 80)
+    # 1e9 parameters in bf16 over tensor parallel 2: 1e9 bytes of weights per GPU; on a device of
+    # 80e9 usable bytes the engine takes 0.5 x 80e9 = 40e9 bytes awake, the KV cache the rest: 39e9
+    one = vllm_share(VLLMConfig(tensor_parallel_size=2, sleep_level=1), 10**9, 80 * 10**9)
     assert (one.weights, one.kv_cache) == (gb, 39 * gb)
     # level 1: nothing on the GPU while asleep, the weights in pinned host memory
     assert (one.asleep_weights, one.asleep_kv, one.host_pinned) == (0, 0, gb)
     # level 2: nothing kept anywhere; level 0: everything stays on the GPU
-    two = vllm_share(VLLMConfig(tensor_parallel_size=2, sleep_level=2), 10**9, 80)
+    two = vllm_share(VLLMConfig(tensor_parallel_size=2, sleep_level=2), 10**9, 80 * 10**9)
     assert (two.asleep_weights, two.host_pinned) == (0, 0)
-    zero = vllm_share(VLLMConfig(tensor_parallel_size=2, sleep_level=0), 10**9, 80)
+    zero = vllm_share(VLLMConfig(tensor_parallel_size=2, sleep_level=0), 10**9, 80 * 10**9)
     assert (zero.asleep_weights, zero.asleep_kv) == (gb, 39 * gb)
     # a fixed KV cache: 2 GiB whatever the GPU
-    fixed = vllm_share(VLLMConfig(kv_cache_gib=2.0, dtype="float32"), 10**9, 80)
+    fixed = vllm_share(VLLMConfig(kv_cache_gib=2.0, dtype="float32"), 10**9, 80 * 10**9)
     assert (fixed.weights, fixed.kv_cache) == (4 * gb, 2 * 2**30)
 
 
@@ -138,13 +138,13 @@ def test_rows_per_micro_batch_come_from_the_token_budget():
 @pytest.mark.slow
 def test_a_plan_over_the_budget_is_refused_naming_the_phase_and_the_fix():
     cfg = compose_run_config(
-        ["model=tiny_random", "rollout.max_new_tokens=64", "cluster.gpu_memory_gb=0.001"]
+        ["model=tiny_random", "rollout.max_new_tokens=64", "cluster.gpu_memory_gib=0.001"]
     )
     with pytest.raises(ValueError) as refused:
         check_memory(cfg, world_size=1, gpus_per_node=1)
     message = str(refused.value)
     assert "memory plan: the update phase needs" in message
-    assert "cluster.gpu_memory_gb=0.001" in message
+    assert "cluster.gpu_memory_gib=0.001" in message
     # the tiny model's parameters, gradients and states are ~17 MB of the 5 GB: its activations
     # (a default mini-batch of 64 rows in one micro-batch) are what to cut, and the fixes say so
     assert "train.micro_batch_tokens=" in message
@@ -155,7 +155,7 @@ def test_a_plan_over_the_budget_is_refused_naming_the_phase_and_the_fix():
 
 def test_no_budget_no_plan():
     cfg = compose_run_config(["model=tiny_random"])
-    assert cfg.cluster.gpu_memory_gb is None
+    assert cfg.cluster.gpu_memory_gib is None
     assert check_memory(cfg, world_size=1, gpus_per_node=1) is None
 
 
@@ -165,7 +165,7 @@ def test_the_7b_preset_is_refused_on_one_gpu_and_fits_on_eight():
     7.6 B fp32 parameters, gradients and AdamW states (16 bytes a parameter, 122 GB); sharded over
     8 ranks (launcher=slurm_ddp, 8 tasks per node) it fits. Composed and checked as the sweep
     does it, at compose time, with no data and no network."""
-    with pytest.raises(ValueError, match=r"the update phase needs .* GB per GPU.*tasks_per_node"):
+    with pytest.raises(ValueError, match=r"the update phase needs .* GiB per GPU.*tasks_per_node"):
         preflight(["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm", SQLITE])
     jobs = preflight(
         [
@@ -223,12 +223,12 @@ def test_host_memory_over_the_launchers_mem_gb_is_refused_at_compose_time():
 def test_a_gpu_run_whose_launcher_does_not_give_each_rank_a_gpu_is_refused(launcher, refusal):
     """Refused at compose time, before the memory plan is traced and before anything is queued;
     the layouts that do give each rank a GPU pass (the profile's default, all 8 GPUs seen by every
-    task, and the per-task binding are below, and a CPU-planned run, cluster.gpu_memory_gb=null, is
+    task, and the per-task binding are below, and a CPU-planned run, cluster.gpu_memory_gib=null, is
     not checked)."""
     common = ["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm_ddp", "seed=0", SQLITE]
     with pytest.raises(ValueError, match=refusal):
         preflight([*common, "quadrant=PHR", *launcher])
-    cpu = ["cluster.gpu_memory_gb=null", "hydra.launcher.gpus_per_node=null"]
+    cpu = ["cluster.gpu_memory_gib=null", "hydra.launcher.gpus_per_node=null"]
     assert preflight([*common, *cpu]) == 4
 
 
