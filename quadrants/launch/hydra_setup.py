@@ -265,6 +265,8 @@ REMOVED_KEYS = {
     "train.retain_freed_mb": "train.cpu.retain_freed_mb",
     # one key for the longest prompt: the plan's rows, the task's filter and vLLM's max_model_len
     "cluster.prompt_tokens": "task.max_prompt_tokens",
+    # the plan's GPU size is the usable total in GiB (an 80 GB H100 offers about 79.1 GiB)
+    "cluster.gpu_memory_gb": "cluster.gpu_memory_gib (usable GiB, e.g. 79.1 for an 80 GB card)",
 }
 
 

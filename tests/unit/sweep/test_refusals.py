@@ -79,6 +79,10 @@ def closed_port() -> int:
             r"cluster.prompt_tokens was removed; use task.max_prompt_tokens",
         ),
         (
+            ["cluster.gpu_memory_gb=80"],
+            r"cluster.gpu_memory_gb was removed; use cluster.gpu_memory_gib \(usable GiB",
+        ),
+        (
             ["rollout.max_new_tokens=128", "train.micro_batch_tokens=64"],
             r"train.micro_batch_tokens=64 is below rollout.max_new_tokens=128",
         ),
