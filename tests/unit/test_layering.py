@@ -26,7 +26,16 @@ PACKAGE = Path(quadrants.__file__).resolve().parent
 
 # the `python -m quadrants.<command>` modules at the package's top level: thin aliases of a command
 # line in launch/ (test_entry_modules_are_thin_aliases)
-ENTRY_COMMANDS = ("sweep", "submit", "plan", "status", "evaluate", "data", "distributed_main")
+ENTRY_COMMANDS = (
+    "sweep",
+    "submit",
+    "plan",
+    "status",
+    "evaluate",
+    "data",
+    "distributed_main",
+    "counterfactual",
+)
 
 # component -> the components it may import (besides itself); bottom to top
 ALLOWED: dict[str, frozenset[str]] = {
@@ -81,7 +90,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # preempted, its optimizer offloaded
     "run": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
-        | {"rollout", "distributed", "eval", "probe", "validation", "train"}
+        | {"rollout", "distributed", "eval", "probe", "validation", "train", "seeds"}
     ),
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, every
     # command line (sweep, submit, plan, status, evaluate, data, distributed_main, probe, analysis)
@@ -335,7 +344,7 @@ def test_entry_modules_are_thin_aliases():
     so that each command line lives in launch/; and no module imports one."""
     graph = import_graph(PACKAGE)
     entries = {m for m in graph if component(m) == "entry" or component(m) in ENTRY_COMMANDS}
-    # the seven top-level commands and the two packages' `__main__` (probe, analysis)
+    # the eight top-level commands and the two packages' `__main__` (probe, analysis)
     assert {f"quadrants.{c}" for c in ENTRY_COMMANDS} | {
         "quadrants.probe.__main__",
         "quadrants.analysis.__main__",
