@@ -159,9 +159,13 @@ def _checked_identity(cfg: RunConfig, run_dir: Path, step: int) -> None:
 
 
 def _run_id(run_dir: Path, state_run_id: str | None) -> str | None:
-    path = run_dir / "run.json"
-    recorded = json.loads(path.read_text()).get("run_id") if path.is_file() else None
-    return state_run_id or recorded
+    """The run's MLflow run id: the checkpoint's, else run.json's, else the one its tracker's
+    spool opened (`tracking/state.json`: a run whose store answered late writes no run.json
+    before its first checkpoint)."""
+    for path in (run_dir / "run.json", run_dir / "tracking" / "state.json"):
+        if state_run_id is None and path.is_file():
+            state_run_id = json.loads(path.read_text()).get("run_id")
+    return state_run_id
 
 
 def prepare(argv: list[str]) -> Request:
