@@ -225,7 +225,10 @@ def prepare(argv: list[str]) -> Request:
                 f"the random arm: {err} (flags --match, --match-sign, --reweight)"
             ) from None
     elif args.match is not None:
-        parse_match(args.match)
+        try:
+            parse_match(args.match)
+        except ValueError as err:
+            raise ValueError(str(err).replace("quadrant.match=", "--match ")) from None
     from quadrants.run.checkpoint import load_step
 
     checkpoint = load_step(run_dir, step)

@@ -347,6 +347,8 @@ def run_arms(
                 f"{name}_first_order": -lr * directional(params, gradients[name])
                 for name in ("logl", "entropy")
             }
+            if math.isnan(before["logl"]):  # no correct held-out response: no likelihood to move
+                first["logl_first_order"] = math.nan
             update_policy(
                 ctx.model, ctx.optimizer, ctx.scheduler, objective, ctx.forwards, update, drawn,
                 plan.step, is_weights,
