@@ -23,6 +23,12 @@ The streams (`STREAMS`; a name not in it is an error, not a new stream), with th
   at every evaluation step (common random numbers across steps);
 - the probe (quadrants/probe): `probe_prompts`, `probe_rollout` and `probe_positions` of the probe
   seed, `probe_branch(seed, call)` its branching generate calls;
+- the paired one-step counterfactuals (quadrants/run/counterfactual.py) at checkpoint `step`:
+  `counterfactual_batch(seed, step, batch)` is the base seed of rollout batch `batch`, whose
+  prompts, rollouts, shuffle, update and control draws are the training streams above of that base
+  at `step` (so a batch is drawn exactly as a training step draws its own, and every arm on it
+  sees the same draws); `counterfactual_heldout(seed, step, chunk)` seeds held-out chunk `chunk`,
+  the same before and after every arm (common random numbers);
 - task splits: `task_split(seed, split)`, e.g. reasoning-gym's held-out generator (split 1);
 - vLLM requests: `vllm_request(call_seed, request, n)` (below).
 
@@ -55,6 +61,8 @@ STREAMS: frozenset[str] = frozenset(
         "probe_rollout",
         "probe_positions",
         "probe_branch",
+        "counterfactual_batch",
+        "counterfactual_heldout",
         "task_split",
         "vllm_request",
     }
@@ -142,6 +150,21 @@ def probe_positions(seed: int) -> int:
 def probe_branch(seed: int, call: int) -> int:
     """The probe's branching generate call `call`."""
     return stream_seed(seed, "probe_branch", call)
+
+
+# --- the paired one-step counterfactuals ----------------------------------------------------
+
+
+def counterfactual_batch(seed: int, step: int, batch: int) -> int:
+    """The base seed of counterfactual rollout batch `batch` at checkpoint `step`: the batch's
+    prompts, rollouts and update draws are the training streams of this base at `step`."""
+    return stream_seed(seed, "counterfactual_batch", step, batch)
+
+
+def counterfactual_heldout(seed: int, step: int, chunk: int) -> int:
+    """Held-out chunk `chunk` of the counterfactual at checkpoint `step`: the same seed before the
+    update and after every arm's (common random numbers)."""
+    return stream_seed(seed, "counterfactual_heldout", step, chunk)
 
 
 # --- tasks ------------------------------------------------------------------------------------

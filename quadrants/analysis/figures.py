@@ -430,3 +430,31 @@ def entropy_by_polarity(
         ax.set_ylabel("density")
         ax.legend(fontsize=7)
     return _save(fig, out, "entropy_pos_vs_neg")
+
+
+def counterfactual_effects(
+    table: pd.DataFrame, metrics: Sequence[str], out: Path, *, title: str, confidence: float
+) -> list[Path]:
+    """One panel per metric: each arm's one-step effect, its mean over batches with the
+    t-interval as an error bar and every batch's value as a dot (the rows of
+    analysis/counterfactual.py `to_frame`, arms only). Written as counterfactual.png/.svg."""
+    fig, axes = _grid(len(metrics), width=3.6, height=3.0, cols=min(len(metrics), 5))
+    arms = list(dict.fromkeys(table["arm"]))
+    colors = _palette(arms)
+    batch_columns = [c for c in table.columns if str(c).startswith("batch_")]
+    for ax, metric in zip(axes, metrics, strict=True):
+        rows = table[table["metric"] == metric].set_index("arm")
+        for x, arm in enumerate(arms):
+            if arm not in rows.index:
+                continue
+            row = rows.loc[arm]
+            values = [float(row[c]) for c in batch_columns if not pd.isna(row[c])]
+            ax.scatter([x] * len(values), values, s=10, alpha=0.5, color=colors[arm])
+            err = None if pd.isna(row["half_width"]) else float(row["half_width"])
+            ax.errorbar([x], [float(row["mean"])], yerr=err, fmt="o", color=colors[arm], capsize=4)
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        ax.set_xticks(range(len(arms)), arms, rotation=45)
+        ax.set_title(f"Δ {metric}", fontsize=10)
+        ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+    fig.suptitle(f"{title}: mean over batches, {round(100 * confidence)}% t-interval", fontsize=10)
+    return _save(fig, out, "counterfactual")

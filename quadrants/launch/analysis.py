@@ -115,13 +115,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Both aliases (`python -m analysis`, `python -m quadrants.analysis`) land here; a first
-    argument `power` hands the rest to the power command (quadrants/launch/analysis_power.py)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["power"]:
-        from quadrants.launch.analysis_power import main as power_main
-
-        return power_main(argv[1:])
     args = parse_args(argv)
     os.environ.setdefault(
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"

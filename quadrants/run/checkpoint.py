@@ -202,6 +202,21 @@ def latest_path(run_dir: Path) -> tuple[int, Path] | None:
     return complete[-1] if complete else None
 
 
+def complete_steps(run_dir: Path) -> list[int]:
+    """The steps of every complete checkpoint under `run_dir`, ascending ([] without any)."""
+    root = Path(run_dir) / "checkpoints"
+    return sorted(step for step, _ in _complete(root)) if root.is_dir() else []
+
+
+def load_step(run_dir: Path, step: int) -> Checkpoint | None:
+    """The complete checkpoint of `step` under `run_dir`, or None."""
+    if not has_checkpoint(run_dir, step):
+        return None
+    path = Path(run_dir) / "checkpoints" / f"step_{step:07d}"
+    state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+    return Checkpoint(step=step, run_id=state.get("run_id"), state=state, path=path)
+
+
 def load_latest(run_dir: Path) -> Checkpoint | None:
     """The newest complete checkpoint under `run_dir`, or None."""
     found = latest_path(run_dir)

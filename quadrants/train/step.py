@@ -371,14 +371,7 @@ def update_policy(
     # before (the HF engine reseeds per generation block, and the ranks generate other blocks)
     with seeded(seeds.update(settings.seed, step), batch.sequences.device):
         for _ in range(settings.epochs):
-            # drawn on the CPU generator (the same order on every device), then moved to the batch
-            if settings.minibatch_grouping == "query":  # each prompt's responses together
-                order = grouped_order(batch.group_ids, generator)
-            else:
-                order = torch.randperm(batch.batch_size, generator=generator)
-            order = order.to(batch.sequences.device)
-            for start in range(0, batch.batch_size, settings.mini_batch_size):
-                index = order[start : start + settings.mini_batch_size]
+            for index in epoch_minibatches(batch, settings, generator):
                 optimizer.zero_grad(set_to_none=True)
                 loss, metrics = backward_minibatch(
                     model,
@@ -398,6 +391,53 @@ def update_policy(
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
     return mean_metrics(per_update), sum(grad_norms) / max(len(grad_norms), 1)
+
+
+def epoch_minibatches(
+    batch: TokenBatch, settings: UpdateSettings, generator: torch.Generator
+) -> list[Tensor]:
+    """One epoch's mini-batches, row indices on the batch's device: a shuffled order of the rows
+    (`train.minibatch_grouping=query`: each prompt's responses together), drawn on the CPU
+    `generator` (the same order on every device), cut every `mini_batch_size` rows."""
+    if settings.minibatch_grouping == "query":  # each prompt's responses together
+        order = grouped_order(batch.group_ids, generator)
+    else:
+        order = torch.randperm(batch.batch_size, generator=generator)
+    order = order.to(batch.sequences.device)
+    size = settings.mini_batch_size
+    return [order[start : start + size] for start in range(0, batch.batch_size, size)]
+
+
+def update_gradient(
+    model: nn.Module,
+    objective: Objective,
+    forwards: Forwards,
+    settings: UpdateSettings,
+    batch: TokenBatch,
+    step: int,
+    is_weights: Tensor | None = None,
+) -> None:
+    """The gradients of every mini-batch `update_policy` would step on at `step` (the same epochs,
+    order and draws), all taken at the current weights and summed into the parameters' `.grad`;
+    no clipping, no optimizer step, the weights unchanged. To first order in the learning rate lr,
+    plain SGD through those mini-batches moves the weights by −lr times this sum (each later
+    mini-batch's gradient differs from its value here by O(lr)): the direction whose effect
+    quadrants/run/counterfactual.py reports as the first-order effect of an arm."""
+    generator = torch.Generator().manual_seed(seeds.shuffle(settings.seed, step))
+    model.train()
+    for parameter in model.parameters():
+        parameter.grad = None
+    with seeded(seeds.update(settings.seed, step), batch.sequences.device):
+        for _ in range(settings.epochs):
+            for index in epoch_minibatches(batch, settings, generator):
+                backward_minibatch(
+                    model,
+                    objective,
+                    forwards,
+                    settings,
+                    batch.select(index),
+                    None if is_weights is None else is_weights[index],
+                )
 
 
 def backward_minibatch(

@@ -35,6 +35,7 @@ ENTRY_COMMANDS = (
     "data",
     "distributed_main",
     "export",
+    "counterfactual",
 )
 
 # component -> the components it may import (besides itself); bottom to top
@@ -90,7 +91,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # preempted, its optimizer offloaded
     "run": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
-        | {"rollout", "distributed", "eval", "probe", "validation", "train"}
+        | {"rollout", "distributed", "eval", "probe", "validation", "train", "seeds"}
     ),
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, every
     # command line (sweep, submit, plan, status, evaluate, data, distributed_main, export, probe,
@@ -345,7 +346,7 @@ def test_entry_modules_are_thin_aliases():
     so that each command line lives in launch/; and no module imports one."""
     graph = import_graph(PACKAGE)
     entries = {m for m in graph if component(m) == "entry" or component(m) in ENTRY_COMMANDS}
-    # the eight top-level commands and the three packages' `__main__` (probe, analysis, tracking)
+    # the ten top-level commands and the three packages' `__main__` (probe, analysis, tracking)
     assert {f"quadrants.{c}" for c in ENTRY_COMMANDS} | {
         "quadrants.probe.__main__",
         "quadrants.analysis.__main__",

@@ -156,3 +156,22 @@ def test_a_long_run_draws_no_seed_twice():
     assert len(draws) == 254_979
     assert len(set(draws)) == len(draws)
     assert all(0 <= d < 2**63 for d in draws)
+
+
+@pytest.mark.slow
+def test_the_counterfactual_streams_draw_none_of_a_long_runs_seeds():
+    """The counterfactual's batches (8 batches at each of 30 checkpoints, and each batch's training
+    streams of its base) and held-out chunks (8 per checkpoint) take seeds of their own."""
+    draws = set(long_run_draws())
+    extra: list[int] = []
+    for run in (0, 1):
+        for step in range(0, 300, 10):
+            for batch in range(8):
+                base = seeds.counterfactual_batch(run, step, batch)
+                extra += [base, seeds.prompts(base, step, 0), seeds.rollout(base, step, 0, 0)]
+                extra += [seeds.shuffle(base, step), seeds.update(base, step)]
+                extra.append(seeds.random_control(base, step))
+            extra += [seeds.counterfactual_heldout(run, step, chunk) for chunk in range(8)]
+    # 2 runs x 30 checkpoints x (8 x 6 + 8) = 3,360, all distinct and none a long run's
+    assert len(set(extra)) == len(extra) == 3_360
+    assert not draws & set(extra)
