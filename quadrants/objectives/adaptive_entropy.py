@@ -92,6 +92,12 @@ def validate_adaptive_entropy(
     validate=validate_adaptive_entropy,
     batch_denominator=True,
     controller=EntropyController(),
+    decomposable=lambda params: params["entropy_estimate"] == "sampled_nll",
+    decomposition=(
+        "per-token surrogate and entropy bonus; with entropy_estimate=full the controller's input"
+        " is the current entropy of every counted row, which a row without gradient would have to"
+        " be run for, so that setting keeps the pass"
+    ),
 )
 def adaptive_entropy(
     batch: TokenBatch,

@@ -44,7 +44,13 @@ def validate_arca(
         check_range("max_weight", max_weight, low=1.0)
 
 
-@register_objective("arca", validate=validate_arca, zero_advantage_inert=True)
+@register_objective(
+    "arca",
+    validate=validate_arca,
+    zero_advantage_inert=True,
+    decomposable=True,
+    decomposition="credit weights from each response's own adapter residual (per-row mean)",
+)
 def arca(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -115,6 +115,14 @@ def high_entropy_mask(
     validate=validate_archer,
     batch_denominator=lambda params: bool(params["dynamic_sampling"]),
     zero_advantage_inert=True,
+    decomposable=lambda params: (
+        params["scope"] == "response" and params["kl_normaliser"] != "entropy_group"
+    ),
+    decomposition=(
+        "scope=response takes each row's own entropy quantile; scope=mini_batch takes a quantile "
+        "over the mini-batch's tokens and kl_normaliser=entropy_group the mini-batch's token "
+        "counts, both batch statistics"
+    ),
 )
 def archer(
     batch: TokenBatch,

@@ -28,7 +28,13 @@ def validate_cispo(*, clip_low: float | None, clip_high: float, **_: object) -> 
     check_range("clip_high", clip_high, low=0.0)
 
 
-@register_objective("cispo", validate=validate_cispo, zero_advantage_inert=True)
+@register_objective(
+    "cispo",
+    validate=validate_cispo,
+    zero_advantage_inert=True,
+    decomposable=True,
+    decomposition="each token's clipped, detached ratio times its advantage and log-prob",
+)
 def cispo(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -35,7 +35,16 @@ def validate_clip_cov(
         raise ValueError(f"cov_lb={cov_lb} must be < cov_ub={cov_ub}")
 
 
-@register_objective("clip_cov", validate=validate_clip_cov, zero_advantage_inert=True)
+@register_objective(
+    "clip_cov",
+    validate=validate_clip_cov,
+    zero_advantage_inert=True,
+    decomposable=False,
+    decomposition=(
+        "the covariance is centred on the mini-batch's means, and k of its candidates are drawn "
+        "from the whole mini-batch"
+    ),
+)
 def clip_cov(
     batch: TokenBatch,
     policy: PolicyOutput,

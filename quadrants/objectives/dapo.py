@@ -22,7 +22,15 @@ from quadrants.objectives.registry import register_objective
 
 
 @register_objective(
-    "dapo", validate=validate_clip, batch_denominator=True, zero_advantage_inert=True
+    "dapo",
+    validate=validate_clip,
+    batch_denominator=True,
+    zero_advantage_inert=True,
+    decomposable=True,
+    decomposition=(
+        "GRPO's per-token surrogate; the denominator drops constant groups, a rollout-level flag "
+        "on each row"
+    ),
 )
 def dapo(
     batch: TokenBatch,

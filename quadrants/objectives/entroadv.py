@@ -32,7 +32,15 @@ def validate_entroadv(
     check_range("kappa", kappa, low=0.0, low_open=True)
 
 
-@register_objective("entroadv", validate=validate_entroadv, batch_denominator=True)
+@register_objective(
+    "entroadv",
+    validate=validate_entroadv,
+    batch_denominator=True,
+    decomposable=True,
+    decomposition=(
+        "the surrogate of each token's advantage plus a bonus from its own behaviour entropy"
+    ),
+)
 def entroadv(
     batch: TokenBatch,
     policy: PolicyOutput,

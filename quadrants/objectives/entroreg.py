@@ -27,7 +27,12 @@ def validate_entroreg(
 
 
 @register_objective(
-    "entroreg", needs_entropy=True, validate=validate_entroreg, batch_denominator=True
+    "entroreg",
+    needs_entropy=True,
+    validate=validate_entroreg,
+    batch_denominator=True,
+    decomposable=True,
+    decomposition="the per-token surrogate minus beta times the token's own current entropy",
 )
 def entroreg(
     batch: TokenBatch,

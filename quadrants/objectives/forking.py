@@ -75,6 +75,12 @@ def _needs_current_entropy(params: Mapping[str, Any]) -> bool:
     validate=validate_forking,
     batch_denominator=lambda params: not _needs_current_entropy(params),
     zero_advantage_inert=True,
+    decomposable=lambda params: params["scope"] == "rollout_batch",
+    decomposition=(
+        "scope=rollout_batch selects by a threshold from the whole rollout batch's behaviour "
+        "entropies; scope=mini_batch takes the quantile over the mini-batch's tokens, a batch "
+        "statistic"
+    ),
 )
 def forking(
     batch: TokenBatch,

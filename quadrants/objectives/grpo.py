@@ -17,7 +17,13 @@ from quadrants.objectives.common import ppo_token_loss, validate_clip
 from quadrants.objectives.registry import register_objective
 
 
-@register_objective("grpo", validate=validate_clip, zero_advantage_inert=True)
+@register_objective(
+    "grpo",
+    validate=validate_clip,
+    zero_advantage_inert=True,
+    decomposable=True,
+    decomposition="the clipped surrogate of each token's own ratio and its row's advantage",
+)
 def grpo(
     batch: TokenBatch,
     policy: PolicyOutput,

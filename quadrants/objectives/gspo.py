@@ -31,7 +31,13 @@ def validate_gspo(*, clip_low: float, clip_high: float, max_log_ratio: float, **
     check_range("max_log_ratio", max_log_ratio, low=0.0, low_open=True)
 
 
-@register_objective("gspo", validate=validate_gspo, zero_advantage_inert=True)
+@register_objective(
+    "gspo",
+    validate=validate_gspo,
+    zero_advantage_inert=True,
+    decomposable=True,
+    decomposition="each row's sequence ratio from its own tokens; micro-batches hold whole rows",
+)
 def gspo(
     batch: TokenBatch,
     policy: PolicyOutput,

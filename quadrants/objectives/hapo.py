@@ -112,7 +112,16 @@ def validate_hapo(
 
 
 @register_objective(
-    "hapo", validate=validate_hapo, batch_denominator=True, zero_advantage_inert=True
+    "hapo",
+    validate=validate_hapo,
+    batch_denominator=True,
+    zero_advantage_inert=True,
+    decomposable=True,
+    decomposition=(
+        "token advantages from the row's behaviour entropy and its group's entropy mean and std, "
+        "computed on the full rollout batch and carried on each row (conserve=sequence recentres "
+        "within the row)"
+    ),
 )
 def hapo(
     batch: TokenBatch,

@@ -26,7 +26,16 @@ def validate_kl_cov(*, fraction: float, coef: float, **_: object) -> None:
     check_range("coef", coef, low=0.0)
 
 
-@register_objective("kl_cov", validate=validate_kl_cov, recomputed_old_logp=True)
+@register_objective(
+    "kl_cov",
+    validate=validate_kl_cov,
+    recomputed_old_logp=True,
+    decomposable=False,
+    decomposition=(
+        "the covariance is centred on the mini-batch's means, and the top k by it are taken over "
+        "the whole mini-batch"
+    ),
+)
 def kl_cov(
     batch: TokenBatch, policy: PolicyOutput, *, fraction: float = 2e-3, coef: float = 1.0
 ) -> ObjectiveOutput:

@@ -153,7 +153,15 @@ def validate_ktae(
         raise ValueError(f"alpha + beta = {alpha + beta} must be > 0 (their weighted mean)")
 
 
-@register_objective("ktae", validate=validate_ktae, batch_denominator=True)
+@register_objective(
+    "ktae",
+    validate=validate_ktae,
+    batch_denominator=True,
+    decomposable=False,
+    decomposition=(
+        "key-token weights are statistics over the rows of each group present in the mini-batch"
+    ),
+)
 def ktae(
     batch: TokenBatch,
     policy: PolicyOutput,

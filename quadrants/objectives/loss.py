@@ -22,13 +22,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from quadrants.config_ranges import RANGES
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import ObjectiveSpec
-from quadrants.ops.aggregation import LOSS_AGGREGATIONS, aggregate_loss, masked_mean
+from quadrants.ops.aggregation import (
+    LOSS_AGGREGATIONS,
+    aggregate_loss,
+    loss_normaliser,
+    masked_mean,
+)
 from quadrants.ops.kl import KL_ESTIMATORS, kl_penalty
 from quadrants.ops.quadrants import QuadrantSettings
 
@@ -73,6 +79,7 @@ def compute_loss(
     policy: PolicyOutput,
     settings: LossSettings,
     is_weights: Tensor | None = None,
+    normaliser: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The scalar loss of one (mini-)batch and its detached metrics.
 
@@ -80,6 +87,10 @@ def compute_loss(
         is_weights: [B, T] float, detached truncated importance weights for the train–inference
             mismatch (ops.mismatch), multiplying the objective's per-token loss (not the KL term);
             None = no correction. Weights of exactly 1 leave the loss bit-for-bit unchanged.
+        normaliser: [] float, the normaliser of the mini-batch these rows are part of
+            (`loss_normaliser`), for an objective whose loss decomposes over rows
+            (ObjectiveSpec.decomposable): the loss is then these rows' share of the mini-batch's,
+            and the metrics are these rows' own. None = this batch's own normaliser.
 
     Returns:
         (loss [] float with grad, metrics name -> detached [] tensor).
@@ -105,21 +116,56 @@ def compute_loss(
             kl = kl * out.kl_weight
         per_token = per_token + settings.kl_coef * kl
         metrics["kl_ref"] = masked_mean(kl.detach(), denominator)
-    kept = kept_tokens(batch, settings.quadrant)
-    keep_mask = mask if kept is None else kept & mask
+    keep_mask, denominator = counted_tokens(batch, denominator, settings)
     if batch.control_weight is not None:  # Horvitz–Thompson: the drawn tokens' loss times 1/π
         per_token = per_token * batch.control_weight
-    if settings.quadrant.denominator == "kept_tokens":
-        denominator = denominator & keep_mask
     # A token outside the denominator is out of the batch: it carries no loss and no gradient,
     # whatever the objective put there (EntroReg's entropy bonus on a group dynamic sampling
     # dropped, say). Multiplying by a bool mask leaves every counted term bit-for-bit unchanged.
     loss = aggregate_loss(
-        per_token * (keep_mask & denominator), denominator, settings.loss_agg, settings.norm_length
+        per_token * (keep_mask & denominator),
+        denominator,
+        settings.loss_agg,  # type: ignore[arg-type]
+        settings.norm_length,
+        normaliser,
     )
     metrics["kept_frac"] = token_fraction(keep_mask, mask)
     metrics["denominator_tokens"] = denominator.sum().detach().float()
     return loss, metrics
+
+
+def counted_tokens(
+    batch: TokenBatch, denominator: Tensor, settings: LossSettings
+) -> tuple[Tensor, Tensor]:
+    """([B, T] bool each) the tokens the loss keeps (trains), and the tokens its normaliser
+    counts: the objective's `denominator` ([B, T] bool, within the response), narrowed to the kept
+    ones under `quadrant.denominator=kept_tokens`."""
+    kept = kept_tokens(batch, settings.quadrant)
+    keep_mask = batch.response_mask if kept is None else kept & batch.response_mask
+    if settings.quadrant.denominator == "kept_tokens":
+        denominator = denominator & keep_mask
+    return keep_mask, denominator
+
+
+def mini_batch_normaliser(
+    spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBatch, settings: LossSettings
+) -> Tensor:
+    """[] float32, the normaliser of `batch`'s loss for an objective whose denominator is the
+    batch's alone (ObjectiveSpec.decomposable): read from the objective run on the behaviour
+    values (old log-probs, behaviour entropy) before any forward, as train/gradless_rows.py reads
+    its denominator. Handed to `compute_loss` for each micro-batch of the batch."""
+    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
+    with torch.no_grad():
+        out = spec.fn(batch, standin, **params)
+    mask = batch.response_mask
+    denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
+    _, denominator = counted_tokens(batch, denominator, settings)
+    return loss_normaliser(
+        denominator,
+        settings.loss_agg,  # type: ignore[arg-type]
+        settings.norm_length,
+        batch.old_logp.dtype,
+    )
 
 
 def kept_tokens(batch: TokenBatch, quadrant: QuadrantSettings) -> Tensor | None:

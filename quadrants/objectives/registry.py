@@ -49,6 +49,17 @@ class ObjectiveSpec:
             then run without grad when the step adds no KL (train/gradless_rows.py).
         controller: the objective's state across optimizer steps (objectives/control.py), or
             None for the stateless ones; its state reaches the objective as `state`.
+        decomposable: True, or a predicate of the full params, when the loss of a mini-batch is
+            the sum over its rows of terms that each read only that row (its policy output and
+            the batch's per-row or rollout-level fields), given the mini-batch's normaliser:
+            no statistic over the mini-batch's rows (a covariance, a quantile, a top-k, a count
+            of the rows present) enters the per-token loss, and the denominator mask is the
+            batch's alone (`batch_denominator`, or None). The update then runs each micro-batch
+            as a loss of its own over the mini-batch's normaliser, and the rows that carry no
+            gradient need no forward at all (train/step.py `backward_minibatch`).
+        decomposition: why the objective is or is not decomposable, in a sentence (required:
+            tests/unit/objectives/test_registry.py reads it for every built-in objective, and
+            docs/performance.md lists them).
     """
 
     name: str
@@ -59,6 +70,8 @@ class ObjectiveSpec:
     batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False
     zero_advantage_inert: bool | Callable[[Mapping[str, Any]], bool] = False
     controller: ObjectiveController | None = None
+    decomposable: bool | Callable[[Mapping[str, Any]], bool] = False
+    decomposition: str = ""
 
     def wants_entropy(self, params: Mapping[str, Any]) -> bool:
         return (
@@ -71,6 +84,10 @@ class ObjectiveSpec:
 
     def inert_at_zero_advantage(self, params: Mapping[str, Any]) -> bool:
         flag = self.zero_advantage_inert
+        return flag(params) if callable(flag) else bool(flag)
+
+    def decomposes(self, params: Mapping[str, Any]) -> bool:
+        flag = self.decomposable
         return flag(params) if callable(flag) else bool(flag)
 
     def parameters(self) -> dict[str, inspect.Parameter]:
@@ -101,6 +118,8 @@ def register_objective(
     batch_denominator: bool | Callable[[Mapping[str, Any]], bool] = False,
     zero_advantage_inert: bool | Callable[[Mapping[str, Any]], bool] = False,
     controller: ObjectiveController | None = None,
+    decomposable: bool | Callable[[Mapping[str, Any]], bool] = False,
+    decomposition: str = "",
 ) -> Callable[[TokenObjective], TokenObjective]:
     """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
 
@@ -116,6 +135,8 @@ def register_objective(
             batch_denominator,
             zero_advantage_inert,
             controller,
+            decomposable,
+            decomposition,
         )
         return fn
 

@@ -107,7 +107,16 @@ def validate_steer(
         raise ValueError(f"weight_min={weight_min} must be <= weight_max={weight_max}")
 
 
-@register_objective("steer", validate=validate_steer, zero_advantage_inert=True)
+@register_objective(
+    "steer",
+    validate=validate_steer,
+    zero_advantage_inert=True,
+    decomposable=False,
+    decomposition=(
+        "token weights are scaled by the min and max of |Omega|, from the current log-probs, over"
+        " blocks of consecutive mini-batch rows"
+    ),
+)
 def steer(
     batch: TokenBatch,
     policy: PolicyOutput,

@@ -26,7 +26,12 @@ def validate_w_reinforce(*, lam: float, correct_above: float, **_: object) -> No
     check_range("lam", lam, low=0.0)
 
 
-@register_objective("w_reinforce", validate=validate_w_reinforce)
+@register_objective(
+    "w_reinforce",
+    validate=validate_w_reinforce,
+    decomposable=True,
+    decomposition="each token's ratio weighted by its row's correctness",
+)
 def w_reinforce(
     batch: TokenBatch, policy: PolicyOutput, *, lam: float = 0.1, correct_above: float = 0.5
 ) -> ObjectiveOutput:

@@ -13,13 +13,18 @@ quarter of them carry gradient.
 | seq-mean-token-sum-norm | Σ_{i,t} l_it / (|S| · norm_length) (Dr. GRPO; norm_length default T) |
 
 All four are linear in the per-token loss for a fixed denominator mask, so losses of disjoint token
-sets sum to the loss of their union.
+sets sum to the loss of their union. Each divides by one scalar of the whole batch
+(`loss_normaliser`: Σ D for token-mean, |S| for the seq-mean modes, |S| · norm_length for the last);
+given it, the loss of a set of rows is aggregated over those rows alone, and the losses of disjoint
+row sets sum to the batch's (`normaliser=` of `aggregate_loss`: the update's micro-batches,
+train/step.py).
 """
 
 from __future__ import annotations
 
 from typing import Literal, get_args
 
+import torch
 from torch import Tensor
 
 LossAggregation = Literal[
@@ -33,6 +38,7 @@ def aggregate_loss(
     denominator_mask: Tensor,
     mode: LossAggregation = "token-mean",
     norm_length: int | None = None,
+    normaliser: Tensor | None = None,
 ) -> Tensor:
     """Aggregate a per-token loss to a scalar.
 
@@ -41,27 +47,46 @@ def aggregate_loss(
         denominator_mask: [B, T] bool, tokens counted in the normaliser.
         mode: one of LOSS_AGGREGATIONS.
         norm_length: the constant length of seq-mean-token-sum-norm (default T).
+        normaliser: [] float, the divisor of a larger batch these rows belong to
+            (`loss_normaliser` of its denominator mask); None = this batch's own.
 
     Returns:
         [] float scalar; 0 when no token counts in the denominator.
     """
+    if normaliser is None:
+        normaliser = loss_normaliser(denominator_mask, mode, norm_length, per_token_loss.dtype)
+    mask = denominator_mask.to(per_token_loss.dtype)
+    if mode == "token-mean":
+        return per_token_loss.sum() / normaliser
+    seq_count = mask.sum(-1)  # [B]
+    present = (seq_count > 0).to(per_token_loss.dtype)  # [B]
+    seq_sum = per_token_loss.sum(-1) * present  # [B]
+    if mode == "seq-mean-token-mean":
+        return (seq_sum / seq_count.clamp_min(1.0)).sum() / normaliser
+    return seq_sum.sum() / normaliser
+
+
+def loss_normaliser(
+    denominator_mask: Tensor,
+    mode: LossAggregation = "token-mean",
+    norm_length: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """The scalar `aggregate_loss` divides by ([] `dtype`): Σ D (token-mean), |S|
+    (seq-mean-token-mean, seq-mean-token-sum) or |S| · norm_length (seq-mean-token-sum-norm;
+    default T); |S| and Σ D at least 1."""
     if mode not in LOSS_AGGREGATIONS:
         raise ValueError(
             f"loss aggregation {mode!r} is unknown; choose one of {list(LOSS_AGGREGATIONS)}"
         )
-    mask = denominator_mask.to(per_token_loss.dtype)
+    mask = denominator_mask.to(dtype)
     if mode == "token-mean":
-        return per_token_loss.sum() / mask.sum().clamp_min(1.0)
-    seq_count = mask.sum(-1)  # [B]
-    present = (seq_count > 0).to(per_token_loss.dtype)  # [B]
-    num_seqs = present.sum().clamp_min(1.0)
-    seq_sum = per_token_loss.sum(-1) * present  # [B]
-    if mode == "seq-mean-token-mean":
-        return (seq_sum / seq_count.clamp_min(1.0)).sum() / num_seqs
-    if mode == "seq-mean-token-sum":
-        return seq_sum.sum() / num_seqs
-    length = per_token_loss.shape[-1] if norm_length is None else norm_length
-    return seq_sum.sum() / (num_seqs * length)
+        return mask.sum().clamp_min(1.0)
+    num_seqs = (mask.sum(-1) > 0).to(dtype).sum().clamp_min(1.0)
+    if mode != "seq-mean-token-sum-norm":
+        return num_seqs
+    length = denominator_mask.shape[-1] if norm_length is None else norm_length
+    return num_seqs * length
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:

@@ -103,6 +103,7 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
     def _backward(ctx, grad_logp: Tensor, grad_entropy: Tensor):
         hidden, weight, bias, ids, entropy = ctx.saved_tensors
         step, tau = ctx.chunk_size, ctx.temperature
+        low = gemm_dtype(hidden.device.type)
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
         every_row = hidden
         rows = _rows_with_gradient(grad_logp, grad_entropy) if ctx.skip_gradless else None
@@ -140,7 +141,7 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
                     hidden.dtype
                 )  # g_z W
             if grad_weight is not None:
-                grad_weight.addmm_(grad_z.t(), hidden[sl].float())
+                add_product(grad_weight, grad_z.t(), hidden[sl], low)
             if grad_bias is not None:
                 grad_bias.add_(grad_z.sum(0))
         grad_hidden = grad_rows
@@ -155,6 +156,38 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
             None,
             None,
         )
+
+
+def gemm_dtype(device: str) -> torch.dtype | None:
+    """The dtype the head's weight-gradient GEMM takes its inputs in: the autocast dtype where
+    autocast is on for `device` with a 16-bit dtype (train.precision=bf16-mixed), else None
+    (float32 inputs)."""
+    if not torch.is_autocast_enabled(device):
+        return None
+    dtype = torch.get_autocast_dtype(device)
+    return dtype if dtype in (torch.bfloat16, torch.float16) else None
+
+
+def add_product(out: Tensor, a: Tensor, b: Tensor, dtype: torch.dtype | None) -> None:
+    """out += a @ b in place, `out` float32 [m, n], `a` [m, k], `b` [k, n].
+
+    dtype None: float32 inputs and accumulation. dtype bf16 (fp16): the inputs rounded to it and
+    the products summed in float32 into `out`, never rounded to 16 bits (TRL's chunked head adds a
+    bf16 GEMM result per chunk instead: trl/kernels/chunked_logprob.py `grad_weight[start:end] +=
+    tile.t() @ hidden_chunk`). On CUDA one cuBLAS GEMM with 16-bit inputs and a float32 output
+    (aten::addmm.dtype_out, pytorch aten/src/ATen/native/cuda/Blas.cpp `_addmm_dtype_out_cuda`:
+    16-bit inputs, out_dtype float32, `self` float32). The CPU has no such kernel (addmm.dtype is
+    registered for CUDA only): there the rounded inputs are multiplied in float32, the same
+    numbers to summation order (a product of two bf16 values has at most 16 significant bits and
+    is exact in float32's 24), so the tests on the CPU measure the GPU path's rounding."""
+    if dtype is None:
+        out.addmm_(a, b.float())
+        return
+    a, b = a.to(dtype), b.to(dtype)
+    if out.device.type == "cuda":  # not run here: no GPU on these machines
+        torch.addmm(out, a, b, out_dtype=torch.float32, out=out)
+    else:
+        out.addmm_(a.float(), b.float())
 
 
 def _rows_with_gradient(grad_logp: Tensor, grad_entropy: Tensor) -> Tensor | None:

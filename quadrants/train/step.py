@@ -40,7 +40,7 @@ from quadrants import seeds
 from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
-from quadrants.objectives.loss import compute_loss, kept_tokens
+from quadrants.objectives.loss import compute_loss, kept_tokens, mini_batch_normaliser
 from quadrants.ops.groups import grouped_order
 from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
@@ -470,13 +470,19 @@ def backward_minibatch(
 
     The same splice serves rows that carry no gradient (train/gradless_rows.py): they run once
     without grad, for their values, and only the other rows run with grad. Sharded ranks add idle
-    rows to the grad pass until both passes split evenly (`equal_shares`)."""
+    rows to the grad pass until both passes split evenly (`equal_shares`).
+
+    An objective whose loss decomposes over rows (ObjectiveSpec.decomposable: no mini-batch
+    statistic in its per-token loss) needs none of that: each micro-batch back-propagates its own
+    rows' loss over the mini-batch's normaliser, and no row runs without grad
+    (`backward_by_rows`)."""
     spec, params, loss_settings = objective.spec, objective.params, objective.loss
     with_entropy = spec.wants_entropy(params)
     world = forwards.placement.world_size
     micro = settings.micro_batch_size
     micro = micro if micro and micro < mini.batch_size and not settings.micro_batch_tokens else 0
     carried = rows_with_gradient(mini, loss_settings, spec, params)
+    needed = carried  # before the idle rows a sharded grad pass adds
     if carried is not None and forwards.placement.sharded:
         carried = equal_shares(carried, world)
     if carried is not None and bool(carried.all()):
@@ -508,6 +514,8 @@ def backward_minibatch(
         loss, metrics = loss_of(policy_output(forwards, model, mini, with_entropy))
         loss.backward()
         return loss.detach(), metrics
+    if spec.decomposes(params):
+        return backward_by_rows(model, objective, forwards, mini, with_grad, needed, is_weights)
     logp, entropy = detached_values(forwards, model, mini, valued, with_entropy)
     loss, metrics, draws = None, {}, None
     for index in with_grad:
@@ -530,6 +538,63 @@ def backward_minibatch(
             if parameter.requires_grad and parameter.grad is None:
                 parameter.grad = torch.zeros_like(parameter)
     return loss.detach(), metrics
+
+
+def backward_by_rows(
+    model: nn.Module,
+    objective: Objective,
+    forwards: Forwards,
+    mini: TokenBatch,
+    with_grad: list[Tensor],
+    carried: Tensor | None,
+    is_weights: Tensor | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """`backward_minibatch` for an objective whose loss decomposes over rows: each group of
+    `with_grad` runs once with grad and back-propagates its own rows' loss over the mini-batch's
+    normaliser (objectives/loss.py `mini_batch_normaliser`), so the groups' gradients add up to
+    the mini-batch's, and no row runs without grad. Returns (loss [] detached, metrics).
+
+    The logged loss and metrics are `compute_loss` of the whole mini-batch on the values the grad
+    passes computed, the rows that carry no gradient (`carried` False; None: every row carries
+    some) entering with their behaviour values (log-prob = old log-prob, entropy = behaviour
+    entropy). Their loss terms are masked to exactly 0 whatever the values (train/gradless_rows.py),
+    so the loss is the mini-batch's, and so is every metric that reads the batch only (kept_frac,
+    denominator_tokens, kept_group_frac, ...). A metric that reads the current policy (ratio_mean,
+    the clip fractions, current_entropy, kl_ref) counts those rows at π_old: equal to the full
+    pass's on the first update of a step, where π is π_old, and after it differing by their drift
+    (docs/performance.md)."""
+    spec, params, loss_settings = objective.spec, objective.params, objective.loss
+    with_entropy = spec.wants_entropy(params)
+    normaliser = mini_batch_normaliser(spec, params, mini, loss_settings)
+    logp, entropy = mini.old_logp, mini.entropy if with_entropy else None
+    ran = False
+    for index in with_grad:
+        if index.numel() == 0:
+            continue
+        rows = mini.select(index)
+        part = policy_output(forwards, model, rows, with_entropy)
+        weights = None if is_weights is None else is_weights[index]
+        loss, _ = compute_loss(
+            spec, params, rows, part, loss_settings, is_weights=weights, normaliser=normaliser
+        )
+        loss.backward()
+        ran = True
+        logp = splice_rows(logp, part.logp.detach(), index)
+        if entropy is not None:
+            entropy = splice_rows(entropy, part.entropy.detach(), index)  # type: ignore[union-attr]
+    if carried is not None:  # idle rows a sharded grad pass ran: their behaviour values too
+        logp = torch.where(carried[:, None], logp, mini.old_logp)
+        if entropy is not None:
+            entropy = torch.where(carried[:, None], entropy, mini.entropy)
+    if not ran:  # no row carries gradient: the loss is a constant and every gradient zero
+        for parameter in model.parameters():
+            if parameter.requires_grad and parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+    with torch.no_grad():
+        loss, metrics = compute_loss(
+            spec, params, mini, PolicyOutput(logp, entropy), loss_settings, is_weights=is_weights
+        )
+    return loss, metrics
 
 
 def detached_values(

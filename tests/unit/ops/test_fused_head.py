@@ -144,3 +144,52 @@ def test_skipping_rows_without_gradient_equals_recomputing_every_row():
     # the head's gradients are sums of 8 rows against 24 (16 of them 0)
     for a, b in zip(grads[True], grads[False]):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def head_weight_gradient(hidden, weight, tokens, g_logp, g_entropy, *, mixed, gemm_in_fp32=False):
+    """The head's weight gradient of Σ g_logp·logp + g_entropy·H through the fused head, in
+    float32 or under bf16 autocast (train.precision=bf16-mixed); `gemm_in_fp32`: the weight
+    gradient's GEMM with float32 inputs (the path before bf16 inputs)."""
+    import quadrants.ops.fused_head as module
+
+    h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    real = module.gemm_dtype
+    if gemm_in_fp32:
+        module.gemm_dtype = lambda device: None
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            logp, entropy = head_logprobs_and_entropy(h, w, tokens, chunk_size=256)
+        (logp * g_logp + entropy * g_entropy).sum().backward()
+    finally:
+        module.gemm_dtype = real
+    return w.grad
+
+
+def test_bf16_weight_gradient_gemm_against_float32():
+    """Under bf16-mixed the head's weight-gradient GEMM takes bf16 inputs (g_z and h) and sums
+    in float32 (ops/fused_head.py `add_product`). N = 1,024 rows in 4 chunks, H = 64, V = 2,000.
+
+    Tolerance, derived: bf16 keeps 8 significant bits, so rounding an input to it moves it by a
+    relative δ with |δ| <= u = 2^-8 (round to nearest); a product of two rounded inputs is off by
+    at most 2u + u² ~ 2^-7 of itself, and float32 adds it exactly (16 significant bits in 24).
+    Each entry sums N = 1,024 such products: float32's own summation error is at most
+    N·2^-24 ~ 6e-5 relative to Σ|terms| (negligible), and the rounding errors, of either sign,
+    add up to at most 2^-7 · Σ|terms|; with terms of mixed sign they add like a random walk,
+    ~ (u/√3)·√2 ~ 0.8u = 3.2e-3 of the entry's size. The bound tested is 2^-7 = 7.8e-3 on
+    the relative Frobenius error against the same run with a float32 GEMM; measured: 2.35e-3.
+    Against a float64 reference the bf16-mixed gradient was already 7.7e-3 off with the float32
+    GEMM (its logits come from a bf16 matmul) and is 8.1e-3 off with the bf16 GEMM: the two
+    errors add in quadrature. A float32 run is 6.8e-7 off (docs/performance.md)."""
+    gen = torch.Generator().manual_seed(0)
+    n, h, v = 1024, 64, 2000
+    hidden, weight = torch.randn(n, h, generator=gen), torch.randn(v, h, generator=gen) * 0.3
+    tokens = torch.randint(0, v, (n,), generator=gen)
+    g_logp, g_entropy = torch.randn(n, generator=gen) / n, torch.randn(n, generator=gen) / n
+    args = (hidden, weight, tokens, g_logp, g_entropy)
+    bf16 = head_weight_gradient(*args, mixed=True)
+    fp32_gemm = head_weight_gradient(*args, mixed=True, gemm_in_fp32=True)
+    relative = float((bf16 - fp32_gemm).norm() / fp32_gemm.norm())
+    assert relative < 2**-7, relative
+    assert relative > 2**-12, relative  # the inputs were rounded: the bf16 path ran
+    plain = head_weight_gradient(*args, mixed=False)  # float32 throughout: float32 GEMM inputs
+    assert torch.equal(plain, head_weight_gradient(*args, mixed=False, gemm_in_fp32=True))

@@ -30,10 +30,12 @@ PARAMS = {
 }
 
 
-def seeded_batch(model, *, rows=6, prompt=4, length=5, rewards=(1.0, 0.0, 1.0, 1.0, 0.0, 1.0)):
+def seeded_batch(
+    model, *, rows=6, prompt=4, length=5, rewards=(1.0, 0.0, 1.0, 1.0, 0.0, 1.0), noise=0.05
+):
     # 3 groups of 2 sequences, rewards [1, 0 | 1, 1 | 0, 1]: the middle group is constant (DAPO drops it);
     # responses of lengths 5, 3, 5, 2, 4, 5 (right padding); old log-probs from the model, perturbed
-    # so that the ratios are not all 1. Advantages: rows 0 and 5 positive, 1 and 4 negative, 2 and 3
+    # by `noise` so that the ratios are not all 1 (noise=0: the step's first update, π = π_old). Advantages: rows 0 and 5 positive, 1 and 4 negative, 2 and 3
     # zero (which the quadrant split counts as positive)
     gen = torch.Generator().manual_seed(0)
     sequences = torch.randint(3, 60, (rows, prompt + length), generator=gen)
@@ -42,7 +44,7 @@ def seeded_batch(model, *, rows=6, prompt=4, length=5, rewards=(1.0, 0.0, 1.0, 1
     logp, entropy = behaviour_pass(
         model, sequences, attention_mask, length, temperature=1.0, chunk_size=7, batch_size=rows
     )
-    logp = logp + 0.05 * torch.randn(rows, length, generator=gen)
+    logp = logp + noise * torch.randn(rows, length, generator=gen)
     return make_token_batch(
         sequences=sequences,
         attention_mask=attention_mask,
@@ -123,7 +125,10 @@ def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
 
 
 def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
-    """The reference: every row in one forward with grad, the loss, its backward."""
+    """The reference: every row in one forward with grad, the loss, its backward. For an objective
+    whose loss decomposes over rows, the metrics are those the update logs (train/step.py
+    `backward_by_rows`): the rows that carry no gradient at their behaviour values (old log-probs,
+    behaviour entropy), as no forward runs for them."""
     model = copy.deepcopy(model)
     torch.manual_seed(0)
     ctx = context(objective, 0, model, keep, kl_coef)
@@ -136,14 +141,15 @@ def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
         chunk_size=7,
         with_entropy=ctx.objective.spec.wants_entropy(ctx.objective.params),
     )
-    loss, metrics = compute_loss(
-        ctx.objective.spec,
-        ctx.objective.params,
-        batch,
-        PolicyOutput(logp, entropy),
-        ctx.objective.loss,
-    )
+    spec, params, settings = ctx.objective.spec, ctx.objective.params, ctx.objective.loss
+    loss, metrics = compute_loss(spec, params, batch, PolicyOutput(logp, entropy), settings)
     loss.backward()
+    carried = rows_with_gradient(batch, settings, spec, params)
+    if spec.decomposes(params) and carried is not None:
+        logp = torch.where(carried[:, None], logp.detach(), batch.old_logp)
+        if entropy is not None:
+            entropy = torch.where(carried[:, None], entropy.detach(), batch.entropy)
+        _, metrics = compute_loss(spec, params, batch, PolicyOutput(logp, entropy), settings)
     return loss.detach(), metrics, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
@@ -249,7 +255,8 @@ def test_zero_advantage_inert_is_true_of_the_objective(objective):
 def test_rows_without_gradient_change_nothing(objective):
     """Without isolation (the DAPO family still drops the constant group's rows) and under each
     isolation, with and without micro-batches: the loss, every metric and every gradient equal one
-    forward with grad over every row."""
+    forward with grad over every row (the metrics of a decomposable objective with the rows
+    without gradient at their behaviour values, `one_call_gradients`)."""
     torch.manual_seed(0)
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
@@ -309,9 +316,11 @@ def test_forking_on_the_current_entropy_skips_zero_advantage_rows(monkeypatch):
 
 
 def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
-    """keep=NHR,NLR: rows 1 and 4 (response lengths 3 and 4) are the only rows a forward with grad
-    sees; the other four (lengths 5, 5, 2, 5) run once without grad. With micro-batches of 1 every
-    row runs without grad first and rows 1 and 4 then one at a time, shortest first."""
+    """Clip-Cov (its covariance is centred on the mini-batch: not decomposable), keep=NHR,NLR:
+    rows 1 and 4 (response lengths 3 and 4) are the only rows a forward with grad sees; the other
+    four (lengths 5, 5, 2, 5) run once without grad. With micro-batches of 1 every row runs
+    without grad first and rows 1 and 4 then one at a time, shortest first. GRPO and DAPO
+    decompose over rows: the same rows run with grad, and no forward runs without grad."""
     import quadrants.train.step as step_module
 
     model, _ = load_policy("tiny-random", seed=0)
@@ -324,16 +333,22 @@ def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
         return real(forwards, model, mini, with_entropy)
 
     monkeypatch.setattr(step_module, "policy_output", spy)
-    gradients("grpo", 0, model, batch, ["NHR", "NLR"])
+    gradients("clip_cov", 0, model, batch, ["NHR", "NLR"])
     assert seen == {True: [[3, 4]], False: [[5, 5, 2, 5]]}
     seen = {True: [], False: []}
-    gradients("grpo", 1, model, batch, ["NHR", "NLR"])
+    gradients("clip_cov", 1, model, batch, ["NHR", "NLR"])
     assert seen == {True: [[3], [4]], False: [[2], [3], [4], [5], [5], [5]]}
+    seen = {True: [], False: []}
+    gradients("grpo", 0, model, batch, ["NHR", "NLR"])
+    assert seen == {True: [[3, 4]], False: []}
+    seen = {True: [], False: []}
+    gradients("grpo", 1, model, batch, ["NHR", "NLR"])
+    assert seen == {True: [[3], [4]], False: []}
     seen = {True: [], False: []}  # DAPO without isolation: the constant group (rows 2, 3) idle
     gradients("dapo", 0, model, batch)
-    assert seen == {True: [[3, 4, 5, 5]], False: [[5, 2]]}
-    seen = {True: [], False: []}  # GRPO: the same rows, idle for their advantage of 0
-    gradients("grpo", 0, model, batch)
+    assert seen == {True: [[3, 4, 5, 5]], False: []}
+    seen = {True: [], False: []}  # Clip-Cov: the same rows, idle for their advantage of 0
+    gradients("clip_cov", 0, model, batch)
     assert seen == {True: [[3, 4, 5, 5]], False: [[5, 2]]}
 
 
