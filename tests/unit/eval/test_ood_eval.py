@@ -230,6 +230,10 @@ def test_paper_ood_preset_composes_to_the_papers_sampling(tmp_path):
 class FakeChatTokenizer:
     chat_template = "fake"
 
+    def __call__(self, text, add_special_tokens=False):
+        # one token per character: the evaluation plan counts prompt tokens (task.max_prompt_tokens)
+        return {"input_ids": list(range(len(text)))}
+
     def apply_chat_template(self, conversation, tokenize, add_generation_prompt):
         (message,) = conversation
         return f"<user>{message['content']}</user><assistant>"
