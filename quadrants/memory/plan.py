@@ -373,13 +373,15 @@ def format_plan(plan: Plan, gpu_memory_gb: float | None = None) -> str:
         line(columns),
     ]
     out = head + [line(r) for r in rows]
-    peak = plan.peak()
+    peak = plan.peak()  # the phase that needs most once the headroom is added (a row of the
+    # table can have a larger total of live tensors: vLLM's share gets no allocator headroom)
     out.append(
-        f"peak: {gib(peak.total)} GiB ({peak.total / 1e9:.1f} GB) in {peak.phase}; with the "
-        f"caching allocator's headroom ({i.allocator_headroom:g} of the trainer's share) "
-        f"{plan.needed() / 1e9:.1f} GB"
+        f"needs most: {peak.phase}, {gib(int(plan.needed()))} GiB per GPU = its total "
+        f"{gib(peak.total)} + the caching allocator's headroom ({i.allocator_headroom:g} x the "
+        f"trainer's {gib(peak.trainer.total)})"
         + (
-            f"; budget cluster.gpu_memory_gb={gpu_memory_gb:g} GB: "
+            f"; budget cluster.gpu_memory_gb={gpu_memory_gb:g} "
+            f"({gib(int(gpu_memory_gb * 1e9))} GiB): "
             + ("fits" if fits(plan, gpu_memory_gb) else "DOES NOT FIT")
             if gpu_memory_gb is not None
             else ""
