@@ -34,12 +34,19 @@ ARGS = [
 ]
 
 
+def _command(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # it ended meanwhile (a short-lived grandchild)
+        return ""
+
+
 def _alive(processes: list[psutil.Process]) -> list[str]:
     alive = []
     for process in processes:
         try:
             if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+                alive.append(f"{process.pid} {_command(process)[:120]}")
         except psutil.NoSuchProcess:
             pass
     return alive
@@ -70,8 +77,8 @@ def test_a_signal_to_the_sweep_stops_every_process_and_the_rerun_resumes_once(tm
         time.sleep(0.05)
     sweep = psutil.Process(proc.pid)
     tree = [sweep, *sweep.children(recursive=True)]
-    workers = [p for p in tree if "popen_loky_posix" in " ".join(p.cmdline())]
-    assert len(workers) == 2, [p.cmdline() for p in tree]  # the job's and an idle one
+    workers = [p for p in tree if "popen_loky_posix" in _command(p)]
+    assert len(workers) == 2, [_command(p) for p in tree]  # the job's and an idle one
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     if sig != signal.SIGKILL:
