@@ -70,11 +70,17 @@ def _in_directory(directory: Path) -> list[psutil.Process]:
 def test_a_signal_to_the_sweep_stops_every_process_and_the_rerun_resumes_once(tmp_path, sig):
     proc = commands.start("quadrants.sweep", *ARGS, cwd=tmp_path, stderr=subprocess.STDOUT)
     log_file = tmp_path / "outputs" / "quadrants" / "signals" / "default" / "quadrants.log"
-    deadline = time.time() + 300
-    while not (log_file.exists() and f"step 3/{STEPS}" in log_file.read_text()):
-        assert proc.poll() is None, proc.stdout.read()
-        assert time.time() < deadline, "the job never reached step 3"
-        time.sleep(0.05)
+    deadline = time.time() + 600  # a busy 2-core machine took 5 min to build and load
+    try:
+        while not (log_file.exists() and f"step 3/{STEPS}" in log_file.read_text()):
+            assert proc.poll() is None, proc.stdout.read()
+            assert time.time() < deadline, "the job never reached step 3"
+            time.sleep(0.05)
+    except BaseException:  # leave no sweep training behind a failed test
+        sweep = psutil.Process(proc.pid)
+        for process in [*sweep.children(recursive=True), sweep]:
+            process.kill()
+        raise
     sweep = psutil.Process(proc.pid)
     tree = [sweep, *sweep.children(recursive=True)]
     workers = [p for p in tree if "popen_loky_posix" in _command(p)]
