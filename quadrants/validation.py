@@ -170,6 +170,20 @@ def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> N
         )
 
 
+def validate_micro_batch(train: TrainConfig) -> None:
+    """`train.micro_batch_size` splits a mini-batch (`train.mini_batch_size` sequences) into
+    forward/backward passes; a larger one splits nothing, which usually means the two keys were
+    swapped."""
+    if train.micro_batch_size > train.mini_batch_size:
+        raise ValueError(
+            f"train.micro_batch_size={train.micro_batch_size} is larger than the mini-batch "
+            f"(train.mini_batch_size={train.mini_batch_size} sequences per optimizer step), which "
+            "it splits into forward/backward passes. Fix: "
+            f"train.micro_batch_size={train.mini_batch_size} or less (0 = the whole mini-batch at "
+            "once), or raise train.mini_batch_size"
+        )
+
+
 def validate_lora(cfg: RunConfig) -> None:
     """`model.lora` against the rest of the run: its target modules here, the number of ranks in
     `check_lora_ranks`, the engine's own conditions in its registry entry
@@ -285,6 +299,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     check_sinks(list(cfg.tracking.sinks))  # tracking.sinks: names, and their packages installed
     validate_trainer_memory(cfg.train, cfg.rollout)
     validate_minibatch_grouping(cfg.train, cfg.rollout)
+    validate_micro_batch(cfg.train)
     # imported here: a one-process step builds its loss settings from this module (loss_settings)
     # and never opens distributed code (train/placement.py)
     from quadrants.distributed.collectives import validate_distributed_config

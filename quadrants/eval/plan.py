@@ -105,10 +105,19 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
         Range(1, why="samples per problem").check(f"eval.benchmarks.{name}", samples)
         too_large = [k for k in eval_cfg.ks if k > samples]
         if too_large:
+            # the override that raises n, as typed: the benchmark's entry, or eval.samples when
+            # eval.benchmarks is empty (the run's own task)
+            fix = (
+                f"eval.benchmarks.{name}={max(too_large)}"
+                if eval_cfg.benchmarks
+                else f"eval.samples={max(too_large)}"
+            )
+            kept = [k for k in eval_cfg.ks if k <= samples]
+            if kept:
+                fix += f", or eval.ks=[{','.join(str(k) for k in kept)}]"
             raise ValueError(
                 f"eval.ks={list(eval_cfg.ks)}: pass@k needs k <= n, but {name} draws "
-                f"n={samples} samples per problem; raise eval.benchmarks.{name} to "
-                f"{max(too_large)} or drop k={too_large}"
+                f"n={samples} samples per problem. Fix: {fix}"
             )
         if files and eval_cfg.source == "local":
             _check_local_files(name, _data_dir(eval_cfg))

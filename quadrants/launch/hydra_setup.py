@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from quadrants.config import RunConfig
 from quadrants.cpu.openmp import spin_environment
 from quadrants.distributed.collectives import check_layout
+from quadrants.launch.local_checks import check_launcher_jobs, check_local_job, runs_here
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
 from quadrants.memory.plan import HOST_MARGIN, GiB, Plan
@@ -306,8 +307,15 @@ def preflight(argv: list[str]) -> int:
             jobs = [overrides]
         # Hydra's own overrides too: the run directory's name depends on them (exclude_keys)
         hydra_only = [o for o in everything if o.startswith(("hydra.", "hydra/"))]
+        if multirun:  # hydra.launcher.n_jobs=0 (joblib refuses it only once the sweep started)
+            check_launcher_jobs(base.hydra.launcher)
+        here = runs_here(base.hydra.launcher, multirun)
         for job in jobs:
-            run = _checked(job, lambda job=job: to_run_config(_compose_job([*job, *hydra_only])))
+            composed = _checked(job, lambda job=job: _compose_job([*job, *hydra_only]))
+            if here:  # paths, device, engine and packages of a job that runs on this machine,
+                # before the data files (a GPU preset on a CPU machine: its device first)
+                _checked_plain(job, lambda composed=composed: check_local_job(composed))
+            run = _checked(job, lambda composed=composed: to_run_config(composed))
             uris.add(tracking_uri(run))
             # a run directory with a checkpoint of another config (run/identity.py)
             _checked_plain(job, lambda run=run: check_resume(run))

@@ -212,10 +212,12 @@ class DetachedJob(submitit.helpers.Checkpointable):
 
 
 def _log_to(path: Path) -> None:
-    """Hydra's job logging, without Hydra's launcher: INFO to stderr
-    (submitit's log) and the run's log."""
+    """Hydra's job logging, without Hydra's launcher: INFO to stderr (submitit's log) and the
+    run's log, each line naming the run (its directory's name, as sweeps/config.yaml's
+    `hydra.job_logging` does for the sweep's jobs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fmt = logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    run = path.parent.name.replace("%", "%%")
+    fmt = logging.Formatter(f"[%(asctime)s][{run}][%(name)s][%(levelname)s] - %(message)s")
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     for handler in (logging.StreamHandler(sys.stderr), logging.FileHandler(path)):

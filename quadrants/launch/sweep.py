@@ -27,6 +27,13 @@ from quadrants.launch.hydra_setup import (
     register,
     with_sweep_id,
 )
+from quadrants.launch.local_jobs import (
+    end_workers,
+    forward_signals,
+    run_stoppable,
+    stopped_by,
+    use_tied_workers,
+)
 from quadrants.launch.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
 from quadrants.launch.sweep_callbacks import close_open_parent
 
@@ -37,7 +44,8 @@ register()
 def _hydra_main(cfg: DictConfig) -> dict:
     from quadrants.launch.job import run_job
 
-    return run_job(cfg)
+    # in a local worker, a job stopped by the sweep's signal returns (launch/local_jobs.py)
+    return run_stoppable(lambda: run_job(cfg))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,11 +70,20 @@ def main(argv: list[str] | None = None) -> None:
         if problem is not None:
             sys.exit(no_slurm_message(problem))
     sys.argv = [sys.argv[0], *argv]
+    # the local launcher's workers die with this process and get its SIGINT/SIGTERM as SIGTERM
+    # (launch/local_jobs.py); a job in this process gets SIGINT as SIGTERM
+    use_tied_workers()
+    if from_command_line:
+        forward_signals()
     try:
         _hydra_main()
-    # a sweep that ended before its end callback (a refused submission, a crash): parent FAILED
+    # a sweep that ended before its end callback (a refused submission, a crash): parent FAILED;
+    # stopped by a signal: KILLED, and re-running the command resumes it
     finally:
-        close_open_parent("FAILED")
+        end_workers()
+        close_open_parent("FAILED" if stopped_by() is None else "KILLED")
+    if stopped_by() is not None:
+        sys.exit(128 + stopped_by())
 
 
 if __name__ == "__main__":

@@ -149,6 +149,14 @@ class SweepCallback(Callback):
         _print_links(config, uri, parent)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from quadrants.launch.local_jobs import stopped_by
+
+        if stopped_by() is not None:  # the jobs checkpointed and stopped: no summary of a half
+            print(
+                f"quadrants: sweep {config.sweep_id} stopped; run the same command to resume it",
+                flush=True,
+            )
+            return  # the command closes the parent run as KILLED (launch/sweep.py)
         global _open_parent
         _open_parent = None  # closed below, as before
         self._summary(config)

@@ -432,11 +432,12 @@ def format_plan(plan: Plan, checked: bool = False) -> str:
         line(columns),
     ]
     out = head + [line(r) for r in rows]
-    peak = plan.peak()
+    peak = plan.peak()  # the phase that needs most once the headroom is added (a row of the
+    # table can have a larger total of live tensors: vLLM's share gets no allocator headroom)
     out.append(
-        f"peak: {gib(peak.total)} GiB ({peak.total / 1e9:.1f} GB) in {peak.phase}; with the "
-        f"caching allocator's headroom ({i.allocator_headroom:g} of the trainer's share) "
-        f"{gib(plan.needed())} GiB"
+        f"needs most: {peak.phase}, {gib(int(plan.needed()))} GiB per GPU = its total "
+        f"{gib(peak.total)} + the caching allocator's headroom ({i.allocator_headroom:g} x the "
+        f"trainer's {gib(peak.trainer.total)})"
         + (
             f"; budget {gib(i.device_bytes)} GiB ({i.device_source}): "
             + ("fits" if fits(plan) else "DOES NOT FIT")

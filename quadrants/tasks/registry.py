@@ -211,7 +211,7 @@ class DatasetKind(TaskKind):
 
     def validate(self, heldout_size, params, *, model, files):
         from quadrants.tasks.benchmarks import GOLD_RULES
-        from quadrants.tasks.dataset import DatasetTask, resolve_path
+        from quadrants.tasks.dataset import DatasetTask, check_rows, resolve_path
 
         merged = _dataset_params(self.name, params)
         _check_keys(self.name, DatasetTask, merged)
@@ -219,9 +219,12 @@ class DatasetKind(TaskKind):
             raise ValueError(
                 f"task.params.gold={merged['gold']!r} is unknown; choose one of {list(GOLD_RULES)}"
             )
+        fields = [merged.get("problem_key", "problem"), merged.get("answer_key", "answer")]
+        fields += [merged["id_key"]] if merged.get("id_key") else []
         for key in ("path", "heldout_path"):
             if files and merged.get(key):
-                resolve_path(merged[key], merged.get("data_dir"))
+                found = resolve_path(merged[key], merged.get("data_dir"))
+                check_rows(found, fields, f"task.params.{key}")  # every line, at compose time
 
 
 class ReasoningGymKind(TaskKind):

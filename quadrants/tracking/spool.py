@@ -36,7 +36,44 @@ _SUFFIX = ".jsonl"
 
 
 class SpoolBusyError(RuntimeError):
-    """Another live process holds the spool directory."""
+    """Another live process holds the spool directory (the message names it and what to do)."""
+
+
+def _write_holder(lock_fd: int) -> None:
+    """Put this process's id and command line in the lock file it holds, for `busy_message`. (A
+    holder that dies lets go of the lock with it: the next process takes the spool over.)"""
+    try:
+        with open("/proc/self/cmdline", "rb") as handle:
+            command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        command = ""
+    record = json.dumps({"pid": os.getpid(), "command": command}).encode()
+    try:
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, record, 0)
+    except OSError:  # a full disk: the lock holds all the same, the message names no process
+        pass
+
+
+def busy_message(directory: Path) -> str:
+    """What a process finds when another holds `directory`'s lock: who, and what to do."""
+    try:
+        holder = json.loads((Path(directory) / "lock").read_text())
+        pid, command = int(holder["pid"]), str(holder["command"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pid, command = None, ""
+    who = (
+        f"process {pid} ({command or 'command unknown'})"
+        if pid is not None
+        else "another process (it did not record its id)"
+    )
+    return (
+        f"the tracking spool {directory} is held by {who}, still running: the same run is being "
+        f"trained (or its records delivered) there, perhaps by an earlier command that is still "
+        f"going. Wait for it to end, or stop it"
+        + (f" (kill {pid}: it checkpoints its last step and exits)" if pid is not None else "")
+        + "; then run the command again: it resumes the run and takes the spool over."
+    )
 
 
 @dataclass(frozen=True, order=True)
@@ -71,9 +108,8 @@ class Spool:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
             os.close(self._lock_fd)
-            raise SpoolBusyError(
-                f"spool directory {self.directory} is held by another live process"
-            ) from err
+            raise SpoolBusyError(busy_message(self.directory)) from err
+        _write_holder(self._lock_fd)
         self._write_lock = threading.Lock()
         self._broken: OSError | None = None
         self._state_lock = threading.Lock()

@@ -41,6 +41,9 @@ LAUNCH = {
     name: ["launcher=slurm_ddp", "hydra.launcher.tasks_per_node=8", "tracking.sqlite_on_slurm=true"]
     for name in ("paper_quadrants_qwen7b", "paper_main_qwen7b", "paper_main_dsr1p5b")
 }
+# a one-GPU preset: its jobs run where a GPU is (on this CPU machine, launched locally, the
+# preflight refuses train.device=cuda: tests/unit/sweep/test_local_refusals.py)
+LAUNCH["paper_quadrants_qwen7b_lora_1gpu"] = ["launcher=slurm", "tracking.sqlite_on_slurm=true"]
 
 
 @pytest.mark.slow

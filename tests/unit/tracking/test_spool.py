@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -46,10 +47,16 @@ def test_half_written_last_line_is_dropped(tmp_path: Path) -> None:
 
 def test_second_owner_is_refused_until_the_first_closes(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
-    with pytest.raises(SpoolBusyError):
+    with pytest.raises(SpoolBusyError) as refused:
         Spool(tmp_path)
+    # the holder (this process: flock locks belong to the open file, so a second open conflicts)
+    # is named with its command line, and the message says what to do
+    command = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    message = str(refused.value)
+    assert f"process {os.getpid()} ({command})" in message, message
+    assert f"kill {os.getpid()}" in message and "run the command again" in message, message
     spool.close()
-    Spool(tmp_path).close()
+    Spool(tmp_path).close()  # the holder let go: the next one takes the spool over
 
 
 def test_segments_rotate_and_delivered_ones_are_deleted(tmp_path: Path) -> None:

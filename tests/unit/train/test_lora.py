@@ -307,11 +307,14 @@ def test_hydra_composes_model_lora_and_refuses_before_anything_is_queued():
     assert cfg.model.lora.alpha == 32.0 and cfg.model.lora.dropout == 0.0  # the defaults
     # vLLM takes a LoRA policy as merged weights (rollout/weights.py `merged_lora_weights`), in
     # float32: merged into bf16 the update is rounded away
+    # (submitted to a cluster: launched here, a machine without vLLM refuses rollout=vllm first)
+    cluster = ["-m", "launcher=slurm", "tracking.sqlite_on_slurm=true"]
     with pytest.raises(
         ValueError, match=r"rollout.vllm.dtype='bfloat16'.*rollout.vllm.dtype=float32"
     ):
-        preflight(["model.lora.enabled=true", "rollout=vllm"])
-    assert preflight(["model.lora.enabled=true", "rollout=vllm", "rollout.vllm.dtype=float32"]) == 1
+        preflight([*cluster, "model.lora.enabled=true", "rollout=vllm"])
+    lora_vllm = ["model.lora.enabled=true", "rollout=vllm", "rollout.vllm.dtype=float32"]
+    assert preflight([*cluster, *lora_vllm]) == 1
     with pytest.raises(ValueError, match="with 8 ranks"):
         preflight(
             ["-m", "model.lora.enabled=true", "launcher=slurm_ddp", "tracking.sqlite_on_slurm=true"]
