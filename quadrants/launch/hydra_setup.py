@@ -312,10 +312,13 @@ def preflight(argv: list[str]) -> int:
         here = runs_here(base.hydra.launcher, multirun)
         for job in jobs:
             composed = _checked(job, lambda job=job: _compose_job([*job, *hydra_only]))
-            if here:  # paths, device, engine and packages of a job that runs on this machine,
-                # before the data files (a GPU preset on a CPU machine: its device first)
+            # the values first (wrong anywhere), then paths, device, engine and packages of a job
+            # that runs on this machine, then the data files (a GPU preset on a CPU machine is
+            # refused for its device before it looks for data)
+            run = _checked(job, lambda composed=composed: to_run_config(composed, files=False))
+            if here:
                 _checked_plain(job, lambda composed=composed: check_local_job(composed))
-            run = _checked(job, lambda composed=composed: to_run_config(composed))
+            _checked(job, lambda run=run: validate_config(run, files=True))
             uris.add(tracking_uri(run))
             # a run directory with a checkpoint of another config (run/identity.py)
             _checked_plain(job, lambda run=run: check_resume(run))
