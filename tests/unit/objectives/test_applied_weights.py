@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from quadrants.objectives.loss import LossSettings, applied_weights
 from quadrants.objectives.registry import resolve_objective
-from quadrants.ops.quadrants import QuadrantSettings
+from quadrants.ops.quadrants import Quadrant, QuadrantSettings
 
-from .helpers import batch, close
+from .helpers import batch, close, random_batch
+from .test_loss import VARIANTS
 
 
 def weights(name, tb, keep=None, loss_agg="token-mean", **params):
@@ -63,3 +67,24 @@ def test_a_group_dynamic_sampling_drops_is_out_of_the_denominator():
     w, denominator = weights("dapo", tb)
     close(w, [[2.0, 2.0], [-2.0, -2.0], [0.0, 0.0], [0.0, 0.0]])
     assert denominator.tolist() == [[True, True], [True, True], [False, False], [False, False]]
+
+
+@pytest.mark.parametrize(
+    "name, params", VARIANTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(VARIANTS)]
+)
+def test_every_objective_gives_finite_weights_that_split_over_quadrants(name, params):
+    # the loss is linear in its per-token terms under a fixed denominator, so the weights of the
+    # four single-quadrant losses add up to the full loss's weights (test_loss checks the losses)
+    tb, _, _ = random_batch(0)  # seed 0 has an all-equal group (DAPO drops it)
+    spec, full = resolve_objective(name, params)
+
+    def of(keep):
+        torch.manual_seed(1234)  # clip_cov draws from the global RNG: the same draw every call
+        settings = LossSettings(quadrant=QuadrantSettings(keep=keep))
+        return applied_weights(spec, full, tb, settings)
+
+    w, denominator = of(None)
+    assert bool(torch.isfinite(w).all())
+    assert bool((w[~denominator] == 0).all())
+    parts = sum(of((q,))[0] for q in Quadrant)
+    torch.testing.assert_close(parts, w, rtol=0, atol=1e-5)
