@@ -21,6 +21,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from quadrants.analysis.serial import prewhitened_test
+
 QUADRANTS = ("PHR", "PLR", "NHR", "NLR")
 QUADRANT_COLORS = {"PHR": "#1b7837", "PLR": "#7fbf7b", "NHR": "#b2182b", "NLR": "#ef8a62"}
 _DPI = 100
@@ -273,18 +275,26 @@ def dlogp_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: Path) -> l
 
 def entropy_prediction(history: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Per run and quadrant, how well Cui et al.'s covariance term predicts the measured entropy
-    change over steps: Pearson and Spearman correlation of −cov (`train/quadrant/<Q>/cov`, the
-    predicted direction: a positive covariance lowers the entropy) with `entropy_change`; the same
-    for the per-state estimate −cov_state (`*_state` columns, NaN where it was not logged).
+    change, over steps and within them.
+
+    Over steps: Pearson and Spearman correlation of −cov (`train/quadrant/<Q>/cov`, the predicted
+    direction: a positive covariance lowers the entropy) with `entropy_change`, and the
+    autocorrelation-aware test of analysis/serial.py (`r_white`, `p_white`: the correlation of
+    the two series prewhitened by their own AR(1), and its p-value; `n_eff`, Pyper–Peterman's
+    effective sample size, for reading); the same for the per-state estimate −cov_state
+    (`*_state` columns, NaN where it was not logged).
+
+    Within steps: `token_r` (the per-step correlation over the quadrant's tokens of
+    −(log π + H) w with ΔH, telemetry `train/quadrant/<Q>/token_r`): its mean over steps
+    `token_r_mean`, the fraction of steps where it is positive `token_r_pos`, and `token_steps`.
 
     Args:
         history: run_id, key, step, value (analysis.load.histories).
         runs: run_id, row, seed.
 
     Returns:
-        run_id, row, seed, quadrant, steps (points with cov and entropy_change), pearson,
-        spearman, pearson_state, spearman_state (NaN with fewer than 3 points or a constant
-        series).
+        one row per run and quadrant with the columns above (NaN with fewer than 3 points or a
+        constant series; the prewhitened test needs 5).
     """
     rows = []
     for run in runs.itertuples(index=False):
@@ -296,9 +306,20 @@ def entropy_prediction(history: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFram
                 if not suffix:
                     row["steps"] = len(pair)
                 row[f"pearson{suffix}"], row[f"spearman{suffix}"] = _correlations(pair)
+                test = prewhitened_test(pair["predicted"].to_numpy(), pair["measured"].to_numpy())
+                row[f"r_white{suffix}"], row[f"p_white{suffix}"] = test.r_white, test.p
+                row[f"n_eff{suffix}"] = test.n_eff
+            token_r = mine.loc[mine["key"] == f"train/quadrant/{q}/token_r", "value"].dropna()
+            row["token_steps"] = len(token_r)
+            row["token_r_mean"] = float(token_r.mean()) if len(token_r) else math.nan
+            row["token_r_pos"] = float((token_r > 0).mean()) if len(token_r) else math.nan
             rows.append(row)
-    columns = ["run_id", "row", "seed", "quadrant", "steps", "pearson", "spearman"]
-    return pd.DataFrame(rows, columns=[*columns, "pearson_state", "spearman_state"])
+    over_steps = ["pearson", "spearman", "r_white", "p_white", "n_eff"]
+    columns = ["run_id", "row", "seed", "quadrant", "steps", *over_steps]
+    state = [f"{c}_state" for c in over_steps]
+    return pd.DataFrame(
+        rows, columns=[*columns, *state, "token_steps", "token_r_mean", "token_r_pos"]
+    )
 
 
 def _correlations(pair: pd.DataFrame) -> tuple[float, float]:
@@ -347,10 +368,14 @@ def entropy_change_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: P
             twin = ax.twinx()
             twin.plot(pair["step"], pair["predicted"], color="black", linestyle="--", linewidth=1)
             twin.set_ylabel("−cov (predicted)", fontsize=8)
-            r, r_state = scores.loc[(run.run_id, q), ["pearson", "pearson_state"]]
+            r, p, r_state, p_state = scores.loc[
+                (run.run_id, q), ["pearson", "p_white", "pearson_state", "p_white_state"]
+            ]
             label = run.row if len(run.row) <= 24 else run.row[:23] + "…"
             ax.set_title(
-                f"{label} s{run.seed} · {q}\nr = {r:.2f} (cov_state: {r_state:.2f})", fontsize=9
+                f"{label} s{run.seed} · {q}\nr = {r:.2f} (p {p:.2f}); cov_state r = "
+                f"{r_state:.2f} (p {p_state:.2f})",
+                fontsize=8,
             )
             ax.set_xlabel("training step")
             ax.grid(alpha=0.3)

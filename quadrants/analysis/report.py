@@ -229,7 +229,7 @@ def _figures(
     quadrant_keys = [
         f"train/quadrant/{q}/{stat}"
         for q in figures.QUADRANTS
-        for stat in ("dlogp_abs", "cov", "cov_state", "entropy_change")
+        for stat in ("dlogp_abs", "cov", "cov_state", "entropy_change", "token_r")
     ]
     history = load.histories(
         client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *quadrant_keys]

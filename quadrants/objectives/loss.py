@@ -95,6 +95,27 @@ def compute_loss(
     Returns:
         (loss [] float with grad, metrics name -> detached [] tensor).
     """
+    per_token, denominator, metrics = loss_terms(spec, params, batch, policy, settings, is_weights)
+    loss = aggregate_loss(
+        per_token,
+        denominator,
+        settings.loss_agg,  # type: ignore[arg-type]
+        settings.norm_length,
+        normaliser,
+    )
+    return loss, metrics
+
+
+def loss_terms(
+    spec: ObjectiveSpec,
+    params: Mapping[str, Any],
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    settings: LossSettings,
+    is_weights: Tensor | None = None,
+) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+    """`compute_loss` before the aggregation: (per-token loss [B, T], 0 off the kept tokens of the
+    denominator; the denominator mask [B, T] bool, the tokens the normaliser counts; metrics)."""
     out = spec.fn(batch, policy, **params)
     mask = batch.response_mask
     per_token = out.per_token_loss  # [B, T]
@@ -122,16 +143,46 @@ def compute_loss(
     # A token outside the denominator is out of the batch: it carries no loss and no gradient,
     # whatever the objective put there (EntroReg's entropy bonus on a group dynamic sampling
     # dropped, say). Multiplying by a bool mask leaves every counted term bit-for-bit unchanged.
-    loss = aggregate_loss(
-        per_token * (keep_mask & denominator),
-        denominator,
-        settings.loss_agg,  # type: ignore[arg-type]
-        settings.norm_length,
-        normaliser,
-    )
     metrics["kept_frac"] = token_fraction(keep_mask, mask)
     metrics["denominator_tokens"] = denominator.sum().detach().float()
-    return loss, metrics
+    return per_token * (keep_mask & denominator), denominator, metrics
+
+
+def applied_weights(
+    spec: ObjectiveSpec,
+    params: Mapping[str, Any],
+    batch: TokenBatch,
+    settings: LossSettings,
+    is_weights: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Each token's applied weight w_t = −|D| · ∂loss/∂log π_t at the behaviour policy (ratio 1),
+    and the loss's denominator D: the per-token weight the update's gradient actually carries.
+
+    For a policy-gradient loss, ∂loss/∂θ = Σ_t (∂loss/∂log π_t) ∇ log π_t, so −∂loss/∂log π_t is
+    the coefficient the update puts on token t: the group advantage A_t / |D| for GRPO/DAPO under
+    token-mean (so w_t = A_t), the reshaped advantage for HAPO, EntroAdv, KTAE, STEER's weighted
+    one, 0 on tokens quadrant isolation leaves out or an objective does not train. Taken over the
+    whole rollout batch (the update's mini-batches normalise over their own rows; batch-level
+    statistics an objective computes, STEER's range or KL-Cov's selection, are then the whole
+    batch's), with the current log-probs replaced by the behaviour ones, a leaf the gradient is
+    taken against; the entropy, where the objective reads it, is the behaviour entropy, held
+    fixed (an entropy bonus's own gradient is not a weight on log π of the sampled token).
+
+    Returns:
+        (w [B, T] float32, 0 off D; D [B, T] bool).
+    """
+    logp = batch.old_logp.detach().float().clone().requires_grad_(True)
+    entropy = batch.entropy.detach().float() if spec.wants_entropy(params) else None
+    with torch.enable_grad():
+        per_token, denominator, _ = loss_terms(
+            spec, params, batch, PolicyOutput(logp, entropy), settings, is_weights
+        )
+        loss = aggregate_loss(per_token, denominator, settings.loss_agg, settings.norm_length)
+        (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
+    if grad is None:  # a loss that does not depend on log π: no token carries a weight
+        grad = torch.zeros_like(logp)
+    count = denominator.sum().clamp_min(1).float()
+    return (-grad.detach() * count) * denominator, denominator
 
 
 def counted_tokens(

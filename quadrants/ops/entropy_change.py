@@ -11,13 +11,25 @@ covariance (likely tokens rewarded, unlikely ones penalised) lowers the entropy;
 raises it. Their batch estimate (§4, and `compute_policy_loss_kl_cov` / `_clip_cov` in
 PRIME-RL/Entropy-Mechanism-of-RL, verl/trainer/ppo/core_algos.py) is the token-wise centred product
 
-    cov_t = (A_t − mean A)(log π_t − mean log π),   means over the batch's N response tokens,
+    cov_t = (A_t − mean A)(log π_t − mean log π),   means over the batch's N tokens,
 
 `quadrants.ops.covariance.token_covariance`. Here it is taken with π_old, the policy the batch was
-sampled from (the one the update starts at), over the whole rollout batch, and split over disjoint
-token sets S_q (the four quadrants, whose union is every response token):
+sampled from (the one the update starts at), over the N tokens of the loss's denominator (the
+tokens the update counts: a group DAPO's dynamic sampling dropped is not among them), centred and
+divided over those same N, and split over disjoint token sets S_q (the four quadrants):
 
     cov_q = Σ_{t ∈ S_q} cov_t / N,        Σ_q cov_q = mean_t cov_t    (the batch covariance).
+
+A_t is the *applied* per-token weight, w_t = −N ∂loss/∂log π_t at ratio 1
+(objectives/loss.py `applied_weights`): the group advantage for GRPO/DAPO, the reshaped one for an
+objective that reshapes it, 0 where the update does not train.
+
+**The quadrant signs hold by construction.** A positive quadrant's tokens have A > 0 and a
+negative one's A < 0, and high-entropy tokens are the ones sampled with low log-probs, so each
+quadrant's centred products take a sign its definition fixes (PLR and NHR positive, PHR and NLR
+negative, whenever the batch means sit between the quadrants), whatever the update does.
+Agreement of a quadrant's sign with its measured entropy change is therefore no evidence for the
+mechanism; only how the term moves with the measured change is (docs/science.md).
 
 The batch centring compares tokens of different states. Within one state, E_{a ~ π(·|s)} log π(a|s)
 = −H(s), so a one-sample estimate of the per-state covariance that needs no batch mean is
@@ -26,6 +38,11 @@ The batch centring compares tokens of different states. Within one state, E_{a ~
 
 (exactly, whatever E_a[A]; H_t the behaviour entropy of the token's step, at the same temperature
 as log π_t). It is logged beside the paper's term (`cov_state`), as a second predictor.
+
+The sharper test is within one step, over tokens: the per-state term predicts each token's own
+entropy change, ΔH_t ∝ −(log π_t + H_t) w_t, so their correlation over a step's measured tokens
+(`token_correlation`) asks the mechanism about thousands of states at once, with no reliance on
+the step-to-step drift of the batch.
 
 The measured side is the change of each token's full-vocabulary entropy, the updated policy's minus
 the behaviour policy's, on the same tokens: ΔH_t = H_new,t − H_old,t. Its part per set is
@@ -53,10 +70,11 @@ def covariance_by_set(
     """cov_q = Σ_{t ∈ S_q} cov_t / N for each set: its part of the batch covariance.
 
     Args:
-        advantages: [B, T] float, the advantage each token's update applied (0 on tokens the
-            update does not train).
+        advantages: [B, T] float, the weight each token's update applied (`applied_weights`; 0 on
+            tokens the update does not train).
         logp: [B, T] float, the behaviour policy's log-probs of the sampled tokens.
-        response_mask: [B, T] bool, the N tokens the means of cov_t are over.
+        response_mask: [B, T] bool, the N tokens both means of cov_t and the division are over
+            (the loss's denominator).
         sets: Q masks [B, T] bool (tokens outside `response_mask` are ignored).
 
     Returns:
@@ -111,3 +129,23 @@ def entropy_change(entropy_after: Tensor, entropy_before: Tensor, mask: Tensor) 
     """ΔH_t = H_after,t − H_before,t on `mask`, 0 elsewhere. [n, T] float, [n, T] float,
     [n, T] bool -> [n, T] float."""
     return (entropy_after.float() - entropy_before.float()) * mask
+
+
+def state_term(weights: Tensor, logp: Tensor, entropy: Tensor) -> Tensor:
+    """−(log π_t + H_t) w_t: the per-state prediction of token t's own entropy change (its sign
+    and relative size; the scale is the step size's). [B, T] float x3 -> [B, T] float."""
+    return -(logp.float() + entropy.float()) * weights.float()
+
+
+def token_correlation(predicted: Tensor, measured: Tensor, mask: Tensor) -> Tensor:
+    """Pearson correlation over the tokens of `mask` of the predicted and measured per-token
+    entropy change: the within-step test. [n, T] float, [n, T] float, [n, T] bool -> [] float;
+    NaN with fewer than 3 tokens or a constant side."""
+    x, y = predicted[mask].double(), measured[mask].double()
+    if x.numel() < 3:
+        return torch.tensor(float("nan"))
+    x, y = x - x.mean(), y - y.mean()
+    norm = (x.square().sum() * y.square().sum()).sqrt()
+    if not norm > 0:
+        return torch.tensor(float("nan"))
+    return ((x * y).sum() / norm).float()

@@ -24,6 +24,7 @@ QUADRANT_STATS = (
     "dentropy",
     "dentropy_se",
     "entropy_change",
+    "token_r",  # within-step correlation over tokens of −(log π + H) w with the measured ΔH
     "attention_entropy_mean",  # with quadrant.axis=attention_entropy
     "adapter_residual_mean",  # under LoRA: ||h_adapted - h_base||, ARCA's credit signal
     # flips and cancellation (ops/cancellation.py): shared between a group's positive and negative

@@ -40,7 +40,12 @@ from quadrants import seeds
 from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
-from quadrants.objectives.loss import compute_loss, kept_tokens, mini_batch_normaliser
+from quadrants.objectives.loss import (
+    applied_weights,
+    compute_loss,
+    kept_tokens,
+    mini_batch_normaliser,
+)
 from quadrants.ops.groups import grouped_order
 from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
@@ -119,9 +124,17 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     ctx.engine.sync_weights(ctx.model)
     t3 = time.perf_counter()
     metrics = rollout_metrics(collected.rollouts, collected.rewards, collected.outcomes, batch)
-    # the covariance term and the flips count trained tokens only
+    # the flips count trained tokens only; the covariance terms take each token's applied weight
+    # over the loss's denominator, computed under the update's seed (an objective's own draws,
+    # Clip-Cov's subset, leave torch's generators as they were)
     trained = kept_tokens(batch, objective.quadrant)
-    metrics.update(quadrant_telemetry(batch, dlogp, dlogp_rows, entropy_after, trained))
+    with seeded(seeds.update(ctx.update.seed, step), batch.sequences.device):
+        weights, denominator = applied_weights(
+            objective.spec, objective.params, batch, objective.loss, is_weights
+        )
+    metrics.update(
+        quadrant_telemetry(batch, dlogp, dlogp_rows, entropy_after, trained, weights, denominator)
+    )
     if is_weights is not None:
         weight_mean, capped_frac = is_weight_stats(
             is_weights, batch.response_mask, cap=ctx.score.mismatch_cap

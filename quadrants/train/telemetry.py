@@ -15,6 +15,8 @@ from quadrants.ops.entropy_change import (
     entropy_change,
     signed_shares,
     state_covariance_by_set,
+    state_term,
+    token_correlation,
 )
 from quadrants.ops.quadrants import Quadrant
 from quadrants.ops.subsample import ratio_mean_se
@@ -27,14 +29,19 @@ def quadrant_telemetry(
     dlogp_rows: Tensor | None = None,
     entropy_after: Tensor | None = None,
     trained: Tensor | None = None,
+    weights: Tensor | None = None,
+    denominator: Tensor | None = None,
 ) -> dict[str, float]:
     """token_frac and `tokens` (the count the quadrant's arm keeps), entropy_mean, adv_mass (Σ of
     the sequence advantage over the quadrant's tokens), the means of the attention entropy and of
     the LoRA adapter residual where the batch holds them, Cui et al.'s covariance term `cov` with
     its signed `cov_share` and the per-state estimate `cov_state` (ops/entropy_change.py),
     `shared_frac` (the quadrant's tokens shared between a group's positive and negative responses,
-    ops/cancellation.py) and, when the post-update pass ran, mean |Δ log-prob| and mean entropy
-    change `dentropy` of each quadrant with their standard errors over the measured rows
+    ops/cancellation.py) and, when the post-update pass ran, the within-step correlation over the
+    quadrant's measured tokens of the per-token prediction −(log π + H) w with the measured ΔH
+    (`token_r`; also over all tokens, `train/entropy_token_r`, and the high-entropy ones,
+    `train/entropy_token_r_high`, each logged only where defined), mean |Δ log-prob| and mean
+    entropy change `dentropy` of each quadrant with their standard errors over the measured rows
     (ops.subsample: 0 when every row was measured), `entropy_change` = token_frac · dentropy, the
     quadrant's part of the change of the batch's mean token entropy, and the flip diagnostics:
     `flip_frac` (tokens whose log-prob moved against their applied advantage, over the tokens with
@@ -49,8 +56,13 @@ def quadrant_telemetry(
         dlogp_rows: [n] long, the batch rows measured; None = every row (n = B).
         entropy_after: [n, T] float, the updated policy's entropy on those rows, or None.
         trained: [B, T] bool, the tokens the update trained (quadrant isolation's keep set, the
-            random control's draw); None = every response token. The covariance and the flips
-            take the applied advantage as 0 elsewhere.
+            random control's draw); None = every response token. The flips take the applied
+            advantage as 0 elsewhere.
+        weights: [B, T] float, the applied per-token weight w_t (objectives/loss.py
+            `applied_weights`), the covariance terms' A_t; None = the sequence advantage on the
+            `trained` tokens (what a token-mean policy gradient applies).
+        denominator: [B, T] bool, the loss's denominator, the N tokens the covariance is centred
+            and averaged over; None = every response token.
 
     Returns:
         flat metric dict; an empty quadrant reports zeros.
@@ -69,17 +81,12 @@ def quadrant_telemetry(
     out[keys.train("kept_tokens")] = kept.sum().item()
     out[keys.train("kept_tokens_pos")] = (kept & positive).sum().item()
     out[keys.train("kept_tokens_neg")] = (kept & ~positive).sum().item()
-    cov = covariance_by_set(
-        applied, batch.old_logp, batch.response_mask, [batch.quadrants[q] for q in Quadrant]
-    )
+    weights = applied if weights is None else weights.float()
+    population = batch.response_mask if denominator is None else denominator & batch.response_mask
+    sets = [batch.quadrants[q] for q in Quadrant]
+    cov = covariance_by_set(weights, batch.old_logp, population, sets)
     share = signed_shares(cov)
-    cov_state = state_covariance_by_set(
-        applied,
-        batch.old_logp,
-        batch.entropy,
-        batch.response_mask,
-        [batch.quadrants[q] for q in Quadrant],
-    )
+    cov_state = state_covariance_by_set(weights, batch.old_logp, batch.entropy, population, sets)
     shared = shared_tokens(
         batch.sequences[:, -batch.response_length :],
         batch.response_mask,
@@ -92,6 +99,12 @@ def quadrant_telemetry(
         dentropy = entropy_change(
             entropy_after, batch.entropy[rows], batch.response_mask[rows]
         )  # [n, T]
+        predicted = state_term(weights[rows], batch.old_logp[rows], batch.entropy[rows])  # [n, T]
+        high = batch.quadrants.PHR | batch.quadrants.NHR
+        for name, part in (("entropy_token_r", population), ("entropy_token_r_high", high)):
+            r = token_correlation(predicted, dentropy, (part & population)[rows])
+            if not torch.isnan(r):
+                out[keys.train(name)] = r.item()
     flips = None
     if dlogp is not None:
         dlogp = dlogp.float() * batch.response_mask[rows]
@@ -127,6 +140,9 @@ def quadrant_telemetry(
             out[keys.quadrant(q.value, "dentropy")] = mean.item()
             out[keys.quadrant(q.value, "dentropy_se")] = se.item()
             out[keys.quadrant(q.value, "entropy_change")] = (mean * count / total).item()
+            r = token_correlation(predicted, dentropy, (mask & population)[rows])
+            if not torch.isnan(r):
+                out[keys.quadrant(q.value, "token_r")] = r.item()
     return out
 
 

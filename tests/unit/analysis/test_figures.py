@@ -188,10 +188,11 @@ def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
     ]
     titles = [ax.get_title() for ax in drawn["fig"].axes if ax.get_title()]
     assert titles == [
-        "all s0 · PHR\nr = 0.80 (cov_state: -0.40)",
-        "all s0 · PLR\nr = nan (cov_state: nan)",
-        "all s0 · NHR\nr = nan (cov_state: nan)",
-        "all s0 · NLR\nr = nan (cov_state: nan)",
+        # 4 steps: too few for the prewhitened test (5), so its p-values are NaN
+        "all s0 · PHR\nr = 0.80 (p nan); cov_state r = -0.40 (p nan)",
+        "all s0 · PLR\nr = nan (p nan); cov_state r = nan (p nan)",
+        "all s0 · NHR\nr = nan (p nan); cov_state r = nan (p nan)",
+        "all s0 · NLR\nr = nan (p nan); cov_state r = nan (p nan)",
     ]
     phr = drawn["fig"].axes[0]
     assert list(phr.lines[1].get_ydata()) == pytest.approx([-0.1, -0.3, -0.2, -0.4])

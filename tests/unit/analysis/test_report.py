@@ -55,10 +55,13 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     # change rise together with the step, correlation 1 in every run and quadrant
     prediction = (out / "entropy_prediction.csv").read_text().splitlines()
     assert prediction[0] == (
-        "row,seed,quadrant,steps,pearson,spearman,pearson_state,spearman_state"
+        "row,seed,quadrant,steps,pearson,spearman,r_white,p_white,n_eff,pearson_state,"
+        "spearman_state,r_white_state,p_white_state,n_eff_state,token_steps,token_r_mean,"
+        "token_r_pos"
     )
+    # 3 steps: too few for the prewhitened test (NaN, empty); no cov_state and no token_r logged
     assert len(prediction) == 1 + 4 * len(study_store["runs"]) and all(
-        ",3,1.0,1.0,," in line for line in prediction[1:]
+        line.endswith(",3,1.0,1.0,,,,,,,,,0,,") for line in prediction[1:]
     )
     assert (out / "figures" / "train_entropy.svg").read_text().lstrip().startswith("<?xml")
     logged = {f.path for f in client.list_artifacts(parent, "analysis")}

@@ -11,6 +11,8 @@ from quadrants.ops.entropy_change import (
     entropy_change,
     signed_shares,
     state_covariance_by_set,
+    state_term,
+    token_correlation,
 )
 
 # B = 2 sequences x T = 3 tokens; the second row is 2 tokens long, (1, 2) is padding (N = 5)
@@ -82,3 +84,39 @@ def test_state_covariance_by_hand():
     entropy = torch.tensor([[0.5, 1.0, 2.0], [1.0, 3.0, 9.0]])
     parts = state_covariance_by_set(ADV, LOGP, entropy, MASK, sets())
     assert parts.tolist() == pytest.approx([-0.3, -0.2, 0.0, 0.2], abs=1e-6)
+
+
+def test_covariance_is_centred_over_the_denominator_only():
+    # population = every response token but (1,1) (a token out of the loss's denominator):
+    # N = 4, mean A = (1 + 1 + 1 - 1) / 4 = 0.5, mean logp = (-1 - 2 - 3 - 1) / 4 = -1.75
+    # cov_t = (A - 0.5)(logp + 1.75): (0,0) 0.5 * 0.75 = 0.375, (0,1) 0.5 * -0.25 = -0.125,
+    #   (0,2) 0.5 * -1.25 = -0.625, (1,0) -1.5 * 0.75 = -1.125; (1,1) not counted
+    # per set / 4: (0.375 - 0.125) / 4 = 0.0625, -0.15625, -0.28125, 0
+    # check: mean(A logp) - mean A mean logp = (-1 - 2 - 3 + 1) / 4 + 0.875 = -0.375 = Σ parts
+    population = MASK.clone()
+    population[1, 1] = False
+    parts = covariance_by_set(ADV, LOGP, population, sets())
+    assert parts.tolist() == pytest.approx([0.0625, -0.15625, -0.28125, 0.0], abs=1e-6)
+    assert parts.sum().item() == pytest.approx(-0.375, abs=1e-6)
+
+
+def test_token_correlation_by_hand():
+    # x = [0, 0.2, -3, -2] (mean -1.2, dx = [1.2, 1.4, -1.8, -0.8], Σ dx² = 7.28)
+    # y = [-0.5, 0.25, 0, 0.5] (mean 0.0625, dy = [-0.5625, 0.1875, -0.0625, 0.4375],
+    # Σ dy² = 0.546875); Σ dx dy = -0.675 + 0.2625 + 0.1125 - 0.35 = -0.65
+    # r = -0.65 / sqrt(7.28 · 0.546875) = -0.65 / 1.995307 = -0.325764
+    x = torch.tensor([[0.0, 0.2], [-3.0, -2.0]])
+    y = torch.tensor([[-0.5, 0.25], [0.0, 0.5]])
+    everything = torch.ones(2, 2, dtype=torch.bool)
+    assert token_correlation(x, y, everything).item() == pytest.approx(-0.325764, abs=1e-5)
+    two = torch.tensor([[True, True], [False, False]])
+    assert torch.isnan(token_correlation(x, y, two))  # fewer than 3 tokens
+
+
+def test_state_term_by_hand():
+    # -(logp + H) w: -(-1 + 1) 0.1 = 0, -(-2 + 0) 0.1 = 0.2, -(-3 + 0)(-1) = -3, -(-2 + 0)(-1) = -2
+    w = torch.tensor([[0.1, 0.1], [-1.0, -1.0]])
+    logp = torch.tensor([[-1.0, -2.0], [-3.0, -2.0]])
+    entropy = torch.tensor([[1.0, 0.0], [0.0, 0.0]])
+    term = state_term(w, logp, entropy).flatten().tolist()
+    assert term == pytest.approx([0.0, 0.2, -3.0, -2.0])

@@ -211,3 +211,25 @@ def test_flips_count_only_trained_tokens():
     assert out[keys.quadrant("NHR", "flip_frac")] == 0.0  # no signed token: reported as 0
     assert out[keys.quadrant("NHR", "dlogp_signed")] == pytest.approx(0.025)  # still measured
     assert out[keys.train("kept_tokens")] == 2 and out[keys.train("kept_tokens_neg")] == 0
+
+
+def test_covariance_and_token_test_take_the_applied_weights():
+    # W-REINFORCE-like weights [[0.1, 0.1], [-1, -1]] instead of the advantages [±0.5]:
+    # mean w = (0.2 - 2) / 4 = -0.45, mean logp -2; cov_t = (w + 0.45)(logp + 2):
+    # (0,0) 0.55 * 1 = 0.55, (0,1) 0, (1,0) -0.55 * -1 = 0.55, (1,1) 0; / 4: PHR 0.1375, NLR 0.1375
+    # per-token prediction -(logp + H) w = [[0, 0.2], [-3, -2]] against ΔH [[-0.5, 0.25], [0, 0.5]]:
+    # r over all 4 tokens = -0.325764 (tests/unit/ops/test_entropy_change.py); NLR has 2 tokens and
+    # the high-entropy set 1: undefined, not logged
+    tb = cov_batch()
+    w = torch.tensor([[0.1, 0.1], [-1.0, -1.0]])
+    after = torch.tensor([[0.5, 0.25], [0.0, 0.5]])
+    out = quadrant_telemetry(tb, torch.zeros(2, 2), None, after, None, w, tb.response_mask)
+    assert stats(out, "cov") == pytest.approx([0.1375, 0.0, 0.0, 0.1375], abs=1e-6)
+    assert out[keys.train("entropy_token_r")] == pytest.approx(-0.325764, abs=1e-5)
+    assert keys.train("entropy_token_r_high") not in out
+    assert keys.quadrant("NLR", "token_r") not in out
+    # a denominator without row 1 (a dropped group, weight 0 there): N = 2, mean w = 0.1 so
+    # every centred weight is 0 and the covariance is 0 in every quadrant
+    only_row0 = torch.tensor([[True, True], [False, False]])
+    out = quadrant_telemetry(tb, None, None, None, None, w * only_row0, only_row0)
+    assert stats(out, "cov") == pytest.approx([0.0] * 4, abs=1e-7)
