@@ -123,6 +123,8 @@ def collect_settings(cfg: RunConfig) -> CollectSettings:
         refill_rounds=rollout.refill_rounds,
         overlong_buffer=rollout.overlong_buffer,
         overlong_penalty=rollout.overlong_penalty,
+        reward=cfg.reward.name,
+        reward_probability=cfg.reward.probability,
     )
 
 

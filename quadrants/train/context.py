@@ -94,6 +94,9 @@ class CollectSettings:
     refill_rounds: int
     overlong_buffer: int
     overlong_penalty: float
+    # the training reward (reward.name, reward.probability; rewards/confound.py)
+    reward: str = "verifier"
+    reward_probability: float | None = None
 
 
 @dataclass(frozen=True)
@@ -187,8 +190,11 @@ class StepContext:
 
 @dataclass(frozen=True)
 class Collected:
-    """A graded rollout batch: rewards [B] float, one Outcome per sequence, the phase timings, and
-    metrics of the collection itself (refill rounds, overlong penalty; {} when both are off)."""
+    """A graded rollout batch: rewards [B] float (the training reward, shaped), one Outcome per
+    sequence (the verifier's), the phase timings, metrics of the collection itself (refill rounds,
+    overlong penalty; {} when both are off), and `hits` [B] float: the 0/1 training reward before
+    shaping under a confound reward (reward=random, format_only; rewards/confound.py), None under
+    the verifier's, whose 0/1 reward is the outcomes' correctness (train/refill.py `hits`)."""
 
     rollouts: Rollouts
     rewards: Tensor
@@ -196,3 +202,4 @@ class Collected:
     generate_s: float
     grade_s: float
     metrics: dict[str, float] = field(default_factory=dict)
+    hits: Tensor | None = None

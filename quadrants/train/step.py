@@ -48,6 +48,7 @@ from quadrants.ops.overlong import overlong_penalty
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.ops.random_control import control_generator, control_strata, draw_matched
 from quadrants.ops.subsample import auto_rows, sample_rows
+from quadrants.rewards.confound import training_rewards
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings, rollouts_to
 from quadrants.rollout.identity import push_figures
@@ -66,7 +67,7 @@ from quadrants.train.context import (
 from quadrants.train.gradless_rows import equal_shares, rows_with_gradient, splice_rows
 from quadrants.train.micro_batches import row_lengths, token_groups
 from quadrants.train.placement import Placement
-from quadrants.train.refill import collect_with_refill, correctness
+from quadrants.train.refill import collect_with_refill, hits
 from quadrants.train.signals import token_signals
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
@@ -96,7 +97,7 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     )
     # 2. score: old (and reference) log-probs, advantages, quadrants -> TokenBatch
     t0 = time.perf_counter()
-    correct = correctness(collected.outcomes, forwards.device)
+    correct = hits(collected, forwards.device)  # the 0/1 training reward (a confound's, if any)
     batch = build_batch(
         ctx.model, ctx.ref_model, forwards, ctx.score, objective.quadrant,
         collected.rollouts, collected.rewards, correct,
@@ -183,8 +184,10 @@ def collect_round(
     pad_id: int,
 ) -> Collected:
     """One generation round: `prompts_per_step` prompts drawn with the round's seed (stream
-    `prompts` of (step, round), quadrants/seeds.py), G responses each, graded; rewards include the
-    overlong penalty when it is on. A resumed run draws the same prompts and samples as an
+    `prompts` of (step, round), quadrants/seeds.py), G responses each, graded; rewards are the
+    verifier's, or a confound reward's (`reward.name`, rewards/confound.py; reward=random draws
+    from stream `reward` of (step, round) over the whole gathered round), and include the overlong
+    penalty when it is on. A resumed run draws the same prompts and samples as an
     uninterrupted one: every seed is a function of the run seed, the step, the round and the block.
 
     The prompts go in blocks (`prompts_per_generate`, default prompts_per_step / W), block b
@@ -216,12 +219,24 @@ def collect_round(
         mine.append((index, (rollouts, list(graded.rewards), [o.value for o in graded.outcomes])))
     everything = placement.gather_in_order(mine)  # timings stay per rank
     rewards = torch.tensor([r for item in everything for r in item[1]], dtype=torch.float32)
+    outcomes = [Outcome(o) for item in everything for o in item[2]]
+    confound = None
+    if settings.reward != "verifier":  # drawn from the gathered round, the same on every rank
+        rng = random.Random(seeds.reward(settings.seed, step, round_index))
+        confound = torch.tensor(
+            training_rewards(
+                settings.reward, outcomes, probability=settings.reward_probability, rng=rng
+            ),
+            dtype=torch.float32,
+        )
+        rewards = confound
     collected = Collected(
         concat_rollouts([item[0] for item in everything], pad_id),
         rewards,
-        [Outcome(o) for item in everything for o in item[2]],
+        outcomes,
         generate_s,
         grade_s,
+        hits=confound,
     )
     if not settings.overlong_buffer:
         return collected
