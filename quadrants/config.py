@@ -242,7 +242,7 @@ class TrainConfig:
     # query (the prompts at random, each prompt's G responses together; mini_batch_size must be a
     # multiple of rollout.group_size; Cheng et al., arXiv 2605.08666) | balanced (every mini-batch
     # holds positive- and negative-advantage rows in the batch's proportion, as nearly as the
-    # counts allow; train/minibatches.py)
+    # counts allow; ops/balance.py)
     minibatch_grouping: str = "shuffle"
     lr: float = 1e-4
     weight_decay: float = 0.0

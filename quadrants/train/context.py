@@ -161,7 +161,7 @@ class UpdateSettings:
     max_grad_norm: float
     measure_dlogp: bool
     dlogp_rows: int | None
-    minibatch_grouping: str  # shuffle | query (train/step.py update_policy)
+    minibatch_grouping: str  # shuffle | query | balanced (train/step.py update_policy)
 
 
 @dataclass

@@ -11,7 +11,7 @@ dataclasses of train/context.py, built once from the config by run/settings.py `
    `TokenBatch` (objectives/batch.py); under `quadrant=random` the matched control's draw
    (`draw_control`); then the mismatch correction's weights.
 3. **update** (`update_policy`, `UpdateSettings`): `epochs` passes of shuffled mini-batches
-   (`train.minibatch_grouping`: rows at random, or whole prompts), each
+   (`train.minibatch_grouping`: rows at random, whole prompts, or reward-balanced), each
    mini-batch's loss back-propagated in one piece or accumulated over micro-batches
    (`backward_minibatch`), clipped, one optimizer step each.
 
@@ -41,6 +41,7 @@ from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batch
 from quadrants.objectives.loss import compute_loss, kept_tokens
+from quadrants.ops.balance import balanced_order
 from quadrants.ops.groups import grouped_order
 from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
@@ -389,6 +390,8 @@ def update_policy(
             # drawn on the CPU generator (the same order on every device), then moved to the batch
             if settings.minibatch_grouping == "query":  # each prompt's responses together
                 order = grouped_order(batch.group_ids, generator)
+            elif settings.minibatch_grouping == "balanced":  # the batch's +/- proportion in each
+                order = balanced_order(batch.advantages, settings.mini_batch_size, generator)
             else:
                 order = torch.randperm(batch.batch_size, generator=generator)
             order = order.to(batch.sequences.device)
