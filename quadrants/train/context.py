@@ -124,6 +124,10 @@ class ScoreSettings:
         engine_numbers_stand_in: the engine's recorded log-probs and entropy replace the behaviour
             pass when it recorded them (train.behaviour_pass=auto; run/settings.py
             `engine_numbers_may_stand_in`).
+        engine_is_trainer: the engine's numbers are the trainer's own (it samples from the
+            trainer's module in the trainer's precision: the HF engine), so the flip telemetry may
+            take them as its before-update baseline; else it runs its own pass (train/step.py
+            `trainer_logp_before`).
         reference_from_adapters: the KL reference is the policy with its LoRA adapters switched off
             (objective.kl_coef > 0 under model.lora).
         normalize_std, advantage_eps: advantage.*.
@@ -142,6 +146,7 @@ class ScoreSettings:
     mismatch_correction: str
     mismatch_cap: float
     signals: SignalSettings
+    engine_is_trainer: bool = True
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,16 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
         collected.rollouts, collected.rewards, correct,
     )  # fmt: skip
     batch = draw_control(batch, objective.quadrant, ctx.update.seed, step)
+    # the flip diagnostics' baseline: the trainer's own log-probs on the measured rows before the
+    # update (the engine's where they are the trainer's, else one no-grad pass over those rows)
+    before = (
+        trainer_logp_before(
+            ctx.model, forwards, ctx.update, batch, step,
+            reuse=trainer_numbers(ctx.score, collected.rollouts),
+        )
+        if ctx.update.measure_dlogp
+        else None
+    )  # fmt: skip
     t1 = time.perf_counter()
     is_weights = mismatch_weights(ctx.score, collected.rollouts, batch)
     # 3. update: mini-batches, micro-batches, optimizer steps
@@ -114,8 +124,8 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     t2 = time.perf_counter()
     # telemetry, then the engine samples the next step from the updated weights
     dlogp, entropy_after, dlogp_rows = (
-        measure_dlogp(ctx.model, forwards, ctx.update, batch, step)
-        if ctx.update.measure_dlogp
+        measure_dlogp(ctx.model, forwards, batch, before)
+        if before is not None
         else (None, None, None)
     )
     ctx.engine.sync_weights(ctx.model)
@@ -277,7 +287,7 @@ def build_batch(
     length = rollouts.response_ids.shape[1]
     # train.behaviour_pass=auto: the engine's numbers where they equal the pass's
     # (run/settings.py `engine_numbers_may_stand_in`)
-    if settings.engine_numbers_stand_in and rollouts.behaviour_entropy is not None:
+    if engine_numbers_used(settings, rollouts):
         old_logp, entropy = rollouts.behaviour_logp, rollouts.behaviour_entropy
     else:
         old_logp, entropy = no_grad_pass(forwards, model, sequences, attention_mask, length)
@@ -302,6 +312,19 @@ def build_batch(
         constant_by=correct if settings.constant_by_correctness else None,
         **signals,
     )
+
+
+def engine_numbers_used(settings: ScoreSettings, rollouts: Rollouts) -> bool:
+    """True when the batch's old log-probs and entropy are the engine's recorded numbers (the
+    behaviour pass skipped: `train.behaviour_pass=auto` allows it and the engine recorded them)."""
+    return settings.engine_numbers_stand_in and rollouts.behaviour_entropy is not None
+
+
+def trainer_numbers(settings: ScoreSettings, rollouts: Rollouts) -> bool:
+    """True when the batch's old log-probs are the trainer's own before the update: the behaviour
+    pass computed them, or the engine that stood in for it computes with the trainer's module in
+    the trainer's precision (`ScoreSettings.engine_is_trainer`: the HF engine)."""
+    return not engine_numbers_used(settings, rollouts) or settings.engine_is_trainer
 
 
 def reference_logprobs(
@@ -576,13 +599,12 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 # --- telemetry -------------------------------------------------------------------------------
 
 
-def measure_dlogp(
-    model: nn.Module, forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """log π_after − log π_old per token (signed; the telemetry takes |Δ| and the flips from it)
-    and the updated policy's entropy after the update, on `dlogp_rows` sequences drawn with the
-    step's `telemetry` seed (None = ops.subsample.auto_rows, 0 = all; sharded: rounded up to a
-    multiple of the ranks): one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
+def telemetry_rows(
+    forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
+) -> Tensor:
+    """The rows [n] long of the |Δ log-prob| and flip telemetry at `step`: `dlogp_rows` sequences
+    drawn with the step's `telemetry` seed (None = ops.subsample.auto_rows, 0 = all; sharded:
+    rounded up to a multiple of the ranks)."""
     generator = torch.Generator().manual_seed(seeds.telemetry(settings.seed, step))
     world = forwards.placement.world_size
     wanted = settings.dlogp_rows
@@ -592,11 +614,56 @@ def measure_dlogp(
     # whole units of W rows): a count that does not split over the ranks is rounded up to one that
     # does, at most every row (B splits: check_layout)
     wanted = min(-(-wanted // world) * world, batch.batch_size)
-    rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
+    return sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
+
+
+@dataclass(frozen=True)
+class Before:
+    """The telemetry's baseline, taken before the update: the measured `rows` [n] long and the
+    trainer's own log-probs `logp` [n, T] on them."""
+
+    rows: Tensor
+    logp: Tensor
+
+
+def trainer_logp_before(
+    model: nn.Module,
+    forwards: Forwards,
+    settings: UpdateSettings,
+    batch: TokenBatch,
+    step: int,
+    *,
+    reuse: bool,
+) -> Before:
+    """The measured rows (`telemetry_rows`) and the trainer's log-probs on them before the update.
+
+    `reuse` (train_step passes `trainer_numbers`): the batch's old log-probs are the trainer's own
+    (its behaviour pass, or the HF engine's numbers from the trainer's module in its precision,
+    equal to the pass's within float32 summation order), so they are taken as they are and nothing
+    changes. Otherwise (an engine whose numbers stood in but are not the trainer's: its kernels or
+    precision differ by 0.01-0.2 nats under vLLM in bf16, which the diagnostic would count as
+    moves and flips) one no-grad pass over just the measured rows gives the trainer's own."""
+    rows = telemetry_rows(forwards, settings, batch, step)
+    if reuse:
+        return Before(rows, batch.old_logp[rows])
+    logp, _ = no_grad_pass(
+        forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
+    )
+    return Before(rows, logp * batch.response_mask[rows])
+
+
+def measure_dlogp(
+    model: nn.Module, forwards: Forwards, batch: TokenBatch, before: Before
+) -> tuple[Tensor, Tensor, Tensor]:
+    """log π_after − log π_before per token on the rows of `before` (signed; the telemetry takes
+    |Δ| and the flips from it), π_before the trainer's own before the update
+    (`trainer_logp_before`), and the updated policy's entropy: one extra no-grad pass over those
+    rows after the update. ([n, T], [n, T], rows [n] long)."""
+    rows = before.rows
     after, entropy = no_grad_pass(
         forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
     )
-    return (after - batch.old_logp[rows]) * batch.response_mask[rows], entropy, rows
+    return (after - before.logp) * batch.response_mask[rows], entropy, rows
 
 
 def rollout_metrics(
