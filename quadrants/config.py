@@ -177,6 +177,19 @@ class QuadrantConfig:
 
 
 @dataclass
+class RewardConfig:
+    # the reward the run trains on (quadrants/rewards/confound.py, docs/science.md): verifier (the
+    # grader's correctness) | random (a Bernoulli reward, `reward=random`) | format_only (1 for a
+    # final answer the grader could read, right or wrong). The verifier grades every response
+    # whichever it is: train/solve_rate stays the true solve rate, evaluation is always graded
+    name: str = "verifier"
+    # reward=random: the success probability; null = each round's true solve rate (the fraction of
+    # its responses the verifier graded correct); a number = that fixed rate (Spurious Rewards'
+    # random0.5 is 0.5)
+    probability: float | None = None
+
+
+@dataclass
 class AdvantageConfig:
     normalize_std: bool = True
     eps: float = 1e-6
@@ -230,7 +243,9 @@ class TrainConfig:
     epochs: int = 1  # passes over each rollout batch
     # how each pass orders the rows before cutting mini-batches: shuffle (every row at random) |
     # query (the prompts at random, each prompt's G responses together; mini_batch_size must be a
-    # multiple of rollout.group_size; Cheng et al., arXiv 2605.08666)
+    # multiple of rollout.group_size; Cheng et al., arXiv 2605.08666) | balanced (every mini-batch
+    # holds positive- and negative-advantage rows in the batch's proportion, as nearly as the
+    # counts allow; ops/balance.py)
     minibatch_grouping: str = "shuffle"
     lr: float = 1e-4
     weight_decay: float = 0.0
@@ -386,6 +401,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     quadrant: QuadrantConfig = field(default_factory=QuadrantConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -83,6 +83,7 @@ RANGES: dict[str, Range] = {
     "rollout.top_p": _PROBABILITY_MASS,
     "rollout.max_new_tokens": _AT_LEAST_ONE,
     "rollout.mismatch_cap": Range(1, why="the cap truncates importance weights from above"),
+    "reward.probability": Range(0, 1, null=True, why="a Bernoulli success probability"),
     "rollout.refill_rounds": Range(0, why="0 = no refill"),
     "rollout.overlong_buffer": Range(
         0, why="0 = no overlong penalty; at most rollout.max_new_tokens"
@@ -215,7 +216,8 @@ NO_RANGE: dict[str, str] = {
     ),
     "advantage.normalize_std": "a flag",
     "train.measure_dlogp": "a flag",
-    "train.minibatch_grouping": "a choice of shuffle, query, checked by validate_config",
+    "train.minibatch_grouping": "a choice of shuffle, query, balanced, checked by validate_config",
+    "reward.name": "a name, checked against rewards.confound.CONFOUNDS by validate_config",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
     "train.cpu.matmul": "a choice of auto, torch, onednn, checked by validate_config",
     "train.cpu.sdpa_grouped_heads": "a flag",

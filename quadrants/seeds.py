@@ -17,7 +17,8 @@ The streams (`STREAMS`; a name not in it is an error, not a new stream), with th
 - the update (train/step.py): `shuffle(seed, step)` orders the mini-batches, `update(seed, step)`
   seeds torch's default generators for the update's own draws (Clip-Cov's subset);
   `telemetry(seed, step)` draws the rows of the |Δ log-prob| pass; `random_control(seed, step)`
-  the matched random-token control (ops/random_control.py);
+  the matched random-token control (ops/random_control.py); `reward(seed, step, round)` the
+  `reward=random` confound's rewards of refill round `round` (rewards/confound.py);
 - evaluation: `evaluation(seed, benchmark, call)` seeds generate call `call` of the `benchmark`-th
   configured benchmark, `heldout(seed, chunk)` chunk `chunk` of the task's held-out split; the same
   at every evaluation step (common random numbers across steps);
@@ -55,6 +56,7 @@ STREAMS: frozenset[str] = frozenset(
         "update",
         "telemetry",
         "random_control",
+        "reward",
         "evaluation",
         "heldout",
         "probe_prompts",
@@ -114,6 +116,11 @@ def telemetry(seed: int, step: int) -> int:
 def random_control(seed: int, step: int) -> int:
     """The matched random-token control's draw at `step`."""
     return stream_seed(seed, "random_control", step)
+
+
+def reward(seed: int, step: int, round_index: int) -> int:
+    """The `reward=random` confound's draw of refill round `round_index` (0: the step's batch)."""
+    return stream_seed(seed, "reward", step, round_index)
 
 
 # --- evaluation -------------------------------------------------------------------------------

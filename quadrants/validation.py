@@ -13,6 +13,7 @@ from __future__ import annotations
 from quadrants.config import (
     EvalConfig,
     ObjectiveConfig,
+    RewardConfig,
     RolloutConfig,
     RunConfig,
     TaskConfig,
@@ -31,6 +32,7 @@ from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.precision import PRECISIONS
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
+from quadrants.rewards.confound import CONFOUNDS
 from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
@@ -147,7 +149,7 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
             )
 
 
-MINIBATCH_GROUPINGS = ("shuffle", "query")
+MINIBATCH_GROUPINGS = ("shuffle", "query", "balanced")
 
 
 def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> None:
@@ -181,6 +183,20 @@ def validate_micro_batch(train: TrainConfig) -> None:
             "it splits into forward/backward passes. Fix: "
             f"train.micro_batch_size={train.mini_batch_size} or less (0 = the whole mini-batch at "
             "once), or raise train.mini_batch_size"
+        )
+
+
+def validate_reward(reward: RewardConfig) -> None:
+    """`reward.name`: a known training reward; `reward.probability` only with reward=random."""
+    if reward.name not in CONFOUNDS:
+        raise ValueError(
+            f"reward.name={reward.name!r} is unknown; choose one of {list(CONFOUNDS)} "
+            "(e.g. reward=random)"
+        )
+    if reward.probability is not None and reward.name != "random":
+        raise ValueError(
+            f"reward.probability={reward.probability} is the success rate of reward=random, but "
+            f"reward.name={reward.name}: drop reward.probability, or set reward=random"
         )
 
 
@@ -300,6 +316,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     validate_trainer_memory(cfg.train, cfg.rollout)
     validate_minibatch_grouping(cfg.train, cfg.rollout)
     validate_micro_batch(cfg.train)
+    validate_reward(cfg.reward)
     # imported here: a one-process step builds its loss settings from this module (loss_settings)
     # and never opens distributed code (train/placement.py)
     from quadrants.distributed.collectives import validate_distributed_config

@@ -273,6 +273,98 @@ def dlogp_by_quadrant(history: pd.DataFrame, runs: pd.DataFrame, out: Path) -> l
     return _save(fig, out, "dlogp_abs_by_quadrant")
 
 
+FLIP_STATS = (
+    ("flip_frac", "flip fraction"),
+    ("dlogp_signed", "mean signed Δ log-prob"),
+)
+FLIP_PARTS = (("_shared", "shared", "-"), ("_unique", "unique", "--"))
+
+
+def flips_by_quadrant(
+    history: pd.DataFrame, runs: pd.DataFrame, out: Path, confidence: float = 0.95
+) -> list[Path]:
+    """The flip and cancellation diagnostics over steps: a grid of 2 rows (the flip fraction, the
+    mean signed Δ log-prob) by the 4 quadrants; in each panel, per arm (row of `runs`), the mean
+    over its seeds of the quadrant's shared tokens (solid) and unique tokens (dashed), with the
+    t-band where an arm has 2 or more seeds. Keys train/quadrant/<Q>/{flip_frac,dlogp_signed}_
+    {shared,unique} (train/telemetry.py); a quadrant an arm never trained logs 0 flips.
+
+    Args:
+        history: run_id, key, step, value.
+        runs: run_id, row, seed.
+    """
+    wanted = {
+        f"train/quadrant/{q}/{stat}{suffix}"
+        for q in QUADRANTS
+        for stat, _ in FLIP_STATS
+        for suffix, _, _ in FLIP_PARTS
+    }
+    logged = history[history["key"].isin(wanted)]
+    if logged.empty:
+        raise ValueError(
+            "no run logged train/quadrant/<Q>/flip_frac_shared (train.measure_dlogp): "
+            "cannot draw flips_by_quadrant"
+        )
+    colors = _palette(list(runs["row"]))
+    fig, axes = plt.subplots(
+        len(FLIP_STATS),
+        len(QUADRANTS),
+        figsize=(3.6 * len(QUADRANTS), 2.8 * len(FLIP_STATS)),
+        squeeze=False,
+        layout="constrained",
+    )
+    for i, (stat, label) in enumerate(FLIP_STATS):
+        for j, q in enumerate(QUADRANTS):
+            ax = axes[i][j]
+            for row in _row_order(list(runs["row"])):
+                members = set(runs.loc[runs["row"] == row, "run_id"])
+                for suffix, part, style in FLIP_PARTS:
+                    key = f"train/quadrant/{q}/{stat}{suffix}"
+                    points = logged[(logged["key"] == key) & logged["run_id"].isin(members)]
+                    if points.empty:
+                        continue
+                    band = mean_band(
+                        points.rename(columns={"step": "x"})[["x", "value"]], confidence
+                    )
+                    ax.plot(
+                        band["x"],
+                        band["mean"],
+                        color=colors[row],
+                        linestyle=style,
+                        linewidth=1.4,
+                        label=f"{row} {part}",
+                    )
+                    if band["low"].notna().any():
+                        ax.fill_between(
+                            band["x"],
+                            band["low"],
+                            band["high"],
+                            color=colors[row],
+                            alpha=0.15,
+                            linewidth=0,
+                        )
+            if stat == "dlogp_signed":
+                ax.axhline(0.0, color="0.5", linewidth=0.6)
+            ax.set_title(f"{q} · {label}", fontsize=10)
+            ax.set_xlabel("training step")
+            ax.grid(alpha=0.3)
+    labelled: dict[str, Any] = {}  # every panel's lines, once each, in the legend of the first row
+    for ax in axes.ravel():
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            labelled.setdefault(name, handle)
+    axes[0][-1].legend(
+        list(labelled.values()),
+        list(labelled.keys()),
+        fontsize=7,
+        title=f"solid: shared, dashed: unique\nshaded: {confidence:.0%} t-interval over seeds",
+        title_fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        frameon=False,
+    )
+    return _save(fig, out, "flips_by_quadrant")
+
+
 def entropy_prediction(history: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """Per run and quadrant, how well Cui et al.'s covariance term predicts the measured entropy
     change, over steps and within them.

@@ -230,6 +230,11 @@ def _figures(
         f"train/quadrant/{q}/{stat}"
         for q in figures.QUADRANTS
         for stat in ("dlogp_abs", "cov", "cov_state", "entropy_change", "token_r")
+    ] + [
+        f"train/quadrant/{q}/{stat}{suffix}"
+        for q in figures.QUADRANTS
+        for stat, _ in figures.FLIP_STATS
+        for suffix, _, _ in figures.FLIP_PARTS
     ]
     history = load.histories(
         client, runset.run_ids, [TRAIN_SOLVE_RATE, TRAIN_ENTROPY, *quadrant_keys]
@@ -257,6 +262,15 @@ def _figures(
             messages.append(f"{stem}: no {key} in run(s) {lacking}")
     files += _figure(
         messages, "dlogp_abs_by_quadrant", figures.dlogp_by_quadrant, history, frame, fig_dir
+    )
+    files += _figure(
+        messages,
+        "flips_by_quadrant",
+        figures.flips_by_quadrant,
+        history,
+        frame,
+        fig_dir,
+        confidence=options.confidence,
     )
     drawn = _figure(
         messages,

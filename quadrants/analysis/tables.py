@@ -42,7 +42,7 @@ from quadrants.eval.metrics import OOD_BENCHMARKS, PAPER_BENCHMARKS, ood_avg, pa
 
 SWEPT = "swept"
 """Pseudo-tag: the run name (Hydra's override list) without its `seed=N` item."""
-DESCRIBING_TAGS = ("objective", "quadrant", "model", "task")
+DESCRIBING_TAGS = ("objective", "quadrant", "model", "task", "reward")
 """Tags tried, in this order, when choosing the default row tags (those that vary)."""
 _NOT_ROW_TAGS = {
     "run_id",

@@ -3,8 +3,11 @@
 `model.name_or_path` resolves, in this order, to
 1. the config of a shipped preset model (`architectures/*.json`, written from the public
    `config.json` of each: Qwen/Qwen2.5-Math-7B, the DeepScaleR-1.5B models (DeepSeek-R1-Distill-
-   Qwen-1.5B's architecture) and HuggingFaceTB/SmolLM2-135M-Instruct), so the plan of a paper preset
-   works offline on a laptop;
+   Qwen-1.5B's architecture), HuggingFaceTB/SmolLM2-135M-Instruct and meta-llama/Llama-3.2-1B-
+   Instruct (its config.json at Hub commit 4e20de36, as kevinstephano/thunder_model_blocks
+   hf_llama/llama_config.py copies it; the plan reads no token ids, and a run stops generating
+   at the downloaded model's own stop tokens, rollout/hf.py `stop_ids`),
+   so the plan of a paper preset works offline on a laptop;
 2. the embedded tiny models (`tiny`, `tiny-random`: quadrants/models/tiny.py's config);
 3. a local directory holding a `config.json`.
 
@@ -31,6 +34,7 @@ SHIPPED: dict[str, str] = {
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B": "deepscaler-1.5b.json",
     "smollm2-135m": "smollm2-135m.json",
     "HuggingFaceTB/SmolLM2-135M-Instruct": "smollm2-135m.json",
+    "meta-llama/Llama-3.2-1B-Instruct": "llama3.2-1b-instruct.json",
 }
 
 

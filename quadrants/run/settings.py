@@ -123,6 +123,8 @@ def collect_settings(cfg: RunConfig) -> CollectSettings:
         refill_rounds=rollout.refill_rounds,
         overlong_buffer=rollout.overlong_buffer,
         overlong_penalty=rollout.overlong_penalty,
+        reward=cfg.reward.name,
+        reward_probability=cfg.reward.probability,
     )
 
 
@@ -151,6 +153,16 @@ def score_settings(cfg: RunConfig, spec: ObjectiveSpec) -> ScoreSettings:
         constant_by_correctness=bool(cfg.rollout.overlong_buffer),
         mismatch_correction=cfg.rollout.mismatch_correction,
         mismatch_cap=cfg.rollout.mismatch_cap,
+        engine_is_trainer=engine_is_trainer(cfg),
+    )
+
+
+def engine_is_trainer(cfg: RunConfig) -> bool:
+    """True when the rollout engine's recorded log-probs are the trainer's own: it samples from the
+    trainer's module (the HF engine) and the trainer computes in its parameters' dtype (not
+    bf16-mixed, whose autocast the engine's decode does not share)."""
+    return get_engine(cfg.rollout.engine).samples_from_trainer_weights and (
+        train_computes_in_storage_dtype(cfg)
     )
 
 
@@ -198,9 +210,8 @@ def engine_numbers_may_stand_in(cfg: RunConfig, spec: ObjectiveSpec) -> bool:
     return (
         cfg.train.behaviour_pass == "auto"
         and not spec.recomputed_old_logp
-        and get_engine(cfg.rollout.engine).samples_from_trainer_weights
+        and engine_is_trainer(cfg)
         and cfg.rollout.mismatch_correction == "none"
-        and train_computes_in_storage_dtype(cfg)
     )
 
 

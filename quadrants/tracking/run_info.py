@@ -33,6 +33,7 @@ def run_tags(cfg: RunConfig) -> dict[str, str]:
         "seed": str(cfg.seed),
         "model": cfg.model.name_or_path,
         "task": cfg.task.name,
+        "reward": cfg.reward.name,  # the reward trained on (verifier, or a confound)
     }
 
 
@@ -57,6 +58,8 @@ def flat_params(cfg: RunConfig) -> dict[str, Any]:
         "epochs": cfg.train.epochs,
         "temperature": cfg.rollout.temperature,
         "max_new_tokens": cfg.rollout.max_new_tokens,
+        "reward": cfg.reward.name,
+        "reward.probability": cfg.reward.probability,
     }
     params.update({f"objective.{k}": v for k, v in cfg.objective.params.items()})
     return params

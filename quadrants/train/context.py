@@ -94,6 +94,9 @@ class CollectSettings:
     refill_rounds: int
     overlong_buffer: int
     overlong_penalty: float
+    # the training reward (reward.name, reward.probability; rewards/confound.py)
+    reward: str = "verifier"
+    reward_probability: float | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,10 @@ class ScoreSettings:
         engine_numbers_stand_in: the engine's recorded log-probs and entropy replace the behaviour
             pass when it recorded them (train.behaviour_pass=auto; run/settings.py
             `engine_numbers_may_stand_in`).
+        engine_is_trainer: the engine's numbers are the trainer's own (it samples from the
+            trainer's module in the trainer's precision: the HF engine), so the flip telemetry may
+            take them as its before-update baseline; else it runs its own pass (train/step.py
+            `trainer_logp_before`).
         reference_from_adapters: the KL reference is the policy with its LoRA adapters switched off
             (objective.kl_coef > 0 under model.lora).
         normalize_std, advantage_eps: advantage.*.
@@ -139,6 +146,7 @@ class ScoreSettings:
     mismatch_correction: str
     mismatch_cap: float
     signals: SignalSettings
+    engine_is_trainer: bool = True
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,7 @@ class UpdateSettings:
     max_grad_norm: float
     measure_dlogp: bool
     dlogp_rows: int | None
-    minibatch_grouping: str  # shuffle | query (train/step.py update_policy)
+    minibatch_grouping: str  # shuffle | query | balanced (train/step.py update_policy)
 
 
 @dataclass
@@ -187,8 +195,11 @@ class StepContext:
 
 @dataclass(frozen=True)
 class Collected:
-    """A graded rollout batch: rewards [B] float, one Outcome per sequence, the phase timings, and
-    metrics of the collection itself (refill rounds, overlong penalty; {} when both are off)."""
+    """A graded rollout batch: rewards [B] float (the training reward, shaped), one Outcome per
+    sequence (the verifier's), the phase timings, metrics of the collection itself (refill rounds,
+    overlong penalty; {} when both are off), and `hits` [B] float: the 0/1 training reward before
+    shaping under a confound reward (reward=random, format_only; rewards/confound.py), None under
+    the verifier's, whose 0/1 reward is the outcomes' correctness (train/refill.py `hits`)."""
 
     rollouts: Rollouts
     rewards: Tensor
@@ -196,3 +207,4 @@ class Collected:
     generate_s: float
     grade_s: float
     metrics: dict[str, float] = field(default_factory=dict)
+    hits: Tensor | None = None

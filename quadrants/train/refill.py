@@ -14,7 +14,8 @@ mixed correctness are collected, and trains on those. Here:
   first, it is topped up with round 0's constant groups (in order), so every step trains on
   `prompts_per_step` x G sequences (mini-batches and the ranks' row shares stay the same); the DAPO
   objectives' `dynamic_sampling` drops those from the loss as before.
-- "Mixed" means mixed correctness (some responses graded correct, some not), as DAPO filters and
+- "Mixed" means mixed correctness (some responses graded correct, some not; under a confound
+  reward, reward=random or format_only, mixed in that 0/1 reward instead), as DAPO filters and
   verl's DAPO recipe does (`filter_groups.metric=acc`). It is the same test the objectives' dynamic
   sampling uses to drop a group (train/step.py hands it the correctness when the overlong penalty
   is on; without it the rewards are the correctness), so the top-up groups are exactly the ones the
@@ -63,6 +64,15 @@ def correctness(outcomes: list[Outcome], device: torch.device | None = None) -> 
     return torch.tensor(
         [float(o is Outcome.correct) for o in outcomes], dtype=torch.float32, device=device
     )
+
+
+def hits(collected: Collected, device: torch.device | None = None) -> Tensor:
+    """[B] float, the 0/1 reward the run trains on before any shaping term: the grader's
+    correctness, or under a confound reward (reward=random, format_only) its own draw. Dynamic
+    sampling judges a group mixed or constant by it, as the loss's advantages see it."""
+    if collected.hits is None:
+        return correctness(collected.outcomes, device)
+    return collected.hits.to(device) if device is not None else collected.hits
 
 
 def _trim(rollouts: Rollouts) -> Rollouts:
@@ -114,6 +124,7 @@ def select_groups(collected: Collected, groups: list[int]) -> Collected:
         rollouts=_trim(selected),
         rewards=collected.rewards[index.to(collected.rewards.device)],
         outcomes=[collected.outcomes[i] for i in rows],
+        hits=None if collected.hits is None else collected.hits[index.to(collected.hits.device)],
     )
 
 
@@ -129,10 +140,10 @@ def collect_with_refill(
         whose timings are summed over the rounds.
     """
     rounds = [collect_round(0)]
-    mixed = [mixed_groups(rounds[0].rollouts.group_ids, correctness(rounds[0].outcomes))]
+    mixed = [mixed_groups(rounds[0].rollouts.group_ids, hits(rounds[0]))]
     while sum(sum(m) for m in mixed) < prompts and len(rounds) <= max_rounds:
         rounds.append(collect_round(len(rounds)))
-        mixed.append(mixed_groups(rounds[-1].rollouts.group_ids, correctness(rounds[-1].outcomes)))
+        mixed.append(mixed_groups(rounds[-1].rollouts.group_ids, hits(rounds[-1])))
     chosen: list[list[int]] = []
     room = prompts
     for flags in mixed:  # the first `prompts` mixed groups, in round order
@@ -151,6 +162,7 @@ def collect_with_refill(
         rollouts=batch,
         rewards=torch.cat([p.rewards for p in parts]),
         outcomes=[o for p in parts for o in p.outcomes],
+        hits=None if first.hits is None else torch.cat([p.hits for p in parts]),  # type: ignore[misc]
         generate_s=sum(r.generate_s for r in rounds),
         grade_s=sum(r.grade_s for r in rounds),
         metrics={

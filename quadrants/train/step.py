@@ -11,7 +11,7 @@ dataclasses of train/context.py, built once from the config by run/settings.py `
    `TokenBatch` (objectives/batch.py); under `quadrant=random` the matched control's draw
    (`draw_control`); then the mismatch correction's weights.
 3. **update** (`update_policy`, `UpdateSettings`): `epochs` passes of shuffled mini-batches
-   (`train.minibatch_grouping`: rows at random, or whole prompts), each
+   (`train.minibatch_grouping`: rows at random, whole prompts, or reward-balanced), each
    mini-batch's loss back-propagated in one piece or accumulated over micro-batches
    (`backward_minibatch`), clipped, one optimizer step each.
 
@@ -46,6 +46,7 @@ from quadrants.objectives.loss import (
     kept_tokens,
     mini_batch_normaliser,
 )
+from quadrants.ops.balance import balanced_order
 from quadrants.ops.groups import grouped_order
 from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
@@ -53,6 +54,7 @@ from quadrants.ops.overlong import overlong_penalty
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.ops.random_control import control_generator, control_strata, draw_matched
 from quadrants.ops.subsample import auto_rows, sample_rows
+from quadrants.rewards.confound import training_rewards
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings, rollouts_to
 from quadrants.rollout.identity import push_figures
@@ -71,7 +73,7 @@ from quadrants.train.context import (
 from quadrants.train.gradless_rows import equal_shares, rows_with_gradient, splice_rows
 from quadrants.train.micro_batches import row_lengths, token_groups
 from quadrants.train.placement import Placement
-from quadrants.train.refill import collect_with_refill, correctness
+from quadrants.train.refill import collect_with_refill, hits
 from quadrants.train.signals import token_signals
 from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
 
@@ -101,12 +103,22 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     )
     # 2. score: old (and reference) log-probs, advantages, quadrants -> TokenBatch
     t0 = time.perf_counter()
-    correct = correctness(collected.outcomes, forwards.device)
+    correct = hits(collected, forwards.device)  # the 0/1 training reward (a confound's, if any)
     batch = build_batch(
         ctx.model, ctx.ref_model, forwards, ctx.score, objective.quadrant,
         collected.rollouts, collected.rewards, correct,
     )  # fmt: skip
     batch = draw_control(batch, objective.quadrant, ctx.update.seed, step)
+    # the flip diagnostics' baseline: the trainer's own log-probs on the measured rows before the
+    # update (the engine's where they are the trainer's, else one no-grad pass over those rows)
+    before = (
+        trainer_logp_before(
+            ctx.model, forwards, ctx.update, batch, step,
+            reuse=trainer_numbers(ctx.score, collected.rollouts),
+        )
+        if ctx.update.measure_dlogp
+        else None
+    )  # fmt: skip
     t1 = time.perf_counter()
     is_weights = mismatch_weights(ctx.score, collected.rollouts, batch)
     # 3. update: mini-batches, micro-batches, optimizer steps
@@ -117,8 +129,8 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     t2 = time.perf_counter()
     # telemetry, then the engine samples the next step from the updated weights
     dlogp, entropy_after, dlogp_rows = (
-        measure_dlogp(ctx.model, forwards, ctx.update, batch, step)
-        if ctx.update.measure_dlogp
+        measure_dlogp(ctx.model, forwards, batch, before)
+        if before is not None
         else (None, None, None)
     )
     ctx.engine.sync_weights(ctx.model)
@@ -196,8 +208,10 @@ def collect_round(
     pad_id: int,
 ) -> Collected:
     """One generation round: `prompts_per_step` prompts drawn with the round's seed (stream
-    `prompts` of (step, round), quadrants/seeds.py), G responses each, graded; rewards include the
-    overlong penalty when it is on. A resumed run draws the same prompts and samples as an
+    `prompts` of (step, round), quadrants/seeds.py), G responses each, graded; rewards are the
+    verifier's, or a confound reward's (`reward.name`, rewards/confound.py; reward=random draws
+    from stream `reward` of (step, round) over the whole gathered round), and include the overlong
+    penalty when it is on. A resumed run draws the same prompts and samples as an
     uninterrupted one: every seed is a function of the run seed, the step, the round and the block.
 
     The prompts go in blocks (`prompts_per_generate`, default prompts_per_step / W), block b
@@ -229,12 +243,24 @@ def collect_round(
         mine.append((index, (rollouts, list(graded.rewards), [o.value for o in graded.outcomes])))
     everything = placement.gather_in_order(mine)  # timings stay per rank
     rewards = torch.tensor([r for item in everything for r in item[1]], dtype=torch.float32)
+    outcomes = [Outcome(o) for item in everything for o in item[2]]
+    confound = None
+    if settings.reward != "verifier":  # drawn from the gathered round, the same on every rank
+        rng = random.Random(seeds.reward(settings.seed, step, round_index))
+        confound = torch.tensor(
+            training_rewards(
+                settings.reward, outcomes, probability=settings.reward_probability, rng=rng
+            ),
+            dtype=torch.float32,
+        )
+        rewards = confound
     collected = Collected(
         concat_rollouts([item[0] for item in everything], pad_id),
         rewards,
-        [Outcome(o) for item in everything for o in item[2]],
+        outcomes,
         generate_s,
         grade_s,
+        hits=confound,
     )
     if not settings.overlong_buffer:
         return collected
@@ -274,7 +300,7 @@ def build_batch(
     length = rollouts.response_ids.shape[1]
     # train.behaviour_pass=auto: the engine's numbers where they equal the pass's
     # (run/settings.py `engine_numbers_may_stand_in`)
-    if settings.engine_numbers_stand_in and rollouts.behaviour_entropy is not None:
+    if engine_numbers_used(settings, rollouts):
         old_logp, entropy = rollouts.behaviour_logp, rollouts.behaviour_entropy
     else:
         old_logp, entropy = no_grad_pass(forwards, model, sequences, attention_mask, length)
@@ -299,6 +325,19 @@ def build_batch(
         constant_by=correct if settings.constant_by_correctness else None,
         **signals,
     )
+
+
+def engine_numbers_used(settings: ScoreSettings, rollouts: Rollouts) -> bool:
+    """True when the batch's old log-probs and entropy are the engine's recorded numbers (the
+    behaviour pass skipped: `train.behaviour_pass=auto` allows it and the engine recorded them)."""
+    return settings.engine_numbers_stand_in and rollouts.behaviour_entropy is not None
+
+
+def trainer_numbers(settings: ScoreSettings, rollouts: Rollouts) -> bool:
+    """True when the batch's old log-probs are the trainer's own before the update: the behaviour
+    pass computed them, or the engine that stood in for it computes with the trainer's module in
+    the trainer's precision (`ScoreSettings.engine_is_trainer`: the HF engine)."""
+    return not engine_numbers_used(settings, rollouts) or settings.engine_is_trainer
 
 
 def reference_logprobs(
@@ -410,10 +449,13 @@ def epoch_minibatches(
     batch: TokenBatch, settings: UpdateSettings, generator: torch.Generator
 ) -> list[Tensor]:
     """One epoch's mini-batches, row indices on the batch's device: a shuffled order of the rows
-    (`train.minibatch_grouping=query`: each prompt's responses together), drawn on the CPU
-    `generator` (the same order on every device), cut every `mini_batch_size` rows."""
+    (`train.minibatch_grouping=query`: each prompt's responses together; `balanced`: the batch's
+    positive/negative proportion in each mini-batch), drawn on the CPU `generator` (the same
+    order on every device), cut every `mini_batch_size` rows."""
     if settings.minibatch_grouping == "query":  # each prompt's responses together
         order = grouped_order(batch.group_ids, generator)
+    elif settings.minibatch_grouping == "balanced":  # the batch's +/- proportion in each
+        order = balanced_order(batch.advantages, settings.mini_batch_size, generator)
     else:
         order = torch.randperm(batch.batch_size, generator=generator)
     order = order.to(batch.sequences.device)
@@ -676,13 +718,12 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 # --- telemetry -------------------------------------------------------------------------------
 
 
-def measure_dlogp(
-    model: nn.Module, forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """log π_after − log π_old per token (signed; the telemetry takes |Δ| and the flips from it)
-    and the updated policy's entropy after the update, on `dlogp_rows` sequences drawn with the
-    step's `telemetry` seed (None = ops.subsample.auto_rows, 0 = all; sharded: rounded up to a
-    multiple of the ranks): one extra no-grad pass over them. ([n, T], [n, T], rows [n] long)."""
+def telemetry_rows(
+    forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
+) -> Tensor:
+    """The rows [n] long of the |Δ log-prob| and flip telemetry at `step`: `dlogp_rows` sequences
+    drawn with the step's `telemetry` seed (None = ops.subsample.auto_rows, 0 = all; sharded:
+    rounded up to a multiple of the ranks)."""
     generator = torch.Generator().manual_seed(seeds.telemetry(settings.seed, step))
     world = forwards.placement.world_size
     wanted = settings.dlogp_rows
@@ -692,11 +733,56 @@ def measure_dlogp(
     # whole units of W rows): a count that does not split over the ranks is rounded up to one that
     # does, at most every row (B splits: check_layout)
     wanted = min(-(-wanted // world) * world, batch.batch_size)
-    rows = sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
+    return sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
+
+
+@dataclass(frozen=True)
+class Before:
+    """The telemetry's baseline, taken before the update: the measured `rows` [n] long and the
+    trainer's own log-probs `logp` [n, T] on them."""
+
+    rows: Tensor
+    logp: Tensor
+
+
+def trainer_logp_before(
+    model: nn.Module,
+    forwards: Forwards,
+    settings: UpdateSettings,
+    batch: TokenBatch,
+    step: int,
+    *,
+    reuse: bool,
+) -> Before:
+    """The measured rows (`telemetry_rows`) and the trainer's log-probs on them before the update.
+
+    `reuse` (train_step passes `trainer_numbers`): the batch's old log-probs are the trainer's own
+    (its behaviour pass, or the HF engine's numbers from the trainer's module in its precision,
+    equal to the pass's within float32 summation order), so they are taken as they are and nothing
+    changes. Otherwise (an engine whose numbers stood in but are not the trainer's: its kernels or
+    precision differ by 0.01-0.2 nats under vLLM in bf16, which the diagnostic would count as
+    moves and flips) one no-grad pass over just the measured rows gives the trainer's own."""
+    rows = telemetry_rows(forwards, settings, batch, step)
+    if reuse:
+        return Before(rows, batch.old_logp[rows])
+    logp, _ = no_grad_pass(
+        forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
+    )
+    return Before(rows, logp * batch.response_mask[rows])
+
+
+def measure_dlogp(
+    model: nn.Module, forwards: Forwards, batch: TokenBatch, before: Before
+) -> tuple[Tensor, Tensor, Tensor]:
+    """log π_after − log π_before per token on the rows of `before` (signed; the telemetry takes
+    |Δ| and the flips from it), π_before the trainer's own before the update
+    (`trainer_logp_before`), and the updated policy's entropy: one extra no-grad pass over those
+    rows after the update. ([n, T], [n, T], rows [n] long)."""
+    rows = before.rows
     after, entropy = no_grad_pass(
         forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
     )
-    return (after - batch.old_logp[rows]) * batch.response_mask[rows], entropy, rows
+    return (after - before.logp) * batch.response_mask[rows], entropy, rows
 
 
 def rollout_metrics(

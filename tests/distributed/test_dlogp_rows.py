@@ -32,7 +32,7 @@ def measured(rows: int, forward_tokens: int) -> dict[str, torch.Tensor]:
     from quadrants.distributed.collectives import current, shard_model
     from quadrants.distributed.placement import Sharded
     from quadrants.models.loading import load_policy
-    from quadrants.train.step import measure_dlogp
+    from quadrants.train.step import measure_dlogp, trainer_logp_before
     from tests.unit.train.test_accumulate import context, seeded_batch
 
     model, _ = load_policy("tiny-random", seed=0)
@@ -44,7 +44,8 @@ def measured(rows: int, forward_tokens: int) -> dict[str, torch.Tensor]:
     passes = dataclasses.replace(ctx.forwards.passes, forward_tokens=forward_tokens)
     forwards = dataclasses.replace(ctx.forwards, placement=placement, passes=passes)
     update = dataclasses.replace(ctx.update, dlogp_rows=rows)
-    dlogp, entropy, drawn = measure_dlogp(model, forwards, update, batch, step=0)
+    before = trainer_logp_before(model, forwards, update, batch, 0, reuse=True)
+    dlogp, entropy, drawn = measure_dlogp(model, forwards, batch, before)
     # past a row's last token the pass leaves what its call cut there (models/policy.py)
     return {"dlogp": dlogp, "entropy": entropy * batch.response_mask[drawn], "rows": drawn}
 

@@ -106,8 +106,8 @@ def test_update_draws_no_longer_replay_the_shuffle_two_steps_later():
 def long_run_draws() -> list[int]:
     """Every seed two runs (seeds 0 and 1) hand a generator: 300 steps x 3 refill rounds x 4 blocks
     of 4 prompts x G = 8 under vLLM (each sample its own seed, the j offsets included, and each
-    block's call seed for the HF engine), each step's prompt draws, shuffle, update, telemetry and
-    random control; 20 evaluations' worth of calls (4 benchmarks x 16 calls of 4 prompts x 16
+    block's call seed for the HF engine), each round's prompt and random-reward draws, each step's
+    shuffle, update, telemetry and random control; 20 evaluations' worth of calls (4 benchmarks x 16 calls of 4 prompts x 16
     samples, the same at every evaluation step: common random numbers) and 8 held-out chunks of
     4 prompts x 4; the task split; 5 probe seeds, each with its prompts, positions, 8 x 8 sampled
     responses and 50 branching calls of 16 continuations."""
@@ -116,6 +116,7 @@ def long_run_draws() -> list[int]:
         for step in range(300):
             for round_index in range(3):
                 draws.append(seeds.prompts(run, step, round_index))
+                draws.append(seeds.reward(run, step, round_index))
                 for block in range(4):
                     call = seeds.rollout(run, step, round_index, block)
                     draws.append(call)
@@ -150,10 +151,10 @@ def long_run_draws() -> list[int]:
 @pytest.mark.slow
 def test_a_long_run_draws_no_seed_twice():
     draws = long_run_draws()
-    # per run: 300 x (3 x (1 + 4 x (1 + 32)) + 4) = 300 x 403 = 120,900 training draws,
-    # 4 x 16 x (1 + 64) = 4,160 evaluation, 8 x (1 + 16) = 136 held-out, 1 task split: 125,197;
-    # two runs 250,394; probes 5 x (3 + 64 + 50 x (1 + 16)) = 5 x 917 = 4,585: 254,979 in all
-    assert len(draws) == 254_979
+    # per run: 300 x (3 x (2 + 4 x (1 + 32)) + 4) = 300 x 406 = 121,800 training draws,
+    # 4 x 16 x (1 + 64) = 4,160 evaluation, 8 x (1 + 16) = 136 held-out, 1 task split: 126,097;
+    # two runs 252,194; probes 5 x (3 + 64 + 50 x (1 + 16)) = 5 x 917 = 4,585: 256,779 in all
+    assert len(draws) == 256_779
     assert len(set(draws)) == len(draws)
     assert all(0 <= d < 2**63 for d in draws)
 

@@ -174,6 +174,10 @@ def study_store(template_db: Path, tmp_path_factory: pytest.TempPathFactory) -> 
                     ("dlogp_abs", 10.0 ** -(i + step)),
                     ("cov", 0.1 * step * (i + 1)),
                     ("entropy_change", -0.01 * step * (i + 1)),
+                    ("flip_frac_shared", 0.1 * (i + 1)),
+                    ("flip_frac_unique", 0.05 * step),
+                    ("dlogp_signed_shared", -0.001 * step),
+                    ("dlogp_signed_unique", 0.002 * (i + 1)),
                 )
             ]
         client.log_batch(run_id, metrics=curves)

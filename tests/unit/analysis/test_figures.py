@@ -201,3 +201,59 @@ def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
         figures.entropy_change_by_quadrant(
             history[history["key"].str.endswith("/cov")], runs, tmp_path
         )
+
+
+@pytest.mark.slow
+def test_flips_figure_two_rows_by_four_quadrants_shared_solid_unique_dashed(tmp_path, monkeypatch):
+    # two arms: PHR with seeds 0 and 1, NHR with seed 0; 3 steps. PHR's PHR-quadrant flip_frac_shared
+    # is 0.2 + 0.1 * seed at every step -> mean over the two seeds 0.25; its flip_frac_unique 0.1 *
+    # step -> 0.0, 0.1, 0.2. NHR logs only dlogp_signed_shared = -0.01 in quadrant NHR.
+    history = []
+    for arm, seed in (("PHR", 0), ("PHR", 1), ("NHR", 0)):
+        run_id = f"{arm}-{seed}"
+        for step in range(3):
+            if arm == "PHR":
+                history += [
+                    (run_id, "train/quadrant/PHR/flip_frac_shared", step, 0.2 + 0.1 * seed),
+                    (run_id, "train/quadrant/PHR/flip_frac_unique", step, 0.1 * step),
+                ]
+            else:
+                history.append((run_id, "train/quadrant/NHR/dlogp_signed_shared", step, -0.01))
+    history = pd.DataFrame(history, columns=["run_id", "key", "step", "value"])
+    runs = pd.DataFrame(
+        {
+            "run_id": ["PHR-0", "PHR-1", "NHR-0"],
+            "row": ["PHR", "PHR", "NHR"],
+            "seed": ["0", "1", "0"],
+        }
+    )
+    drawn = {}
+    save = figures._save
+    monkeypatch.setattr(
+        figures,
+        "_save",
+        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
+    )
+    paths = figures.flips_by_quadrant(history, runs, tmp_path)
+    assert [p.name for p in paths] == ["flips_by_quadrant.png", "flips_by_quadrant.svg"]
+    axes = drawn["fig"].axes
+    assert [ax.get_title() for ax in axes] == [
+        f"{q} · {label}"
+        for label in ("flip fraction", "mean signed Δ log-prob")
+        for q in figures.QUADRANTS
+    ]
+    phr_flips = axes[0]  # row flip fraction, column PHR: the PHR arm's shared and unique lines
+    shared, unique = phr_flips.lines
+    assert shared.get_linestyle() == "-" and unique.get_linestyle() == "--"
+    assert list(shared.get_ydata()) == pytest.approx([0.25, 0.25, 0.25], abs=1e-12)
+    assert list(unique.get_ydata()) == pytest.approx([0.0, 0.1, 0.2], abs=1e-12)
+    assert len(phr_flips.collections) == 2  # two seeds: a band for each line (zero width)
+    nhr_moves = axes[4 + 2]  # row signed Δ, column NHR: one line and the zero line
+    assert list(nhr_moves.lines[0].get_ydata()) == pytest.approx([-0.01] * 3)
+    assert len(nhr_moves.collections) == 0  # one seed: no band
+    # one legend, right of the first row, naming every line of every panel once
+    labels = [t.get_text() for t in axes[3].get_legend().get_texts()]
+    assert labels == ["PHR shared", "PHR unique", "NHR shared"]
+    plt.close(drawn["fig"])
+    with pytest.raises(ValueError, match="no run logged train/quadrant/<Q>/flip_frac_shared"):
+        figures.flips_by_quadrant(history.iloc[:0], runs, tmp_path)

@@ -14,6 +14,7 @@ FIGURES = (
     "train_solve_rate",
     "train_entropy",
     "dlogp_abs_by_quadrant",
+    "flips_by_quadrant",
     "entropy_change_by_quadrant",
     "pass_at_k",
     "token_advantage_hist",
@@ -113,6 +114,8 @@ def test_missing_figure_data_is_reported_not_drawn(template_db, tmp_path):
         "skipped train_solve_rate: no run logged 'train/solve_rate': cannot draw train_solve_rate",
         "skipped train_entropy: no run logged 'train/entropy': cannot draw train_entropy",
         "skipped dlogp_abs_by_quadrant: no run logged train/quadrant/<Q>/dlogp_abs: cannot draw dlogp_abs",
+        "skipped flips_by_quadrant: no run logged train/quadrant/<Q>/flip_frac_shared "
+        "(train.measure_dlogp): cannot draw flips_by_quadrant",
         "skipped entropy_change_by_quadrant: no run logged train/quadrant/<Q>/entropy_change "
         "(train.measure_dlogp): cannot draw entropy_change_by_quadrant",
         "skipped token_advantage_hist: no sample artifacts in any run: cannot draw advantage histograms",

@@ -258,3 +258,18 @@ def test_ood_avg_column_when_runs_have_out_of_domain_benchmarks():
     assert "ood avg" not in tables.to_markdown(
         build_table(runs, points[points["benchmark"] == "math500"])
     )
+
+
+def test_the_reward_is_a_row_tag_when_it_varies():
+    # PHR and NHR, each under the verifier's and the random reward, seed 0: the rows are
+    # (quadrant, reward), four of them, none holding two runs of one seed
+    runs = pd.DataFrame(
+        {
+            "quadrant": ["PHR", "PHR", "NHR", "NHR"],
+            "reward": ["verifier", "random", "verifier", "random"],
+            "objective": ["dapo"] * 4,
+            "seed": ["0"] * 4,
+            "run_name": ["a", "b", "c", "d"],
+        }
+    )
+    assert tables.default_row_tags(runs) == ("quadrant", "reward")

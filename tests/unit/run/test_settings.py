@@ -69,3 +69,19 @@ def test_the_engine_numbers_stand_in_only_where_exact():
     cfg.train.behaviour_pass = "auto"
     cfg.objective.name = "kl_cov"
     assert not build_step(cfg, model).score.engine_numbers_stand_in
+
+
+def test_the_engines_numbers_are_the_trainers_only_for_the_hf_engine_in_storage_precision():
+    """The flip telemetry's baseline (train/step.py `trainer_logp_before`) reuses the engine's
+    numbers only where they are the trainer's own: the HF engine (the trainer's module) with the
+    trainer computing in its parameters' dtype; vLLM or bf16-mixed: a pass of its own."""
+    model = random_tiny_policy(seed=0)[0]
+    cfg = RunConfig()
+    assert build_step(cfg, model).score.engine_is_trainer  # hf, fp32
+    cfg.train.behaviour_pass = "always"  # the old log-probs are the pass's, and it stays true
+    assert build_step(cfg, model).score.engine_is_trainer
+    cfg.train.precision = "bf16-mixed"
+    assert not build_step(cfg, model).score.engine_is_trainer
+    cfg.train.precision = "fp32"
+    cfg.rollout.engine = "vllm"
+    assert not build_step(cfg, model).score.engine_is_trainer

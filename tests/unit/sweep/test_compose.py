@@ -27,7 +27,10 @@ EXPECTED_JOBS = {
     "paper_quadrants_qwen7b_lora_1gpu": 8,  # LoRA, one GPU per run (launcher=local or slurm)
     "paper_main_qwen7b": 6,
     "paper_main_dsr1p5b": 4,
-    "smollm2_arithmetic": 1,  # one run; the quadrant sweep is `-m ... quadrant=PHR,NHR,PLR,NLR`
+    "smollm2_arithmetic": 1,
+    "random_reward": 2,  # reward=random x 2 seeds; `quadrant=PHR,NHR` on the command line: 4
+    "format_reward": 2,
+    "llama3.2_1b_quadrants": 8,  # 4 quadrants x 2 seeds  # one run; the quadrant sweep is `-m ... quadrant=PHR,NHR,PLR,NLR`
 }
 
 

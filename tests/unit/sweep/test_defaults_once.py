@@ -36,6 +36,7 @@ IDENTITY_KEYS = {
     "rollout": "engine",
     "objective": "name",
     "quadrant": "keep",
+    "reward": "name",
 }
 # dict-valued schema fields: compared whole, except objective.params, compared key by key
 DICT_FIELDS = {"task.params", "objective.params", "eval.benchmarks"}

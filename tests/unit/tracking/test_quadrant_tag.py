@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.tracking.run_info import quadrant_tag
+from quadrants.tracking.run_info import flat_params, quadrant_tag, run_tags
 
 
 @pytest.mark.parametrize(
@@ -26,3 +26,11 @@ def test_quadrant_tag(section, tag):
     for key, value in section.items():
         setattr(cfg.quadrant, key, value)
     assert quadrant_tag(cfg) == tag
+
+
+def test_the_reward_trained_on_is_a_tag_and_a_param():
+    cfg = RunConfig()
+    assert run_tags(cfg)["reward"] == "verifier"
+    cfg.reward.name, cfg.reward.probability = "random", 0.5
+    assert run_tags(cfg)["reward"] == "random"
+    assert (flat_params(cfg)["reward"], flat_params(cfg)["reward.probability"]) == ("random", 0.5)

@@ -8,6 +8,7 @@ import dataclasses
 import torch
 
 from quadrants.models.loading import load_policy
+from quadrants.ops.balance import balanced_counts
 from quadrants.train import step as step_module
 from tests.unit.train.test_accumulate import context, seeded_batch
 
@@ -48,3 +49,29 @@ def test_shuffle_mixes_groups_within_mini_batches(monkeypatch):
     # query test above is not passing for a batch whose groups come out whole anyway)
     seen = mini_batch_groups("shuffle", monkeypatch)
     assert any(a != b for a, b in seen)
+
+
+def test_balanced_grouping_gives_each_mini_batch_the_batchs_sign_proportion(monkeypatch):
+    # the update's mini-batches under balanced: each holds positive and negative rows in the
+    # batch's proportion (ops/balance.py), here checked against balanced_counts on the batch
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    ctx = context("grpo", 0, model)
+    settings = dataclasses.replace(ctx.update, mini_batch_size=2, minibatch_grouping="balanced")
+    seen: list[tuple[int, int, int]] = []
+
+    def record(model, objective, forwards, settings, mini, is_weights):
+        adv = mini.advantages
+        seen.append((int((adv > 0).sum()), int((adv < 0).sum()), int((adv == 0).sum())))
+        return torch.zeros(()), {}
+
+    monkeypatch.setattr(step_module, "backward_minibatch", record)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    step_module.update_policy(
+        model, optimizer, scheduler, ctx.objective, ctx.forwards, settings, batch, 0
+    )
+    adv = batch.advantages
+    classes = (int((adv > 0).sum()), int((adv < 0).sum()), int((adv == 0).sum()))
+    assert seen == balanced_counts(*classes, 2)
+    assert classes[0] > 0 and classes[1] > 0  # a batch with both signs: the check can fail

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from quadrants.rewards.grader import Outcome
@@ -124,3 +126,24 @@ def test_no_refill_needed_keeps_round_zero_as_it_is():
     assert (
         out.metrics["train/refill/rounds"] == 0.0 and out.metrics["train/refill/groups_kept"] == 2.0
     )
+
+
+def test_under_a_confound_reward_mixed_means_mixed_in_that_reward():
+    # Round 0, groups of 2: the verifier says [W W] [C C] (both constant), the random reward drew
+    # hits [0 1] [1 1]: group 0 is mixed in the reward trained on, group 1 constant. Round 1:
+    # verifier [C W] [W W], hits [0 0] [1 0]: its group 1 is the mixed one, taken to fill the batch.
+    # (By the verifier's correctness it would take round 1's group 0 instead.)
+    first = round_of(0, [W, W, C, C], [1, 1, 1, 1])
+    first = dataclasses.replace(
+        first, rewards=torch.tensor([0.0, 1.0, 1.0, 1.0]), hits=torch.tensor([0.0, 1.0, 1.0, 1.0])
+    )
+    second = round_of(1, [C, W, W, W], [1, 1, 1, 1])
+    second = dataclasses.replace(
+        second, rewards=torch.tensor([0.0, 0.0, 1.0, 0.0]), hits=torch.tensor([0.0, 0.0, 1.0, 0.0])
+    )
+    out = collect_with_refill(
+        {0: first, 1: second}.__getitem__, prompts=2, max_rounds=1, pad_id=PAD
+    )
+    assert out.rollouts.texts == ["r0.0", "r0.1", "r1.2", "r1.3"]
+    assert out.hits.tolist() == [0.0, 1.0, 1.0, 0.0]  # the kept rows' hits, in order
+    assert out.outcomes == [W, W, W, W]  # the verifier's outcomes travel with them
