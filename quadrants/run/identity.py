@@ -12,6 +12,7 @@ params, `config.<step>.yaml` beside the first `config.yaml`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -111,14 +112,36 @@ def identity_record(cfg: RunConfig) -> dict[str, Any]:
     return {"hash": identity_hash(identity), "config": identity}
 
 
+@functools.cache
+def _schema_defaults() -> dict[str, Any]:
+    """`flat_config` of the schema's own defaults (RunConfig())."""
+    return flat_config(RunConfig())
+
+
+def _added_at_default(key: str, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """A key the checkpoint's record lacks because the schema gained it later (`reward.name`, say),
+    now at the schema's default: the default is what the code did before the key existed, so it is
+    no change. An objective's own params are not covered: a new param's default may change the
+    recipe (Archer's kl_normaliser did), so an added param is still said."""
+    return (
+        key not in old
+        and not key.startswith("objective.params.")
+        and key in _schema_defaults()
+        and new.get(key, _ABSENT) == _schema_defaults()[key]
+    )
+
+
 def config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     """The keys whose values differ (a key on one side only: `(absent)` on the other), sorted;
-    keys that may change on resume are not compared."""
+    keys that may change on resume are not compared, nor a schema key the old record predates
+    that is at its default (`_added_at_default`)."""
     keys = sorted(set(old) | set(new))
     return [
         Change(key, old.get(key, _ABSENT), new.get(key, _ABSENT))
         for key in keys
-        if not may_change(key) and old.get(key, _ABSENT) != new.get(key, _ABSENT)
+        if not may_change(key)
+        and old.get(key, _ABSENT) != new.get(key, _ABSENT)
+        and not _added_at_default(key, old, new)
     ]
 
 

@@ -72,6 +72,21 @@ def test_changes_are_said_old_to_new_sorted_and_absent_keys_named():
     assert config_changes(old, dict(old)) == []
 
 
+def test_a_schema_key_the_record_predates_counts_only_off_its_default():
+    # a checkpoint recorded before the schema had `reward.name` (default "verifier") and
+    # `reward.probability` (default None): resuming at the defaults is no change; a non-default
+    # value is (absent → random); an objective param the record lacks is always said (a new
+    # param's default may change the recipe)
+    old = {"train.lr": 0.0001}
+    at_default = {"train.lr": 0.0001, "reward.name": "verifier", "reward.probability": None}
+    assert config_changes(old, at_default) == []
+    moved = {**at_default, "reward.name": "random", "objective.params.kl_normaliser": "response"}
+    assert [str(c) for c in config_changes(old, moved)] == [
+        "objective.params.kl_normaliser: (absent) → response",
+        "reward.name: (absent) → random",
+    ]
+
+
 def _with_checkpoint(tmp_path, cfg: RunConfig, step: int = 2) -> None:
     """A complete checkpoint directory of `step` holding `cfg`'s identity record."""
     path = tmp_path / "checkpoints" / f"step_{step:07d}"
