@@ -105,3 +105,46 @@ def test_a_normal_run_passes_and_logs_the_gap_per_push(tmp_path):
     run_training(cfg, tracker)
     gaps = [m["train/identity_gap"] for _, m in tracker.history if "train/identity_gap" in m]
     assert gaps == [0.0, 0.0]
+
+
+@pytest.mark.slow
+def test_the_guard_sees_the_adapted_policy_under_lora():
+    """LoRA: the trainer scores the policy with its adapters; a push sends the merged weights
+    (rollout/weights.py `merged_lora_weights`) to a replica of the base architecture. Adapters
+    made non-zero (peft starts lora_B at 0, so the adapted policy would equal the base): push 1
+    reaches the replica, gap 0 to float rounding (W + B·A merged in float32 against the adapter
+    path's x·W + (x·A)·B: the same sums in another order, far under the 1e-3 tolerance). Only the
+    adapters move; push 2 reaches it: gap small, both moved alike. The adapters move again and
+    push 3 is skipped: the engine did not move while the trainer did."""
+    from quadrants.config import LoraConfig
+    from quadrants.models.loading import load_policy
+    from quadrants.models.lora import apply_lora
+
+    torch.set_num_threads(1)
+    model, tokenizer = load_policy("tiny-random", seed=0)
+    engine = ReplicaHFEngine(copy.deepcopy(model), tokenizer)  # the base architecture, no peft
+    apply_lora(model, LoraConfig(enabled=True, rank=4, alpha=8.0))
+    adapters = [p for n, p in model.named_parameters() if ".lora_" in n]
+    assert adapters and all(p.requires_grad for p in adapters)
+
+    def move_adapters(seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in adapters:
+                p.add_(0.05 * torch.randn(p.shape, generator=generator))
+
+    move_adapters(1)
+    guarded = IdentityCheckedEngine(engine, IdentityCheckConfig(), FP32, chunk_size=64)
+    # before any push the replica holds the base: the adapters' part is what the check sees
+    with pytest.raises(RolloutIdentityError, match="does not sample from the trainer's weights"):
+        IdentityCheckedEngine(engine, IdentityCheckConfig(), FP32, chunk_size=64).check(model)
+    guarded.sync_weights(model)
+    assert guarded.figures["train/identity_gap_max"] < 1e-4
+    move_adapters(2)
+    guarded.sync_weights(model)
+    assert guarded.figures["train/identity_gap_max"] < 1e-4
+    assert guarded.figures["train/identity_engine_moved"] > TOLERANCE_FP32
+    move_adapters(3)
+    engine.sync_weights = lambda model: None  # the push that never reaches the engine
+    with pytest.raises(RolloutIdentityError, match="did not reach the engine"):
+        guarded.sync_weights(model)
