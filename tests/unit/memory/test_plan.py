@@ -150,7 +150,7 @@ def test_a_plan_over_the_budget_is_refused_naming_the_phase_and_the_fix():
     assert "train.micro_batch_tokens=" in message
     assert "train.activation_checkpointing=true" in message
     # and the table itself
-    assert "weight push" in message and "peak:" in message
+    assert "weight push" in message and "needs most:" in message
 
 
 def test_no_budget_no_plan():
