@@ -16,6 +16,7 @@ from quadrants.launch.hydra_setup import compose_run_config, expand_jobs, split_
 
 ROOT = Path(__file__).resolve().parents[2]
 HYDRA_COMMANDS = ("quadrants.sweep", "quadrants.submit", "quadrants.plan")
+EXAMPLES = ROOT / "docs" / "examples"
 _FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 
 
@@ -49,6 +50,16 @@ def documented_commands() -> list[tuple[str, str]]:
 COMMANDS = documented_commands()
 
 
+def test_the_custom_task_example_is_the_code_the_docs_show():
+    # docs/tools.md shows docs/examples/mystudy.py's code (less its docstring) in a python block
+    shown = re.search(
+        r"```python\n# mystudy.py\n(.*?)```", (ROOT / "docs/tools.md").read_text(), re.S
+    )
+    assert shown is not None
+    module = (EXAMPLES / "mystudy.py").read_text()
+    assert module.split('"""\n\n', 1)[1] == shown.group(1)
+
+
 def test_the_documents_hold_the_commands():
     # the README's first bash block starts with the four-quadrant ablation
     assert ("README.md", " -m quadrant=PHR,NHR,PLR,NLR") in COMMANDS
@@ -59,6 +70,7 @@ def test_the_documents_hold_the_commands():
 @pytest.mark.parametrize(("where", "args"), COMMANDS, ids=[f"{w}:{a[:60]}" for w, a in COMMANDS])
 def test_a_documented_command_composes_as_written(where, args, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the custom task's module (docs/tools.md)
     argv = shlex.split(args.replace("$PWD", os.getcwd()), comments=True)
     assert not any(a.startswith("<") or "<" in a.split("=", 1)[-1][:1] for a in argv), argv
     _, overrides = split_hydra_argv(argv)

@@ -17,7 +17,17 @@ from quadrants.launch.hydra_setup import compose_run_config, preflight
         (["-m", "quadrant=PHR,NHR", "reward=random", "reward.probability=0.5"], 2),
         (["-m", "experiment=random_reward", "quadrant=PHR,NHR"], 4),  # x 2 seeds
         (["-m", "experiment=format_reward", "quadrant=PHR,NHR"], 4),
-        (["-m", "experiment=llama3.2_1b_quadrants", "reward=random"], 8),
+        # a GPU preset, composed as it is submitted (a local job would be refused on this CPU)
+        (
+            [
+                "-m",
+                "experiment=llama3.2_1b_quadrants",
+                "reward=random",
+                "launcher=slurm",
+                "tracking.sqlite_on_slurm=true",
+            ],
+            8,
+        ),
     ],
 )
 def test_confounds_compose_with_the_quadrant_sweep(argv, jobs, tmp_path):
