@@ -31,6 +31,11 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
 
     `parent_run_id`: the sweep's MLflow parent run (default: read from the sweep's sweep.json)."""
     cfg = to_run_config(job_cfg)
+    # a log record that cannot be written (the run directory's disk is full) is dropped, not
+    # answered with a traceback on stderr that repeats the error being logged (the logging
+    # module's own advice for production code: docs.python.org/3/library/logging.html,
+    # `logging.raiseExceptions`); the console handler still prints it
+    logging.raiseExceptions = False
     # train.device=cuda on a node without a usable GPU (an old driver, a CPU torch): stop now,
     # before the tracking run, the process group and rank 0's load of the weights
     require_usable_device(cfg.train.device)

@@ -104,7 +104,18 @@ def test_printing_every_preset_needs_no_data(tmp_path: Path):
 @pytest.mark.integration  # runs the command as a subprocess
 def test_a_run_that_needs_missing_files_stops_at_compose_time(tmp_path: Path):
     empty = tmp_path / "no-data"
-    done = run(["quadrants.sweep", "experiment=paper_main_qwen7b"], empty)
+    # submitted as a GPU preset is (run locally on this CPU machine it is refused for its device
+    # first: tests/unit/sweep/test_local_refusals.py)
+    done = run(
+        [
+            "quadrants.sweep",
+            "-m",
+            "experiment=paper_main_qwen7b",
+            "launcher=slurm",
+            "tracking.sqlite_on_slurm=true",
+        ],
+        empty,
+    )
     assert done.returncode == 1
     assert "invalid configuration, nothing was launched" in done.stderr
     assert f"no data file at {empty / 'aime24' / 'test.jsonl'}" in done.stderr
