@@ -46,7 +46,8 @@ LAUNCH = {
 }
 # a one-GPU preset: its jobs run where a GPU is (on this CPU machine, launched locally, the
 # preflight refuses train.device=cuda: tests/unit/sweep/test_local_refusals.py)
-LAUNCH["paper_quadrants_qwen7b_lora_1gpu"] = ["launcher=slurm", "tracking.sqlite_on_slurm=true"]
+for name in ("paper_quadrants_qwen7b_lora_1gpu", "llama3.2_1b_quadrants"):
+    LAUNCH[name] = ["launcher=slurm", "tracking.sqlite_on_slurm=true"]
 
 
 @pytest.mark.slow
