@@ -1,0 +1,47 @@
+"""The runs-page view a sweep stores on its experiment (MLflow's shared view state)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from quadrants.tracking.view import publish_view, stored_view, view_state
+
+
+def test_the_view_selects_the_sweeps_training_runs_and_the_study_columns():
+    state = view_state("s1a2", ["final/avg_at_4", "final/pass_at_4", "final/entropy"])
+    assert state == {
+        "searchFilter": ("tags.`quadrants.sweep_id` = 's1a2' and tags.`quadrants.role` = 'train'"),
+        "orderByKey": "tags.`mlflow.runName`",
+        "orderByAsc": True,
+        "selectedColumns": [
+            "tags.`quadrant`",
+            "tags.`objective`",
+            "tags.`seed`",
+            "metrics.`final/avg_at_4`",
+            "metrics.`final/pass_at_4`",
+            "metrics.`final/entropy`",
+        ],
+        "runsHiddenMode": "SHOW_ALL",
+    }
+
+
+@pytest.mark.slow
+def test_the_view_is_stored_once_per_sweep_and_found_again(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("study")
+    assert stored_view(uri, experiment, "s1a2") is None  # not stored yet: the plain filter link
+    assert publish_view(uri, experiment, "s1a2", ["final/entropy"]) == "quadrants-s1a2"
+    # stored again (a re-run with other columns): one tag, overwritten
+    assert publish_view(uri, experiment, "s1a2", ["final/avg_at_4"]) == "quadrants-s1a2"
+    tags = client.get_experiment(experiment).tags
+    views = [key for key in tags if key.startswith("mlflow.sharedViewState.")]
+    assert views == ["mlflow.sharedViewState.quadrants-s1a2"]
+    assert json.loads(tags[views[0]])["selectedColumns"][-1] == "metrics.`final/avg_at_4`"
+    assert stored_view(uri, experiment, "s1a2") == "quadrants-s1a2"
+    assert stored_view(uri, experiment, "other") is None
+    # the store refuses (no such experiment): no view, no exception (the caller links the filter)
+    assert publish_view(uri, "999", "s1a2", []) is None
