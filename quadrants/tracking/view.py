@@ -13,8 +13,12 @@ and its UI state (`selectedColumns`, `runsHiddenMode`, ...; merged onto the defa
 fields dropped) and does not write that view into the browser's own state
 (hooks/useSharedExperimentViewState.ts, as bundled in mlflow 3.17.2's
 server/js/build/static/js/3878.*.chunk.js). It applies the tag only when the URL has no search
-facets of its own, so the link carries the key alone. The tag's format is the UI's state, not a
-documented API: tests/browser/test_dashboard.py checks it against the pinned MLflow.
+facets of its own, so the link carries the key alone. The tag's value is a "saved view" envelope,
+`{"name", "createdAt", "updatedAt", "state": <the state as a JSON string>}` (3448.*.chunk.js, module
+53787; utils/savedViewEnvelope.ts upstream): the page reads it first, and lists every such tag in
+its saved-views menu by name, so the view is also one click away for whoever opens the experiment
+from MLflow's experiment list. The format is the UI's, not a documented API:
+tests/browser/test_dashboard.py checks it against the pinned MLflow.
 
 A column key is MLflow's canonical sort key, `<metrics|params|tags>.` + the name in backquotes.
 A key no run has logged yet is simply not shown until one does.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable
 
 from quadrants.tracking.links import RUN_NAME_SORT_KEY, sweep_filter
@@ -59,6 +64,18 @@ def view_state(sweep_id: str, metric_columns: Iterable[str]) -> dict:
     }
 
 
+def envelope(sweep_id: str, state: dict, now_ms: int | None = None) -> dict:
+    """The saved-view record MLflow's UI stores a view in: its menu name, times in ms, the state
+    as a JSON string."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return {
+        "name": f"quadrants sweep {sweep_id}",
+        "createdAt": now_ms,
+        "updatedAt": now_ms,
+        "state": json.dumps(state),
+    }
+
+
 def publish_view(
     tracking_uri: str, experiment_id: str, sweep_id: str, metric_columns: Iterable[str]
 ) -> str | None:
@@ -70,7 +87,7 @@ def publish_view(
         MlflowClient(tracking_uri).set_experiment_tag(
             experiment_id,
             VIEW_TAG_PREFIX + view_key(sweep_id),
-            json.dumps(view_state(sweep_id, metric_columns)),
+            json.dumps(envelope(sweep_id, view_state(sweep_id, metric_columns))),
         )
     except Exception as err:  # noqa: BLE001 - a view is a convenience: never fail a command over it
         log.warning("could not store the runs-page view of sweep %s: %s", sweep_id, err)
