@@ -7,9 +7,12 @@ experiment quadrants creates carries the kind tag `mlflow.experimentKind = custo
 ("Machine learning" in MLflow's experiment list), and every link carries
 `workflowType=machine_learning`, so a link opens the training view in any browser.
 
-The runs-page link filters on the sweep and on the training runs (`quadrants.role = train`, so the
+A sweep's runs-page link opens the view the sweep stored on its experiment (tracking/view.py:
+its training runs, with quadrant, objective, seed and the final metrics as columns); without a
+stored view it carries the same filter and order itself, in MLflow's default columns. The filter
+is on the sweep and on the training runs (`quadrants.role = train`, so the
 evaluation and probe runs of the sweep's checkpoints are not mixed into the quadrant list; runs
-created before that tag existed are not shown either) and sorts runs by name: MLflow nests child
+created before that tag existed are not shown either), the order by name: MLflow nests child
 runs under their (collapsed) parent only in its default order (by start time), so sorted by name the
 four quadrant runs are rows of their own, and their curves are in the chart view without a click.
 
