@@ -15,9 +15,8 @@ fields dropped) and does not write that view into the browser's own state
 server/js/build/static/js/3878.*.chunk.js). It applies the tag only when the URL has no search
 facets of its own, so the link carries the key alone. The tag's value is a "saved view" envelope,
 `{"name", "createdAt", "updatedAt", "state": <the state as a JSON string>}` (3448.*.chunk.js, module
-53787; utils/savedViewEnvelope.ts upstream): the page reads it first, and lists every such tag in
-its saved-views menu by name, so the view is also one click away for whoever opens the experiment
-from MLflow's experiment list. The format is the UI's, not a documented API:
+53787; utils/savedViewEnvelope.ts upstream): the page reads it first and names it in its
+saved-views menu. The format is the UI's, not a documented API:
 tests/browser/test_dashboard.py checks it against the pinned MLflow.
 
 A column key is MLflow's canonical sort key, `<metrics|params|tags>.` + the name in backquotes.
