@@ -10,12 +10,14 @@ drawn empty; a figure that lacks some runs says which in the messages.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from quadrants.analysis import figures, load, paired, power_report, tables
@@ -456,6 +458,14 @@ def build_report(
             )
         else:
             client.log_artifacts(parent, str(out_dir), "analysis")
+            # the table's means as the parent's metrics (its Overview lists them, no click needed)
+            now = int(time.time() * 1000)
+            client.log_batch(
+                parent,
+                metrics=[
+                    Metric(key, value, now, 0) for key, value in tables.to_metrics(table).items()
+                ],
+            )
             logged = True
     return Report(out_dir, tuple(files), table, comparison, parent, logged, tuple(messages))
 

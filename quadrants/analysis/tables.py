@@ -751,3 +751,37 @@ def to_frame(table: ComparisonTable) -> pd.DataFrame:
     frame["k"] = frame["k"].astype("Int64")
     frame["problems"] = frame["problems"].astype("Int64")
     return frame
+
+
+def metric_row(label: str) -> str:
+    """A row label as a metric-name part: what MLflow refuses in a name (anything but letters,
+    digits, '_', '.', '-', ':') becomes '_': "grpo, PHR" -> "grpo_PHR"."""
+    return re.sub(r"[^\w.\-:]+", "_", label)
+
+
+def to_metrics(table: ComparisonTable) -> dict[str, float]:
+    """The table as metrics for the sweep's parent run, one section per row: the mean over seeds
+    of each column, `<row>/avg_at_<k>` and `<row>/pass_at_<k>` (with several benchmarks
+    `<row>/<benchmark>/avg_at_<k>`, and `<row>/avg`, `<row>/ood_avg` for the average columns), and
+    `<row>/seeds`. Blank cells (no estimate, or a benchmark without a common k) are left out."""
+    metrics: dict[str, float] = {}
+    for row in table.rows:
+        name = metric_row(row)
+        for bench in table.benchmarks:
+            k = table.ks[bench]
+            if k is None:
+                continue
+            prefix = f"{name}/" if len(table.benchmarks) == 1 else f"{name}/{bench}/"
+            for kind in ("avg", "pass"):
+                estimate = table.cells[(row, bench, kind)].estimate
+                if estimate is not None:
+                    metrics[f"{prefix}{kind}_at_{k}"] = estimate.mean
+        averages = (("avg", table.avg, table.avg_benchmarks),) + (
+            ("ood_avg", table.ood_avg, table.ood_benchmarks),
+        )
+        for column, cells, averaged in averages:
+            estimate = cells[row].estimate if averaged and row in cells else None
+            if estimate is not None:
+                metrics[f"{name}/{column}"] = estimate.mean
+        metrics[f"{name}/seeds"] = float(table.seeds[row])
+    return metrics

@@ -242,12 +242,19 @@ def main(argv: list[str] | None = None) -> None:
         print(f"quadrants: {note}", file=sys.stderr)
     if not args.json:
         from quadrants.tracking.links import experiment_id_of, link_lines
+        from quadrants.tracking.view import stored_view
 
         experiment_id = experiment_id_of(manifest.tracking_uri, manifest.study)
+        view = (
+            stored_view(manifest.tracking_uri, experiment_id, manifest.sweep_id)
+            if experiment_id is not None
+            else None
+        )
         for line in link_lines(
             manifest.tracking_uri,
             experiment_id,
             sweep_id=manifest.sweep_id,
+            view=view,
             runs={"parent run": manifest.parent_run_id},
         ):
             print(line)

@@ -99,10 +99,13 @@ class SweepPlan:
     hydra_overrides: list[str]  # hydra.* overrides of the command: every job is composed with them
     launcher: dict[str, Any]  # the resolved hydra.launcher node
     jobs: list[PlannedJob]
+    # the headline metric keys of its runs (tracking/headline.py): the columns of its runs-page view
+    headline: tuple[str, ...] = ()
 
 
 def plan_sweep(argv: list[str]) -> SweepPlan:
     """Compose the command's jobs as Hydra's multirun would (raises ValueError naming the job)."""
+    from quadrants.tracking.headline import headline_sources
     from quadrants.tracking.setup import artifact_location, sweep_dir, tracking_uri
 
     register()
@@ -142,6 +145,9 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
         hydra_overrides=hydra_overrides,
         launcher=launcher,
         jobs=planned,
+        headline=tuple(
+            headline_sources(first.eval.benchmarks, first.task.name, first.eval.samples)
+        ),
     )
 
 
@@ -376,11 +382,19 @@ def main(argv: list[str] | None = None) -> None:
         f"quadrants.status {plan.sweep_dir}"
     )
     from quadrants.tracking.links import experiment_id_of, link_lines
+    from quadrants.tracking.view import publish_view
 
+    experiment_id = experiment_id_of(plan.tracking_uri, plan.study)
+    view = (
+        publish_view(plan.tracking_uri, experiment_id, plan.sweep_id, plan.headline)
+        if experiment_id is not None
+        else None
+    )
     for line in link_lines(
         plan.tracking_uri,
-        experiment_id_of(plan.tracking_uri, plan.study),
+        experiment_id,
         sweep_id=plan.sweep_id,
+        view=view,
         runs={"parent run": parent},
     ):
         print(line)

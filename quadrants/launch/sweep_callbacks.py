@@ -37,14 +37,24 @@ def _announce(uri: str) -> None:
 
 
 def _print_links(config: DictConfig, uri: str, parent: str | None, *, report: bool = False) -> None:
-    """The UI links; `report`: the parent holds the analysis report, linked directly."""
+    """The UI links (the runs link opens the sweep's stored view: tracking/view.py); `report`: the
+    parent holds the analysis report, linked directly."""
+    from quadrants.tracking.headline import headline_sources
     from quadrants.tracking.links import experiment_id_of, link_lines
+    from quadrants.tracking.view import publish_view
 
     experiment_id = experiment_id_of(uri, str(config.study))
+    view = None
+    if experiment_id is not None:
+        columns = headline_sources(
+            dict(config.eval.benchmarks), str(config.task.name), int(config.eval.samples)
+        )
+        view = publish_view(uri, experiment_id, str(config.sweep_id), columns)
     for line in link_lines(
         uri,
         experiment_id,
         sweep_id=str(config.sweep_id),
+        view=view,
         runs={"parent run": parent},
         report_run=parent if report else None,
     ):

@@ -50,6 +50,7 @@ from quadrants.run.samples import write_samples
 from quadrants.tasks.read_log import files_read
 from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import NullTracker, Tracker
+from quadrants.tracking.headline import headline, headline_sources
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.step import train_step
 from quadrants.validation import validate_config
@@ -165,6 +166,9 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 advance_state(ctx.spec, ctx.params, metrics, prefix=keys.objective(""))
                 if step == total or (cfg.eval.every and step % cfg.eval.every == 0):
                     metrics.update(_evaluate(ctx, step, tracker))
+                if step == total:  # final/avg_at_<n>, ...: short keys for MLflow's table and charts
+                    sources = headline_sources(cfg.eval.benchmarks, ctx.task.name, cfg.eval.samples)
+                    metrics.update(headline(metrics, sources))
                 if cfg.probe.every and step % cfg.probe.every == 0:
                     from quadrants.probe.measure import probe_in_training
 

@@ -7,9 +7,12 @@ experiment quadrants creates carries the kind tag `mlflow.experimentKind = custo
 ("Machine learning" in MLflow's experiment list), and every link carries
 `workflowType=machine_learning`, so a link opens the training view in any browser.
 
-The runs-page link filters on the sweep and on the training runs (`quadrants.role = train`, so the
+A sweep's runs-page link opens the view the sweep stored on its experiment (tracking/view.py:
+its training runs, with quadrant, objective, seed and the final metrics as columns); without a
+stored view it carries the same filter and order itself, in MLflow's default columns. The filter
+is on the sweep and on the training runs (`quadrants.role = train`, so the
 evaluation and probe runs of the sweep's checkpoints are not mixed into the quadrant list; runs
-created before that tag existed are not shown either) and sorts runs by name: MLflow nests child
+created before that tag existed are not shown either), the order by name: MLflow nests child
 runs under their (collapsed) parent only in its default order (by start time), so sorted by name the
 four quadrant runs are rows of their own, and their curves are in the chart view without a click.
 
@@ -30,6 +33,8 @@ ROLE_TAG = "quadrants.role"
 TRAIN_ROLE = "train"
 TRAINING_KIND = "custom_model_development"
 LOCAL_UI = "http://127.0.0.1:5000"
+# the runs table's "Run Name" column as its sort menu names it (other keys: "Sort: undefined")
+RUN_NAME_SORT_KEY = "tags.`mlflow.runName`"
 _WORKFLOW = "workflowType=machine_learning"
 
 
@@ -48,17 +53,26 @@ def ui_command(tracking_uri: str) -> str | None:
     return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
-def experiment_url(tracking_uri: str, experiment_id: str, sweep_id: str | None = None) -> str:
-    """The runs page of an experiment in the training view; with `sweep_id`, that sweep's training
-    runs only (`quadrants.role = train`: no evaluation, probe or parent run), sorted by name (so
-    child runs are rows of their own, not folded under the parent)."""
+def sweep_filter(sweep_id: str) -> str:
+    """MLflow's search filter for a sweep's training runs (no evaluation, probe or parent run)."""
+    return f"tags.`quadrants.sweep_id` = '{sweep_id}' and tags.`{ROLE_TAG}` = '{TRAIN_ROLE}'"
+
+
+def experiment_url(
+    tracking_uri: str, experiment_id: str, sweep_id: str | None = None, view: str | None = None
+) -> str:
+    """The runs page of an experiment in the training view. With `view` (a share key stored by
+    tracking/view.py), that view: the sweep's training runs with their quadrant, objective, seed
+    and final metrics as columns. Else with `sweep_id`, that sweep's training runs only
+    (`quadrants.role = train`: no evaluation, probe or parent run), sorted by name (so child runs
+    are rows of their own, not folded under the parent), in MLflow's default columns."""
     query = _WORKFLOW
-    if sweep_id:
-        search = quote(
-            f"tags.`quadrants.sweep_id` = '{sweep_id}' and tags.`{ROLE_TAG}` = '{TRAIN_ROLE}'",
-            safe="",
-        )
-        query += f"&orderByKey=attributes.run_name&orderByAsc=true&searchFilter={search}"
+    if view:  # the view's own search facets apply only when the URL has none (tracking/view.py)
+        query += f"&viewStateShareKey={quote(view, safe='')}"
+    elif sweep_id:
+        search = quote(sweep_filter(sweep_id), safe="")
+        sort = quote(RUN_NAME_SORT_KEY, safe="")
+        query += f"&orderByKey={sort}&orderByAsc=true&searchFilter={search}"
     return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs?{query}"
 
 
@@ -76,6 +90,7 @@ def link_lines(
     experiment_id: str | None,
     *,
     sweep_id: str | None = None,
+    view: str | None = None,
     runs: dict[str, str] | None = None,
     report_run: str | None = None,
 ) -> list[str]:
@@ -89,7 +104,8 @@ def link_lines(
         lines.append(f"quadrants: browse with  {command}   (then open the links below)")
     if experiment_id is None:
         return lines
-    lines.append(f"quadrants: runs        {experiment_url(tracking_uri, experiment_id, sweep_id)}")
+    runs_page = experiment_url(tracking_uri, experiment_id, sweep_id, view)
+    lines.append(f"quadrants: runs        {runs_page}")
     for label, run_id in (runs or {}).items():
         if run_id:
             lines.append(f"quadrants: {label:<11} {run_url(tracking_uri, experiment_id, run_id)}")

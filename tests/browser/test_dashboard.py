@@ -2,7 +2,8 @@
 
 A real `mlflow server` (SQLite store, served artifacts) on 127.0.0.1, a real 2-step sweep of the tiny
 base policy tracking to it (`tracking=server`), and headless Chromium (Playwright) following the
-links the sweep printed. Screenshots go to $QUADRANTS_BROWSER_ARTIFACTS (default
+links the sweep printed. An evaluation run of the sweep is added by hand (`decoy`) to check that
+the printed view leaves it out. Screenshots go to $QUADRANTS_BROWSER_ARTIFACTS (default
 <tmp>/screenshots); tests/browser/run.sh keeps them in outputs/browser/.
 """
 
@@ -158,16 +159,69 @@ def _printed(stdout: str, label: str) -> str:
     return found[-1]
 
 
-def test_experiment_page_lists_the_quadrant_runs_with_an_entropy_chart(server, sweep, page, shots):
+HEADLINE = ("final/avg_at_4", "final/pass_at_4", "final/entropy")  # eval.samples = 4
+
+
+@pytest.fixture(scope="module")
+def decoy(server, sweep):
+    """An evaluation run of the sweep (its sweep id and quadrant, role eval), as
+    `quadrants.evaluate` of a checkpoint makes: the printed view must leave it out."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(server)
+    experiment = client.get_experiment_by_name("quadrants")
+    trained = client.search_runs([experiment.experiment_id], "tags.quadrant = 'PHR'")[0]
+    sweep_id = trained.data.tags["quadrants.sweep_id"]
+    tags = {"quadrants.sweep_id": sweep_id, "quadrants.role": "eval", "quadrant": "PHR"}
+    run = client.create_run(experiment.experiment_id, run_name="eval-decoy", tags=tags)
+    client.log_metric(run.info.run_id, "final/avg_at_4", 0.5)
+    client.set_terminated(run.info.run_id)
+    return "eval-decoy"
+
+
+def _grid_text(page) -> tuple[list[str], list[str]]:
+    """The runs table's column headers and cell texts, as the browser rendered them."""
+    headers = page.locator(".ag-header-cell").all_inner_texts()
+    cells = page.locator(".ag-cell").all_inner_texts()
+    return [h.strip() for h in headers], [c.strip() for c in cells]
+
+
+def test_the_printed_link_shows_the_study_at_first_sight(server, sweep, decoy, page, shots):
+    """The runs link opens the sweep's view: one row per training run with its quadrant, objective,
+    seed and final Avg@4, Pass@4 and entropy as columns, no evaluation run, sorted by name."""
     runs_url = _printed(sweep, "runs")
     assert (
         runs_url.startswith(f"{server}/#/experiments/")
         and "workflowType=machine_learning" in runs_url
+        and "viewStateShareKey=quadrants-" in runs_url
     )
     _open(page, runs_url)
     for quadrant in QUADRANTS:  # child runs are rows of their own, no parent to expand
         page.get_by_text(f"quadrant={quadrant}", exact=True).first.wait_for()
+    page.locator(".ag-header-cell", has_text="final/entropy").first.wait_for()
+    page.wait_for_timeout(1_000)  # the last cells of the grid
+    headers, cells = _grid_text(page)
+    print(f"headers: {headers}")
+    for column in ("quadrant", "objective", "seed", *HEADLINE):
+        assert column in headers, (column, headers)
+    for quadrant in QUADRANTS:
+        assert quadrant in cells, (quadrant, cells)
+    numbers = [c for c in cells if re.fullmatch(r"-?\d+(\.\d+)?(e-?\d+)?", c)]
+    print(f"cells: {cells}")
+    assert len(numbers) >= 3 * len(QUADRANTS) + len(QUADRANTS)  # 3 metrics and the seed per run
+    assert page.get_by_text(decoy).count() == 0  # the evaluation run is filtered out
+    assert page.get_by_text("undefined").count() == 0  # the sort menu names its key
+    # the stored view's name, in MLflow's saved-views menu (1 in the runs of 28 Nov 2026)
+    assert page.get_by_text("quadrants sweep").count() >= 1
     page.screenshot(path=shots / "experiment_runs.png")
+    # the charts of the headline keys: short titles, one per key, every run drawn
+    _open(page, runs_url + "&compareRunsMode=CHART")
+    page.get_by_placeholder("Search metric charts").fill("final/")
+    for key in HEADLINE:
+        page.get_by_text(key, exact=True).first.wait_for()
+    page.locator(".js-plotly-plot").nth(len(HEADLINE) - 1).wait_for()  # drawn, not loading
+    page.wait_for_timeout(2_000)
+    page.screenshot(path=shots / "experiment_final_charts.png")
     _open(page, runs_url + "&compareRunsMode=CHART")
     page.get_by_placeholder("Search metric charts").fill("train/entropy")
     page.get_by_text("train/entropy", exact=True).first.wait_for()
@@ -186,14 +240,17 @@ def test_run_page_shows_the_entropy_chart_with_data(server, sweep, page, shots):
     client = MlflowClient(server)
     experiment = client.get_experiment_by_name("quadrants")
     assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
-    run = client.search_runs([experiment.experiment_id], "tags.quadrant = 'PHR'")[0]
+    run = client.search_runs(
+        [experiment.experiment_id], "tags.quadrant = 'PHR' and tags.`quadrants.role` = 'train'"
+    )[0]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train/entropy")] == [1, 2]
     _open(
         page,
         f"{server}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}/model-metrics"
         "?workflowType=machine_learning",
     )
-    page.get_by_placeholder("Search metric charts").fill("entropy")
+    # train/entropy, not entropy: final/entropy is one point (a line chart with no visible line)
+    page.get_by_placeholder("Search metric charts").fill("train/entropy")
     page.get_by_text("train/entropy", exact=False).first.wait_for()
     page.locator(".scatterlayer path.js-line").first.wait_for()
     page.screenshot(path=shots / "run_entropy_chart.png")
@@ -205,6 +262,10 @@ def test_parent_run_link_opens_the_rendered_report(server, sweep, page, shots):
     page.get_by_text(
         "Figures: artifacts", exact=False
     ).first.wait_for()  # the summary, as description
+    # the study's table as the parent's metrics, one section per quadrant (one benchmark: no name)
+    for quadrant in QUADRANTS:
+        page.get_by_text(f"{quadrant}/avg_at_4", exact=True).first.wait_for()
+        page.get_by_text(f"{quadrant}/pass_at_4", exact=True).first.wait_for()
     page.screenshot(path=shots / "parent_run.png")
     report_url = parent_url.replace("?", "/artifacts/analysis/report.html?")
     _open(page, report_url)

@@ -5,6 +5,7 @@ The tiny *random* model keeps these fast; learning is not what they test (its re
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -71,6 +72,11 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
         q = tags["quadrant"]
         assert steps_of(tmp_path, run.info.run_id, f"train/quadrant/{q}/token_frac") == [1, 2, 3]
         assert "eval/arithmetic/avg_at_1" in run.data.metrics
+        # the headline keys (tracking/headline.py), copies of the last step's (eval.samples = 1)
+        metrics = run.data.metrics
+        assert metrics["final/avg_at_1"] == metrics["eval/arithmetic/avg_at_1"]
+        assert metrics["final/pass_at_1"] == metrics["eval/arithmetic/pass_at_1"]
+        assert metrics["final/entropy"] == metrics["train/entropy"]
         assert run.data.params["quadrant.keep"] == q
         artifacts = {a.path for a in client(tmp_path).list_artifacts(run.info.run_id)}
         assert {"config", "samples"} <= artifacts
@@ -97,10 +103,27 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
         f"quadrants: parent run  http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/"
         f"{parent.info.run_id}?workflowType=machine_learning"
     ) in done.stdout
+    # the runs link opens the view the sweep stored on the experiment (tracking/view.py)
+    sweep_id = parent.data.tags["quadrants.sweep_id"]
     assert (
         f"quadrants: runs        http://127.0.0.1:5000/#/experiments/{experiment_id}/runs?"
-        in done.stdout
+        f"workflowType=machine_learning&viewStateShareKey=quadrants-{sweep_id}"
+    ) in done.stdout
+    stored = json.loads(
+        client(tmp_path)
+        .get_experiment(experiment_id)
+        .tags[f"mlflow.sharedViewState.quadrants-{sweep_id}"]
     )
+    assert json.loads(stored["state"])["selectedColumns"] == [
+        "tags.`quadrant`",
+        "tags.`objective`",
+        "tags.`seed`",
+        "metrics.`final/avg_at_1`",
+        "metrics.`final/pass_at_1`",
+        "metrics.`final/entropy`",
+    ]
+    # the study's table on the parent: one section per quadrant (one benchmark: no name in the key)
+    assert {f"{q}/avg_at_1" for q in ("NHR", "NLR", "PHR", "PLR")} <= set(parent.data.metrics)
     # the report itself, one click: the parent's artifact viewer on analysis/report.html
     assert (
         f"quadrants: report      http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/"

@@ -133,8 +133,18 @@ def test_status_prints_the_links_to_the_runs_page_and_the_parent_run(tmp_path, c
     assert printed[-3:] == [
         f"quadrants: browse with  mlflow ui --backend-store-uri {uri}   (then open the links below)",
         f"quadrants: runs        http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning"
-        "&orderByKey=attributes.run_name&orderByAsc=true&searchFilter=tags.%60quadrants.sweep_id%60%20%3D%20%27s1%27"
+        "&orderByKey=tags.%60mlflow.runName%60&orderByAsc=true"
+        "&searchFilter=tags.%60quadrants.sweep_id%60%20%3D%20%27s1%27"
         "%20and%20tags.%60quadrants.role%60%20%3D%20%27train%27",
         f"quadrants: parent run  http://127.0.0.1:5000/#/experiments/{experiment}/runs/{parent}"
         "?workflowType=machine_learning",
     ]
+    # once the sweep stored its view on the experiment (tracking/view.py), the runs link opens it
+    from quadrants.tracking.view import publish_view
+
+    assert publish_view(uri, experiment, "s1", ["final/entropy"]) == "quadrants-s1"
+    main([str(sweep_dir)])
+    assert capsys.readouterr().out.splitlines()[-2] == (
+        f"quadrants: runs        http://127.0.0.1:5000/#/experiments/{experiment}/runs?"
+        "workflowType=machine_learning&viewStateShareKey=quadrants-s1"
+    )

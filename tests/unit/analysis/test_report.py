@@ -77,6 +77,11 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
         "analysis/report.html",
     } <= logged
     assert len(client.list_artifacts(parent, "analysis/figures")) == 2 * len(FIGURES)
+    # the table's means on the parent run itself (PHR: Avg@4 0.55, Pass@4 0.85 on aime24, as printed)
+    parent_metrics = client.get_run(parent).data.metrics
+    assert parent_metrics["PHR/aime24/avg_at_4"] == pytest.approx(0.55, abs=1e-12)
+    assert parent_metrics["PHR/aime24/pass_at_4"] == pytest.approx(0.85, abs=1e-12)
+    assert parent_metrics["PHR/seeds"] == 2.0
     page = (out / "samples.html").read_text()
     # tokens are escaped, shaded by entropy (0.9 of the 99th-percentile cap) and underlined by quadrant
     assert "&lt;" in page and "&amp;" in page and "⏎" in page

@@ -65,6 +65,38 @@ def test_means_and_intervals_use_the_final_evaluation(table, row, bench, kind, m
     assert est.n == 2
 
 
+def test_the_table_as_parent_run_metrics(table):
+    # the means of the cells above (PHR: aime24 0.55 / 0.85, math500 0.75 / 0.95, avg 0.65; PLR one
+    # seed: 0.30 / 0.60, 0.90 / 0.95, avg 0.60), one section per row, two benchmarks: named
+    metrics = tables.to_metrics(table)
+    assert sorted(k for k in metrics if k.startswith("PHR/")) == [
+        "PHR/aime24/avg_at_4",
+        "PHR/aime24/pass_at_4",
+        "PHR/avg",
+        "PHR/math500/avg_at_4",
+        "PHR/math500/pass_at_4",
+        "PHR/seeds",
+    ]
+    expected = {
+        "PHR/aime24/avg_at_4": 0.55,
+        "PHR/aime24/pass_at_4": 0.85,
+        "PHR/math500/avg_at_4": 0.75,
+        "PHR/math500/pass_at_4": 0.95,
+        "PHR/avg": 0.65,
+        "PHR/seeds": 2.0,
+        "PLR/aime24/avg_at_4": 0.30,
+        "PLR/math500/pass_at_4": 0.95,
+        "PLR/avg": 0.60,
+        "PLR/seeds": 1.0,
+    }
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, abs=1e-12), key
+    assert len(metrics) == 3 * 6  # NHR, PHR, PLR
+    # a label MLflow would refuse as a metric name
+    assert tables.metric_row("grpo, PHR") == "grpo_PHR"
+    assert tables.metric_row("objective=grpo") == "objective_grpo"
+
+
 def test_single_seed_row_has_no_interval(table):
     for bench, kind, mean in (
         ("aime24", "avg", 0.30),

@@ -15,9 +15,15 @@ def test_server_links_are_the_servers_pages():
     )
     # the sweep filter is quoted, and sorting by name keeps child runs out of the collapsed parent
     assert experiment_url("http://host:5000", "7", "s1a2") == (
-        "http://host:5000/#/experiments/7/runs?workflowType=machine_learning&orderByKey=attributes.run_name"
+        "http://host:5000/#/experiments/7/runs?workflowType=machine_learning"
+        "&orderByKey=tags.%60mlflow.runName%60"  # the sort menu's "Run Name" (not "undefined")
         "&orderByAsc=true&searchFilter=tags.%60quadrants.sweep_id%60%20%3D%20%27s1a2%27"
         "%20and%20tags.%60quadrants.role%60%20%3D%20%27train%27"
+    )
+    # a stored view (tracking/view.py): its key alone, no search facets (they would override it)
+    assert experiment_url("http://host:5000", "7", "s1a2", view="quadrants-s1a2") == (
+        "http://host:5000/#/experiments/7/runs?workflowType=machine_learning"
+        "&viewStateShareKey=quadrants-s1a2"
     )
     assert run_url("https://h", "7", "abc", "artifacts/analysis/report.html") == (
         "https://h/#/experiments/7/runs/abc/artifacts/analysis/report.html?workflowType=machine_learning"
