@@ -86,6 +86,35 @@ def mean_band(points: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
     return band.reset_index()[["x", "mean", "low", "high", "n"]]
 
 
+def _mean_line(
+    ax: Any,
+    points: pd.DataFrame,
+    confidence: float,
+    *,
+    color: Any,
+    label: str,
+    linewidth: float,
+    alpha: float,
+    linestyle: str = "-",
+    marker: str | None = None,
+) -> None:
+    """The mean over runs of `points` (x, value) as a line, with its t-band shaded where
+    some x has 2 or more runs."""
+    band = mean_band(points, confidence)
+    ax.plot(
+        band["x"],
+        band["mean"],
+        color=color,
+        linestyle=linestyle,
+        linewidth=linewidth,
+        marker=marker,
+        markersize=3,
+        label=label,
+    )
+    if band["low"].notna().any():
+        ax.fill_between(band["x"], band["low"], band["high"], color=color, alpha=alpha, linewidth=0)
+
+
 def _draw_rows(
     ax: Any,
     per_run: Mapping[str, pd.DataFrame],
@@ -111,24 +140,19 @@ def _draw_rows(
         ]
         if not frames:
             continue
-        points = pd.concat(frames, ignore_index=True)
-        band = mean_band(points, confidence)
         seeds = len(frames)
         label = f"{row} (mean of {seeds} seeds)" if seeds > 1 else f"{row} (1 seed)"
         label += (label_suffix or {}).get(row, "")
-        ax.plot(
-            band["x"],
-            band["mean"],
+        _mean_line(
+            ax,
+            pd.concat(frames, ignore_index=True),
+            confidence,
             color=colors[row],
-            linewidth=1.8,
-            marker=marker,
-            markersize=3,
             label=label,
+            linewidth=1.8,
+            alpha=0.18,
+            marker=marker,
         )
-        if band["low"].notna().any():
-            ax.fill_between(
-                band["x"], band["low"], band["high"], color=colors[row], alpha=0.18, linewidth=0
-            )
         if per_seed:
             for frame in frames:
                 ax.plot(frame["x"], frame["value"], color=colors[row], linewidth=0.7, alpha=0.45)
@@ -323,26 +347,16 @@ def flips_by_quadrant(
                     points = logged[(logged["key"] == key) & logged["run_id"].isin(members)]
                     if points.empty:
                         continue
-                    band = mean_band(
-                        points.rename(columns={"step": "x"})[["x", "value"]], confidence
-                    )
-                    ax.plot(
-                        band["x"],
-                        band["mean"],
+                    _mean_line(
+                        ax,
+                        points.rename(columns={"step": "x"})[["x", "value"]],
+                        confidence,
                         color=colors[row],
-                        linestyle=style,
-                        linewidth=1.4,
                         label=f"{row} {part}",
+                        linewidth=1.4,
+                        alpha=0.15,
+                        linestyle=style,
                     )
-                    if band["low"].notna().any():
-                        ax.fill_between(
-                            band["x"],
-                            band["low"],
-                            band["high"],
-                            color=colors[row],
-                            alpha=0.15,
-                            linewidth=0,
-                        )
             if stat == "dlogp_signed":
                 ax.axhline(0.0, color="0.5", linewidth=0.6)
             ax.set_title(f"{q} · {label}", fontsize=10)

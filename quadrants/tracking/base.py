@@ -38,6 +38,41 @@ class Tracker(Protocol):
     def finish(self, status: str = "FINISHED") -> None: ...
 
 
+class DelegatingTracker:
+    """A `Tracker` that passes every call to the tracker it wraps; wrappers (the mirrored sinks,
+    the system metrics) override only the calls they add to."""
+
+    def __init__(self, tracker: Tracker) -> None:
+        self._tracker = tracker
+
+    @property
+    def run_id(self) -> str | None:
+        return self._tracker.run_id
+
+    def add_tags(self, tags: Mapping[str, str]) -> None:
+        add = getattr(self._tracker, "add_tags", None)
+        if add is not None:
+            add(tags)
+
+    def start(self, run_id: str | None = None) -> str | None:
+        return self._tracker.start(run_id)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        self._tracker.log_params(params)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self._tracker.log_metrics(metrics, step)
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        self._tracker.log_artifact(path, artifact_path)
+
+    def flush(self, timeout_s: float | None = 60.0) -> bool:
+        return self._tracker.flush(timeout_s)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self._tracker.finish(status)
+
+
 class NullTracker:
     """Drops everything."""
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from quadrants.tracking.base import Tracker
+from quadrants.tracking.base import DelegatingTracker, Tracker
 
 log = logging.getLogger("quadrants.tracking")
 
@@ -165,11 +165,11 @@ def make_sinks(
     return sinks
 
 
-class MirroredTracker:
+class MirroredTracker(DelegatingTracker):
     """A `Tracker`: MLflow (the wrapped tracker) first, then the same records to every sink."""
 
     def __init__(self, tracker: Tracker, sinks: Mapping[str, Sink]) -> None:
-        self._tracker = tracker
+        super().__init__(tracker)
         self._sinks = dict(sinks)
 
     def _each(self, what: str, call: Any) -> None:
@@ -187,18 +187,6 @@ class MirroredTracker:
                 )
                 del self._sinks[name]
 
-    @property
-    def run_id(self) -> str | None:
-        return self._tracker.run_id
-
-    def add_tags(self, tags: Mapping[str, str]) -> None:
-        add = getattr(self._tracker, "add_tags", None)
-        if add is not None:
-            add(tags)
-
-    def start(self, run_id: str | None = None) -> str | None:
-        return self._tracker.start(run_id)
-
     def log_params(self, params: Mapping[str, Any]) -> None:
         self._tracker.log_params(params)
         flat = flat_params(params)
@@ -207,12 +195,6 @@ class MirroredTracker:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._tracker.log_metrics(metrics, step)  # raises DiskFullError: the step is not recorded
         self._each(f"step {step}", lambda sink: sink.log_metrics(metrics, step))
-
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        self._tracker.log_artifact(path, artifact_path)
-
-    def flush(self, timeout_s: float | None = 60.0) -> bool:
-        return self._tracker.flush(timeout_s)
 
     def finish(self, status: str = "FINISHED") -> None:
         try:

@@ -19,10 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from quadrants.tracking.base import Tracker
+from quadrants.tracking.base import DelegatingTracker, Tracker
 
 log = logging.getLogger("quadrants.tracking")
 
@@ -125,29 +124,17 @@ class SystemSampler:
         return {PREFIX + key: float(value) for key, value in metrics.items()}
 
 
-class SystemMetricsTracker:
+class SystemMetricsTracker(DelegatingTracker):
     """A `Tracker` that adds `sampler.snapshot()` to every `log_metrics` call of
     the tracker it wraps."""
 
     def __init__(self, tracker: Tracker, sampler: SystemSampler) -> None:
-        self._tracker = tracker
+        super().__init__(tracker)
         self._sampler = sampler
-
-    @property
-    def run_id(self) -> str | None:
-        return self._tracker.run_id
-
-    def add_tags(self, tags: Mapping[str, str]) -> None:
-        add = getattr(self._tracker, "add_tags", None)
-        if add is not None:
-            add(tags)
 
     def start(self, run_id: str | None = None) -> str | None:
         self._sampler.start()
         return self._tracker.start(run_id)
-
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        self._tracker.log_params(params)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         try:
@@ -156,12 +143,6 @@ class SystemMetricsTracker:
             log.warning("system metrics unavailable at step %d: %s", step, error)
             system = {}
         self._tracker.log_metrics({**metrics, **system}, step)
-
-    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
-        self._tracker.log_artifact(path, artifact_path)
-
-    def flush(self, timeout_s: float | None = 60.0) -> bool:
-        return self._tracker.flush(timeout_s)
 
     def finish(self, status: str = "FINISHED") -> None:
         self._sampler.stop()

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quadrants.config import RunConfig
 from quadrants.run.checkpoint import load_latest
 from quadrants.run.loop import run_training
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker
+from tests.worlds import small_world
 
 
 class Recording(NullTracker):
@@ -24,14 +24,9 @@ class Recording(NullTracker):
 
 
 def run(run_dir, total: int) -> dict[int, dict[str, float]]:
-    cfg = RunConfig(seed=1)
+    cfg = small_world(seed=1)
     cfg.objective.name = "adaptive_entropy"
     cfg.objective.params = {"target": 50.0, "delta": 0.01, "coef_max": 1.0}
-    cfg.train.prompts_per_step = 4
-    cfg.rollout.group_size = 4
-    cfg.train.mini_batch_size = 16
-    cfg.train.threads = 1
-    cfg.eval.problems = 0
     cfg.run_dir, cfg.train.steps, cfg.checkpoint.every = str(run_dir), total, 1
     torch.manual_seed(cfg.seed)
     tracker = Recording()

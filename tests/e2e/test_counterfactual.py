@@ -10,7 +10,7 @@ import pytest
 
 from tests import commands
 from tests.commands import TINY
-from tests.e2e.test_sweep import client, runs_of, steps_of, sweep
+from tests.sweep_store import client, runs_of, steps_of, sweep
 
 pytestmark = pytest.mark.integration  # runs the sweep and the counterfactual commands
 

@@ -6,27 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_sweep import FAST, client, runs_of, sweep
-
-
-def history(cwd, run_id: str, key: str) -> dict[int, float]:
-    return {m.step: m.value for m in client(cwd).get_metric_history(run_id, key)}
+from tests.sweep_store import client, history, sweep_arms
 
 
 @pytest.mark.slow
 @pytest.mark.integration  # runs the sweep command
 def test_phr_and_its_random_control_keep_equal_counts_at_step_one(tmp_path):
-    done = sweep(
-        tmp_path,
-        "-m",
-        "quadrant=PHR,random",
-        "quadrant.match=PHR",
-        "train.steps=3",
-        "hydra.launcher.n_jobs=2",
-        *FAST,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    children = [r for r in runs_of(tmp_path) if "mlflow.parentRunId" in r.data.tags]
+    children = sweep_arms(tmp_path, "quadrant=PHR,random", "quadrant.match=PHR", "train.steps=3")
     by_tag = {r.data.tags["quadrant"]: r.info.run_id for r in children}
     assert sorted(by_tag) == ["PHR", "random:PHR"]
     kept = {tag: history(tmp_path, run, "train/kept_tokens") for tag, run in by_tag.items()}

@@ -14,16 +14,12 @@ from quadrants.run.loop import run_training
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker
 from quadrants.train.step import train_step
+from tests.worlds import small_world
 
 
 def refill_config(overlong_buffer: int = 0) -> RunConfig:
-    cfg = RunConfig(seed=1)
+    cfg = small_world(seed=1)
     cfg.objective.name = "dapo"
-    cfg.train.prompts_per_step = 4
-    cfg.rollout.group_size = 4
-    cfg.train.mini_batch_size = 16
-    cfg.train.threads = 1
-    cfg.eval.problems = 0
     cfg.rollout.refill_rounds = 3
     cfg.rollout.overlong_buffer = overlong_buffer  # of max_new_tokens 48
     return cfg

@@ -10,36 +10,16 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from tests import commands
 from tests.commands import TINY
+from tests.sweep_store import client, runs_of, steps_of, sweep
 
 pytestmark = pytest.mark.integration
 
 FAST = TINY
-
-
-def sweep(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return commands.run("quadrants.sweep", *args, cwd=cwd, timeout=timeout)
-
-
-def client(cwd: Path) -> MlflowClient:
-    return MlflowClient(tracking_uri=f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}")
-
-
-def runs_of(cwd: Path, study: str = "quadrants") -> list:
-    c = client(cwd)
-    experiment = c.get_experiment_by_name(study)
-    assert experiment is not None, "no MLflow experiment was written"
-    return c.search_runs([experiment.experiment_id])
-
-
-def steps_of(cwd: Path, run_id: str, key: str) -> list[int]:
-    return sorted(m.step for m in client(cwd).get_metric_history(run_id, key))
 
 
 def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):

@@ -12,6 +12,28 @@ from quadrants.analysis import figures
 from quadrants.analysis.report_html import markdown_block, render_report
 
 
+class Drawn:
+    """The figure a drawing function saved (figures._save patched to keep it)."""
+
+    fig = None
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Keep the figure the function under test saves, and close it after the test."""
+    kept = Drawn()
+    save = figures._save
+
+    def keep(fig, out, stem):
+        kept.fig = fig
+        return save(fig, out, stem)
+
+    monkeypatch.setattr(figures, "_save", keep)
+    yield kept
+    if kept.fig is not None:
+        plt.close(kept.fig)
+
+
 def test_mean_band_by_hand():
     # x=0: values 1, 3 -> mean 2, sd sqrt(2), t(0.975, 1) = 12.7062 -> half 12.7062 * sqrt(2)/sqrt(2) = 12.7062
     # x=1: values 2, 4, 6 -> mean 4, sd 2, t(0.975, 2) = 4.3027 -> half 4.3027 * 2 / sqrt(3) = 4.9683
@@ -42,20 +64,13 @@ def _study(seeds: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("per_seed", [False, True])
-def test_training_curve_one_line_per_method_legend_outside(tmp_path, monkeypatch, per_seed):
+def test_training_curve_one_line_per_method_legend_outside(tmp_path, drawn, per_seed):
     history, runs = _study(seeds=3)
-    drawn = {}
-    save = figures._save
-    monkeypatch.setattr(
-        figures,
-        "_save",
-        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
-    )
     paths = figures.training_curve(
         history, "train/entropy", runs, tmp_path, "train_entropy", "nats", per_seed=per_seed
     )
     assert [p.name for p in paths] == ["train_entropy.png", "train_entropy.svg"]
-    ax = drawn["fig"].axes[0]
+    ax = drawn.fig.axes[0]
     # 4 mean lines (+ 12 thin seed lines with per_seed), 4 bands, one colour per method
     assert len(ax.lines) == 4 + (12 if per_seed else 0)
     assert len(ax.collections) == 4
@@ -69,12 +84,11 @@ def test_training_curve_one_line_per_method_legend_outside(tmp_path, monkeypatch
         [31.0] * 3, abs=1e-12
     )
     # the legend box starts right of the axes box
-    drawn["fig"].canvas.draw()
+    drawn.fig.canvas.draw()
     assert legend.get_window_extent().x0 > ax.get_window_extent().x1
-    plt.close(drawn["fig"])
 
 
-def test_pass_at_k_mean_over_seeds(tmp_path, monkeypatch):
+def test_pass_at_k_mean_over_seeds(tmp_path, drawn):
     # PHR seeds 0/1 at k=1: 0.5, 0.7 -> mean 60 %; k=2: 0.8, 0.8 -> 80 % with a zero-width band
     curves = {
         "a": {"toy": {1: 0.5, 2: 0.8}},
@@ -84,17 +98,10 @@ def test_pass_at_k_mean_over_seeds(tmp_path, monkeypatch):
     runs = pd.DataFrame(
         {"run_id": ["a", "b", "c"], "row": ["PHR", "PHR", "NLR"], "seed": ["0", "1", "0"]}
     )
-    drawn = {}
-    save = figures._save
-    monkeypatch.setattr(
-        figures,
-        "_save",
-        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
-    )
     figures.pass_at_k_curves(
         curves, runs, tmp_path, {"a": "logged points", "b": "logged points", "c": "(n, c) table"}
     )
-    ax = drawn["fig"].axes[0]
+    ax = drawn.fig.axes[0]
     assert len(ax.lines) == 2
     assert list(ax.lines[0].get_ydata()) == pytest.approx([60.0, 80.0], abs=1e-9)
     assert list(ax.lines[1].get_ydata()) == pytest.approx([20.0, 40.0], abs=1e-9)
@@ -104,7 +111,6 @@ def test_pass_at_k_mean_over_seeds(tmp_path, monkeypatch):
         "NLR (1 seed)\n  from (n, c) table",
     ]
     assert len(ax.collections) == 1  # NLR has one seed: no band
-    plt.close(drawn["fig"])
 
 
 def test_report_html_embeds_figures_and_tables(tmp_path):
@@ -172,21 +178,14 @@ def test_entropy_prediction_correlations_by_hand():
 
 
 @pytest.mark.slow
-def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
+def test_entropy_change_figure_four_panels_per_run(tmp_path, drawn):
     history, runs = _entropy_history()
-    drawn = {}
-    save = figures._save
-    monkeypatch.setattr(
-        figures,
-        "_save",
-        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
-    )
     paths = figures.entropy_change_by_quadrant(history, runs, tmp_path)
     assert [p.name for p in paths] == [
         "entropy_change_by_quadrant.png",
         "entropy_change_by_quadrant.svg",
     ]
-    titles = [ax.get_title() for ax in drawn["fig"].axes if ax.get_title()]
+    titles = [ax.get_title() for ax in drawn.fig.axes if ax.get_title()]
     assert titles == [
         # 4 steps: too few for the prewhitened test (5), so its p-values are NaN
         "all s0 · PHR\nr = 0.80 (p nan); cov_state r = -0.40 (p nan)",
@@ -194,9 +193,8 @@ def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
         "all s0 · NHR\nr = nan (p nan); cov_state r = nan (p nan)",
         "all s0 · NLR\nr = nan (p nan); cov_state r = nan (p nan)",
     ]
-    phr = drawn["fig"].axes[0]
+    phr = drawn.fig.axes[0]
     assert list(phr.lines[1].get_ydata()) == pytest.approx([-0.1, -0.3, -0.2, -0.4])
-    plt.close(drawn["fig"])
     with pytest.raises(ValueError, match="no run logged train/quadrant/<Q>/entropy_change"):
         figures.entropy_change_by_quadrant(
             history[history["key"].str.endswith("/cov")], runs, tmp_path
@@ -204,7 +202,7 @@ def test_entropy_change_figure_four_panels_per_run(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_flips_figure_two_rows_by_four_quadrants_shared_solid_unique_dashed(tmp_path, monkeypatch):
+def test_flips_figure_two_rows_by_four_quadrants_shared_solid_unique_dashed(tmp_path, drawn):
     # two arms: PHR with seeds 0 and 1, NHR with seed 0; 3 steps. PHR's PHR-quadrant flip_frac_shared
     # is 0.2 + 0.1 * seed at every step -> mean over the two seeds 0.25; its flip_frac_unique 0.1 *
     # step -> 0.0, 0.1, 0.2. NHR logs only dlogp_signed_shared = -0.01 in quadrant NHR.
@@ -227,16 +225,9 @@ def test_flips_figure_two_rows_by_four_quadrants_shared_solid_unique_dashed(tmp_
             "seed": ["0", "1", "0"],
         }
     )
-    drawn = {}
-    save = figures._save
-    monkeypatch.setattr(
-        figures,
-        "_save",
-        lambda fig, out, stem: (drawn.setdefault("fig", fig), save(fig, out, stem))[1],
-    )
     paths = figures.flips_by_quadrant(history, runs, tmp_path)
     assert [p.name for p in paths] == ["flips_by_quadrant.png", "flips_by_quadrant.svg"]
-    axes = drawn["fig"].axes
+    axes = drawn.fig.axes
     assert [ax.get_title() for ax in axes] == [
         f"{q} · {label}"
         for label in ("flip fraction", "mean signed Δ log-prob")
@@ -254,6 +245,5 @@ def test_flips_figure_two_rows_by_four_quadrants_shared_solid_unique_dashed(tmp_
     # one legend, right of the first row, naming every line of every panel once
     labels = [t.get_text() for t in axes[3].get_legend().get_texts()]
     assert labels == ["PHR shared", "PHR unique", "NHR shared"]
-    plt.close(drawn["fig"])
     with pytest.raises(ValueError, match="no run logged train/quadrant/<Q>/flip_frac_shared"):
         figures.flips_by_quadrant(history.iloc[:0], runs, tmp_path)

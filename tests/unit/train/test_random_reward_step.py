@@ -16,16 +16,12 @@ from quadrants.rewards.grader import Grader, Outcome
 from quadrants.run.build import build_context
 from quadrants.tracking import keys
 from quadrants.train.step import collect_rollouts, train_step
+from tests.worlds import small_world
 
 
 def random_reward_config() -> RunConfig:
-    cfg = RunConfig(seed=3)
+    cfg = small_world(seed=3)
     cfg.reward.name = "random"
-    cfg.train.prompts_per_step = 4
-    cfg.rollout.group_size = 4
-    cfg.train.mini_batch_size = 16
-    cfg.train.threads = 1
-    cfg.eval.problems = 0
     return cfg
 
 
