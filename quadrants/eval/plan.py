@@ -249,7 +249,8 @@ def within_prompt_limit(
     (`task.max_prompt_tokens`, as training's tasks are cut: tasks/prompt_length.py): the engine's
     `max_model_len` is that limit plus the longest response, so under vLLM a longer evaluation
     prompt would be refused on one rank while the others wait in the next collective. How many
-    were left out is logged and kept (`too_long`); a benchmark that lost any is not whole."""
+    were left out is logged and kept (`too_long`; the run's param `eval.too_long.<benchmark>`:
+    eval/runner.py `too_long_params`); a benchmark that lost any is not whole."""
     fits = [count_tokens(problem.prompt) <= max_tokens for problem in plan.problems]
     keep = [i for i, ok in enumerate(fits) if ok]
     dropped = len(plan.problems) - len(keep)

@@ -61,6 +61,7 @@ __all__ = [
     "format_table",
     "run_evaluation",
     "run_suite",
+    "too_long_params",
 ]
 
 log = logging.getLogger("quadrants.eval")
@@ -71,12 +72,24 @@ GRADER_TIMEOUT_S = 5.0
 
 @dataclass
 class SuiteReport:
-    """What an evaluation produced: metric key -> value, per-benchmark results, written files."""
+    """What an evaluation produced: metric key -> value, per-benchmark results, written files, and
+    per benchmark how many problems were left out for a prompt over ``task.max_prompt_tokens``
+    (`BenchmarkPlan.too_long`)."""
 
     metrics: dict[str, float] = field(default_factory=dict)
     results: list[BenchmarkResult] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    too_long: dict[str, int] = field(default_factory=dict)
+
+
+def too_long_params(report: SuiteReport) -> dict[str, int]:
+    """``eval.too_long.<benchmark>``: the problems each benchmark lost to the prompt-length limit
+    (eval/plan.py `within_prompt_limit`), as run params, the way the training task's own count
+    reaches the run as ``task.too_long`` (run/records.py `log_task`). The plan is the same at
+    every evaluation of a run, so logging them again logs the same values (kept once by
+    MLflow)."""
+    return {f"eval.too_long.{name}": count for name, count in report.too_long.items()}
 
 
 def sampling_for(eval_cfg: EvalConfig, n: int, seed: int) -> SamplingSettings:
@@ -240,6 +253,7 @@ def run_suite(
     for index, plan in enumerate(build_plans(eval_cfg, task_cfg, tokenizer, prompt_cfg)):
         result = grade_benchmark(engine, grader, plan, eval_cfg, seed=seed, dist=dist, index=index)
         report.results.append(result)
+        report.too_long[plan.name] = plan.too_long
         if out_dir is not None:
             report.files.extend(write_benchmark(result, out_dir))
     report.metrics = suite_metrics(
@@ -283,6 +297,8 @@ def evaluate_in_training(
     )
     if not is_main:
         return {}
+    if tracker is not None:
+        tracker.log_params(too_long_params(report))
     if out_dir is not None and tracker is not None:
         tracker.log_artifact(out_dir, f"eval/step_{step:07d}")
     log.info("step %d evaluation (%.1f s):\n%s", step, report.seconds, format_table(report))
@@ -489,6 +505,7 @@ def run_evaluation(
                 out_dir=directory / "results",
             )
         tracker.log_metrics(report.metrics, step=target.step)
+        tracker.log_params(too_long_params(report))
         tracker.log_params(provenance.params(files_read(), environment=False))  # the benchmarks
         tracker.log_artifact(directory / "results", "eval")
     except BaseException:

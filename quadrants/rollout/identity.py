@@ -16,8 +16,8 @@ so the run's sampling stream is untouched), and the run stops with `RolloutIdent
 
 The figures of every check (`train/identity_gap`, `..._gap_max`, `..._engine_moved`,
 `..._trainer_moved`) are the step's metrics (`push_figures`). The engine scores through its
-`score(sequences, attention_mask, response_length)`; an engine without one (vLLM, for now) is not
-checked, which the log says once.
+`score(sequences, attention_mask, response_length)` (the HF engine and vLLM have one); an engine
+without one is not checked, which the log says once.
 
 Every rank checks its own engine at the same point (the push is a collective when sharded, and
 the trainer's forward over the probe is one too); each rank raises on its own figures.

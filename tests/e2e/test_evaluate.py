@@ -135,6 +135,12 @@ def test_checkpoint_evaluated_afterwards_reproduces_the_in_training_evaluation(t
         run.data.tags["quadrants.checkpoint_step"] == "1"
         and run.data.tags["model"] == "tiny-random"
     )
+    # the standalone evaluation keeps the prompt limit's drops per benchmark too: none here, every
+    # fixture prompt is far under task.max_prompt_tokens=1024
+    assert {k: v for k, v in run.data.params.items() if k.startswith("eval.too_long.")} == {
+        "eval.too_long.arithmetic": "0",
+        "eval.too_long.gsm8k": "0",
+    }
     assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/gsm8k/avg_at_2")] == [
         1
     ]

@@ -125,3 +125,48 @@ def test_call_seeds_are_the_evaluation_stream():
     assert len(set(vllm_seeds_per_problem(2, calls, call_seeds(calls, 7, 0))[0])) == 256
     # no problems: no calls, no seeds
     assert call_seeds(generate_calls(0, 5, 10), seed=0, benchmark=0) == []
+
+
+@pytest.mark.slow
+def test_the_problems_the_prompt_limit_left_out_are_a_param_of_the_run(engine_and_grader, tmp_path):
+    """The in-training evaluation keeps how many problems each benchmark lost to
+    task.max_prompt_tokens as the run's param `eval.too_long.<benchmark>`, in a real MLflow store.
+    The prompts are counted by the tokenizer passed in, here one token a character
+    (char_tokenizer): plain prompts are the question, a newline and the 70-character INSTRUCTION,
+    38 + 1 + 70 = 109, 20 + 1 + 70 = 91 and 14 + 1 + 70 = 85 tokens, so at the limit 100 gsm8k
+    loses 1 of its 3 (tests/unit/eval/test_plan.py counts the same file). Two evaluations (step 0
+    and 1) log the same value twice; MLflow keeps it once."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from quadrants.config import PromptConfig, RunConfig, TaskConfig
+    from quadrants.distributed.collectives import DistEnv
+    from quadrants.eval.runner import evaluate_in_training
+    from quadrants.models.tokenizer import char_tokenizer
+    from quadrants.tasks.benchmarks import INSTRUCTION
+    from quadrants.tracking.mlflow_tracker import MlflowTracker
+
+    assert len(INSTRUCTION) == 70
+    rows = [
+        {"question": "Ann has 2 apples and buys 3. How many?", "answer": "#### 5"},  # 38 chars
+        {"question": "What is 1,000 + 234?", "answer": "#### 1,234"},  # 20
+        {"question": "What is 7 - 7?", "answer": "#### 0"},  # 14
+    ]
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = RunConfig(
+        eval=EvalConfig(benchmarks={"gsm8k": 1}, data_dir=str(tmp_path), max_new_tokens=2),
+        task=TaskConfig(max_prompt_tokens=100),
+        prompt=PromptConfig(format="plain"),
+    )
+    engine, grader = engine_and_grader
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = MlflowTracker(uri, "unit", spool_dir=tmp_path / "spool", flush_every_s=0.2)
+    run_id = tracker.start()
+    for step in (0, 1):
+        evaluate_in_training(engine, grader, char_tokenizer(), cfg, DistEnv(), step, tracker)
+    tracker.finish("FINISHED")
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"eval.too_long.gsm8k": "1"}
