@@ -198,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
             "tokenization_auto.py MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS, qwen2 among them), "
             "which replaces the pre-tokenizer of tokenizer.json; the embedded character-level "
             "model's spaces and newlines are then dropped. Load its tokenizer with "
-            "PreTrainedTokenizerFast.from_pretrained(folder)",
+            "PreTrainedTokenizerFast.from_pretrained(folder), as quadrants does "
+            "(models/loading.py)",
             file=sys.stderr,
         )
     if difference > args.tolerance:

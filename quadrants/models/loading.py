@@ -17,6 +17,7 @@ opened): the ranks other than rank 0 of a sharded run, which receive their shard
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ def load_policy(
         else:
             source = pretrained_source(name_or_path, cache_root)
         local_only = _offline() or Path(source).is_dir()
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        tokenizer = _load_tokenizer(source, local_only)
         if weights:
             model = AutoModelForCausalLM.from_pretrained(
                 source, dtype=torch_dtype, local_files_only=local_only
@@ -151,6 +152,30 @@ def _resolve_pretrained(name_or_path: str) -> str:
                 f"here, or use '{TINY}' / '{TINY_RANDOM}' for the embedded tiny model."
             )
     return name_or_path
+
+
+def _load_tokenizer(source: str, local_only: bool) -> PreTrainedTokenizerBase:
+    """The folder's own tokenizer.
+
+    transformers 5 `AutoTokenizer` replaces the class a `qwen2` folder's tokenizer_config.json
+    names by `Qwen2Tokenizer` (transformers/models/auto/tokenization_auto.py: `qwen2` is in
+    `MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS`, so the registered class wins over the hub's). For a
+    folder that names the generic `TokenizersBackend` (its tokenizer.json is the whole tokenizer:
+    the tiny worlds' character tokenizer, models/tokenizer.py, and their exports) that class puts
+    Qwen2's byte-level pre-tokenizer in front of the saved vocabulary, which maps a blank to 'Ġ'
+    and a newline to 'Ċ', symbols the character vocabulary lacks, so they vanish: 'a b\nc' is
+    encoded as [70, 71, 72] instead of [70, 5, 71, 4, 72]. Such a folder is read with the generic
+    class itself, exactly as saved; every other folder and Hub id by AutoTokenizer.
+    """
+    declared = None
+    config = Path(source) / "tokenizer_config.json"
+    if config.is_file():
+        declared = json.loads(config.read_text()).get("tokenizer_class")
+    if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(source, local_files_only=local_only)
+    return AutoTokenizer.from_pretrained(source, local_files_only=local_only)
 
 
 def _prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> None:

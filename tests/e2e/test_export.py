@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from quadrants.eval.target import load_target_policy, resolve_target
 from quadrants.launch.export import CHECK_TEXTS, check_batch, main, token_logprobs
+from quadrants.models.loading import load_policy
 from tests import commands
 from tests.commands import TINY
 
@@ -79,9 +80,9 @@ def test_a_swept_run_exports_to_a_folder_with_the_checkpoints_logprobs(tmp_path,
     checkpoint, run_tokenizer = as_evaluate_loads(run_dir)
     ids, mask = check_batch(run_tokenizer)
     got, expected = token_logprobs(model, ids, mask), token_logprobs(checkpoint, ids, mask)
-    # the embedded model's tokenizer as transformers loads it drops blanks (Qwen2Tokenizer's
-    # pre-tokenizer): 3 texts of 11, 44 - 8 blanks and 8 tokens: 10 + 35 + 7 = 52 log-probs
-    assert got.numel() == 52
+    # the run's tokenizer encodes every character, blanks included: 3 texts of 11, 44 and 8
+    # characters give 10 + 43 + 7 = 60 log-probs
+    assert got.numel() == 60
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
     # the same prompt generates the same tokens (greedy) from the folder and from the checkpoint
     batch = run_tokenizer(["12+3="], return_tensors="pt")
@@ -89,10 +90,14 @@ def test_a_swept_run_exports_to_a_folder_with_the_checkpoints_logprobs(tmp_path,
     assert torch.equal(
         model.generate(**batch, **generate), checkpoint.generate(**batch, **generate)
     )
-    # the folder's tokenizer is the one the run used (transformers reads both as Qwen2Tokenizer)
+    # quadrants reads the folder's tokenizer as it was saved (models/loading.py); transformers'
+    # AutoTokenizer substitutes Qwen2Tokenizer for a qwen2 folder and drops the second text's 8
+    # blanks, which the command says
     texts = list(CHECK_TEXTS)
-    assert tokenizer(texts)["input_ids"] == run_tokenizer(texts)["input_ids"]
-    assert "encodes the check texts differently" not in exported.stderr
+    _, ours = load_policy(str(out))
+    assert ours(texts)["input_ids"] == run_tokenizer(texts)["input_ids"]
+    assert [len(ids) for ids in tokenizer(texts)["input_ids"]] == [11, 44 - 8, 8]
+    assert "encodes the check texts differently" in exported.stderr
     # training moved the weights: the base policy gives other log-probs
     base, _ = reloaded(Path(base_policy))
     assert (token_logprobs(base, ids, mask) - got).abs().max() > 1e-3

@@ -42,6 +42,21 @@ def test_local_directory_round_trip(tmp_path, monkeypatch):
     torch.testing.assert_close(loaded.lm_head.weight, model.lm_head.weight, rtol=0, atol=0)
 
 
+def test_a_saved_tiny_folder_encodes_blanks_and_newlines_as_it_was_saved(tmp_path, monkeypatch):
+    # the character tokenizer (models/tokenizer.py): ids 0-3 special, '\n' = 4, then chr(32..126)
+    # at 5 + (code - 32): ' ' = 5, 'a' (97) = 70, 'b' = 71, 'c' = 72; so
+    # 'a b\nc' is [70, 5, 71, 4, 72]. transformers' AutoTokenizer alone gives [70, 71, 72] for a
+    # qwen2 folder (its registered Qwen2Tokenizer drops the blank and the newline)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, tokenizer = random_tiny_policy(0, **SMALL)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    _, loaded = load_policy(str(tmp_path))
+    assert tokenizer("a b\nc")["input_ids"] == [70, 5, 71, 4, 72]
+    assert loaded("a b\nc")["input_ids"] == [70, 5, 71, 4, 72]
+    assert loaded.decode([70, 5, 71, 4, 72]) == "a b\nc"
+
+
 def test_without_weights_the_model_is_built_on_meta_from_the_directory(tmp_path, monkeypatch):
     """`weights=False` (the ranks other than 0 of a sharded run): the same architecture, dtype and
     generation config, every tensor on the meta device, and the weights file is never opened (it is
