@@ -194,6 +194,7 @@ def grade_benchmark(
         desc=f"eval {plan.name}",
         unit="batch",
         logger=log,
+        every=10 if dist.is_main else None,  # one rank's lines (its share of the calls) suffice
         leave=False,
     )
 
