@@ -11,7 +11,10 @@ names the run, as every line of a job does), else straight to stderr (a command 
 logging, e.g. `python -m quadrants.evaluate`). Every progress display of the package (training,
 the tiny base policy's warm-up, evaluation, the probe, the data home's writes) is one of these.
 
-A leaf module: tqdm and the standard library only.
+Off a terminal, the bars of the libraries quadrants calls are turned off too (`quiet_library_bars`:
+transformers' "Loading weights" bar, the Hugging Face Hub's download bars).
+
+A leaf module: tqdm, the standard library and (lazily) transformers' logging switch.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import IO, Generic, TypeVar
 
 from tqdm.auto import tqdm
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "quiet_library_bars"]
 
 T = TypeVar("T")
 
@@ -137,3 +140,16 @@ class Progress(Generic[T]):
 
     def close(self) -> None:
         self._bar.close()
+
+
+def quiet_library_bars(stream: IO[str] | None = None) -> None:
+    """Off a terminal, turn off transformers' and the Hugging Face Hub's own progress bars, whose
+    carriage-return redraws would pile up in a log: transformers/utils/logging.py
+    `disable_progress_bar` makes its `tqdm` factory hand out `EmptyTqdm` (the bar of
+    core_model_loading.py's "Loading weights") and calls huggingface_hub's
+    `disable_progress_bars`. On a terminal they stay as they are."""
+    stream = sys.stderr if stream is None else stream
+    if not bool(getattr(stream, "isatty", lambda: False)()):
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()

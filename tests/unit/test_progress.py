@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import logging
 
-from quadrants.progress import Progress
+from quadrants.progress import Progress, quiet_library_bars
 
 
 class Clock:
@@ -131,3 +131,26 @@ def test_the_line_goes_to_the_callers_logger_when_logging_is_set_up(caplog):
         "logged: 2/2 calls",
     ]
     assert out.getvalue() == ""
+
+
+def test_off_a_terminal_the_libraries_bars_are_off():
+    from transformers.utils import logging as transformers_logging
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    was_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.enable_progress_bar()
+    try:
+        quiet_library_bars(Terminal())  # on a terminal: left as they are
+        assert transformers_logging.is_progress_bar_enabled()
+        quiet_library_bars(io.StringIO())  # a log file: off
+        assert not transformers_logging.is_progress_bar_enabled()
+        # huggingface_hub's too (disable_progress_bar calls its disable_progress_bars)
+        from huggingface_hub.utils import are_progress_bars_disabled
+
+        assert are_progress_bars_disabled()
+    finally:
+        if was_on:
+            transformers_logging.enable_progress_bar()
