@@ -3,7 +3,9 @@ be checked without doing the work.
 
 - Every `python -m quadrants.sweep|submit|plan` command of their code blocks, and the examples in
   the Hydra tree's comments, composes: its overrides (the first job of a multirun) give a valid
-  RunConfig, as `--cfg job` would print it. Data files are not asked for.
+  RunConfig, as `--cfg job` would print it. Data files are not asked for there; a documented sweep
+  or submission that reads the data home then passes its pre-flight's data checks on an empty one,
+  after the `python -m quadrants.data` commands above it in its block (the rule below).
 - Every other command of their code blocks (`python -m quadrants.evaluate`, `probe`, `data`,
   `status`, `export`, `counterfactual`, `tracking deliver`, `distributed_main`, `python -m
   analysis`, `tests.ood_samples`) is parsed by its own command line and checked as its `main`
@@ -160,9 +162,10 @@ def _commands(line: str) -> list[re.Match]:
     return [m for part in line.split("&&") if (m := _RUN_COMMAND.match(part.strip()))]
 
 
-def documented_runs() -> list[Documented]:
+def documented_runs(*, hydra: bool = False) -> list[Documented]:
     """Every `python -m` / `torchrun -m` command of a fenced block of README.md and docs/*.md
-    that is neither a Hydra command (composed above) nor another tool's."""
+    that is not another tool's: the Hydra ones (sweep, submit, plan) with `hydra`, else the
+    others."""
     found = []
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         for block in _FENCE.findall(page.read_text(encoding="utf-8")):
@@ -170,7 +173,7 @@ def documented_runs() -> list[Documented]:
             for line in _logical_lines(block):
                 for match in _commands(line):
                     env, module, args = match.groups()
-                    if module not in OTHER_TOOLS and module not in HYDRA_COMMANDS:
+                    if module not in OTHER_TOOLS and (module in HYDRA_COMMANDS) == hydra:
                         found.append(Documented(page.name, env, module, args, tuple(above)))
                     above.append((module, args))
     return found
@@ -310,4 +313,44 @@ def test_a_documented_command_parses_as_written(command, monkeypatch, tmp_path):
             f"{command.where}: `python -m {command.module}{command.args}` needs data files a "
             f"fresh machine lacks ({error}); the data commands above it fetch {fetched or 'none'}: "
             "show the `python -m quadrants.data download ...` that fetches them first"
+        ) from None
+
+
+def _reads_data(command: Documented) -> bool:
+    """A sweep or submission that reads the data home: its pre-flight asks for the data files
+    (`python -m quadrants.plan` and `--cfg` do not; a command naming its own data path, e.g.
+    `task.params.path=$PWD/my_verl.parquet`, brings it)."""
+    argv = shlex.split(command.args, comments=True)
+    own = ("task.params.path=", "eval.data_dir=")
+    return (
+        command.module != "quadrants.plan"
+        and "--cfg" not in argv
+        and "QUADRANTS_DATA=" not in command.env
+        and not any(a.startswith(own) for a in argv)
+    )
+
+
+DATA_RUNS = [c for c in documented_runs(hydra=True) if _reads_data(c)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", DATA_RUNS, ids=[c.id for c in DATA_RUNS])
+def test_a_documented_run_shows_the_data_it_needs_first(command, monkeypatch, tmp_path):
+    # the sweep's pre-flight (hydra_setup: validate_config(files=True)) on a fresh machine's empty
+    # data home, after the `python -m quadrants.data` commands above it in its block
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(EXAMPLES))  # the custom task's module (docs/tools.md)
+    home = tmp_path / "data home"
+    monkeypatch.setenv("QUADRANTS_DATA", str(home))
+    fetched = _fetched_above(command, home)
+    argv = shlex.split(command.args.replace("$PWD", os.getcwd()), comments=True)
+    _, overrides = split_hydra_argv(argv)
+    job = expand_jobs(overrides)[0] if overrides else []
+    try:
+        compose_run_config(job, files=True)
+    except FileNotFoundError as error:
+        raise AssertionError(
+            f"{command.where}: `python -m {command.module}{command.args}` needs data files a "
+            f"fresh machine lacks ({error}); the data commands above it fetch {fetched or 'none'}: "
+            "show the `python -m quadrants.data download|import ...` that brings them first"
         ) from None
