@@ -172,6 +172,7 @@ def test_the_problems_the_prompt_limit_left_out_are_a_param_of_the_run(engine_an
     assert run.data.params == {"eval.too_long.gsm8k": "1"}
 
 
+@pytest.mark.slow
 def test_off_a_terminal_the_evaluation_prints_a_line_every_ten_percent(engine_and_grader, capsys):
     # stderr captured by pytest is not a terminal, as in a SLURM log; nothing configures logging,
     # as in `python -m quadrants.evaluate`: the lines go to stderr
