@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from tqdm.auto import tqdm
 
 from quadrants import seeds
 from quadrants.cpu import tune_for
@@ -43,6 +40,7 @@ from quadrants.eval.results import (
 )
 from quadrants.eval.sizing import call_size
 from quadrants.eval.target import EvalTarget, load_target_policy
+from quadrants.progress import Progress
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
@@ -191,11 +189,12 @@ def grade_benchmark(
     )
     calls = generate_calls(len(plan.problems), plan.samples, size)
     call_seed = call_seeds(calls, seed, index)
-    bar = tqdm(
+    bar = Progress(
         total=len(dealt(len(calls), dist)),
         desc=f"eval {plan.name}",
         unit="batch",
-        disable=not sys.stderr.isatty(),
+        logger=log,
+        every=10 if dist.is_main else None,  # one rank's lines (its share of the calls) suffice
         leave=False,
     )
 

@@ -27,7 +27,7 @@ def _default_uri() -> str | None:
     return f"sqlite:///{path.resolve()}" if path.exists() else None
 
 
-def _pairs(values: list[str], what: str) -> dict[str, str]:
+def pairs(values: list[str], what: str) -> dict[str, str]:
     out = {}
     for value in values:
         key, sep, val = value.partition("=")
@@ -37,13 +37,13 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def _k(value: str | None) -> int | dict[str, int] | None:
+def k_columns(value: str | None) -> int | dict[str, int] | None:
     if value is None:
         return None
     try:
         if "=" not in value:
             return int(value)
-        return {b: int(k) for b, k in _pairs(value.split(","), "--k").items()}
+        return {b: int(k) for b, k in pairs(value.split(","), "--k").items()}
     except ValueError:
         raise SystemExit(
             f"analysis: --k expects an integer or benchmark=k[,benchmark=k], got {value!r}"
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    tags = tuple(_pairs(args.tag, "--tag").items())
+    tags = tuple(pairs(args.tag, "--tag").items())
     experiment, sweep_id = args.experiment, args.sweep_id
     try:
         if sweep_id is None and args.parent is None and not tags and experiment is None:
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         selection = Selection(uri, experiment, sweep_id, args.parent, tags)
         options = ReportOptions(
             rows=tuple(args.rows.split(",")) if args.rows else None,
-            k=_k(args.k),
+            k=k_columns(args.k),
             benchmarks=tuple(args.benchmarks.split(",")) if args.benchmarks else None,
             compare=tuple(args.compare) if args.compare else None,
             confidence=args.confidence,

@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 from quadrants.analysis import tables
 from quadrants.analysis.load import Selection, SelectionError, latest_sweep
 from quadrants.analysis.power_report import power_study, to_markdown
-from quadrants.launch.analysis import _default_uri, _k, _pairs
+from quadrants.launch.analysis import _default_uri, k_columns, pairs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _refusal(args: argparse.Namespace) -> str | None:
+def refusal(args: argparse.Namespace) -> str | None:
     """What is wrong with the flags themselves, before any store is opened."""
     if args.delta is not None and not args.delta > 0:
         return (
@@ -83,9 +83,9 @@ def _refusal(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    refusal = _refusal(args)
-    if refusal:
-        print(f"analysis power: {refusal}", file=sys.stderr)
+    problem = refusal(args)
+    if problem:
+        print(f"analysis power: {problem}", file=sys.stderr)
         return 2
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file
     uri = args.tracking_uri or _default_uri()
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    tags = tuple(_pairs(args.tag, "--tag").items())
+    tags = tuple(pairs(args.tag, "--tag").items())
     experiment, sweep_id = args.experiment, args.sweep_id
     try:
         if sweep_id is None and args.parent is None and not tags and experiment is None:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         study = power_study(
             Selection(uri, experiment, sweep_id, args.parent, tags),
             rows=tuple(args.rows.split(",")) if args.rows else None,
-            k=_k(args.k),
+            k=k_columns(args.k),
             benchmarks=tuple(args.benchmarks.split(",")) if args.benchmarks else None,
             alpha=args.alpha,
             power_level=args.power,

@@ -168,9 +168,10 @@ def _run_id(run_dir: Path, state_run_id: str | None) -> str | None:
     return state_run_id
 
 
-def prepare(argv: list[str]) -> Request:
-    """Parse and check the command line, the checkpoint and the run's config; raises ValueError or
-    FileNotFoundError naming the flag (or file) and the fix, before anything is loaded."""
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line parsed and its flags checked (`args.arms` the checked tuple of arms),
+    nothing read; raises ValueError naming the flag and the fix (`prepare`;
+    tests/unit/test_docs_commands.py parses every documented command with it)."""
     args = parser().parse_args(argv)
     if args.batches < 2:
         raise ValueError(
@@ -182,7 +183,15 @@ def prepare(argv: list[str]) -> Request:
     for flag, value in (("--problems", args.problems), ("--samples", args.samples)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} {value}: give at least 1")
-    arms = _arms(args.arms)
+    args.arms = _arms(args.arms)
+    return args
+
+
+def prepare(argv: list[str]) -> Request:
+    """Parse and check the command line, the checkpoint and the run's config; raises ValueError or
+    FileNotFoundError naming the flag (or file) and the fix, before anything is loaded."""
+    args = parse(argv)
+    arms = args.arms
     run_dir = Path(args.run_dir).expanduser().resolve()
     from quadrants.run.checkpoint import complete_steps
 

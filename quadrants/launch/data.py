@@ -83,7 +83,9 @@ def _list(data_dir: Path, given: bool) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line checked (the data set names included), nothing read or fetched
+    (`main`; tests/unit/test_docs_commands.py parses every documented command with it)."""
     parser = argparse.ArgumentParser(
         prog=COMMAND,
         description="The benchmark and training files of the data home ($QUADRANTS_DATA, else "
@@ -101,27 +103,35 @@ def main(argv: list[str] | None = None) -> None:
     bring = commands.add_parser("import", help="copy a file brought by hand, validating it")
     bring.add_argument("name", metavar="NAME", help=f"one of {list(CATALOGUE)}")
     bring.add_argument("path", metavar="PATH", type=Path)
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.command == "download":
+        args.names = (
+            [n for n, e in CATALOGUE.items() if e.hub is not None] if args.all else args.names
+        )
+        if not args.names:
+            parser.error("download: name data sets (see `list`) or give --all")
+        unknown = [n for n in args.names if n not in CATALOGUE]
+        if unknown:
+            parser.error(f"unknown data set(s) {unknown}; known: {list(CATALOGUE)}")
+    if args.command == "import" and args.name not in CATALOGUE:
+        parser.error(f"unknown data set {args.name!r}; known: {list(CATALOGUE)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(sys.argv[1:] if argv is None else argv)
     data_dir = (args.data_dir or default_data_dir()).expanduser()
 
     if args.command == "list":
         sys.exit(_list(data_dir, given=args.data_dir is not None))
     if args.command == "download":
-        names = [n for n, e in CATALOGUE.items() if e.hub is not None] if args.all else args.names
-        if not names:
-            parser.error("download: name data sets (see `list`) or give --all")
-        unknown = [n for n in names if n not in CATALOGUE]
-        if unknown:
-            parser.error(f"unknown data set(s) {unknown}; known: {list(CATALOGUE)}")
-        for name in names:
+        for name in args.names:
             try:
                 status = download(name, data_dir, progress=True)
             except (DataUnavailable, ValueError) as error:
                 sys.exit(f"quadrants.data: {error}")
             print(f"{name}: {_STATE_TEXT[status.state]}, {status.rows} rows -> {status.path}")
         return
-    if args.name not in CATALOGUE:
-        parser.error(f"unknown data set {args.name!r}; known: {list(CATALOGUE)}")
     try:
         status = import_file(args.name, args.path, data_dir, progress=True)
     except (FileNotFoundError, ValueError) as error:

@@ -57,10 +57,12 @@ def _split_benchmarks(overrides: list[str]) -> tuple[list[str], dict[str, int] |
 
 
 def prepare(
-    target: str, overrides: list[str], *, files: bool = True
+    target: str, overrides: list[str], *, files: bool = True, task_used: bool = False
 ) -> tuple[RunConfig, EvalTarget]:
     """Compose and validate the config and resolve the target; raises before anything is loaded.
-    ``files=False`` (``--cfg``) does not ask for the benchmark files to exist."""
+    ``files=False`` (``--cfg``) does not ask for the benchmark files to exist. ``task_used``: the
+    command rolls out the task's prompts whatever the suite (the probe); an evaluation uses the task
+    only when its suite names it (`validate_config`)."""
     from quadrants.launch.hydra_setup import compose_run_config
 
     resolved = resolve_target(target)
@@ -90,11 +92,13 @@ def prepare(
             )
     else:
         cfg = replace(cfg, model=replace(cfg.model, name_or_path=resolved.model))
-    validate_config(cfg, files=files)
+    validate_config(cfg, files=files, task_used=task_used)
     return cfg, resolved
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (`main`); `prepare` checks what it names (tests/unit/test_docs_commands.py
+    parses every documented command with both)."""
     parser = argparse.ArgumentParser(
         prog="python -m quadrants.evaluate",
         description="Evaluate a run, a checkpoint, a model directory, 'tiny' or a hub id on "
@@ -110,7 +114,11 @@ def main(argv: list[str] | None = None) -> None:
         help="Hydra overrides of the sweeps/ tree, e.g. eval=paper eval.limit=10",
     )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cfg, target = prepare(args.target, list(args.overrides), files=not args.cfg)
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's

@@ -153,7 +153,8 @@ def reload_difference(model: Any, tokenizer: Any, out_dir: Path) -> tuple[float,
     return float((got - expected).abs().max()), int(expected.numel()), same_ids
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (`main`); `checkpoint_target` checks the run and step it names."""
     parser = argparse.ArgumentParser(
         prog="python -m quadrants.export",
         description="Write a training checkpoint as a Hugging Face model folder (LoRA merged).",
@@ -168,7 +169,11 @@ def main(argv: list[str] | None = None) -> None:
         help=f"largest log-prob difference the reload check accepts (default {DEFAULT_TOLERANCE})",
     )
     parser.add_argument("--no-check", action="store_true", help="skip the reload check")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     out_dir = Path(args.out).expanduser().resolve()
     try:
         if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):

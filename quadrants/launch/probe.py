@@ -158,7 +158,9 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
 # --- the command line -------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (`main`); its target and overrides are checked by
+    `quadrants.launch.evaluate.prepare`, as `python -m quadrants.evaluate` checks them."""
     parser = argparse.ArgumentParser(
         prog="python -m quadrants.probe",
         description="Measure the hindsight credit I(o_t; r | s_t) of response tokens by "
@@ -172,11 +174,15 @@ def main(argv: list[str] | None = None) -> None:
         help="Hydra overrides, e.g. probe.positions=16 probe.continuations=8",
     )
     parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     from quadrants.launch.evaluate import prepare
 
     try:
-        cfg, target = prepare(args.target, list(args.overrides))
+        cfg, target = prepare(args.target, list(args.overrides), task_used=True)
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
         message = str(err).split("\nConfig search path:")[0].strip()
         sys.exit(f"quadrants: invalid probe, nothing was generated.\n  {message}")

@@ -204,7 +204,8 @@ def format_table(manifest: Manifest, jobs: list[JobStatus]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (`main`)."""
     parser = argparse.ArgumentParser(
         prog="python -m quadrants.status", description=__doc__.split("\n")[0]
     )
@@ -217,7 +218,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--json", action="store_true", help="one JSON object per job instead of a table"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     try:
         path = find_manifest(args.sweep, args.outputs)
     except FileNotFoundError as err:

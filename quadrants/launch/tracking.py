@@ -28,7 +28,8 @@ from quadrants.tracking.spool import Spool, SpoolBusyError
 COMMAND = "python -m quadrants.tracking deliver"
 
 
-def deliver(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `deliver` (after the word `deliver`)."""
     parser = argparse.ArgumentParser(
         prog=COMMAND, description="Send a run's undelivered tracking records to an MLflow store."
     )
@@ -41,7 +42,11 @@ def deliver(argv: list[str]) -> int:
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="seconds to wait for the store (600)"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def deliver(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
     try:
         directory = spool_directory(Path(args.run))
         uri = args.tracking_uri

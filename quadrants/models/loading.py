@@ -38,6 +38,7 @@ from quadrants.models.smollm2 import ensure_smollm2
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source, looks_like_path
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.models.warmup import WarmupSettings, ensure_base_policy
+from quadrants.progress import quiet_library_bars
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -71,6 +72,7 @@ def load_policy(
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     torch_dtype = _DTYPES[dtype]
+    quiet_library_bars()  # off a terminal, no "Loading weights" bar in the log
     if name_or_path == TINY_RANDOM:
         # built from `seed` on every rank, whatever `weights` says: there is no file to spare
         # reading, and rank 0's broadcast fill overwrites it. (Moving it to the meta device here

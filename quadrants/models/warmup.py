@@ -33,22 +33,20 @@ import math
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import torch
 import transformers
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from quadrants.models.cache import default_cache_root, exclusive_lock
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.ops.entropy import entropy_from_logits
+from quadrants.progress import Progress
 from quadrants.tasks.base import Problem
 from quadrants.tasks.synthetic import ArithmeticTask, final_answer
 
@@ -232,19 +230,14 @@ def _train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(settings))
     model.train()
     recent: list[float] = []
-    # on a terminal a bar; in a file (a SLURM log, a pipe) its carriage-return redraws would pile
-    # up, so there a log line every 10 % instead
-    on_terminal = sys.stderr.isatty()
-    progress = tqdm(
+    # a bar on a terminal; in a file (a SLURM log, a pipe) a line every 10 % (quadrants/progress.py)
+    progress = Progress(
         range(settings.steps),
         desc="warming up the tiny base policy",
         unit="step",
-        mininterval=1.0,
-        disable=not on_terminal,
+        logger=logger,
     )
-    every = max(1, settings.steps // 10)
-    started = time.perf_counter()
-    for index in progress:
+    for _ in progress:
         problems = task.train_batch(settings.batch_size, rng)
         solutions = [task.teacher_solution(p, settings.teacher_error_rate, rng) for p in problems]
         input_ids, attention_mask, labels = supervised_batch(tokenizer, problems, solutions)
@@ -255,19 +248,8 @@ def _train(
         optimizer.step()
         scheduler.step()
         recent = (recent + [loss.item()])[-20:]
-        progress.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
-        done = index + 1
-        if not on_terminal and (done % every == 0 or done == settings.steps):
-            elapsed = time.perf_counter() - started
-            logger.info(
-                "warming up the tiny base policy: step %d/%d (%d %%), loss %.3f, %s, ETA %s",
-                done,
-                settings.steps,
-                100 * done // settings.steps,
-                sum(recent) / len(recent),
-                timedelta(seconds=round(elapsed)),
-                timedelta(seconds=round(elapsed / done * (settings.steps - done))),
-            )
+        progress.set_postfix_str(f"loss {sum(recent) / len(recent):.3f}")
+    progress.close()
     model.eval()
     return sum(recent) / max(len(recent), 1)
 

@@ -23,13 +23,12 @@ grade the continuations.
 
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from quadrants import seeds
 from quadrants.config import RunConfig
@@ -38,10 +37,13 @@ from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.credit import Branches, entropy, sample_rest_tokens, top_branches
 from quadrants.probe.plan import Positions, branching_cost
+from quadrants.progress import Progress
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.decode import sampling_setup
 from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Problem
+
+log = logging.getLogger("quadrants.probe")
 
 
 @dataclass(frozen=True)
@@ -237,11 +239,11 @@ def roll_out_branches(
     stops = set(stop_ids)
     texts: list[str] = []
     generated = 0
-    bar = tqdm(
+    bar = Progress(
         total=len(prefixes),
         desc="probe",
         unit="rollout",
-        disable=not sys.stderr.isatty(),
+        logger=log,
         leave=False,
     )
     for call, start in enumerate(range(0, len(prefixes), probe.batch_size)):

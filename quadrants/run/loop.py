@@ -16,19 +16,18 @@ and saves (run/records.py), the step itself (train/step.py).
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
 from quadrants.objectives.control import advance_state
+from quadrants.progress import Progress
 from quadrants.rewards.custom import FunctionGrader
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.run.build import Run, build_context
@@ -142,13 +141,16 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 tracker.log_metrics(result.initial_eval, step=0)
                 if result.initial_eval:  # {} with evaluation off, and on ranks other than 0
                     log.info("step 0 held-out: %s", _fmt(result.initial_eval))
-            bar = tqdm(
+            # off a terminal each step logs its own line with its time and ETA (below): no 10 %
+            # lines
+            bar = Progress(
                 range(first, total),
                 desc="train",
+                unit="step",
+                logger=log,
                 initial=first,
                 total=total,
-                disable=not sys.stderr.isatty(),
-                dynamic_ncols=True,
+                every=None,
             )
             loop_started = step_started = time.perf_counter()
             for index in checkpointed_steps(
@@ -217,7 +219,7 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 line = _step_line(step, total, metrics, now - step_started, eta)
                 step_started = now
                 bar.set_postfix_str(line.split(" ", 2)[2])
-                if bar.disable:
+                if not bar.on_terminal:
                     log.info(line)
             result.final_eval = {k: v for k, v in result.last_step.items() if k.startswith("eval/")}
             # data files first read during the run (benchmarks of later evaluations)

@@ -20,9 +20,10 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import logging
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -322,12 +323,13 @@ def _validate_rows(entry: DataFile, rows: list[dict[str, Any]], where: str) -> N
                 raise ValueError(f"{entry.name}: {where} does not load: {error}") from None
 
 
-def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]], progress: bool = False) -> None:
+def _write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]], progress: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if progress:
-        from tqdm.auto import tqdm
+        from quadrants.progress import Progress
 
-        rows = tqdm(rows, desc=f"writing {path.name}", unit="row")
+        logger = logging.getLogger("quadrants.data")
+        rows = Progress(rows, desc=f"writing {path.name}", unit="row", logger=logger)
     with path.open("w", encoding="utf-8") as out:
         for row in rows:
             out.write(json.dumps(dict(row), ensure_ascii=False, default=str) + "\n")

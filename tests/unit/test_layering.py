@@ -51,12 +51,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     "rewards": frozenset(),  # text in, float out
     "home": frozenset(),  # where the user's files live: the cache root and the data home
     "seeds": frozenset(),  # every random stream of a run, by name: a stable hash, hashlib only
+    "progress": frozenset(),  # a loop's bar on a terminal, a line every 10 % off one: tqdm only
     # the research core and the data
     # (config_ranges: the one range type their hyper-parameter checks declare)
     "objectives": frozenset({"cpu", "ops", "config_ranges"}),
-    "tasks": frozenset({"rewards", "home", "seeds"}),
+    "tasks": frozenset({"rewards", "home", "seeds", "progress"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
-    "models": frozenset({"cpu", "ops", "tasks", "home"}),
+    "models": frozenset({"cpu", "ops", "tasks", "home", "progress"}),
     "tracking": frozenset({"config", "cpu", "ops"}),
     "rollout": frozenset(
         {"config", "cpu", "device", "ops", "models", "seeds"}
@@ -69,13 +70,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     # components that use the ones above
     "eval": frozenset(
         {"config", "cpu", "device", "ops", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "config_ranges", "seeds"}
+        | {"distributed", "config_ranges", "seeds", "progress"}
     ),
     # finished runs in MLflow -> tables and figures (the benchmark averages of eval/metrics.py)
     "analysis": frozenset({"eval", "tracking"}),
     "probe": frozenset(
         {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
-        | {"distributed", "config_ranges", "seeds"}
+        | {"distributed", "config_ranges", "seeds", "progress"}
     ),
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(
@@ -91,7 +92,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # preempted, its optimizer offloaded
     "run": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
-        | {"rollout", "distributed", "eval", "probe", "validation", "train", "seeds"}
+        | {"rollout", "distributed", "eval", "probe", "validation", "train", "seeds", "progress"}
     ),
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, every
     # command line (sweep, submit, plan, status, evaluate, data, distributed_main, export, probe,

@@ -170,3 +170,22 @@ def test_the_problems_the_prompt_limit_left_out_are_a_param_of_the_run(engine_an
     run = MlflowClient(uri).get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params == {"eval.too_long.gsm8k": "1"}
+
+
+@pytest.mark.slow
+def test_off_a_terminal_the_evaluation_prints_a_line_every_ten_percent(engine_and_grader, capsys):
+    # stderr captured by pytest is not a terminal, as in a SLURM log; nothing configures logging,
+    # as in `python -m quadrants.evaluate`: the lines go to stderr
+    engine, grader = engine_and_grader
+    problems = tuple(ArithmeticTask().heldout(12))
+    plan = BenchmarkPlan("arithmetic", problems, samples=1)
+    grade_benchmark(engine, grader, plan, EvalConfig(batch_size=1, max_new_tokens=2), seed=100)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("eval ")]
+    # batch size 1, n = 1: 12 calls; done * 10 // 12 = 0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 9 after calls
+    # 1..11, then the end: a line after calls 2, 3, 4, 5, 6, 8, 9, 10, 11 and 12 (10 lines)
+    assert [line.split(" (")[0] for line in lines] == [
+        f"eval arithmetic: {done}/12 batches" for done in (2, 3, 4, 5, 6, 8, 9, 10, 11, 12)
+    ]
+    assert all(", ETA " in line and " elapsed" in line for line in lines)
+    assert "\r" not in err

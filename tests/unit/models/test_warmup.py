@@ -1,6 +1,7 @@
 import dataclasses
 import json
 import logging
+import re
 import threading
 
 import pytest
@@ -131,3 +132,25 @@ def test_default_cache_root(monkeypatch, tmp_path):
     assert base_policy_dir(FAST).parent == tmp_path / "base_policy"
     monkeypatch.delenv("QUADRANTS_CACHE")
     assert default_cache_root().parts[-2:] == (".cache", "quadrants")
+
+
+def test_off_a_terminal_the_warm_up_logs_a_line_every_ten_percent(caplog, capsys):
+    # stderr captured by pytest is not a terminal, as in a SLURM log; logging set up at INFO, as a
+    # sweep's job does: the lines go to the logger (which names the run there), none to stderr
+    caplog.set_level(logging.INFO, logger="quadrants.models.warmup")
+    settings = dataclasses.replace(FAST, steps=12)
+    model, tokenizer = warmup.random_tiny_policy(
+        settings.seed, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, intermediate_size=64,
+    )  # fmt: skip
+    warmup._train(model, tokenizer, settings)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warming up")]
+    # 12 steps: done * 10 // 12 after steps 1..11 = 0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 9, then the end:
+    # a line after steps 2, 3, 4, 5, 6, 8, 9, 10, 11 and 12 (10 lines, not 12 bar redraws)
+    assert [line.split(" (")[0] for line in lines] == [
+        f"warming up the tiny base policy: {done}/12 steps"
+        for done in (2, 3, 4, 5, 6, 8, 9, 10, 11, 12)
+    ]
+    # each with its elapsed time, ETA and the running loss, e.g. "..., ETA 0:00:00, loss 2.345"
+    assert all(re.search(r" elapsed, ETA \d+:\d\d:\d\d, loss \d+\.\d{3}$", line) for line in lines)
+    assert "\r" not in capsys.readouterr().err

@@ -95,13 +95,19 @@ def truth_of(pi: torch.Tensor, rates: torch.Tensor, coverage: float, branches: i
     return cmi(b.mass[0], torch.stack([1 - q, q], -1)).item()
 
 
-def probe_world(pi, rates, *, positions: int, k: int, seed: int, tmp_path=None):
+def probe_world(pi, rates, *, positions: int, k: int, seed: int, batch_size: int = 4096):
     """`positions` probed positions, all in this world: response [a, b, c] after prompt [a], each
-    probed at response token 1; rewards alternate 1, 0 in groups of 2 (so no group is constant)."""
+    probed at response token 1; rewards alternate 1, 0 in groups of 2 (so no group is constant);
+    `batch_size` continuations per generate call."""
     n = positions
     cfg = RunConfig(
         probe=ProbeConfig(
-            branches=2, coverage=0.75, continuations=k, resamples=200, batch_size=4096, seed=seed
+            branches=2,
+            coverage=0.75,
+            continuations=k,
+            resamples=200,
+            batch_size=batch_size,
+            seed=seed,
         ),
         rollout=RolloutConfig(temperature=1.0, max_new_tokens=6),
     )
@@ -246,3 +252,21 @@ def test_a_cut_rest_is_counted_and_bounded():
         probs, torch.zeros(n, dtype=torch.long), RunConfig(), torch.Generator().manual_seed(0)
     )
     assert (forced[:, -1] >= 1).all() and (cut == 0).all()
+
+
+@pytest.mark.slow
+def test_off_a_terminal_the_probe_prints_a_line_every_ten_percent(capsys):
+    # stderr captured by pytest is not a terminal, as in a SLURM log; nothing configures logging,
+    # as in `python -m quadrants.probe`: the lines go to stderr
+    pi, rates = world([0.5, 0.3], 0.2 / 6, [0.9, 0.4], 0.1)
+    probe_world(pi, rates, positions=2, k=4, seed=3, batch_size=2)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("probe: ")]
+    # 2 positions x 3 branches (two top tokens + the rest) x 4 continuations = 24 rollouts in 12
+    # calls of 2; done * 10 // 24 after 2, 4, ..., 22 = 0, 1, 2, 3, 4, 5, 5, 6, 7, 8, 9, then the
+    # end: a line after 4, 6, 8, 10, 12, 16, 18, 20, 22 and 24 rollouts (10 lines)
+    assert [line.split(" (")[0] for line in lines] == [
+        f"probe: {done}/24 rollouts" for done in (4, 6, 8, 10, 12, 16, 18, 20, 22, 24)
+    ]
+    assert all(", ETA " in line and " elapsed" in line for line in lines)
+    assert "\r" not in err
