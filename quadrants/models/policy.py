@@ -37,7 +37,7 @@ from transformers.cache_utils import DynamicLayer
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.ops.length_buckets import length_buckets, response_spans
-from quadrants.ops.packing import pack_rows, unpack
+from quadrants.ops.packing import PackedRows, pack_rows, unpack
 
 MAX_LENGTH_BUCKETS = 4  # response-length buckets per forward (1 under FSDP: ranks make equal calls)
 LAYOUTS = ("padded", "packed")  # train.attention_layout
@@ -332,17 +332,39 @@ def packed_logprobs(
     skip_gradless: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """`plain_logprobs` without padding: the rows' real tokens in one [1, N] sequence with each
-    row's own position ids and no attention mask (ops/packing.py), which transformers' attention
-    keeps apart row by row (block-diagonal causal mask under SDPA and eager, varlen under flash
-    attention: ops/packing.py names the source). Only the M positions that predict a real response
-    token reach the LM head (`logits_to_keep` as a tensor of positions:
-    transformers/modeling_utils.py `slice_logits_to_keep`). The same function of the weights as the
+    row's own position ids and no attention mask (ops/packing.py `pack_rows`), which transformers'
+    attention keeps apart row by row (block-diagonal causal mask under SDPA and eager, varlen under
+    flash attention: ops/packing.py names the source). The same function of the weights as the
     padded forward; float rounding differs (tests/unit/models/test_packed_forward.py). Positions
     after a row's last real response token hold 0."""
     packed = pack_rows(sequences, attention_mask, response_length)
+    logp, entropy = packed_forward(
+        model,
+        packed,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        skip_gradless=skip_gradless,
+    )
+    return unpack(logp, packed), None if entropy is None else unpack(entropy, packed)
+
+
+def packed_forward(
+    model: nn.Module,
+    packed: PackedRows,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+    skip_gradless: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """(logp [M], entropy [M] or None) of `packed`'s targets: one call over its [1, N] tokens, and
+    only the M positions that predict a target reach the LM head (`logits_to_keep` as a tensor of
+    positions: transformers/modeling_utils.py `slice_logits_to_keep`). Asks nothing of the data
+    (the memory plan traces it on fake tensors: memory/trace.py)."""
     keep = packed.states
-    if keep.numel() == 0:  # no target (T = 0 or no response token): one state, dropped
-        keep = keep.new_full((1,), packed.input_ids.shape[1] - 1)
+    if keep.shape[0] == 0:  # no target (T = 0 or no response token): one state, dropped
+        keep = torch.full((1,), packed.input_ids.shape[1] - 1, device=keep.device)
     inputs = dict(
         input_ids=packed.input_ids,
         position_ids=packed.position_ids,
@@ -355,15 +377,13 @@ def packed_logprobs(
     if head is not None:
         with _head_reduces(head, targets, temperature, chunk_size, skip_gradless=skip_gradless):
             reduced = model(**inputs).logits[0]  # [M, 2]
-        logp, entropy = reduced[:, 0], reduced[:, 1]
-    else:
-        logits = model(**inputs).logits  # [1, M (or 1), V]
-        logits = logits[:, logits.shape[1] - targets.shape[1] :]
-        logp, entropy = logprobs_and_entropy(  # type: ignore[assignment]
-            logits, targets, temperature, chunk_size, with_entropy=with_entropy
-        )
-        logp, entropy = logp[0], None if entropy is None else entropy[0]
-    return unpack(logp, packed), unpack(entropy, packed) if with_entropy else None
+        return reduced[:, 0], reduced[:, 1] if with_entropy else None
+    logits = model(**inputs).logits  # [1, M (or 1), V]
+    logits = logits[:, logits.shape[1] - targets.shape[1] :]
+    logp, entropy = logprobs_and_entropy(
+        logits, targets, temperature, chunk_size, with_entropy=with_entropy
+    )
+    return logp[0], None if entropy is None else entropy[0]
 
 
 def shared_prompts(

@@ -118,6 +118,26 @@ def pack_rows(sequences: Tensor, attention_mask: Tensor, response_length: int) -
     )
 
 
+def pack_full_rows(sequences: Tensor, response_length: int) -> PackedRows:
+    """`pack_rows` of rows without padding ([B, L], every token real), from the shapes alone: no
+    operation depends on the values (the memory plan traces it on fake tensors, where `pack_rows`'
+    `nonzero` has no size). Every row feeds L − 1 tokens (L when T = 0)."""
+    batch, width = sequences.shape
+    prompt = width - response_length
+    fed = width - 1 if response_length > 0 else width
+    device = sequences.device
+    rows = torch.arange(batch, device=device)[:, None] * fed  # each row's first packed position
+    predicting = torch.arange(prompt - 1, prompt - 1 + response_length, device=device)
+    return PackedRows(
+        input_ids=sequences[:, :fed].reshape(1, batch * fed),
+        position_ids=torch.arange(fed, device=device).repeat(batch)[None, :],
+        states=(rows + predicting[None, :]).reshape(-1),
+        targets=sequences[:, prompt:].reshape(-1),
+        target_mask=torch.ones(batch, response_length, dtype=torch.bool, device=device),
+        row_tokens=torch.full((batch,), fed, device=device),
+    )
+
+
 def unpack(values: Tensor, packed: PackedRows) -> Tensor:
     """[M] per-target values -> [B, T], 0 where a row has no target (differentiable)."""
     out = values.new_zeros(packed.target_mask.shape)

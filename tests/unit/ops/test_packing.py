@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quadrants.ops.packing import kept_tokens, pack_rows, real_lengths, unpack
+from quadrants.ops.packing import kept_tokens, pack_full_rows, pack_rows, real_lengths, unpack
 
 
 def _rows() -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,3 +63,15 @@ def test_rows_the_packed_forward_cannot_match_are_refused() -> None:
     no_prompt[1, 2] = False  # row 1 keeps its response but loses its one prompt token
     with pytest.raises(ValueError, match="no real prompt token"):
         pack_rows(sequences, no_prompt, 3)
+
+
+def test_full_rows_pack_as_pack_rows_packs_them():
+    # 2 rows of 5 real tokens, T = 2: each feeds 4 (positions 0-3); targets at row positions 3, 4
+    # predicted by row positions 2, 3: packed 2, 3 and 4 + 2, 4 + 3
+    sequences = torch.arange(10).view(2, 5) + 1
+    full = pack_full_rows(sequences, 2)
+    assert full.states.tolist() == [2, 3, 6, 7]
+    assert full.targets.tolist() == [4, 5, 9, 10]
+    general = pack_rows(sequences, torch.ones(2, 5, dtype=torch.bool), 2)
+    for name in ("input_ids", "position_ids", "states", "targets", "target_mask", "row_tokens"):
+        assert torch.equal(getattr(full, name), getattr(general, name)), name
