@@ -20,6 +20,11 @@ the duration of the call the head's `forward` is replaced by one that returns [B
 (logp, entropy) in place of the logits, so the [B, T, V] logits never exist, in the update's forward
 and backward nor in the no-grad passes. The module, its parameters and any FSDP hooks stay as they
 are. Other models take the logits and reduce them in row chunks (ops/entropy.py).
+
+`train.attention_layout=packed` replaces all of the above but the head (`packed_logprobs`): the
+rows' real tokens go end to end in one sequence with per-row position ids and no attention mask,
+which transformers keeps apart row by row (ops/packing.py); no padding, no buckets, no shared
+prompt, one call whatever the rows (so FSDP ranks make the same calls).
 """
 
 from __future__ import annotations

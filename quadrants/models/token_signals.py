@@ -36,6 +36,7 @@ from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import position_ids_from_mask
 from quadrants.ops.adapter_credit import residual_norm
 from quadrants.ops.attention_entropy import head_mean_entropy
+from quadrants.ops.packing import PackedRows, pack_rows, unpack
 
 EAGER = "eager"
 
@@ -83,15 +84,32 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
 
 
 def _forward_rows(
-    module: nn.Module, sequences: Tensor, attention_mask: Tensor, **kwargs: object
+    module: nn.Module, sequences: Tensor, attention_mask: Tensor, packed: PackedRows | None = None
 ) -> object:
+    """`module` over the rows: padded, or with `packed`, over its one sequence of real tokens
+    (ops/packing.py: attention kept within each row, no attention mask)."""
+    if packed is not None:
+        return module(
+            input_ids=packed.input_ids,
+            position_ids=packed.position_ids,
+            attention_mask=None,
+            use_cache=False,
+        )
     return module(
         input_ids=sequences,
         attention_mask=attention_mask.long(),
         position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,
-        **kwargs,
     )
+
+
+def _predicting(values: Tensor, response_length: int, packed: PackedRows | None) -> Tensor:
+    """The entries of `values` [b, L, ...] (padded) or [1, N, ...] (packed) at the positions that
+    predict the T response tokens: [b, T, ...], padded; packed, [1, M, ...] (unpacked by the
+    caller once reduced)."""
+    if packed is None:
+        return values[:, -response_length - 1 : -1]
+    return values[:, packed.states]
 
 
 @torch.no_grad()
@@ -103,9 +121,14 @@ def attention_entropy_pass(
     *,
     layers: str | Sequence[int] = "all",
     batch_size: int,
+    layout: str = "padded",
 ) -> Tensor:
     """Per response token, the attention entropy (nats) of the position that predicts it, averaged
-    over the heads of the chosen layers and over those layers. [B, L] -> [B, T] float32."""
+    over the heads of the chosen layers and over those layers. [B, L] -> [B, T] float32.
+    `layout=packed`: each chunk's rows as one sequence (train.attention_layout); a key of another
+    row gets weight 0, as a padded key does, so the entropies are the padded ones; positions after
+    a row's last real response token hold 0."""
+    packed: PackedRows | None = None
     modules = decoder_layers(model)
     picked = chosen_layers(len(modules), layers)
     found: list[Tensor] = []
@@ -114,8 +137,8 @@ def attention_entropy_pass(
         weights = output[1] if isinstance(output, tuple) else None
         if weights is None:
             raise RuntimeError("the attention module returned no weights under eager attention")
-        rows = weights[:, :, -response_length - 1 : -1, :]  # [b, H, T, K]
-        found.append(head_mean_entropy(rows))  # [b, T]
+        rows = _predicting(weights.transpose(1, 2), response_length, packed).transpose(1, 2)
+        found.append(head_mean_entropy(rows))  # [b, T] ([1, M] packed)
 
     was_training = model.training
     model.eval()
@@ -127,8 +150,11 @@ def attention_entropy_pass(
             for start in range(0, sequences.shape[0], batch_size):
                 found.clear()
                 rows = slice(start, start + batch_size)
-                _forward_rows(decoder, sequences[rows], attention_mask[rows])
-                out.append(torch.stack(found).mean(0))
+                if layout == "packed":
+                    packed = pack_rows(sequences[rows], attention_mask[rows], response_length)
+                _forward_rows(decoder, sequences[rows], attention_mask[rows], packed)
+                entropy = torch.stack(found).mean(0)
+                out.append(entropy if packed is None else unpack(entropy[0], packed))
     finally:
         for hook in hooks:
             hook.remove()
@@ -167,11 +193,13 @@ def adapter_residual_pass(
     *,
     layer: int = -1,
     batch_size: int,
+    layout: str = "padded",
 ) -> Tensor:
     """Per response token, ||h_adapted − h_base||_2 at hidden-state entry `layer` of the position
     that predicts it (module docstring). Only that one hidden state is kept: a forward hook on the
     module that outputs it, or the decoder's `last_hidden_state` for −1 (asking transformers for
-    `output_hidden_states` would keep all n + 1 of them for the chunk). [B, L] -> [B, T] float32."""
+    `output_hidden_states` would keep all n + 1 of them for the chunk). [B, L] -> [B, T] float32.
+    `layout=packed` as in `attention_entropy_pass`."""
     was_training = model.training
     model.eval()
     decoder = model.get_decoder()
@@ -186,17 +214,21 @@ def adapter_residual_pass(
     try:
         for start in range(0, sequences.shape[0], batch_size):
             rows = slice(start, start + batch_size)
+            packed = None
+            if layout == "packed":
+                packed = pack_rows(sequences[rows], attention_mask[rows], response_length)
 
-            def state(rows: slice = rows) -> Tensor:
+            def state(rows: slice = rows, packed: PackedRows | None = packed) -> Tensor:
                 caught.clear()
-                last = _forward_rows(decoder, sequences[rows], attention_mask[rows])
+                last = _forward_rows(decoder, sequences[rows], attention_mask[rows], packed)
                 hidden = last.last_hidden_state if source is None else caught[0]
-                return hidden[:, -response_length - 1 : -1]  # [b, T, d]
+                return _predicting(hidden, response_length, packed)  # [b, T, d] ([1, M, d])
 
             adapted = state()
             with adapters_disabled(model):
                 base = state()
-            out.append(residual_norm(adapted, base))
+            norm = residual_norm(adapted, base)
+            out.append(norm if packed is None else unpack(norm[0], packed))
     finally:
         if hook is not None:
             hook.remove()
