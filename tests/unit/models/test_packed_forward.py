@@ -115,3 +115,33 @@ def test_rows_do_not_see_each_other() -> None:
         after, _ = response_logprobs(model, changed, mask, 4, **options)
     torch.testing.assert_close(after[[0, 2]], before[[0, 2]], rtol=0, atol=ATOL)
     assert (after[1, :2] - before[1, :2]).abs().max() > 1e-3
+
+
+@pytest.mark.slow
+def test_a_lora_policy_packs_as_it_pads():
+    """peft's model passes the packed position ids through: on the very unequal rows, a LoRA
+    policy's packed log-probs and adapter gradients equal its padded ones (tolerances above)."""
+    from quadrants.config import LoraConfig
+    from quadrants.models.loading import load_policy
+    from quadrants.models.lora import trainable_parameters
+
+    torch.set_num_threads(1)
+    prompts, responses, width, T = CASES["very-unequal"]
+    sequences, mask = _batch(prompts, responses, width, T)
+    results = []
+    for layout in ("packed", "padded"):
+        model, _ = load_policy("tiny-random", seed=0, lora=LoraConfig(enabled=True, rank=4))
+        generator = torch.Generator().manual_seed(1)
+        with torch.no_grad():  # off peft's B = 0, so that the adapters change the log-probs
+            for p in trainable_parameters(model):
+                p.copy_(0.05 * torch.randn(p.shape, generator=generator))
+        results.append(_run(model, sequences, mask, T, layout))
+    (logp, entropy, grads), (logp0, entropy0, grads0) = results
+    response = mask[:, -T:]
+    torch.testing.assert_close(logp * response, logp0 * response, rtol=0, atol=ATOL)
+    torch.testing.assert_close(entropy * response, entropy0 * response, rtol=0, atol=ATOL)
+    assert grads.keys() == grads0.keys() and all("lora" in name for name in grads)
+    for name, grad in grads.items():
+        scale = grads0[name].abs().max().item()
+        assert scale > 0, name
+        torch.testing.assert_close(grad, grads0[name], rtol=0, atol=ATOL * max(scale, 1.0))
