@@ -17,6 +17,9 @@ back after. It does not ask for `output_attentions=True`, which would collect ev
 `capture_outputs`); a forward hook on each chosen layer's attention module reduces that layer's
 weights to [b, T] entropies as soon as they are computed, so one layer's weights live at a time.
 
+Under `train.attention_layout=packed` the adapter residual runs packed as the policy's forwards do;
+the attention entropy stays padded (`attention_entropy_pass` says why).
+
 Adapter residual: the decoder's last hidden state (by default; `model.lora.residual_layer` picks
 another entry of transformers' `hidden_states`, where 0 is the embeddings and −1 the final,
 normed state the LM head reads: `capture_outputs` ties hidden_states[-1] to `last_hidden_state`)
@@ -121,14 +124,14 @@ def attention_entropy_pass(
     *,
     layers: str | Sequence[int] = "all",
     batch_size: int,
-    layout: str = "padded",
 ) -> Tensor:
     """Per response token, the attention entropy (nats) of the position that predicts it, averaged
     over the heads of the chosen layers and over those layers. [B, L] -> [B, T] float32.
-    `layout=packed`: each chunk's rows as one sequence (train.attention_layout); a key of another
-    row gets weight 0, as a padded key does, so the entropies are the padded ones; positions after
-    a row's last real response token hold 0."""
-    packed: PackedRows | None = None
+
+    Always over padded rows, whatever train.attention_layout says: eager attention materialises
+    each layer's [b, H, L, L] weights, and b rows packed into one sequence of N ≈ b·L tokens would
+    make them [1, H, N, N], b times larger, for the same entropies (a key of another row gets
+    weight 0, as a padded key does)."""
     modules = decoder_layers(model)
     picked = chosen_layers(len(modules), layers)
     found: list[Tensor] = []
@@ -137,8 +140,8 @@ def attention_entropy_pass(
         weights = output[1] if isinstance(output, tuple) else None
         if weights is None:
             raise RuntimeError("the attention module returned no weights under eager attention")
-        rows = _predicting(weights.transpose(1, 2), response_length, packed).transpose(1, 2)
-        found.append(head_mean_entropy(rows))  # [b, T] ([1, M] packed)
+        rows = weights[:, :, -response_length - 1 : -1, :]  # [b, H, T, K]
+        found.append(head_mean_entropy(rows))  # [b, T]
 
     was_training = model.training
     model.eval()
@@ -150,11 +153,8 @@ def attention_entropy_pass(
             for start in range(0, sequences.shape[0], batch_size):
                 found.clear()
                 rows = slice(start, start + batch_size)
-                if layout == "packed":
-                    packed = pack_rows(sequences[rows], attention_mask[rows], response_length)
-                _forward_rows(decoder, sequences[rows], attention_mask[rows], packed)
-                entropy = torch.stack(found).mean(0)
-                out.append(entropy if packed is None else unpack(entropy[0], packed))
+                _forward_rows(decoder, sequences[rows], attention_mask[rows])
+                out.append(torch.stack(found).mean(0))
     finally:
         for hook in hooks:
             hook.remove()
@@ -199,7 +199,9 @@ def adapter_residual_pass(
     that predicts it (module docstring). Only that one hidden state is kept: a forward hook on the
     module that outputs it, or the decoder's `last_hidden_state` for −1 (asking transformers for
     `output_hidden_states` would keep all n + 1 of them for the chunk). [B, L] -> [B, T] float32.
-    `layout=packed` as in `attention_entropy_pass`."""
+    `layout=packed` (train.attention_layout): each chunk's rows as one sequence of their real tokens
+    (ops/packing.py), as the policy's forwards run them; positions after a row's last real response
+    token hold 0."""
     was_training = model.training
     model.eval()
     decoder = model.get_decoder()

@@ -39,7 +39,7 @@ def token_signals(
         out["attention_entropy"] = _over_ranks(
             forwards,
             lambda s, m: attention_entropy_pass(
-                model, s, m, length, layers=layers, batch_size=rows, layout=passes.layout
+                model, s, m, length, layers=layers, batch_size=rows
             ),
             sequences,
             attention_mask,
