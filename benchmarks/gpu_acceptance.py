@@ -88,6 +88,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--lora-rank", type=int, default=0, help="LoRA adapters of this rank; 0 = full, FSDP2"
     )
+    p.add_argument(
+        "--packed", action="store_true", help="train.attention_layout=packed: rows as one sequence"
+    )
     p.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = p.parse_args(argv)
     if args.smoke:  # a model of the same structure, narrow enough for a CI CPU in seconds
@@ -110,11 +113,11 @@ def model_config(args: argparse.Namespace):
     return config
 
 
-def pack_by_tokens(lengths: list[int], budget: int) -> list[list[int]]:
+def pack_by_tokens(lengths: list[int], budget: int, packed: bool = False) -> list[list[int]]:
     """Row indices packed into micro-batches of at most `budget` tokens, padding counted (a
-    micro-batch costs rows x its longest row), rows sorted by length, longest first; a row longer
-    than the budget goes alone."""
-    return library_packing(lengths, budget)
+    micro-batch costs rows x its longest row; `packed`: the sum of its rows), rows sorted by
+    length, longest first; a row longer than the budget goes alone."""
+    return library_packing(lengths, budget, packed=packed)
 
 
 def shard(model: torch.nn.Module, device: torch.device, checkpointing: bool) -> torch.nn.Module:
@@ -159,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpointing = not args.no_checkpointing
     config = model_config(args)
     lengths = [args.seq_len] * args.rows
-    micro_batches = pack_by_tokens(lengths, args.micro_batch_tokens)
+    micro_batches = pack_by_tokens(lengths, args.micro_batch_tokens, packed=args.packed)
     rows_per_micro_batch = max(len(b) for b in micro_batches)
 
     # 1. the plan for these shapes: fake tensors, a fake process group of one rank, no device
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         chunk_size=args.chunk_size,
         micro_batches=min(2, len(micro_batches)),
         lora=lora_spec(args),
+        packed=args.packed,
     )
     started = time.perf_counter()
     if args.layers > TRACED_DEPTH + 1:  # as `python -m quadrants.plan` plans a deep model

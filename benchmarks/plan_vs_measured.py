@@ -20,6 +20,9 @@ The architectures come from their configs (SmolLM2: the shipped config.json of
 HuggingFaceTB/SmolLM2-135M-Instruct), with random weights: memory does not depend on the weights'
 values. Passes when plan/tracker and plan/RSS are within 15 % for the fp32 cases (what a CPU run
 trains: train.precision=auto is fp32 there).
+
+`--packed`: every case with its rows packed into one sequence (train.attention_layout=packed;
+memory/trace.py `policy_loss`), planned and measured alike.
 """
 
 from __future__ import annotations
@@ -58,9 +61,13 @@ def peak(trace) -> int:
     return max(trace.update.total, trace.optimizer.total)
 
 
+PACKED = "--packed" in sys.argv  # read by the child too (its command line repeats the flag)
+
+
 def spec(name: str, precision: str, checkpointing: bool, rows: int, seq: int, response: int):
     config = model_config(name)
     return config, dict(
+        packed=PACKED,
         seq_len=seq,
         response_tokens=response,
         update_rows=rows,
@@ -118,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--packed", action="store_true", help="train.attention_layout=packed")
     args = parser.parse_args(argv)
     if args.child is not None:
         print(json.dumps(measured_in_child(CASES[args.child])))
@@ -126,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for index, case in enumerate(CASES):
         plan = planned(case)
         done = subprocess.run(
-            [sys.executable, __file__, "--child", str(index)],
+            [sys.executable, __file__, "--child", str(index)] + ["--packed"] * args.packed,
             capture_output=True,
             text=True,
             check=True,
@@ -152,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         ok &= row["ok"] or row["informational"]
         rows.append(row)
         print(
-            f"{row['model']:>13} {row['precision']:>10} "
+            f"{row['model']:>13} {row['precision']:>10} {'packed ' if PACKED else ''}"
             f"ckpt={'on ' if row['checkpointing'] else 'off'}"
             f" {row['rows']}x{row['seq_len']}: plan {row['plan_gib']:.3f} GiB, tracker "
             f"{row['tracker_gib']:.3f} ({row['plan_over_tracker']:.3f}), RSS rise "

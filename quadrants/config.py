@@ -267,6 +267,11 @@ class TrainConfig:
     # policy forwards run the responses in at most this many length buckets, each cut after its
     # longest row's last token (quadrants/ops/length_buckets.py); 1 = one call per forward
     length_buckets: int = 4
+    # padded (each micro-batch a [rows, widest prompt + response] block, padding attended over and
+    # counted by the token budgets) | packed (each micro-batch's real tokens in one sequence with
+    # per-row position ids, attention kept within each row; token budgets count real tokens;
+    # Llama/Mistral/Qwen2/Qwen3 models only: quadrants/ops/packing.py, docs/performance.md)
+    attention_layout: str = "padded"
     device: str = "auto"  # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
 
 

@@ -219,6 +219,7 @@ NO_RANGE: dict[str, str] = {
     "train.minibatch_grouping": "a choice of shuffle, query, balanced, checked by validate_config",
     "reward.name": "a name, checked against rewards.confound.CONFOUNDS by validate_config",
     "train.behaviour_pass": "a choice of auto, always, checked by validate_config",
+    "train.attention_layout": "a choice of padded, packed, checked by validate_config",
     "train.cpu.matmul": "a choice of auto, torch, onednn, checked by validate_config",
     "train.cpu.sdpa_grouped_heads": "a flag",
     "train.device": "a device name, checked by quadrants/device.py validate_device",

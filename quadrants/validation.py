@@ -10,6 +10,8 @@ leaf schema. Each failure names the key and the allowed values.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from quadrants.config import (
     EvalConfig,
     ObjectiveConfig,
@@ -24,7 +26,8 @@ from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
 from quadrants.eval.plan import suite, validate_eval
 from quadrants.models.lora import target_modules as lora_target_modules
-from quadrants.models.source import check_model_source
+from quadrants.models.policy import LAYOUTS, check_packable
+from quadrants.models.source import TINY, TINY_RANDOM, check_model_source
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
@@ -147,6 +150,45 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
                 "full-length response alone (before its prompt) would not fit. Use at least "
                 f"{rollout.max_new_tokens} plus the longest prompt, or 0 for no token budget"
             )
+
+
+def validate_attention_layout(train: TrainConfig, name_or_path: str) -> None:
+    """`train.attention_layout`: a known layout; `packed` only for a model whose attention keeps
+    packed rows apart (models/policy.py `packing_refusal`), checked here where the architecture is
+    known without loading (the embedded tiny models, a local directory's config.json) and again
+    on the loaded model (run/build.py `prepare_policy`) for a hub id."""
+    if train.attention_layout not in LAYOUTS:
+        raise ValueError(
+            f"train.attention_layout={train.attention_layout!r} is unknown; choose one of "
+            f"{list(LAYOUTS)}"
+        )
+    if train.attention_layout != "packed":
+        return
+    config = local_model_config(name_or_path)
+    if config is not None:
+        check_packable(config)
+
+
+def local_model_config(name_or_path: str) -> object | None:
+    """The transformers config of the embedded tiny models or of a local directory with a
+    config.json, read without weights or network; None for anything else (a hub id)."""
+    if name_or_path in (TINY, TINY_RANDOM):
+        from quadrants.models.tiny import tiny_config
+        from quadrants.models.tokenizer import char_tokenizer
+
+        tokenizer = char_tokenizer()
+        return tiny_config(
+            len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    path = Path(name_or_path).expanduser()
+    if (path / "config.json").is_file():
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(path, local_files_only=True)
+    return None
 
 
 MINIBATCH_GROUPINGS = ("shuffle", "query", "balanced")
@@ -301,6 +343,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = Tru
             f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "
             "one of ['auto', 'always']"
         )
+    validate_attention_layout(cfg.train, cfg.model.name_or_path)
     if cfg.train.cpu.matmul not in CPU_MATMULS:
         raise ValueError(
             f"train.cpu.matmul={cfg.train.cpu.matmul!r} is unknown; choose one of "

@@ -43,20 +43,29 @@ def resolved_precision(cfg: RunConfig) -> str:
     return "bf16-mixed" if cfg.train.precision == "auto" else cfg.train.precision
 
 
+def rows_per_budget(budget: int, seq_len: int, packed: bool) -> int:
+    """Full rows of `seq_len` tokens the plan traces for a token budget: a budget of padded tokens
+    holds at most budget // seq_len of them (at least 1: a longer row runs alone); a budget of real
+    tokens (train.attention_layout=packed) holds up to `budget` tokens of shorter rows, traced as
+    enough full rows to hold them, ceil(budget / seq_len)."""
+    return max(1, math.ceil(budget / seq_len) if packed else budget // seq_len)
+
+
 def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInputs:
     train = cfg.train
     seq_len = cfg.task.max_prompt_tokens + cfg.rollout.max_new_tokens
     step_rows = cfg.train.prompts_per_step * cfg.rollout.group_size
     share = max(1, min(train.mini_batch_size, step_rows) // world_size)
+    packed = train.attention_layout == "packed"
     if train.micro_batch_tokens > 0:
-        update_rows = max(1, train.micro_batch_tokens // seq_len)
+        update_rows = rows_per_budget(train.micro_batch_tokens, seq_len, packed)
     elif train.micro_batch_size > 0:
         update_rows = train.micro_batch_size
     else:
         update_rows = share
     update_rows = min(update_rows, share)
     if train.forward_tokens > 0:
-        forward_rows = max(1, train.forward_tokens // seq_len)
+        forward_rows = rows_per_budget(train.forward_tokens, seq_len, packed)
     else:
         forward_rows = train.mini_batch_size
     forward_rows = min(forward_rows, max(1, step_rows // world_size))
@@ -73,6 +82,7 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
         forward_rows=forward_rows,
         chunk_size=train.entropy_chunk_size,
         micro_batches=math.ceil(share / update_rows),
+        packed=packed,
         engine=cfg.rollout.engine,
         rollout=cfg.rollout,
         **dict(zip(("device_bytes", "device_source"), device_total(cfg), strict=True)),

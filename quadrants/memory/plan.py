@@ -105,6 +105,7 @@ class PlanInputs:
     allocator_headroom: float = 0.0
     # model.lora: adapters trained on a frozen base (memory/trace.py); None: full fine-tuning
     lora: LoraSpec | None = None
+    packed: bool = False  # train.attention_layout=packed: each micro-batch one packed sequence
 
     def trace_key(self) -> tuple:
         """What the trainer's trace depends on (plans of one sweep's jobs share one trace)."""
@@ -121,6 +122,7 @@ class PlanInputs:
             self.chunk_size,
             min(2, max(self.micro_batches, 1)),
             self.lora,
+            self.packed,
         )
 
 
@@ -243,6 +245,7 @@ def trace_at(inputs: PlanInputs, layers: int) -> StepTrace:
             chunk_size=inputs.chunk_size,
             micro_batches=min(2, max(inputs.micro_batches, 1)),
             lora=inputs.lora,
+            packed=inputs.packed,
         )
     )
 

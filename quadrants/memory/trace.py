@@ -68,7 +68,8 @@ from transformers import AutoModelForCausalLM, PretrainedConfig
 
 from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.models.lora import apply_lora, trainable_parameters
-from quadrants.models.policy import plain_logprobs
+from quadrants.models.policy import packed_forward, plain_logprobs
+from quadrants.ops.packing import pack_full_rows
 from quadrants.ops.precision import resolve_precision, store_frozen_linears
 
 GiB = 2**30
@@ -164,6 +165,8 @@ class TraceSpec:
     fake: bool = True  # fake tensors and a fake process group (False: real tensors, here)
     device: str = "cpu"
     lora: LoraSpec | None = None  # LoRA adapters on the model (None: full fine-tuning)
+    # the rows of each forward packed into one sequence (train.attention_layout=packed)
+    packed: bool = False
 
 
 @dataclass
@@ -289,7 +292,22 @@ def policy_loss(
     gradient (the objective's own [rows, T] terms are negligible next to the model's), through the
     policy's one-forward path (models/policy.py `plain_logprobs`). The fused head's backward
     recomputes every row (`skip_gradless=False`): the path of most memory, and the one that asks
-    no data-dependent question of the gradients, which fake tensors cannot answer."""
+    no data-dependent question of the gradients, which fake tensors cannot answer.
+
+    `spec.packed`: the rows packed into one [1, rows x (seq_len - 1)] sequence
+    (train.attention_layout=packed; ops/packing.py `pack_full_rows`, laid out from the shapes),
+    through the policy's packed forward (models/policy.py `packed_forward`), with the attention
+    mask transformers builds for it (a [1, 1, N, N] boolean block-diagonal mask under SDPA)."""
+    if spec.packed:
+        logp, entropy = packed_forward(
+            model,
+            pack_full_rows(ids, spec.response_tokens),
+            temperature=1.0,
+            chunk_size=spec.chunk_size,
+            with_entropy=True,
+            skip_gradless=False,
+        )
+        return -(logp.mean() + 0.01 * entropy.mean())  # type: ignore[union-attr]
     logp, entropy = plain_logprobs(
         model,
         ids,

@@ -20,6 +20,11 @@ the duration of the call the head's `forward` is replaced by one that returns [B
 (logp, entropy) in place of the logits, so the [B, T, V] logits never exist, in the update's forward
 and backward nor in the no-grad passes. The module, its parameters and any FSDP hooks stay as they
 are. Other models take the logits and reduce them in row chunks (ops/entropy.py).
+
+`train.attention_layout=packed` replaces all of the above but the head (`packed_logprobs`): the
+rows' real tokens go end to end in one sequence with per-row position ids and no attention mask,
+which transformers keeps apart row by row (ops/packing.py); no padding, no buckets, no shared
+prompt, one call whatever the rows (so FSDP ranks make the same calls).
 """
 
 from __future__ import annotations
@@ -37,8 +42,10 @@ from transformers.cache_utils import DynamicLayer
 from quadrants.ops.entropy import logprobs_and_entropy
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.ops.length_buckets import length_buckets, response_spans
+from quadrants.ops.packing import PackedRows, pack_rows, unpack
 
 MAX_LENGTH_BUCKETS = 4  # response-length buckets per forward (1 under FSDP: ranks make equal calls)
+LAYOUTS = ("padded", "packed")  # train.attention_layout
 
 # config attributes that change logits after the head; a model with any of them
 # set takes the logits path
@@ -63,6 +70,44 @@ def fused_head(model: nn.Module) -> nn.Linear | None:
     ):
         return None
     return head
+
+
+# model families whose transformers modelling builds its masks with masking_utils'
+# `create_causal_mask` / `create_sliding_window_causal_mask` from the position ids (checked in
+# transformers 5.23: models/{llama,mistral,qwen2,qwen3}/modeling_*.py), so that packed rows stay
+# apart under SDPA, eager, flex and flash attention (ops/packing.py); other families may attend
+# across rows or carry a recurrent state from one row into the next
+PACKED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+_PACKED_LAYER_TYPES = ("full_attention", "sliding_attention")
+_PACKED_ATTENTIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+
+
+def packing_refusal(config: object) -> str | None:
+    """Why `train.attention_layout=packed` cannot run a model of this transformers `config`, or
+    None when it can: a family outside `PACKED_MODEL_TYPES`, a layer that is not plain or
+    sliding-window attention, or an attention implementation that does not read packed position
+    ids (a loaded model's `config._attn_implementation`; None before loading)."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in PACKED_MODEL_TYPES:
+        return (
+            f"the model's family {model_type!r} is not one whose attention keeps packed rows "
+            f"apart ({', '.join(PACKED_MODEL_TYPES)})"
+        )
+    layers = getattr(config, "layer_types", None) or []
+    other = sorted({kind for kind in layers if kind not in _PACKED_LAYER_TYPES})
+    if other:
+        return f"the model has {', '.join(other)} layers, which packed rows would run through"
+    attention = getattr(config, "_attn_implementation", None)
+    if attention is not None and attention not in _PACKED_ATTENTIONS:
+        return f"its attention implementation {attention!r} does not read packed position ids"
+    return None
+
+
+def check_packable(config: object, key: str = "train.attention_layout") -> None:
+    """Raise ValueError naming `key` and the fix when `packing_refusal` refuses `config`."""
+    reason = packing_refusal(config)
+    if reason is not None:
+        raise ValueError(f"{key}=packed: {reason}. Set {key}=padded for this model")
 
 
 @contextmanager
@@ -141,6 +186,7 @@ def response_logprobs(
     with_entropy: bool,
     share_prompts: str = "auto",
     max_buckets: int = MAX_LENGTH_BUCKETS,
+    layout: str = "padded",
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (and entropy) of the response tokens under `model` at `temperature`.
 
@@ -156,11 +202,27 @@ def response_logprobs(
             longest row's last real token (ops/length_buckets.py); 1: one call, still cut after
             the batch's last real token. Under FSDP every rank must pass the same value, and 1
             (the number of calls must not depend on a rank's rows).
+        layout: `padded` (the above); `packed`: one call over the rows' real tokens end to end
+            (`packed_logprobs`; no buckets, no shared prompts: `share_prompts` and `max_buckets`
+            are not read).
 
     Returns:
         (logp [B, T] float32, entropy [B, T] float32 or None); differentiable if grad is enabled.
-        Positions a bucket cuts (after its longest row's last token) hold 0.
+        Positions a bucket cuts (after its longest row's last token) hold 0; packed, every
+        position after a row's last real response token.
     """
+    if layout == "packed":
+        return packed_logprobs(
+            model,
+            sequences,
+            attention_mask,
+            response_length,
+            temperature=temperature,
+            chunk_size=chunk_size,
+            with_entropy=with_entropy,
+        )
+    if layout != "padded":
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if response_length < 1:
         buckets = [(torch.arange(sequences.shape[0], device=sequences.device), response_length)]
     else:
@@ -261,6 +323,72 @@ def plain_logprobs(
     logits = model(**inputs).logits  # position P-1+t predicts response token t
     logits = logits[:, logits.shape[1] - response_length :]  # [B, T, V]
     return logprobs_and_entropy(logits, targets, temperature, chunk_size, with_entropy=with_entropy)
+
+
+def packed_logprobs(
+    model: nn.Module,
+    sequences: Tensor,
+    attention_mask: Tensor,
+    response_length: int,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+    skip_gradless: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """`plain_logprobs` without padding: the rows' real tokens in one [1, N] sequence with each
+    row's own position ids and no attention mask (ops/packing.py `pack_rows`), which transformers'
+    attention keeps apart row by row (block-diagonal causal mask under SDPA and eager, varlen under
+    flash attention: ops/packing.py names the source). The same function of the weights as the
+    padded forward; float rounding differs (tests/unit/models/test_packed_forward.py). Positions
+    after a row's last real response token hold 0."""
+    packed = pack_rows(sequences, attention_mask, response_length)
+    logp, entropy = packed_forward(
+        model,
+        packed,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        skip_gradless=skip_gradless,
+    )
+    return unpack(logp, packed), None if entropy is None else unpack(entropy, packed)
+
+
+def packed_forward(
+    model: nn.Module,
+    packed: PackedRows,
+    *,
+    temperature: float,
+    chunk_size: int,
+    with_entropy: bool,
+    skip_gradless: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """(logp [M], entropy [M] or None) of `packed`'s targets: one call over its [1, N] tokens, and
+    only the M positions that predict a target reach the LM head (`logits_to_keep` as a tensor of
+    positions: transformers/modeling_utils.py `slice_logits_to_keep`). Asks nothing of the data
+    (the memory plan traces it on fake tensors: memory/trace.py)."""
+    keep = packed.states
+    if keep.shape[0] == 0:  # no target (T = 0 or no response token): one state, dropped
+        keep = torch.full((1,), packed.input_ids.shape[1] - 1, device=keep.device)
+    inputs = dict(
+        input_ids=packed.input_ids,
+        position_ids=packed.position_ids,
+        attention_mask=None,  # the packed format: transformers reads the rows from position_ids
+        logits_to_keep=keep,
+        use_cache=False,
+    )
+    targets = packed.targets[None, :]  # [1, M]
+    head = fused_head(model)
+    if head is not None:
+        with _head_reduces(head, targets, temperature, chunk_size, skip_gradless=skip_gradless):
+            reduced = model(**inputs).logits[0]  # [M, 2]
+        return reduced[:, 0], reduced[:, 1] if with_entropy else None
+    logits = model(**inputs).logits  # [1, M (or 1), V]
+    logits = logits[:, logits.shape[1] - targets.shape[1] :]
+    logp, entropy = logprobs_and_entropy(
+        logits, targets, temperature, chunk_size, with_entropy=with_entropy
+    )
+    return logp[0], None if entropy is None else entropy[0]
 
 
 def shared_prompts(
@@ -379,9 +507,10 @@ def behaviour_pass(
     batch_size: int,
     share_prompts: str = "auto",
     max_buckets: int = MAX_LENGTH_BUCKETS,
+    layout: str = "padded",
 ) -> tuple[Tensor, Tensor]:
     """One no-grad pass giving old log-probs and entropy, `batch_size` sequences at a time
-    (`share_prompts`, `max_buckets` as in `response_logprobs`).
+    (`share_prompts`, `max_buckets`, `layout` as in `response_logprobs`).
 
     Returns:
         (old_logp [B, T], entropy [B, T]) float32.
@@ -400,6 +529,7 @@ def behaviour_pass(
             with_entropy=True,
             share_prompts=share_prompts,
             max_buckets=max_buckets,
+            layout=layout,
         )
         logps.append(logp)
         ents.append(ent)

@@ -17,6 +17,9 @@ back after. It does not ask for `output_attentions=True`, which would collect ev
 `capture_outputs`); a forward hook on each chosen layer's attention module reduces that layer's
 weights to [b, T] entropies as soon as they are computed, so one layer's weights live at a time.
 
+Under `train.attention_layout=packed` the adapter residual runs packed as the policy's forwards do;
+the attention entropy stays padded (`attention_entropy_pass` says why).
+
 Adapter residual: the decoder's last hidden state (by default; `model.lora.residual_layer` picks
 another entry of transformers' `hidden_states`, where 0 is the embeddings and −1 the final,
 normed state the LM head reads: `capture_outputs` ties hidden_states[-1] to `last_hidden_state`)
@@ -36,6 +39,7 @@ from quadrants.models.lora import adapters_disabled
 from quadrants.models.policy import position_ids_from_mask
 from quadrants.ops.adapter_credit import residual_norm
 from quadrants.ops.attention_entropy import head_mean_entropy
+from quadrants.ops.packing import PackedRows, pack_rows, unpack
 
 EAGER = "eager"
 
@@ -83,15 +87,32 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
 
 
 def _forward_rows(
-    module: nn.Module, sequences: Tensor, attention_mask: Tensor, **kwargs: object
+    module: nn.Module, sequences: Tensor, attention_mask: Tensor, packed: PackedRows | None = None
 ) -> object:
+    """`module` over the rows: padded, or with `packed`, over its one sequence of real tokens
+    (ops/packing.py: attention kept within each row, no attention mask)."""
+    if packed is not None:
+        return module(
+            input_ids=packed.input_ids,
+            position_ids=packed.position_ids,
+            attention_mask=None,
+            use_cache=False,
+        )
     return module(
         input_ids=sequences,
         attention_mask=attention_mask.long(),
         position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,
-        **kwargs,
     )
+
+
+def _predicting(values: Tensor, response_length: int, packed: PackedRows | None) -> Tensor:
+    """The entries of `values` [b, L, ...] (padded) or [1, N, ...] (packed) at the positions that
+    predict the T response tokens: [b, T, ...], padded; packed, [1, M, ...] (unpacked by the
+    caller once reduced)."""
+    if packed is None:
+        return values[:, -response_length - 1 : -1]
+    return values[:, packed.states]
 
 
 @torch.no_grad()
@@ -105,7 +126,12 @@ def attention_entropy_pass(
     batch_size: int,
 ) -> Tensor:
     """Per response token, the attention entropy (nats) of the position that predicts it, averaged
-    over the heads of the chosen layers and over those layers. [B, L] -> [B, T] float32."""
+    over the heads of the chosen layers and over those layers. [B, L] -> [B, T] float32.
+
+    Always over padded rows, whatever train.attention_layout says: eager attention materialises
+    each layer's [b, H, L, L] weights, and b rows packed into one sequence of N ≈ b·L tokens would
+    make them [1, H, N, N], b times larger, for the same entropies (a key of another row gets
+    weight 0, as a padded key does)."""
     modules = decoder_layers(model)
     picked = chosen_layers(len(modules), layers)
     found: list[Tensor] = []
@@ -167,11 +193,15 @@ def adapter_residual_pass(
     *,
     layer: int = -1,
     batch_size: int,
+    layout: str = "padded",
 ) -> Tensor:
     """Per response token, ||h_adapted − h_base||_2 at hidden-state entry `layer` of the position
     that predicts it (module docstring). Only that one hidden state is kept: a forward hook on the
     module that outputs it, or the decoder's `last_hidden_state` for −1 (asking transformers for
-    `output_hidden_states` would keep all n + 1 of them for the chunk). [B, L] -> [B, T] float32."""
+    `output_hidden_states` would keep all n + 1 of them for the chunk). [B, L] -> [B, T] float32.
+    `layout=packed` (train.attention_layout): each chunk's rows as one sequence of their real tokens
+    (ops/packing.py), as the policy's forwards run them; positions after a row's last real response
+    token hold 0."""
     was_training = model.training
     model.eval()
     decoder = model.get_decoder()
@@ -186,17 +216,21 @@ def adapter_residual_pass(
     try:
         for start in range(0, sequences.shape[0], batch_size):
             rows = slice(start, start + batch_size)
+            packed = None
+            if layout == "packed":
+                packed = pack_rows(sequences[rows], attention_mask[rows], response_length)
 
-            def state(rows: slice = rows) -> Tensor:
+            def state(rows: slice = rows, packed: PackedRows | None = packed) -> Tensor:
                 caught.clear()
-                last = _forward_rows(decoder, sequences[rows], attention_mask[rows])
+                last = _forward_rows(decoder, sequences[rows], attention_mask[rows], packed)
                 hidden = last.last_hidden_state if source is None else caught[0]
-                return hidden[:, -response_length - 1 : -1]  # [b, T, d]
+                return _predicting(hidden, response_length, packed)  # [b, T, d] ([1, M, d])
 
             adapted = state()
             with adapters_disabled(model):
                 base = state()
-            out.append(residual_norm(adapted, base))
+            norm = residual_norm(adapted, base)
+            out.append(norm if packed is None else unpack(norm[0], packed))
     finally:
         if hook is not None:
             hook.remove()

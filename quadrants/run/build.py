@@ -29,6 +29,7 @@ from quadrants.distributed.collectives import current as current_dist
 from quadrants.distributed.placement import Sharded
 from quadrants.models.loading import load_policy
 from quadrants.models.lora import trainable_parameters
+from quadrants.models.policy import check_packable
 from quadrants.ops.precision import cast_on_device, resolve_precision, store_parameters
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine
@@ -140,6 +141,8 @@ def prepare_policy(
     the cast: the HF engine samples from the trainer's parameters in their stored dtype (under
     autocast when they are stored in two dtypes, rollout/hf.py)."""
     check_layout(cfg, env.world_size)
+    if cfg.train.attention_layout == "packed":  # a hub id's architecture is known only now
+        check_packable(model.config)
     kind = get_engine(cfg.rollout.engine)
     device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
     precision = resolve_precision(cfg.train.precision, device)

@@ -106,6 +106,7 @@ def pass_settings(rollout: RolloutConfig, train: TrainConfig) -> PassSettings:
         batch_size=train.mini_batch_size,
         length_buckets=train.length_buckets,
         forward_tokens=train.forward_tokens,
+        layout=train.attention_layout,
     )
 
 

@@ -40,8 +40,11 @@ class PassSettings:
             `forward_tokens` is 0.
         length_buckets: at most this many response-length buckets per forward
             (train.length_buckets; models/policy.py).
-        forward_tokens: a no-grad pass's rows packed into calls of at most this many padded
-            tokens per rank (train.forward_tokens; train/micro_batches.py); 0 = `batch_size` rows.
+        forward_tokens: a no-grad pass's rows packed into calls of at most this many tokens per
+            rank (train.forward_tokens; train/micro_batches.py: padded tokens under the padded
+            layout, real tokens under the packed one); 0 = `batch_size` rows.
+        layout: `padded` or `packed` (train.attention_layout): how every policy forward lays out
+            its rows (models/policy.py `response_logprobs`).
     """
 
     temperature: float
@@ -49,6 +52,11 @@ class PassSettings:
     batch_size: int
     length_buckets: int = 1
     forward_tokens: int = 0
+    layout: str = "padded"
+
+    @property
+    def packed(self) -> bool:
+        return self.layout == "packed"
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,9 @@ def token_signals(
         layer = settings.residual_layer
         out["adapter_residual"] = _over_ranks(
             forwards,
-            lambda s, m: adapter_residual_pass(model, s, m, length, layer=layer, batch_size=rows),
+            lambda s, m: adapter_residual_pass(
+                model, s, m, length, layer=layer, batch_size=rows, layout=passes.layout
+            ),
             sequences,
             attention_mask,
         )

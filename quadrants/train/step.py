@@ -546,13 +546,14 @@ def backward_minibatch(
     valued: list[Tensor] = []
     graded = by_length if carried is None else by_length[carried[by_length]]
     if settings.micro_batch_tokens:  # micro-batches by token budget (train/micro_batches.py)
-        lengths = row_lengths(mini.attention_mask, mini.response_length)
-        with_grad = token_groups(lengths, graded, settings.micro_batch_tokens, world)
+        packed = forwards.passes.packed  # the budgets count real tokens (train/micro_batches.py)
+        lengths = row_lengths(mini.attention_mask, mini.response_length, packed=packed)
+        with_grad = token_groups(lengths, graded, settings.micro_batch_tokens, world, packed=packed)
         split = len(with_grad) > 1
         every_row = torch.arange(mini.batch_size, device=graded.device)
         first = every_row if split or carried is None else torch.nonzero(~carried).squeeze(1)
         budget = settings.forward_tokens or settings.micro_batch_tokens
-        valued = token_groups(lengths, first, budget, world) if first.numel() else []
+        valued = token_groups(lengths, first, budget, world, packed=packed) if first.numel() else []
     else:
         split = bool(micro)
         size = micro or mini.batch_size
@@ -839,6 +840,7 @@ def no_grad_pass(
             max_buckets=passes.length_buckets,
         )
     )
+    options["layout"] = passes.layout
     with forwards.precision.autocast(forwards.device):
         if not passes.forward_tokens:
             share = placement.share(sequences.shape[0])
@@ -847,8 +849,10 @@ def no_grad_pass(
             )
             return placement.gather_rows(logp), placement.gather_rows(entropy)
         rows = torch.arange(sequences.shape[0], device=sequences.device)
-        lengths = row_lengths(attention_mask, length)
-        groups = token_groups(lengths, rows, passes.forward_tokens, placement.world_size)
+        lengths = row_lengths(attention_mask, length, packed=passes.packed)
+        groups = token_groups(
+            lengths, rows, passes.forward_tokens, placement.world_size, packed=passes.packed
+        )
         logp = torch.zeros(sequences.shape[0], length, device=sequences.device)
         entropy = torch.zeros(sequences.shape[0], length, device=sequences.device)
         for group in groups:
@@ -882,6 +886,7 @@ def policy_output(
             temperature=passes.temperature,
             chunk_size=passes.chunk_size,
             with_entropy=with_entropy,
+            layout=passes.layout,
             **options,
         )
     return PolicyOutput(

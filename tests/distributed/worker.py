@@ -44,6 +44,9 @@ CASES: dict[str, dict[str, Any]] = {
     "dapo_refill": dict(
         objective="dapo", params={}, rollout=dict(refill_rounds=3, overlong_buffer=10)
     ),
+    # micro-batches by a token budget (train/micro_batches.py): 2 steps of DAPO, whose constant
+    # groups carry no gradient (tests/distributed/test_packed.py: padded tokens against real ones)
+    "dapo_tokens": dict(objective="dapo", params={}, train=dict(micro_batch_tokens=120)),
     # the remaining registered objectives (tests/distributed/test_behaviour_pass.py runs every one)
     "dapo": dict(objective="dapo", params={}),
     "clip_cov": dict(objective="clip_cov", params={"fraction": 0.02}),
@@ -95,10 +98,14 @@ class RecordingTracker(NullTracker):
 
 
 def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
-    """`case` is a name of CASES, optionally prefixed "always-": train.behaviour_pass=always."""
-    spec = CASES[case.removeprefix("always-")]
+    """`case` is a name of CASES, optionally prefixed "always-": train.behaviour_pass=always, or
+    "packed-": that and train.attention_layout=packed."""
+    packed = case.startswith("packed-")
+    spec = CASES[case.removeprefix("always-").removeprefix("packed-")]
     cfg = RunConfig(seed=3, run_dir=str(run_dir))
-    cfg.train.behaviour_pass = "always" if case.startswith("always-") else "auto"
+    always = case.startswith("always-") or packed
+    cfg.train.behaviour_pass = "always" if always else "auto"
+    cfg.train.attention_layout = "packed" if packed else "padded"
     cfg.model.name_or_path = "tiny"
     cfg.objective.name = spec["objective"]
     cfg.objective.params = dict(spec["params"])

@@ -37,7 +37,9 @@ runpy.run_path({script!r}, run_name="__main__")
 
 
 @pytest.mark.integration  # runs the command as a subprocess
-@pytest.mark.parametrize("extra", [[], ["--lora-rank", "4"]], ids=["full", "lora"])
+@pytest.mark.parametrize(
+    "extra", [[], ["--lora-rank", "4"], ["--packed"]], ids=["full", "lora", "packed"]
+)
 def test_smoke_runs_without_hydra_omegaconf_mlflow(tmp_path: Path, extra: list[str]) -> None:
     out = tmp_path / "figures.json"
     code = RUNNER.format(
@@ -60,7 +62,7 @@ def test_smoke_runs_without_hydra_omegaconf_mlflow(tmp_path: Path, extra: list[s
     assert abs(figures["plan_over_measured"] - 1) <= 0.15
     # none of the blocked packages was imported by the script (they could not have been)
     assert "hydra" not in done.stderr
-    if extra:
+    if "--lora-rank" in extra:
         # rank 4 on the smoke model's 7 projections (hidden 128, 4 heads of 32, 2 key-value
         # heads, MLP 256): r x (in + out) = 4 x (256 + 192 + 192 + 256 + 384 + 384 + 384)
         # = 8,192 per layer (q, k, v, o, gate, up, down), 2 layers = 16,384

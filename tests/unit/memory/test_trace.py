@@ -125,3 +125,19 @@ def test_checkpointing_keeps_less_than_the_plain_update(tiny):
         spec(tiny, sharded=False, layers=2, seq_len=96, response_tokens=64, checkpointing=True)
     )
     assert kept.held.activations < plain.held.activations
+
+
+@pytest.mark.slow
+def test_the_packed_update_is_traced_with_its_block_diagonal_mask(tiny):
+    """train.attention_layout=packed: the 4 rows of 96 tokens go forward as one sequence of
+    N = 4 x 95 = 380 tokens (each row's last token is a target only). The same tokens pass the same
+    layers, so the activations kept for backward are the padded trace's plus the [1, 1, N, N]
+    boolean block-diagonal mask SDPA reads (N^2 = 144,400 bytes) and the mask's construction
+    temporaries: more than N^2 and less than 2 N^2 above the padded trace's."""
+    shape = dict(sharded=False, seq_len=96, response_tokens=64, update_rows=4, micro_batches=1)
+    padded = trace_step(spec(tiny, **shape))
+    packed = trace_step(spec(tiny, packed=True, **shape))
+    extra = packed.held.activations - padded.held.activations
+    assert 380**2 <= extra <= 2 * 380**2
+    assert packed.parameters == padded.parameters
+    assert packed.held.gradients == padded.held.gradients

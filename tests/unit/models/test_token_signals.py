@@ -109,3 +109,23 @@ def test_a_residual_layer_out_of_range_names_the_key():
     sequences, mask = rows()
     with pytest.raises(ValueError, match=r"model.lora.residual_layer=9 is out of range"):
         adapter_residual_pass(model, sequences, mask, T, layer=9, batch_size=2)
+
+
+@pytest.mark.slow
+def test_the_packed_adapter_residual_equals_the_padded_one():
+    """train.attention_layout=packed: the rows as one sequence of their real tokens
+    (ops/packing.py). The adapter residual equals the padded pass's to float rounding (1e-5, the
+    packed forward's tolerance: tests/unit/models/test_packed_forward.py) on every real response
+    token, after the adapters are moved off peft's B = 0; packed, row 2's last position (after its
+    last real token) holds 0."""
+    sequences, mask = rows()
+    response = mask[:, -T:]
+    model, _ = load_policy("tiny-random", seed=0, lora=LoraConfig(enabled=True, rank=4, alpha=8.0))
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in trainable_parameters(model):
+            p.copy_(0.05 * torch.randn(p.shape, generator=gen))
+    padded = adapter_residual_pass(model, sequences, mask, T, batch_size=3)
+    packed = adapter_residual_pass(model, sequences, mask, T, batch_size=3, layout="packed")
+    torch.testing.assert_close(packed[response], padded[response], rtol=0, atol=1e-5)
+    assert (packed[response] > 0).all() and packed[2, -1] == 0

@@ -1,0 +1,138 @@
+"""train.attention_layout=packed: every pass of the step gives what the padded layout gives.
+
+The update (one call, micro-batches by a token budget, rows without gradient under quadrant
+isolation) for every registered objective: loss, logged metrics and gradients; and the no-grad
+passes (behaviour, reference, |Δ log-prob|: `no_grad_pass`), one call and by token budget. The batch
+has left-padded prompts of 8, 1 and 4 tokens (one per group of 2) and responses of 12, 1, 3, 12, 2
+and 7 tokens: very unequal rows, 6 x 20 = 120 padded positions against 59 real tokens.
+
+Tolerances (float32 on the CPU, hand-set): the packed forward runs the same arithmetic over other
+shapes, so its log-probs round differently at ~1e-6 (tests/unit/models/test_packed_forward.py);
+through the loss that gives 1e-5 absolute on the loss and on each metric (means of log-prob
+ratios, entropies and fractions of order 1) and 1e-4 relative + 1e-6 absolute on each gradient
+entry, the tolerance tests/unit/train/test_accumulate.py allows sums in another order.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from quadrants.config import RunConfig
+from quadrants.models.loading import load_policy
+from quadrants.models.policy import behaviour_pass
+from quadrants.objectives.batch import make_token_batch
+from quadrants.objectives.registry import known_objectives
+from quadrants.run.settings import build_step
+from quadrants.train.context import Forwards, PassSettings
+from quadrants.train.step import backward_minibatch, no_grad_pass
+from tests.unit.train.test_accumulate import PARAMS
+
+PROMPTS = (8, 8, 1, 1, 4, 4)  # real prompt tokens, left-padded to 8 (a group shares its prompt)
+RESPONSES = (12, 1, 3, 12, 2, 7)  # real response tokens of T = 12
+WIDTH, T = 8, 12
+
+
+def unequal_batch(model, noise: float = 0.05):
+    """Rewards [1, 0 | 1, 1 | 0, 1]: the middle group is constant (DAPO drops it), rows 0 and 5
+    positive, 1 and 4 negative. Old log-probs from the padded behaviour pass, perturbed by
+    `noise` so that the ratios are not all 1."""
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(3, 60, (3, WIDTH), generator=gen).repeat_interleave(2, dim=0)
+    sequences = torch.cat([prompts, torch.randint(3, 60, (6, T), generator=gen)], dim=1)
+    columns = torch.arange(WIDTH + T)
+    starts = torch.tensor([WIDTH - p for p in PROMPTS])
+    ends = torch.tensor([WIDTH + r for r in RESPONSES])
+    attention_mask = (columns[None] >= starts[:, None]) & (columns[None] < ends[:, None])
+    sequences = sequences.masked_fill(~attention_mask, 0)
+    response_mask = attention_mask[:, WIDTH:]
+    logp, entropy = behaviour_pass(
+        model, sequences, attention_mask, T, temperature=1.0, chunk_size=7, batch_size=6
+    )
+    logp = logp + noise * torch.randn(6, T, generator=gen)
+    return make_token_batch(
+        sequences=sequences,
+        attention_mask=attention_mask,
+        response_mask=response_mask,
+        old_logp=logp * response_mask,
+        entropy=entropy * response_mask,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]),
+        group_ids=torch.tensor([0, 0, 1, 1, 2, 2]),
+    )
+
+
+def update(objective: str, layout: str, model, batch, *, keep="all", tokens=0):
+    model = copy.deepcopy(model)
+    cfg = RunConfig()
+    cfg.quadrant.keep = keep
+    cfg.objective.name = objective
+    cfg.objective.params = PARAMS.get(objective, {})
+    cfg.train.micro_batch_size = 0
+    cfg.train.micro_batch_tokens = tokens
+    cfg.train.entropy_chunk_size = 7
+    cfg.train.attention_layout = layout
+    ctx = build_step(cfg, model)
+    assert ctx.forwards.passes.layout == layout
+    torch.manual_seed(0)  # the same draws in both layouts (Clip-Cov)
+    loss, metrics = backward_minibatch(
+        ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, None
+    )
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss, metrics, grads
+
+
+# (keep, micro_batch_tokens): one call; micro-batches of at most 24 tokens (padded: rows of
+# 8 + span, at most 2 x 9 or one longer row per call; packed: real tokens, e.g. rows 2 + 4 + 5 ...
+# so the two layouts split the mini-batch differently and must still agree); rows without a kept
+# token (PHR: the negative rows 1 and 4 and the constant group carry no gradient under most
+# objectives) run without grad
+CASES = (("all", 0), ("all", 24), ("PHR", 0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", known_objectives())
+def test_packed_update_equals_the_padded_one(objective):
+    torch.manual_seed(0)
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = unequal_batch(model)
+    for keep, tokens in CASES:
+        where = f"keep={keep} micro_batch_tokens={tokens}"
+        loss, metrics, grads = update(objective, "packed", model, batch, keep=keep, tokens=tokens)
+        loss0, metrics0, grads0 = update(
+            objective, "padded", model, batch, keep=keep, tokens=tokens
+        )
+        torch.testing.assert_close(loss, loss0, rtol=0, atol=1e-5, msg=where)
+        assert set(metrics) == set(metrics0) and metrics0, where
+        for name, value in metrics0.items():
+            torch.testing.assert_close(
+                metrics[name], value, rtol=0, atol=1e-5, msg=f"{where}: {name}"
+            )
+        assert set(grads) == set(grads0), where
+        if keep == "all":
+            assert sum(g.abs().sum() for g in grads0.values()) > 0, where
+        for name, grad in grads0.items():
+            torch.testing.assert_close(
+                grads[name], grad, rtol=1e-4, atol=1e-6, msg=f"{where}: {name}"
+            )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forward_tokens", [0, 24])
+def test_packed_no_grad_pass_equals_the_padded_one(forward_tokens):
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = unequal_batch(model)
+    args = (model, batch.sequences, batch.attention_mask, T)
+    results = {}
+    for layout in ("packed", "padded"):
+        passes = PassSettings(
+            temperature=1.0, chunk_size=7, batch_size=6, forward_tokens=forward_tokens
+        )
+        forwards = Forwards(dataclasses.replace(passes, layout=layout))
+        results[layout] = no_grad_pass(forwards, *args)
+    mask = batch.response_mask
+    for packed, padded in zip(results["packed"], results["padded"]):
+        torch.testing.assert_close(packed * mask, padded * mask, rtol=0, atol=1e-5)
+        assert (packed[mask] != 0).all()
