@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Worker
+from .harness import LAYOUT_CASES, Worker
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +31,23 @@ CASES = [
 def equivalent_runs(tmp_path_factory, base_policy, worker) -> Path:
     """The same cases trained by 1 plain process (`one/`) and by 2 gloo ranks (`two/`)."""
     return one_and_two_ranks(tmp_path_factory.mktemp("equivalence"), CASES, worker)
+
+
+@pytest.fixture(scope="session")
+def recompute_runs(tmp_path_factory, base_policy, worker) -> Path:
+    """One 2-rank launch (one step each) of every objective that trains without LoRA, as it
+    comes (engine numbers: `NAME`), with the behaviour pass recomputed (`always-NAME`) and packed
+    (`packed-NAME`), and of LAYOUT_CASES recomputed and packed: test_behaviour_pass.py and
+    test_packed.py read it, so the two share one process start-up and one set of rollouts."""
+    from quadrants.objectives.registry import known_objectives
+    from quadrants.validation import NEEDS_LORA
+
+    objectives = [name for name in known_objectives() if name not in NEEDS_LORA]
+    cases = [f"{prefix}{name}:1" for name in objectives for prefix in ("", "always-", "packed-")]
+    cases += [f"{prefix}{name}:1" for name in LAYOUT_CASES for prefix in ("always-", "packed-")]
+    root = tmp_path_factory.mktemp("recompute")
+    worker.run(root, cases, ranks=2, timeout=2700)
+    return root
 
 
 EVAL_CASES = ["grpo_eval:1", "grpo_bench:1"]  # evaluation at step 0 and after step 1

@@ -16,6 +16,10 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 WORKER = Path(__file__).with_name("worker.py")
 
 
+# cases trained beside every objective by conftest.py `recompute_runs`: micro-batches, a token budget
+LAYOUT_CASES = ["PHR_micro", "dapo_tokens"]
+
+
 class Worker:
     """Run the training worker and read its outputs (the `worker` fixture of tests/distributed)."""
 

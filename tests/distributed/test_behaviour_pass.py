@@ -29,20 +29,12 @@ MISMATCH = ("train/engine_logp_abs_diff", "train/engine_logp_abs_diff_max")
 # of 1.0-1.1e-5 measured with oneDNN (under 1e-5 with MKL), so 5e-5 for it; 1e-5 for the rest.
 
 
-@pytest.fixture(scope="module")
-def two_rank_runs(tmp_path_factory, base_policy, worker):
-    root = tmp_path_factory.mktemp("behaviour_pass")
-    cases = [f"{prefix}{name}:1" for name in OBJECTIVES for prefix in ("", "always-")]
-    worker.run(root, cases, ranks=2, timeout=1200)
-    return root
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", OBJECTIVES)
-def test_engine_numbers_equal_the_sharded_recompute(two_rank_runs, worker, objective):
+def test_engine_numbers_equal_the_sharded_recompute(recompute_runs, worker, objective):
     auto, always = (
-        worker.logged(two_rank_runs / objective),
-        worker.logged(two_rank_runs / f"always-{objective}"),
+        worker.logged(recompute_runs / objective),
+        worker.logged(recompute_runs / f"always-{objective}"),
     )
     assert auto["world_size"] == always["world_size"] == 2
     a, b = always["steps"]["1"], auto["steps"]["1"]

@@ -1,17 +1,19 @@
-"""train.attention_layout=packed on 2 gloo ranks against the padded layout in one process (the
-one-process packed update: tests/unit/train/test_packed_update.py): for every registered objective (one step of 4 prompts x 4 samples, 2 updates), with DAPO
-under micro-batches of 4 rows (2 per rank; PHR: rows without a kept token run without grad) and
-under a token budget of 120 per rank (padded tokens against real ones: the two layouts split the
-mini-batch differently), the loss, the gradient norm and every logged metric agree.
+"""train.attention_layout=packed on 2 gloo ranks against the padded layout on 2 gloo ranks (the
+one-process packed update: tests/unit/train/test_packed_update.py; 2 ranks against one process:
+tests/distributed/test_equivalence.py): for every registered objective that trains without LoRA
+(one step of 4 prompts x 4 samples, 2 updates), with DAPO under micro-batches of 4 rows (2 per rank;
+PHR: rows without a kept token run without grad) and under a token budget of 120 per rank (padded
+tokens against real ones: the two layouts split the mini-batch differently), the loss, the gradient
+norm and every logged metric agree.
 
-Every run recomputes the behaviour pass (`always-`, `packed-` cases of tests/distributed/worker.py),
-so the old log-probs, the update and the |Δ log-prob| pass all run in the layout under test.
-Tolerances (float32) as tests/distributed/test_behaviour_pass.py's: atol 1e-5 and rel 1e-5 (the
-packed forward rounds differently at ~1e-6 per log-prob: tests/unit/models/test_packed_forward.py;
-2 ranks add FSDP's partial sums), the gradient norm rel 5e-5; the train–inference mismatch metrics
-measure float32 rounding between the engine's decode and each run's recompute, so each lies in
-[0, 1e-4) (tests/distributed/test_behaviour_pass.py measured up to 1.6e-5); the flip diagnostics as
-tests/flip_metrics.py says."""
+Both runs recompute the behaviour pass (the `always-` and `packed-` cases of
+tests/distributed/worker.py, from the one launch of conftest.py's `recompute_runs`), so the old
+log-probs, the update and the |Δ log-prob| pass all run in the layout under test. Tolerances
+(float32) as tests/distributed/test_behaviour_pass.py's: atol 1e-5 and rel 1e-5 (the packed forward
+rounds differently at ~1e-6 per log-prob: tests/unit/models/test_packed_forward.py), the gradient
+norm rel 5e-5; the train–inference mismatch metrics measure float32 rounding between the engine's
+decode and each run's recompute, so each lies in [0, 1e-4) (tests/distributed/test_behaviour_pass.py
+measured up to 1.6e-5); the flip diagnostics as tests/flip_metrics.py says."""
 
 from __future__ import annotations
 
@@ -21,28 +23,21 @@ from quadrants.objectives.registry import known_objectives
 from quadrants.validation import NEEDS_LORA
 from tests.flip_metrics import flip_metric_agrees
 
+from .harness import LAYOUT_CASES
+
 # LoRA trains in one process (validation.check_lora_ranks), so ARCA has no 2-rank run
-CASES = [name for name in known_objectives() if name not in NEEDS_LORA] + ["PHR_micro"]
-CASES += ["dapo_tokens"]
+CASES = [name for name in known_objectives() if name not in NEEDS_LORA] + LAYOUT_CASES
 MISMATCH = ("train/engine_logp_abs_diff", "train/engine_logp_abs_diff_max")
-
-
-@pytest.fixture(scope="module")
-def layout_runs(tmp_path_factory, base_policy, worker):
-    root = tmp_path_factory.mktemp("packed")
-    worker.run(root / "one", [f"always-{c}:1" for c in CASES], ranks=1, timeout=1800)
-    worker.run(root / "two", [f"packed-{c}:1" for c in CASES], ranks=2, timeout=2400)
-    return root
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
-def test_packed_runs_log_what_the_padded_run_logs(layout_runs, worker, case):
-    padded = worker.logged(layout_runs / "one" / f"always-{case}")
-    assert padded["world_size"] == 1
+def test_packed_runs_log_what_the_padded_run_logs(recompute_runs, worker, case):
+    padded = worker.logged(recompute_runs / f"always-{case}")
+    assert padded["world_size"] == 2
     want = padded["steps"]["1"]
     assert want["train/grad_norm"] > 1e-4  # a non-trivial update
-    packed = worker.logged(layout_runs / "two" / f"packed-{case}")
+    packed = worker.logged(recompute_runs / f"packed-{case}")
     assert packed["world_size"] == 2
     got = packed["steps"]["1"]
     assert set(got) == set(want)
