@@ -64,7 +64,7 @@ def loss_settings(
 def validate_rollout_engine(cfg: RunConfig) -> None:
     """The rollout section: the engine's name, the mismatch correction, the HF engine's decode and
     every registered engine's own settings (`EngineKind.check_settings`, checked whatever the
-    engine; their numeric ranges are in config_ranges.RANGES)."""
+    engine; their numeric ranges are declared beside their defaults in config.py)."""
     rollout = cfg.rollout
     get_engine(rollout.engine)  # an unknown name lists the registered engines
     if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:

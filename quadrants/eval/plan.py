@@ -95,7 +95,7 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
         raise ValueError(
             f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}"
         )
-    check_section(eval_cfg, "eval")  # the ranges of config_ranges.RANGES (evaluate runs alone)
+    check_section(eval_cfg, "eval")  # the ranges its fields declare (evaluate runs alone)
     known = [*known_benchmarks(), *known_ood_benchmarks(), *known_tasks()]
     for name, samples in suite(eval_cfg, task_cfg).items():
         if name not in known:

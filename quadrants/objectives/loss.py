@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quadrants.config_ranges import RANGES
+from quadrants.config_ranges import NON_NEGATIVE
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import ObjectiveSpec
@@ -69,7 +69,8 @@ class LossSettings:
                 f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one "
                 f"of {list(KL_ESTIMATORS)}"
             )
-        RANGES["objective.kl_coef"].check("objective.kl_coef", self.kl_coef)
+        # objective.kl_coef's own range (quadrants/config.py), for settings built without a config
+        NON_NEGATIVE.check("objective.kl_coef", self.kl_coef)
 
 
 def compute_loss(

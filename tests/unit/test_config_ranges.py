@@ -1,55 +1,52 @@
-"""Every leaf key of RunConfig has an allowed range checked at compose time, or a stated reason why
-it has none (quadrants/config_ranges.py), and each range is enforced by validate_config at both ends."""
+"""Every leaf key of RunConfig declares, beside its default in quadrants/config.py, an allowed range
+checked at compose time or a stated reason why it has none (`checked`, quadrants/config_ranges.py),
+and each range is enforced by validate_config at both ends."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 
 import pytest
 
 from quadrants.config import EvalConfig, RunConfig, TaskConfig
-from quadrants.config_ranges import NO_RANGE, RANGES, Range, lookup
+from quadrants.config_ranges import ALLOWED, UNCHECKED, Range, checked, leaves, lookup
 from quadrants.validation import validate_config, validate_heldout_split
 
-
-def leaf_keys(node: object = RunConfig(), prefix: str = "") -> list[str]:
-    """Dotted names of every non-dataclass field, nested dataclasses walked."""
-    keys = []
-    for field in dataclasses.fields(node):
-        value = getattr(node, field.name)
-        name = f"{prefix}{field.name}"
-        keys += leaf_keys(value, f"{name}.") if dataclasses.is_dataclass(value) else [name]
-    return keys
+# every leaf key's declared range (a Range) or reason for none (a str), read from its field
+RULES: dict[str, Range | str] = {
+    key: item.metadata.get(ALLOWED) or item.metadata.get(UNCHECKED, "")
+    for key, _, item in leaves(RunConfig())
+}
+RANGES = {key: rule for key, rule in RULES.items() if isinstance(rule, Range)}
+NO_RANGE = {key: rule for key, rule in RULES.items() if isinstance(rule, str)}
 
 
 def test_every_leaf_key_has_a_range_or_a_reason():
-    keys = leaf_keys()
-    missing = [k for k in keys if k not in RANGES and k not in NO_RANGE]
+    missing = [k for k, rule in RULES.items() if not rule]
     assert not missing, (
         f"RunConfig key(s) {missing} have neither an allowed range nor a stated reason for none. In "
-        f"quadrants/config_ranges.py add, for a number, `{missing[0]!r}: Range(low, high, ...)` to RANGES "
-        f"(checked at compose time by validate_config); for anything else (a name, a flag, a path, a range "
-        f'that depends on another key), `{missing[0]!r}: "<where it is checked, or why it needs no check>"` '
-        f"to NO_RANGE."
-    )
-    both = sorted(set(RANGES) & set(NO_RANGE))
-    assert not both, (
-        f"{both} are in both RANGES and NO_RANGE of quadrants/config_ranges.py: keep one"
-    )
-    stale = sorted((set(RANGES) | set(NO_RANGE)) - set(keys))
-    assert not stale, (
-        f"{stale} in quadrants/config_ranges.py are not RunConfig keys (renamed or removed?)"
+        f"quadrants/config.py declare the key with `checked`: for a number, `checked(default, "
+        f"Range(low, high, ...))` (checked at compose time by validate_config); for anything else (a "
+        f"name, a flag, a path, a range that depends on another key), `checked(default, "
+        f'why="<where it is checked, or why it needs no check>")`.'
     )
     assert all(reason.strip() for reason in NO_RANGE.values())
+    assert len(RULES) == len(RANGES) + len(NO_RANGE)
+
+
+def test_a_field_states_either_a_range_or_a_reason():
+    with pytest.raises(TypeError, match="either its allowed range or why it has none"):
+        checked(1, Range(0), why="both")
+    with pytest.raises(TypeError, match="either its allowed range or why it has none"):
+        checked(1)
 
 
 def test_numeric_leaves_have_ranges():
     # a number with no range needs a reason that says where its bounds are checked
     numeric = [
         k
-        for k in leaf_keys()
+        for k in RULES
         if isinstance(lookup(RunConfig(), k), (int, float))
         and not isinstance(lookup(RunConfig(), k), bool)
     ]

@@ -41,8 +41,9 @@ ENTRY_COMMANDS = (
 # component -> the components it may import (besides itself); bottom to top
 ALLOWED: dict[str, frozenset[str]] = {
     # leaves
-    "config": frozenset(),  # the schema: dataclasses only
-    "config_ranges": frozenset(),  # the numeric ranges of the schema's keys
+    # the schema: dataclasses, each leaf key declared with its range (config_ranges)
+    "config": frozenset({"config_ranges"}),
+    "config_ranges": frozenset(),  # the range type and how a key declares it
     # what a run on the CPU tunes (quadrants/cpu): oneDNN linear maps, allocator, SDPA, OpenMP
     "cpu": frozenset(),
     "device": frozenset(),  # where a run's tensors live (train.device): torch only
