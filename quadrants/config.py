@@ -21,6 +21,7 @@ from quadrants.config_ranges import (
     NON_NEGATIVE,
     POSITIVE,
     PROBABILITY_MASS,
+    Choice,
     Range,
     checked,
 )
@@ -131,7 +132,7 @@ class VLLMConfig:
     # how the engine sleeps while the trainer updates (GPU only): 2 discards weights and KV cache
     # (the trainer pushes the weights again before generating), 1 offloads the weights to host
     # memory, 0 never
-    sleep_level: int = checked(2, why="a choice of 0, 1, 2, checked by validate_rollout_engine")
+    sleep_level: int = checked(2, Choice((0, 1, 2)))
     # vLLM's engine core in the trainer's process (weights by reference)
     in_process: bool = checked(True, why="a flag")
     # prompt + response tokens per sequence; None = task.max_prompt_tokens + the longer of
@@ -230,7 +231,7 @@ class QuadrantConfig:
     # the per-token value the split thresholds: token_entropy (the next-token distribution's) or
     # attention_entropy (the attention rows', averaged over heads and `attention_layers`;
     # quadrants/models/token_signals.py); the threshold rules are the same for both
-    axis: str = checked("token_entropy", why="a name, checked by validation.validate_signals")
+    axis: str = checked("token_entropy", Choice(("token_entropy", "attention_entropy")))
     # the layers whose attention entropy is averaged: "all", "last", or a list of layer indices
     attention_layers: Any = checked(
         "all",
@@ -335,9 +336,7 @@ class TrainConfig:
     # multiple of rollout.group_size; Cheng et al., arXiv 2605.08666) | balanced (every mini-batch
     # holds positive- and negative-advantage rows in the batch's proportion, as nearly as the
     # counts allow; ops/balance.py)
-    minibatch_grouping: str = checked(
-        "shuffle", why="a choice of shuffle, query, balanced, checked by validate_config"
-    )
+    minibatch_grouping: str = checked("shuffle", Choice(("shuffle", "query", "balanced")))
     lr: float = checked(1e-4, POSITIVE)
     weight_decay: float = checked(0.0, NON_NEGATIVE)
     betas: tuple[float, float] = checked(
@@ -362,10 +361,7 @@ class TrainConfig:
     )
     # auto: take old log-probs and entropy from the HF engine when they are exact (its own weights,
     # no mismatch correction, no bf16 trainer), skipping the no-grad pass; always: recompute them
-    # auto | always
-    behaviour_pass: str = checked(
-        "auto", why="a choice of auto, always, checked by validate_config"
-    )
+    behaviour_pass: str = checked("auto", Choice(("auto", "always")))
     # policy forwards run the responses in at most this many length buckets, each cut after its
     # longest row's last token (quadrants/ops/length_buckets.py); 1 = one call per forward
     length_buckets: int = checked(
@@ -404,7 +400,7 @@ class EvalConfig:
         None, why="a directory, checked by eval.plan.validate_eval when benchmarks are local"
     )
     # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
-    source: str = checked("local", why="a name, checked by eval.plan.validate_eval")
+    source: str = checked("local", Choice(("local", "hub")))
     # sequences (prompts x n) per generate call, benchmarks and the held-out check; None = a
     # rank's whole share in one call for an engine that schedules its own batches (vLLM), 256 for
     # an engine without one (HF) (quadrants/eval/sizing.py)

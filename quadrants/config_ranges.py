@@ -68,25 +68,43 @@ class Range:
             raise ValueError(f"{key}={_show(value)} is out of range; allowed: {self.text()}")
 
 
+@dataclass(frozen=True)
+class Choice:
+    """A fixed set of allowed values (names, or a few numbers such as a sleep level), beside
+    `Range`: its one error message names the key, the value and the choices,
+    `train.behaviour_pass='never' is unknown; choose one of ['auto', 'always']`, then `hint`
+    when given."""
+
+    values: tuple[Any, ...]
+    hint: str = ""
+
+    def check(self, key: str, value: Any) -> None:
+        """Raise ValueError naming `key`, its value and the choices unless the value is one."""
+        if value not in self.values:
+            hint = f" ({self.hint})" if self.hint else ""
+            raise ValueError(f"{key}={value!r} is unknown; choose one of {list(self.values)}{hint}")
+
+
 POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 AT_LEAST_ONE = Range(1)
 PROBABILITY_MASS = Range(0, 1, low_open=True)  # top_p
 
-ALLOWED = "allowed"  # the metadata key of a field's Range
+ALLOWED = "allowed"  # the metadata key of a field's Range or Choice
 UNCHECKED = "unchecked"  # the metadata key of the reason a field has no Range
 
 
 def checked(
     default: Any = MISSING,
-    allowed: Range | None = None,
+    allowed: Range | Choice | None = None,
     *,
     why: str = "",
     factory: Any = MISSING,
 ) -> Any:
     """A field of the run configuration's schema with its rule beside its default: `allowed`, the
-    range its values must lie in (checked by `check_ranges`), or `why` it has none (where it is
-    checked instead, or why it needs no check). `factory` in place of `default` for a mutable
+    range its values must lie in or the choice of values the schema itself fixes (both checked by
+    `check_ranges`), or `why` it has none (where it is checked instead, e.g. against a set that
+    another package owns, or why it needs no check). `factory` in place of `default` for a mutable
     default (dataclasses' `default_factory`)."""
     if (allowed is None) == (not why):
         raise TypeError("give a field either its allowed range or why it has none, not both")
@@ -116,7 +134,7 @@ def lookup(cfg: Any, key: str) -> Any:
 
 def check_ranges(cfg: Any, prefix: str = "") -> None:
     """Raise ValueError naming the first key of `cfg` (a config dataclass instance; its keys named
-    after `prefix`) whose value is outside the range its field declares."""
+    after `prefix`) whose value is outside the range or choice its field declares."""
     for key, value, item in leaves(cfg, prefix):
         allowed = item.metadata.get(ALLOWED)
         if allowed is not None:

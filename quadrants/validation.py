@@ -19,7 +19,7 @@ from quadrants.config import (
     TaskConfig,
     TrainConfig,
 )
-from quadrants.config_ranges import Range, check_ranges
+from quadrants.config_ranges import Choice, Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
 from quadrants.eval.plan import suite, validate_eval
@@ -67,15 +67,8 @@ def validate_rollout_engine(cfg: RunConfig) -> None:
     engine; their numeric ranges are declared beside their defaults in config.py)."""
     rollout = cfg.rollout
     get_engine(rollout.engine)  # an unknown name lists the registered engines
-    if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
-        raise ValueError(
-            f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
-            f"choose one of {list(MISMATCH_CORRECTIONS)}"
-        )
-    if rollout.hf_decode not in HF_DECODES:
-        raise ValueError(
-            f"rollout.hf_decode={rollout.hf_decode!r} is unknown; choose one of {list(HF_DECODES)}"
-        )
+    Choice(MISMATCH_CORRECTIONS).check("rollout.mismatch_correction", rollout.mismatch_correction)
+    Choice(HF_DECODES).check("rollout.hf_decode", rollout.hf_decode)
     Range(
         0, rollout.max_new_tokens, why="0 = no overlong penalty; at most rollout.max_new_tokens"
     ).check("rollout.overlong_buffer", rollout.overlong_buffer)
@@ -118,10 +111,7 @@ def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
 
 def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
     """train.precision (pure bf16 with AdamW refused unless allowed) and the token budgets."""
-    if train.precision not in PRECISIONS:
-        raise ValueError(
-            f"train.precision={train.precision!r} is unknown; choose one of {list(PRECISIONS)}"
-        )
+    Choice(PRECISIONS).check("train.precision", train.precision)
     if train.precision == "bf16" and not train.allow_pure_bf16:
         raise ValueError(
             "train.precision=bf16 keeps the parameters and AdamW's moments in bfloat16, whose "
@@ -149,17 +139,10 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
             )
 
 
-MINIBATCH_GROUPINGS = ("shuffle", "query", "balanced")
-
-
 def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> None:
-    """`train.minibatch_grouping`: a known name; `query` needs mini-batches of whole groups."""
+    """`train.minibatch_grouping=query` needs mini-batches of whole groups (the name is checked
+    against the choice its field declares)."""
     grouping = train.minibatch_grouping
-    if grouping not in MINIBATCH_GROUPINGS:
-        raise ValueError(
-            f"train.minibatch_grouping={grouping!r} is unknown; choose one of "
-            f"{list(MINIBATCH_GROUPINGS)}"
-        )
     rows = train.prompts_per_step * rollout.group_size
     if grouping == "query" and min(train.mini_batch_size, rows) % rollout.group_size:
         fit = rollout.group_size * max(1, train.mini_batch_size // rollout.group_size)
@@ -188,11 +171,7 @@ def validate_micro_batch(train: TrainConfig) -> None:
 
 def validate_reward(reward: RewardConfig) -> None:
     """`reward.name`: a known training reward; `reward.probability` only with reward=random."""
-    if reward.name not in CONFOUNDS:
-        raise ValueError(
-            f"reward.name={reward.name!r} is unknown; choose one of {list(CONFOUNDS)} "
-            "(e.g. reward=random)"
-        )
+    Choice(CONFOUNDS, hint="e.g. reward=random").check("reward.name", reward.name)
     if reward.probability is not None and reward.name != "random":
         raise ValueError(
             f"reward.probability={reward.probability} is the success rate of reward=random, but "
@@ -211,16 +190,12 @@ def validate_lora(cfg: RunConfig) -> None:
     get_engine(cfg.rollout.engine).check_lora(cfg)
 
 
-QUADRANT_AXES = ("token_entropy", "attention_entropy")
 NEEDS_LORA = ("arca",)  # objectives whose signal is the LoRA adapter's residual
 
 
 def validate_signals(cfg: RunConfig) -> None:
-    """`quadrant.axis`, `quadrant.attention_layers` and the objectives that need LoRA, each
-    refusal naming the key and the fix."""
-    axis = cfg.quadrant.axis
-    if axis not in QUADRANT_AXES:
-        raise ValueError(f"quadrant.axis={axis!r} is unknown; choose one of {list(QUADRANT_AXES)}")
+    """`quadrant.attention_layers` and the objectives that need LoRA, each refusal naming the key
+    and the fix (`quadrant.axis` is checked against the choice its field declares)."""
     layers = cfg.quadrant.attention_layers
     if layers not in ("all", "last") and not (
         isinstance(layers, (list, tuple))
@@ -265,11 +240,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
         resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     except ValueError as err:
         raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
-    if cfg.objective.loss_agg not in LOSS_AGGREGATIONS:
-        raise ValueError(
-            f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of "
-            f"{list(LOSS_AGGREGATIONS)}"
-        )
+    Choice(LOSS_AGGREGATIONS).check("objective.loss_agg", cfg.objective.loss_agg)
     # quadrant.denominator, quadrant.threshold(_value), quadrant.keep, in that order
     loss_settings(
         cfg.objective,
@@ -286,22 +257,9 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     if cfg.task.reward is not None:  # imports the user's module: a bad path fails here
         load_callable(cfg.task.reward, "task.reward")
     validate_prompt(cfg.prompt.format)
-    if cfg.task.answer_extraction not in EXTRACTIONS:
-        raise ValueError(
-            f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose "
-            f"one of {list(EXTRACTIONS)}"
-        )
+    Choice(EXTRACTIONS).check("task.answer_extraction", cfg.task.answer_extraction)
     validate_rollout_engine(cfg)
-    if cfg.train.behaviour_pass not in ("auto", "always"):
-        raise ValueError(
-            f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "
-            "one of ['auto', 'always']"
-        )
-    if cfg.train.cpu.matmul not in CPU_MATMULS:
-        raise ValueError(
-            f"train.cpu.matmul={cfg.train.cpu.matmul!r} is unknown; choose one of "
-            f"{list(CPU_MATMULS)}"
-        )
+    Choice(CPU_MATMULS).check("train.cpu.matmul", cfg.train.cpu.matmul)
     validate_device(cfg.train.device)
     if cfg.train.offload_optimizer and cfg.train.device == "cpu":
         raise ValueError(

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from quadrants.config_ranges import Choice
 from quadrants.rollout.engine import EngineShare, RolloutEngine
 
 if TYPE_CHECKING:
@@ -186,16 +187,8 @@ class VLLMKind(EngineKind):
     def check_settings(self, cfg):
         from quadrants.rollout.weights import WEIGHT_DTYPES
 
-        engine = cfg.rollout.vllm
-        if engine.sleep_level not in (0, 1, 2):
-            raise ValueError(
-                f"rollout.vllm.sleep_level={engine.sleep_level} is unknown; choose one of [0, 1, 2]"
-            )
-        if engine.dtype not in WEIGHT_DTYPES:
-            raise ValueError(
-                f"rollout.vllm.dtype={engine.dtype!r} is unknown; choose one of "
-                f"{list(WEIGHT_DTYPES)}"
-            )
+        engine = cfg.rollout.vllm  # its sleep_level: the choice its field declares (config.py)
+        Choice(tuple(WEIGHT_DTYPES)).check("rollout.vllm.dtype", engine.dtype)
         # max_model_len bounds prompt + response: set below the planned row, the engine would
         # shorten responses (or refuse a prompt) that the run planned for
         response = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)

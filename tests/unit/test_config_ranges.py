@@ -6,19 +6,22 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import pytest
 
 from quadrants.config import EvalConfig, RunConfig, TaskConfig
-from quadrants.config_ranges import ALLOWED, UNCHECKED, Range, checked, leaves, lookup
+from quadrants.config_ranges import ALLOWED, UNCHECKED, Choice, Range, checked, leaves, lookup
 from quadrants.validation import validate_config, validate_heldout_split
 
-# every leaf key's declared range (a Range) or reason for none (a str), read from its field
-RULES: dict[str, Range | str] = {
+# every leaf key's declared range (a Range), choice (a Choice) or reason for none (a str), read
+# from its field
+RULES: dict[str, Range | Choice | str] = {
     key: item.metadata.get(ALLOWED) or item.metadata.get(UNCHECKED, "")
     for key, _, item in leaves(RunConfig())
 }
 RANGES = {key: rule for key, rule in RULES.items() if isinstance(rule, Range)}
+CHOICES = {key: rule for key, rule in RULES.items() if isinstance(rule, Choice)}
 NO_RANGE = {key: rule for key, rule in RULES.items() if isinstance(rule, str)}
 
 
@@ -32,7 +35,7 @@ def test_every_leaf_key_has_a_range_or_a_reason():
         f'why="<where it is checked, or why it needs no check>")`.'
     )
     assert all(reason.strip() for reason in NO_RANGE.values())
-    assert len(RULES) == len(RANGES) + len(NO_RANGE)
+    assert len(RULES) == len(RANGES) + len(CHOICES) + len(NO_RANGE)
 
 
 def test_a_field_states_either_a_range_or_a_reason():
@@ -50,7 +53,7 @@ def test_numeric_leaves_have_ranges():
         if isinstance(lookup(RunConfig(), k), (int, float))
         and not isinstance(lookup(RunConfig(), k), bool)
     ]
-    assert numeric and all(k in RANGES or "check" in NO_RANGE[k] for k in numeric)
+    assert numeric and all(k in RANGES or k in CHOICES or "check" in NO_RANGE[k] for k in numeric)
 
 
 def _outside(allowed: Range, default: object) -> list[float]:
@@ -86,6 +89,41 @@ CASES = [
     for key, allowed in RANGES.items()
     for bad in _outside(allowed, lookup(RunConfig(), key))
 ]
+
+
+def test_the_schema_fixes_its_own_choices():
+    # the choices no other package owns; a name another package owns (train.precision,
+    # rollout.hf_decode, ...) is checked by validate_config against that package's set
+    assert sorted(CHOICES) == [
+        "eval.source",
+        "quadrant.axis",
+        "rollout.vllm.sleep_level",
+        "train.behaviour_pass",
+        "train.minibatch_grouping",
+    ]
+    assert all(lookup(RunConfig(), key) in choice.values for key, choice in CHOICES.items())
+
+
+@pytest.mark.parametrize("key", sorted(CHOICES))
+def test_each_choice_is_enforced(key):
+    bad = 3 if key == "rollout.vllm.sleep_level" else "nope"  # one past 0, 1, 2; no name
+    cfg = RunConfig()
+    _set(cfg, key, bad)
+    choices = re.escape(str(list(CHOICES[key].values)))
+    with pytest.raises(ValueError, match=rf"^{key}={bad!r} is unknown; choose one of {choices}$"):
+        validate_config(cfg, files=False)
+
+
+def test_a_choice_owned_elsewhere_reads_the_same():
+    # reward.name's set is rewards.confound.CONFOUNDS; the same Choice type, with its hint
+    cfg = RunConfig()
+    cfg.reward.name = "coin"
+    with pytest.raises(ValueError) as error:
+        validate_config(cfg, files=False)
+    assert str(error.value) == (
+        "reward.name='coin' is unknown; choose one of ['verifier', 'random', 'format_only'] "
+        "(e.g. reward=random)"
+    )
 
 
 def test_the_defaults_are_in_range():

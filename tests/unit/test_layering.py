@@ -60,8 +60,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "models": frozenset({"cpu", "ops", "tasks", "home"}),
     "tracking": frozenset({"config", "cpu", "ops"}),
     "rollout": frozenset(
-        {"config", "cpu", "device", "ops", "models", "seeds"}
-    ),  # an engine starts from its config section
+        {"config", "config_ranges", "cpu", "device", "ops", "models", "seeds"}
+    ),  # an engine starts from its config section (config_ranges: Choice checks its settings)
     # process groups and collectives (ops/precision.py: the sharding's mixed precision)
     "distributed": frozenset({"config", "cpu", "device", "ops", "rollout"}),
     # the memory plan: traces the policy's forward (models) sharded as the trainer shards it
