@@ -208,7 +208,9 @@ class ObjectiveConfig:
         factory=dict,
     )
     kl_coef: float = checked(0.0, NON_NEGATIVE)
-    kl_estimator: str = checked("k3", why="a name, checked against ops.kl (loss_settings)")
+    kl_estimator: str = checked(
+        "k3", why="a name, checked against ops.kl (objectives.loss.loss_settings)"
+    )
 
 
 @dataclass

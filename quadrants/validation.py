@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from quadrants.config import (
     EvalConfig,
-    ObjectiveConfig,
     RewardConfig,
     RolloutConfig,
     RunConfig,
@@ -25,7 +24,7 @@ from quadrants.device import validate_device
 from quadrants.eval.plan import suite, validate_eval
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.source import check_model_source
-from quadrants.objectives.loss import LossSettings
+from quadrants.objectives.loss import loss_settings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
@@ -42,23 +41,6 @@ from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
 from quadrants.tracking.sinks import check_sinks
-
-
-def loss_settings(
-    objective: ObjectiveConfig, quadrant: QuadrantSettings, *, max_new_tokens: int
-) -> LossSettings:
-    """The LossSettings of a run: the objective section's aggregation and KL (validated here), the
-    run's one QuadrantSettings (`QuadrantSettings.from_config(cfg.quadrant)`), and
-    `rollout.max_new_tokens` as seq-mean-token-sum-norm's constant length: Dr. GRPO divides by a
-    length that does not change from step to step (TRL: max_completion_length; verl: the padded
-    response_length), not by the longest response of the batch."""
-    return LossSettings(
-        quadrant=quadrant,
-        loss_agg=objective.loss_agg,
-        kl_coef=objective.kl_coef,
-        kl_estimator=objective.kl_estimator,
-        norm_length=max_new_tokens,
-    )
 
 
 def validate_rollout_engine(cfg: RunConfig) -> None:
@@ -275,8 +257,8 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     validate_minibatch_grouping(cfg.train, cfg.rollout)
     validate_micro_batch(cfg.train)
     validate_reward(cfg.reward)
-    # imported here: a one-process step builds its loss settings from this module (loss_settings)
-    # and never opens distributed code (train/placement.py)
+    # imported here: a one-process run imports this module (run/settings.py: NEEDS_LORA) and never
+    # opens distributed code (train/placement.py)
     from quadrants.distributed.collectives import validate_distributed_config
 
     validate_distributed_config(cfg)
