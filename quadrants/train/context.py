@@ -47,8 +47,8 @@ class PassSettings:
     temperature: float
     chunk_size: int
     batch_size: int
-    length_buckets: int = 1
-    forward_tokens: int = 0
+    length_buckets: int
+    forward_tokens: int
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ class CollectSettings:
     overlong_buffer: int
     overlong_penalty: float
     # the training reward (reward.name, reward.probability; rewards/confound.py)
-    reward: str = "verifier"
-    reward_probability: float | None = None
+    reward: str
+    reward_probability: float | None
 
 
 @dataclass(frozen=True)
