@@ -10,6 +10,8 @@ leaf schema. Each failure names the key and the allowed values.
 
 from __future__ import annotations
 
+import os
+
 from quadrants.config import (
     EvalConfig,
     RewardConfig,
@@ -21,7 +23,8 @@ from quadrants.config import (
 from quadrants.config_ranges import Choice, Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
-from quadrants.eval.plan import suite, validate_eval
+from quadrants.eval.plan import check_eval_files, suite, validate_eval
+from quadrants.home import default_cache_root, default_data_dir
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.source import check_model_source
 from quadrants.objectives.loss import loss_settings
@@ -36,7 +39,7 @@ from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.registry import get_engine, known_engines
-from quadrants.tasks import known_tasks, validate_task
+from quadrants.tasks import check_task_files, known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
@@ -209,11 +212,41 @@ def check_lora_ranks(cfg: RunConfig, world_size: int) -> None:
         )
 
 
-def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
-    """Fail fast, naming the key and the allowed values, before any model or job is started.
+# The configurations this process has validated, each with whether its data files were checked
+# too, keyed by what the checks read: the configuration's repr (a dataclass's repr names every key
+# and its value) and the places outside it that relative paths and unset directories resolve
+# against (the working directory, quadrants/home.py's cache root and data home). A job's
+# configuration is validated once per process: the preflight checks its values, then (after the
+# checks of this machine) its data files; the job composes the same configuration and
+# `run_training` is handed it, and both find it here. A configuration that fails is not recorded.
+_VALIDATED: dict[tuple[str, ...], bool] = {}
 
-    ``files=False`` skips the checks that data files exist (a printed configuration needs none).
+
+def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
+    """Fail fast, naming the key and the allowed values, before any model or job is started; each
+    check runs once per configuration per process (`_VALIDATED`).
+
+    ``files=False`` skips the checks that data files exist (a printed configuration needs none);
+    a later call with ``files=True`` then runs only those.
     """
+    key = (repr(cfg), os.getcwd(), str(default_cache_root()), str(default_data_dir()))
+    if key not in _VALIDATED:
+        validate_values(cfg)
+        _VALIDATED[key] = False
+    if files and not _VALIDATED[key]:
+        check_data_files(cfg)
+        _VALIDATED[key] = True
+
+
+def check_data_files(cfg: RunConfig) -> None:
+    """The local data files a validated configuration reads: the task's (`task.params.path`,
+    `heldout_path`) and the evaluation's benchmarks (`eval.source=local`)."""
+    check_task_files(cfg.task.name, dict(cfg.task.params))
+    check_eval_files(cfg.eval, cfg.task)
+
+
+def validate_values(cfg: RunConfig) -> None:
+    """Every check of `validate_config` but the data files'."""
     check_ranges(cfg)
     check_model_source("model.name_or_path", cfg.model.name_or_path)
     validate_lora(cfg)
@@ -234,7 +267,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
         cfg.task.heldout_size,
         dict(cfg.task.params),
         model=cfg.model.name_or_path,
-        files=files,
+        files=False,
     )
     if cfg.task.reward is not None:  # imports the user's module: a bad path fails here
         load_callable(cfg.task.reward, "task.reward")
@@ -249,7 +282,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
             "optimizer steps, but train.device=cpu keeps them in host memory already: there is "
             "nothing to free. Use train.offload_optimizer=false on a CPU, or train.device=cuda"
         )
-    validate_eval(cfg.eval, cfg.task, files=files)
+    validate_eval(cfg.eval, cfg.task, files=False)
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
     check_sinks(list(cfg.tracking.sinks))  # tracking.sinks: names, and their packages installed

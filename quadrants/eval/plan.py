@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BenchmarkPlan", "build_plans", "suite", "validate_eval"]
+__all__ = ["BenchmarkPlan", "build_plans", "check_eval_files", "suite", "validate_eval"]
 
 
 @dataclass(frozen=True)
@@ -113,8 +113,17 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
                 f"eval.ks={list(eval_cfg.ks)}: pass@k needs k <= n, but {name} draws "
                 f"n={samples} samples per problem. Fix: {fix}"
             )
-        if files and eval_cfg.source == "local":
-            _check_local_files(name, _data_dir(eval_cfg))
+    if files:
+        check_eval_files(eval_cfg, task_cfg)
+
+
+def check_eval_files(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
+    """Raise FileNotFoundError naming the fetch command when a benchmark of a validated `eval`
+    section reads local files (`eval.source=local`) that are not under its data directory."""
+    if eval_cfg.source != "local":
+        return
+    for name in suite(eval_cfg, task_cfg):
+        _check_local_files(name, _data_dir(eval_cfg))
 
 
 def _local_files(name: str) -> tuple[str, ...]:

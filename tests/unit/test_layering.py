@@ -81,7 +81,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(
         {"config", "config_ranges", "cpu", "device", "ops", "objectives", "rewards", "tasks"}
-        | {"models", "rollout", "distributed", "eval", "probe", "tracking"}
+        | {"models", "rollout", "distributed", "eval", "probe", "tracking", "home"}
     ),
     # the step: its phases, their frozen settings, placement, micro-batches, blocks, refill, signals
     # and telemetry (no config, no process group)
