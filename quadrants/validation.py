@@ -214,12 +214,13 @@ def check_lora_ranks(cfg: RunConfig, world_size: int) -> None:
 
 # The configurations this process has validated, each with whether its data files were checked
 # too, keyed by what the checks read: the configuration's repr (a dataclass's repr names every key
-# and its value) and the places outside it that relative paths and unset directories resolve
-# against (the working directory, quadrants/home.py's cache root and data home). A job's
+# and its value), the places outside it that relative paths and unset directories resolve against
+# (the working directory, quadrants/home.py's cache root and data home) and the names registered
+# (a test may register an engine or a task for a while). A job's
 # configuration is validated once per process: the preflight checks its values, then (after the
 # checks of this machine) its data files; the job composes the same configuration and
 # `run_training` is handed it, and both find it here. A configuration that fails is not recorded.
-_VALIDATED: dict[tuple[str, ...], bool] = {}
+_VALIDATED: dict[tuple[object, ...], bool] = {}
 
 
 def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
@@ -229,7 +230,8 @@ def validate_config(cfg: RunConfig, *, files: bool = True) -> None:
     ``files=False`` skips the checks that data files exist (a printed configuration needs none);
     a later call with ``files=True`` then runs only those.
     """
-    key = (repr(cfg), os.getcwd(), str(default_cache_root()), str(default_data_dir()))
+    places = (os.getcwd(), str(default_cache_root()), str(default_data_dir()))
+    key = (repr(cfg), places, tuple(known_engines()), tuple(known_tasks()))
     if key not in _VALIDATED:
         validate_values(cfg)
         _VALIDATED[key] = False
