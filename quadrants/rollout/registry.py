@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from quadrants.config_ranges import Choice
+from quadrants.registry import Registry
 from quadrants.rollout.engine import EngineShare, RolloutEngine
 
 if TYPE_CHECKING:
@@ -95,28 +96,21 @@ class EngineKind:
         return engine
 
 
-_ENGINES: dict[str, EngineKind] = {}
+ENGINES: Registry[EngineKind] = Registry("rollout.engine", "rollout engine")
 
 
 def register_engine(kind: EngineKind) -> EngineKind:
     """Register `kind` under `kind.name`; a second registration of the same name is an error."""
-    if not kind.name:
-        raise ValueError(f"{type(kind).__name__} has no name")
-    if kind.name in _ENGINES:
-        raise ValueError(f"rollout engine {kind.name!r} is already registered")
-    _ENGINES[kind.name] = kind
-    return kind
+    return ENGINES.register(kind)
 
 
 def known_engines() -> list[str]:
-    return sorted(_ENGINES)
+    return sorted(ENGINES.names())
 
 
 def get_engine(name: str) -> EngineKind:
     """The kind registered under `name`; an unknown name lists the registered ones."""
-    if name not in _ENGINES:
-        raise ValueError(f"rollout.engine={name!r} is unknown; choose one of {known_engines()}")
-    return _ENGINES[name]
+    return ENGINES.get(name)
 
 
 # --- the built-in engines -------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from quadrants.registry import Registry
 from quadrants.tasks.base import Task
 
 DATASET_PRESETS: dict[str, dict[str, Any]] = {
@@ -87,28 +88,21 @@ class TaskKind:
         """Raise when a local data file `params` names is missing or unreadable; none by default."""
 
 
-_TASKS: dict[str, TaskKind] = {}
+TASKS: Registry[TaskKind] = Registry("task.name", "task")
 
 
 def register_task(kind: TaskKind) -> TaskKind:
-    if not kind.name:
-        raise ValueError(f"{type(kind).__name__} has no name")
-    if kind.name in _TASKS:
-        raise ValueError(f"task {kind.name!r} is already registered")
-    _TASKS[kind.name] = kind
-    return kind
+    """Register `kind` under `kind.name`; a second registration of the same name is an error."""
+    return TASKS.register(kind)
 
 
 def known_tasks() -> list[str]:
-    return list(_TASKS)
+    return TASKS.names()
 
 
 def get_task(name: str) -> TaskKind:
     """The registered task `name`; an unknown name lists the known ones."""
-    try:
-        return _TASKS[name]
-    except KeyError:
-        raise ValueError(f"task.name={name!r} is unknown; choose one of {known_tasks()}") from None
+    return TASKS.get(name)
 
 
 def make_task(name: str, heldout_size: int, params: dict[str, Any]) -> Task:

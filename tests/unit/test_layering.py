@@ -52,15 +52,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     "rewards": frozenset(),  # text in, float out
     "home": frozenset(),  # where the user's files live: the cache root and the data home
     "seeds": frozenset(),  # every random stream of a run, by name: a stable hash, hashlib only
+    "registry": frozenset(),  # the one registry type (rollout engines, tasks)
     # the research core and the data
     # (config_ranges: the one range type their hyper-parameter checks declare)
     "objectives": frozenset({"cpu", "ops", "config_ranges"}),
-    "tasks": frozenset({"rewards", "home", "seeds"}),
+    "tasks": frozenset({"rewards", "home", "seeds", "registry"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
     "models": frozenset({"cpu", "ops", "tasks", "home"}),
     "tracking": frozenset({"config", "cpu", "ops"}),
     "rollout": frozenset(
-        {"config", "config_ranges", "cpu", "device", "ops", "models", "seeds"}
+        {"config", "config_ranges", "cpu", "device", "ops", "models", "seeds", "registry"}
     ),  # an engine starts from its config section (config_ranges: Choice checks its settings)
     # process groups and collectives (ops/precision.py: the sharding's mixed precision)
     "distributed": frozenset({"config", "cpu", "device", "ops", "rollout"}),
