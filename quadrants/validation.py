@@ -10,25 +10,26 @@ leaf schema. Each failure names the key and the allowed values.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from quadrants.config import (
     EvalConfig,
-    ObjectiveConfig,
     RewardConfig,
     RolloutConfig,
     RunConfig,
     TaskConfig,
     TrainConfig,
 )
-from quadrants.config_ranges import Range, check_ranges
+from quadrants.config_ranges import Choice, Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
-from quadrants.eval.plan import suite, validate_eval
+from quadrants.eval.plan import check_eval_files, suite, validate_eval
+from quadrants.home import default_cache_root, default_data_dir
 from quadrants.models.lora import target_modules as lora_target_modules
-from quadrants.models.policy import LAYOUTS, check_packable
+from quadrants.models.policy import check_packable
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source
-from quadrants.objectives.loss import LossSettings
+from quadrants.objectives.loss import loss_settings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
@@ -40,45 +41,21 @@ from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.registry import get_engine, known_engines
-from quadrants.tasks import known_tasks, validate_task
+from quadrants.tasks import check_task_files, known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
 from quadrants.tracking.sinks import check_sinks
 
 
-def loss_settings(
-    objective: ObjectiveConfig, quadrant: QuadrantSettings, *, max_new_tokens: int
-) -> LossSettings:
-    """The LossSettings of a run: the objective section's aggregation and KL (validated here), the
-    run's one QuadrantSettings (`QuadrantSettings.from_config(cfg.quadrant)`), and
-    `rollout.max_new_tokens` as seq-mean-token-sum-norm's constant length: Dr. GRPO divides by a
-    length that does not change from step to step (TRL: max_completion_length; verl: the padded
-    response_length), not by the longest response of the batch."""
-    return LossSettings(
-        quadrant=quadrant,
-        loss_agg=objective.loss_agg,
-        kl_coef=objective.kl_coef,
-        kl_estimator=objective.kl_estimator,
-        norm_length=max_new_tokens,
-    )
-
-
 def validate_rollout_engine(cfg: RunConfig) -> None:
     """The rollout section: the engine's name, the mismatch correction, the HF engine's decode and
     every registered engine's own settings (`EngineKind.check_settings`, checked whatever the
-    engine; their numeric ranges are in config_ranges.RANGES)."""
+    engine; their numeric ranges are declared beside their defaults in config.py)."""
     rollout = cfg.rollout
     get_engine(rollout.engine)  # an unknown name lists the registered engines
-    if rollout.mismatch_correction not in MISMATCH_CORRECTIONS:
-        raise ValueError(
-            f"rollout.mismatch_correction={rollout.mismatch_correction!r} is unknown; "
-            f"choose one of {list(MISMATCH_CORRECTIONS)}"
-        )
-    if rollout.hf_decode not in HF_DECODES:
-        raise ValueError(
-            f"rollout.hf_decode={rollout.hf_decode!r} is unknown; choose one of {list(HF_DECODES)}"
-        )
+    Choice(MISMATCH_CORRECTIONS).check("rollout.mismatch_correction", rollout.mismatch_correction)
+    Choice(HF_DECODES).check("rollout.hf_decode", rollout.hf_decode)
     Range(
         0, rollout.max_new_tokens, why="0 = no overlong penalty; at most rollout.max_new_tokens"
     ).check("rollout.overlong_buffer", rollout.overlong_buffer)
@@ -121,10 +98,7 @@ def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
 
 def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
     """train.precision (pure bf16 with AdamW refused unless allowed) and the token budgets."""
-    if train.precision not in PRECISIONS:
-        raise ValueError(
-            f"train.precision={train.precision!r} is unknown; choose one of {list(PRECISIONS)}"
-        )
+    Choice(PRECISIONS).check("train.precision", train.precision)
     if train.precision == "bf16" and not train.allow_pure_bf16:
         raise ValueError(
             "train.precision=bf16 keeps the parameters and AdamW's moments in bfloat16, whose "
@@ -153,15 +127,10 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
 
 
 def validate_attention_layout(train: TrainConfig, name_or_path: str) -> None:
-    """`train.attention_layout`: a known layout; `packed` only for a model whose attention keeps
+    """`train.attention_layout=packed` only for a model whose attention keeps
     packed rows apart (models/policy.py `packing_refusal`), checked here where the architecture is
     known without loading (the embedded tiny models, a local directory's config.json) and again
     on the loaded model (run/build.py `prepare_policy`) for a hub id."""
-    if train.attention_layout not in LAYOUTS:
-        raise ValueError(
-            f"train.attention_layout={train.attention_layout!r} is unknown; choose one of "
-            f"{list(LAYOUTS)}"
-        )
     if train.attention_layout != "packed":
         return
     config = local_model_config(name_or_path)
@@ -191,17 +160,10 @@ def local_model_config(name_or_path: str) -> object | None:
     return None
 
 
-MINIBATCH_GROUPINGS = ("shuffle", "query", "balanced")
-
-
 def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> None:
-    """`train.minibatch_grouping`: a known name; `query` needs mini-batches of whole groups."""
+    """`train.minibatch_grouping=query` needs mini-batches of whole groups (the name is checked
+    against the choice its field declares)."""
     grouping = train.minibatch_grouping
-    if grouping not in MINIBATCH_GROUPINGS:
-        raise ValueError(
-            f"train.minibatch_grouping={grouping!r} is unknown; choose one of "
-            f"{list(MINIBATCH_GROUPINGS)}"
-        )
     rows = train.prompts_per_step * rollout.group_size
     if grouping == "query" and min(train.mini_batch_size, rows) % rollout.group_size:
         fit = rollout.group_size * max(1, train.mini_batch_size // rollout.group_size)
@@ -230,11 +192,7 @@ def validate_micro_batch(train: TrainConfig) -> None:
 
 def validate_reward(reward: RewardConfig) -> None:
     """`reward.name`: a known training reward; `reward.probability` only with reward=random."""
-    if reward.name not in CONFOUNDS:
-        raise ValueError(
-            f"reward.name={reward.name!r} is unknown; choose one of {list(CONFOUNDS)} "
-            "(e.g. reward=random)"
-        )
+    Choice(CONFOUNDS, hint="e.g. reward=random").check("reward.name", reward.name)
     if reward.probability is not None and reward.name != "random":
         raise ValueError(
             f"reward.probability={reward.probability} is the success rate of reward=random, but "
@@ -253,16 +211,12 @@ def validate_lora(cfg: RunConfig) -> None:
     get_engine(cfg.rollout.engine).check_lora(cfg)
 
 
-QUADRANT_AXES = ("token_entropy", "attention_entropy")
 NEEDS_LORA = ("arca",)  # objectives whose signal is the LoRA adapter's residual
 
 
 def validate_signals(cfg: RunConfig) -> None:
-    """`quadrant.axis`, `quadrant.attention_layers` and the objectives that need LoRA, each
-    refusal naming the key and the fix."""
-    axis = cfg.quadrant.axis
-    if axis not in QUADRANT_AXES:
-        raise ValueError(f"quadrant.axis={axis!r} is unknown; choose one of {list(QUADRANT_AXES)}")
+    """`quadrant.attention_layers` and the objectives that need LoRA, each refusal naming the key
+    and the fix (`quadrant.axis` is checked against the choice its field declares)."""
     layers = cfg.quadrant.attention_layers
     if layers not in ("all", "last") and not (
         isinstance(layers, (list, tuple))
@@ -294,14 +248,46 @@ def check_lora_ranks(cfg: RunConfig, world_size: int) -> None:
         )
 
 
-def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = True) -> None:
-    """Fail fast, naming the key and the allowed values, before any model or job is started.
+# The configurations this process has validated, each with whether its data files were checked
+# too, keyed by what the checks read: the configuration's repr (a dataclass's repr names every key
+# and its value), the places outside it that relative paths and unset directories resolve against
+# (the working directory, quadrants/home.py's cache root and data home) and the names registered
+# (a test may register an engine or a task for a while). A job's
+# configuration is validated once per process: the preflight checks its values, then (after the
+# checks of this machine) its data files; the job composes the same configuration and
+# `run_training` is handed it, and both find it here. A configuration that fails is not recorded.
+_VALIDATED: dict[tuple[object, ...], bool] = {}
 
-    ``files=False`` skips the checks that data files exist (a printed configuration needs none).
+
+def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = True) -> None:
+    """Fail fast, naming the key and the allowed values, before any model or job is started; each
+    check runs once per configuration per process (`_VALIDATED`).
+
+    ``files=False`` skips the checks that data files exist (a printed configuration needs none);
+    a later call with ``files=True`` then runs only those.
     ``task_used=False`` (`python -m quadrants.evaluate`): the task's prompts reach the model only
     when the evaluation suite names the task (its held-out split), so only then is the task checked
     against the model (the embedded `arithmetic` world against a pretrained model, `eval=paper`).
     """
+    places = (os.getcwd(), str(default_cache_root()), str(default_data_dir()))
+    key = (repr(cfg), task_used, places, tuple(known_engines()), tuple(known_tasks()))
+    if key not in _VALIDATED:
+        validate_values(cfg, task_used=task_used)
+        _VALIDATED[key] = False
+    if files and not _VALIDATED[key]:
+        check_data_files(cfg)
+        _VALIDATED[key] = True
+
+
+def check_data_files(cfg: RunConfig) -> None:
+    """The local data files a validated configuration reads: the task's (`task.params.path`,
+    `heldout_path`) and the evaluation's benchmarks (`eval.source=local`)."""
+    check_task_files(cfg.task.name, dict(cfg.task.params))
+    check_eval_files(cfg.eval, cfg.task)
+
+
+def validate_values(cfg: RunConfig, *, task_used: bool = True) -> None:
+    """Every check of `validate_config` but the data files' (`task_used` as it says)."""
     check_ranges(cfg)
     check_model_source("model.name_or_path", cfg.model.name_or_path)
     validate_lora(cfg)
@@ -310,11 +296,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = Tru
         resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     except ValueError as err:
         raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
-    if cfg.objective.loss_agg not in LOSS_AGGREGATIONS:
-        raise ValueError(
-            f"objective.loss_agg={cfg.objective.loss_agg!r} is unknown; choose one of "
-            f"{list(LOSS_AGGREGATIONS)}"
-        )
+    Choice(LOSS_AGGREGATIONS).check("objective.loss_agg", cfg.objective.loss_agg)
     # quadrant.denominator, quadrant.threshold(_value), quadrant.keep, in that order
     loss_settings(
         cfg.objective,
@@ -327,28 +309,15 @@ def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = Tru
         cfg.task.heldout_size,
         dict(cfg.task.params),
         model=cfg.model.name_or_path if task_used else None,
-        files=files,
+        files=False,
     )
     if cfg.task.reward is not None:  # imports the user's module: a bad path fails here
         load_callable(cfg.task.reward, "task.reward")
     validate_prompt(cfg.prompt.format)
-    if cfg.task.answer_extraction not in EXTRACTIONS:
-        raise ValueError(
-            f"task.answer_extraction={cfg.task.answer_extraction!r} is unknown; choose "
-            f"one of {list(EXTRACTIONS)}"
-        )
+    Choice(EXTRACTIONS).check("task.answer_extraction", cfg.task.answer_extraction)
     validate_rollout_engine(cfg)
-    if cfg.train.behaviour_pass not in ("auto", "always"):
-        raise ValueError(
-            f"train.behaviour_pass={cfg.train.behaviour_pass!r} is unknown; choose "
-            "one of ['auto', 'always']"
-        )
     validate_attention_layout(cfg.train, cfg.model.name_or_path)
-    if cfg.train.cpu.matmul not in CPU_MATMULS:
-        raise ValueError(
-            f"train.cpu.matmul={cfg.train.cpu.matmul!r} is unknown; choose one of "
-            f"{list(CPU_MATMULS)}"
-        )
+    Choice(CPU_MATMULS).check("train.cpu.matmul", cfg.train.cpu.matmul)
     validate_device(cfg.train.device)
     if cfg.train.offload_optimizer and cfg.train.device == "cpu":
         raise ValueError(
@@ -356,7 +325,7 @@ def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = Tru
             "optimizer steps, but train.device=cpu keeps them in host memory already: there is "
             "nothing to free. Use train.offload_optimizer=false on a CPU, or train.device=cuda"
         )
-    validate_eval(cfg.eval, cfg.task, files=files)
+    validate_eval(cfg.eval, cfg.task, files=False)
     validate_heldout_split(cfg.eval, cfg.task)
     validate_probe(cfg.probe)
     check_sinks(list(cfg.tracking.sinks))  # tracking.sinks: names, and their packages installed
@@ -364,8 +333,8 @@ def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = Tru
     validate_minibatch_grouping(cfg.train, cfg.rollout)
     validate_micro_batch(cfg.train)
     validate_reward(cfg.reward)
-    # imported here: a one-process step builds its loss settings from this module (loss_settings)
-    # and never opens distributed code (train/placement.py)
+    # imported here: a one-process run imports this module (run/settings.py: NEEDS_LORA) and never
+    # opens distributed code (train/placement.py)
     from quadrants.distributed.collectives import validate_distributed_config
 
     validate_distributed_config(cfg)

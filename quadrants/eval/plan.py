@@ -42,9 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SOURCES", "BenchmarkPlan", "build_plans", "suite", "validate_eval"]
-
-SOURCES = ("local", "hub")
+__all__ = ["BenchmarkPlan", "build_plans", "check_eval_files", "suite", "validate_eval"]
 
 
 @dataclass(frozen=True)
@@ -91,11 +89,7 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
     """Raise ValueError / FileNotFoundError naming the key and the fix; reads no
     data, loads no model. ``files=False`` leaves out the check that the local data files exist
     (printing a configuration needs no data; running it does)."""
-    if eval_cfg.source not in SOURCES:
-        raise ValueError(
-            f"eval.source={eval_cfg.source!r} is unknown; choose one of {list(SOURCES)}"
-        )
-    check_section(eval_cfg, "eval")  # the ranges of config_ranges.RANGES (evaluate runs alone)
+    check_section(eval_cfg, "eval")  # the ranges and choices its fields declare (eval.source)
     known = [*known_benchmarks(), *known_ood_benchmarks(), *known_tasks()]
     for name, samples in suite(eval_cfg, task_cfg).items():
         if name not in known:
@@ -119,8 +113,17 @@ def validate_eval(eval_cfg: EvalConfig, task_cfg: TaskConfig, *, files: bool = T
                 f"eval.ks={list(eval_cfg.ks)}: pass@k needs k <= n, but {name} draws "
                 f"n={samples} samples per problem. Fix: {fix}"
             )
-        if files and eval_cfg.source == "local":
-            _check_local_files(name, _data_dir(eval_cfg))
+    if files:
+        check_eval_files(eval_cfg, task_cfg)
+
+
+def check_eval_files(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
+    """Raise FileNotFoundError naming the fetch command when a benchmark of a validated `eval`
+    section reads local files (`eval.source=local`) that are not under its data directory."""
+    if eval_cfg.source != "local":
+        return
+    for name in suite(eval_cfg, task_cfg):
+        _check_local_files(name, _data_dir(eval_cfg))
 
 
 def _local_files(name: str) -> tuple[str, ...]:

@@ -314,7 +314,8 @@ def preflight(argv: list[str]) -> int:
             composed = _checked(job, lambda job=job: _compose_job([*job, *hydra_only]))
             # the values first (wrong anywhere), then paths, device, engine and packages of a job
             # that runs on this machine, then the data files (a GPU preset on a CPU machine is
-            # refused for its device before it looks for data)
+            # refused for its device before it looks for data): validate_config checks only the
+            # files the second time (each check once per process, validation.py)
             run = _checked(job, lambda composed=composed: to_run_config(composed, files=False))
             if here:
                 _checked_plain(job, lambda composed=composed: check_local_job(composed))

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quadrants.config_ranges import RANGES
+from quadrants.config_ranges import NON_NEGATIVE
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import ObjectiveSpec
@@ -69,7 +69,26 @@ class LossSettings:
                 f"objective.kl_estimator={self.kl_estimator!r} is unknown; choose one "
                 f"of {list(KL_ESTIMATORS)}"
             )
-        RANGES["objective.kl_coef"].check("objective.kl_coef", self.kl_coef)
+        # objective.kl_coef's own range (quadrants/config.py), for settings built without a config
+        NON_NEGATIVE.check("objective.kl_coef", self.kl_coef)
+
+
+def loss_settings(
+    objective: Any, quadrant: QuadrantSettings, *, max_new_tokens: int
+) -> LossSettings:
+    """The LossSettings of a run: the `objective` config section's aggregation and KL (checked by
+    `LossSettings`), the run's one QuadrantSettings (`QuadrantSettings.from_config(cfg.quadrant)`),
+    and `rollout.max_new_tokens` as seq-mean-token-sum-norm's constant length: Dr. GRPO divides by
+    a length that does not change from step to step (TRL: max_completion_length; verl: the padded
+    response_length), not by the longest response of the batch. (`objective`: the section, read by
+    name; this package does not import the schema.)"""
+    return LossSettings(
+        quadrant=quadrant,
+        loss_agg=objective.loss_agg,
+        kl_coef=objective.kl_coef,
+        kl_estimator=objective.kl_estimator,
+        norm_length=max_new_tokens,
+    )
 
 
 def compute_loss(

@@ -26,8 +26,8 @@ QUADRANT_ORDER = tuple(q.value for q in Quadrant)  # PHR, PLR, NHR, NLR
 
 
 def validate_probe(probe: ProbeConfig) -> None:
-    """Fail fast, naming the key and its allowed range (the probe.* rows of
-    config_ranges.RANGES: `python -m quadrants.probe` validates only this section)."""
+    """Fail fast, naming the key and its allowed range (the ranges ProbeConfig's fields declare in
+    quadrants/config.py: `python -m quadrants.probe` validates only this section)."""
     check_section(probe, "probe")
 
 

@@ -14,15 +14,19 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from quadrants.config import RolloutConfig
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """How to sample. temperature 0 means greedy; top_p 1.0 means no nucleus truncation."""
+    """How to sample. temperature 0 means greedy; top_p 1.0 means no nucleus truncation. A value
+    not given is the run configuration's default (`RolloutConfig`), stated in quadrants/config.py
+    only."""
 
     n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 64
+    temperature: float = RolloutConfig.temperature
+    top_p: float = RolloutConfig.top_p
+    max_new_tokens: int = RolloutConfig.max_new_tokens
     seed: int | None = None
 
 

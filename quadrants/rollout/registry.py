@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from quadrants.config_ranges import Choice
+from quadrants.registry import Registry
 from quadrants.rollout.engine import EngineShare, RolloutEngine
 
 if TYPE_CHECKING:
@@ -94,28 +96,21 @@ class EngineKind:
         return engine
 
 
-_ENGINES: dict[str, EngineKind] = {}
+ENGINES: Registry[EngineKind] = Registry("rollout.engine", "rollout engine")
 
 
 def register_engine(kind: EngineKind) -> EngineKind:
     """Register `kind` under `kind.name`; a second registration of the same name is an error."""
-    if not kind.name:
-        raise ValueError(f"{type(kind).__name__} has no name")
-    if kind.name in _ENGINES:
-        raise ValueError(f"rollout engine {kind.name!r} is already registered")
-    _ENGINES[kind.name] = kind
-    return kind
+    return ENGINES.register(kind)
 
 
 def known_engines() -> list[str]:
-    return sorted(_ENGINES)
+    return sorted(ENGINES.names())
 
 
 def get_engine(name: str) -> EngineKind:
     """The kind registered under `name`; an unknown name lists the registered ones."""
-    if name not in _ENGINES:
-        raise ValueError(f"rollout.engine={name!r} is unknown; choose one of {known_engines()}")
-    return _ENGINES[name]
+    return ENGINES.get(name)
 
 
 # --- the built-in engines -------------------------------------------------------------------------
@@ -186,16 +181,8 @@ class VLLMKind(EngineKind):
     def check_settings(self, cfg):
         from quadrants.rollout.weights import WEIGHT_DTYPES
 
-        engine = cfg.rollout.vllm
-        if engine.sleep_level not in (0, 1, 2):
-            raise ValueError(
-                f"rollout.vllm.sleep_level={engine.sleep_level} is unknown; choose one of [0, 1, 2]"
-            )
-        if engine.dtype not in WEIGHT_DTYPES:
-            raise ValueError(
-                f"rollout.vllm.dtype={engine.dtype!r} is unknown; choose one of "
-                f"{list(WEIGHT_DTYPES)}"
-            )
+        engine = cfg.rollout.vllm  # its sleep_level: the choice its field declares (config.py)
+        Choice(tuple(WEIGHT_DTYPES)).check("rollout.vllm.dtype", engine.dtype)
         # max_model_len bounds prompt + response: set below the planned row, the engine would
         # shorten responses (or refuse a prompt) that the run planned for
         response = max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens)

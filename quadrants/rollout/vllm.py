@@ -111,6 +111,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from quadrants import seeds
+from quadrants.config import VLLMConfig
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.hf import stop_token_ids
 from quadrants.rollout.weights import WEIGHT_DTYPES, full_weights, weight_buckets
@@ -149,14 +150,15 @@ class VLLMSettings:
             `reload_weights` call carries (a decoder layer is never split).
     """
 
-    dtype: str = "auto"
-    gpu_memory_utilization: float = 0.5
-    kv_cache_gib: float | None = None
-    tensor_parallel_size: int = 1
-    enforce_eager: bool = False
-    sleep_level: int = 2
-    in_process: bool = True
-    max_model_len: int | None = None
+    # the `rollout.vllm` keys: their defaults are the schema's (quadrants/config.py)
+    dtype: str = VLLMConfig.dtype
+    gpu_memory_utilization: float = VLLMConfig.gpu_memory_utilization
+    kv_cache_gib: float | None = VLLMConfig.kv_cache_gib
+    tensor_parallel_size: int = VLLMConfig.tensor_parallel_size
+    enforce_eager: bool = VLLMConfig.enforce_eager
+    sleep_level: int = VLLMConfig.sleep_level
+    in_process: bool = VLLMConfig.in_process
+    max_model_len: int | None = VLLMConfig.max_model_len
     seed: int = 0
     ranks: int = 1
     push_bucket_bytes: int = 2**30

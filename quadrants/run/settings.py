@@ -18,6 +18,7 @@ from torch import nn
 
 from quadrants.config import RolloutConfig, RunConfig, TrainConfig
 from quadrants.objectives.control import with_initial_state
+from quadrants.objectives.loss import loss_settings
 from quadrants.objectives.registry import ObjectiveSpec, resolve_objective
 from quadrants.ops.precision import resolve_precision
 from quadrants.ops.quadrants import QuadrantSettings
@@ -36,7 +37,7 @@ from quadrants.train.context import (
     UpdateSettings,
 )
 from quadrants.train.placement import Placement, SingleProcess
-from quadrants.validation import NEEDS_LORA, loss_settings
+from quadrants.validation import NEEDS_LORA
 
 
 def build_step(

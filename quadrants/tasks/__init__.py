@@ -6,6 +6,7 @@ from __future__ import annotations
 from quadrants.tasks.base import Problem, RenderedTask, Task
 from quadrants.tasks.registry import (
     DATASET_PRESETS,
+    check_task_files,
     get_task,
     is_char_level,
     known_tasks,
@@ -15,6 +16,7 @@ from quadrants.tasks.registry import (
 
 __all__ = [
     "DATASET_PRESETS",
+    "check_task_files",
     "Problem",
     "RenderedTask",
     "Task",

@@ -4,7 +4,9 @@ A task enters a run through its `TaskKind`, registered under the name the config
 (`sweeps/task/<name>.yaml`); the rest of the code asks the registry, never the name:
 - `make(heldout_size, params)`: the task itself (quadrants/tasks/base.py's `Task`);
 - `validate(heldout_size, params, model=, files=)`: compose-time checks of `task.params` and of the
-  task matching the model (ValueError naming the key); reads no dataset and loads no model.
+  task matching the model (ValueError naming the key); reads no dataset and loads no model;
+- `check_files(params)`: that the local data files `task.params` names exist and hold the rows
+  (`validate(files=True)` ends with it; `validate_config` runs it on its own, once).
 
 Registered here:
 - ``arithmetic``: the embedded synthetic world (character-level prompts such as ``12+34*5=``), for
@@ -29,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from quadrants.registry import Registry
 from quadrants.tasks.base import Task
 
 DATASET_PRESETS: dict[str, dict[str, Any]] = {
@@ -79,31 +82,27 @@ class TaskKind:
         self, heldout_size: int, params: dict[str, Any], *, model: str | None, files: bool
     ) -> None:
         """Raise ValueError, naming the key, when `params` (or the model) cannot make this task;
-        `files=False`: do not check that local files exist."""
+        `files=False`: do not check that local files exist (`check_files`)."""
+
+    def check_files(self, params: dict[str, Any]) -> None:
+        """Raise when a local data file `params` names is missing or unreadable; none by default."""
 
 
-_TASKS: dict[str, TaskKind] = {}
+TASKS: Registry[TaskKind] = Registry("task.name", "task")
 
 
 def register_task(kind: TaskKind) -> TaskKind:
-    if not kind.name:
-        raise ValueError(f"{type(kind).__name__} has no name")
-    if kind.name in _TASKS:
-        raise ValueError(f"task {kind.name!r} is already registered")
-    _TASKS[kind.name] = kind
-    return kind
+    """Register `kind` under `kind.name`; a second registration of the same name is an error."""
+    return TASKS.register(kind)
 
 
 def known_tasks() -> list[str]:
-    return list(_TASKS)
+    return TASKS.names()
 
 
 def get_task(name: str) -> TaskKind:
     """The registered task `name`; an unknown name lists the known ones."""
-    try:
-        return _TASKS[name]
-    except KeyError:
-        raise ValueError(f"task.name={name!r} is unknown; choose one of {known_tasks()}") from None
+    return TASKS.get(name)
 
 
 def make_task(name: str, heldout_size: int, params: dict[str, Any]) -> Task:
@@ -126,6 +125,12 @@ def validate_task(
     if heldout_size < 0:
         raise ValueError(f"task.heldout_size={heldout_size} is out of range; allowed: >= 0")
     kind.validate(heldout_size, params, model=model, files=files)
+
+
+def check_task_files(name: str, params: dict[str, Any]) -> None:
+    """The local data files of task `name` with `params` (an already validated task): each exists
+    and every line holds the fields the task reads."""
+    get_task(name).check_files(params)
 
 
 def _dataset_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +216,7 @@ class DatasetKind(TaskKind):
 
     def validate(self, heldout_size, params, *, model, files):
         from quadrants.tasks.benchmarks import GOLD_RULES
-        from quadrants.tasks.dataset import DatasetTask, check_rows, resolve_path
+        from quadrants.tasks.dataset import DatasetTask
 
         merged = _dataset_params(self.name, params)
         _check_keys(self.name, DatasetTask, merged)
@@ -219,10 +224,17 @@ class DatasetKind(TaskKind):
             raise ValueError(
                 f"task.params.gold={merged['gold']!r} is unknown; choose one of {list(GOLD_RULES)}"
             )
+        if files:
+            self.check_files(params)
+
+    def check_files(self, params):
+        from quadrants.tasks.dataset import check_rows, resolve_path
+
+        merged = _dataset_params(self.name, params)
         fields = [merged.get("problem_key", "problem"), merged.get("answer_key", "answer")]
         fields += [merged["id_key"]] if merged.get("id_key") else []
         for key in ("path", "heldout_path"):
-            if files and merged.get(key):
+            if merged.get(key):
                 found = resolve_path(merged[key], merged.get("data_dir"))
                 check_rows(found, fields, f"task.params.{key}")  # every line, at compose time
 

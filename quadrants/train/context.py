@@ -50,9 +50,9 @@ class PassSettings:
     temperature: float
     chunk_size: int
     batch_size: int
-    length_buckets: int = 1
-    forward_tokens: int = 0
-    layout: str = "padded"
+    length_buckets: int
+    forward_tokens: int
+    layout: str
 
     @property
     def packed(self) -> bool:
@@ -103,8 +103,8 @@ class CollectSettings:
     overlong_buffer: int
     overlong_penalty: float
     # the training reward (reward.name, reward.probability; rewards/confound.py)
-    reward: str = "verifier"
-    reward_probability: float | None = None
+    reward: str
+    reward_probability: float | None
 
 
 @dataclass(frozen=True)

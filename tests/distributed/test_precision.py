@@ -86,7 +86,14 @@ def no_grad_pass_by_tokens(sharded: bool) -> dict[str, torch.Tensor]:
     model = shard_model(model, env)
     lengths = row_lengths(batch.attention_mask, batch.response_length)
     groups = token_groups(lengths, torch.arange(batch.batch_size), 16, env.world_size)
-    passes = PassSettings(temperature=1.0, chunk_size=7, batch_size=batch.batch_size)
+    passes = PassSettings(
+        temperature=1.0,
+        chunk_size=7,
+        batch_size=batch.batch_size,
+        length_buckets=1,
+        forward_tokens=0,
+        layout="padded",
+    )
     placement = Sharded(env) if env.sharded else SingleProcess()
     forwards = Forwards(dataclasses.replace(passes, forward_tokens=16), placement)
     logp, entropy = no_grad_pass(

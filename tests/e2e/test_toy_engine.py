@@ -104,7 +104,8 @@ class ToyKind(EngineKind):
 
 @pytest.fixture
 def toy_engine(monkeypatch):
-    monkeypatch.setattr(registry, "_ENGINES", dict(registry._ENGINES))  # unregistered afterwards
+    # unregistered afterwards
+    monkeypatch.setattr(registry.ENGINES, "kinds", dict(registry.ENGINES.kinds))
     register_engine(ToyKind())
 
 

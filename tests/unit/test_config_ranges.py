@@ -1,59 +1,59 @@
-"""Every leaf key of RunConfig has an allowed range checked at compose time, or a stated reason why
-it has none (quadrants/config_ranges.py), and each range is enforced by validate_config at both ends."""
+"""Every leaf key of RunConfig declares, beside its default in quadrants/config.py, an allowed range
+checked at compose time or a stated reason why it has none (`checked`, quadrants/config_ranges.py),
+and each range is enforced by validate_config at both ends."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
+import re
 
 import pytest
 
 from quadrants.config import EvalConfig, RunConfig, TaskConfig
-from quadrants.config_ranges import NO_RANGE, RANGES, Range, lookup
+from quadrants.config_ranges import ALLOWED, UNCHECKED, Choice, Range, checked, leaves, lookup
 from quadrants.validation import validate_config, validate_heldout_split
 
-
-def leaf_keys(node: object = RunConfig(), prefix: str = "") -> list[str]:
-    """Dotted names of every non-dataclass field, nested dataclasses walked."""
-    keys = []
-    for field in dataclasses.fields(node):
-        value = getattr(node, field.name)
-        name = f"{prefix}{field.name}"
-        keys += leaf_keys(value, f"{name}.") if dataclasses.is_dataclass(value) else [name]
-    return keys
+# every leaf key's declared range (a Range), choice (a Choice) or reason for none (a str), read
+# from its field
+RULES: dict[str, Range | Choice | str] = {
+    key: item.metadata.get(ALLOWED) or item.metadata.get(UNCHECKED, "")
+    for key, _, item in leaves(RunConfig())
+}
+RANGES = {key: rule for key, rule in RULES.items() if isinstance(rule, Range)}
+CHOICES = {key: rule for key, rule in RULES.items() if isinstance(rule, Choice)}
+NO_RANGE = {key: rule for key, rule in RULES.items() if isinstance(rule, str)}
 
 
 def test_every_leaf_key_has_a_range_or_a_reason():
-    keys = leaf_keys()
-    missing = [k for k in keys if k not in RANGES and k not in NO_RANGE]
+    missing = [k for k, rule in RULES.items() if not rule]
     assert not missing, (
         f"RunConfig key(s) {missing} have neither an allowed range nor a stated reason for none. In "
-        f"quadrants/config_ranges.py add, for a number, `{missing[0]!r}: Range(low, high, ...)` to RANGES "
-        f"(checked at compose time by validate_config); for anything else (a name, a flag, a path, a range "
-        f'that depends on another key), `{missing[0]!r}: "<where it is checked, or why it needs no check>"` '
-        f"to NO_RANGE."
-    )
-    both = sorted(set(RANGES) & set(NO_RANGE))
-    assert not both, (
-        f"{both} are in both RANGES and NO_RANGE of quadrants/config_ranges.py: keep one"
-    )
-    stale = sorted((set(RANGES) | set(NO_RANGE)) - set(keys))
-    assert not stale, (
-        f"{stale} in quadrants/config_ranges.py are not RunConfig keys (renamed or removed?)"
+        f"quadrants/config.py declare the key with `checked`: for a number, `checked(default, "
+        f"Range(low, high, ...))` (checked at compose time by validate_config); for anything else (a "
+        f"name, a flag, a path, a range that depends on another key), `checked(default, "
+        f'why="<where it is checked, or why it needs no check>")`.'
     )
     assert all(reason.strip() for reason in NO_RANGE.values())
+    assert len(RULES) == len(RANGES) + len(CHOICES) + len(NO_RANGE)
+
+
+def test_a_field_states_either_a_range_or_a_reason():
+    with pytest.raises(TypeError, match="either its allowed range or why it has none"):
+        checked(1, Range(0), why="both")
+    with pytest.raises(TypeError, match="either its allowed range or why it has none"):
+        checked(1)
 
 
 def test_numeric_leaves_have_ranges():
     # a number with no range needs a reason that says where its bounds are checked
     numeric = [
         k
-        for k in leaf_keys()
+        for k in RULES
         if isinstance(lookup(RunConfig(), k), (int, float))
         and not isinstance(lookup(RunConfig(), k), bool)
     ]
-    assert numeric and all(k in RANGES or "check" in NO_RANGE[k] for k in numeric)
+    assert numeric and all(k in RANGES or k in CHOICES or "check" in NO_RANGE[k] for k in numeric)
 
 
 def _outside(allowed: Range, default: object) -> list[float]:
@@ -89,6 +89,41 @@ CASES = [
     for key, allowed in RANGES.items()
     for bad in _outside(allowed, lookup(RunConfig(), key))
 ]
+
+
+def test_the_schema_fixes_its_own_choices():
+    # the choices no other package owns; a name another package owns (train.precision,
+    # rollout.hf_decode, ...) is checked by validate_config against that package's set
+    assert sorted(CHOICES) == [
+        "eval.source",
+        "quadrant.axis",
+        "rollout.vllm.sleep_level",
+        "train.behaviour_pass",
+        "train.minibatch_grouping",
+    ]
+    assert all(lookup(RunConfig(), key) in choice.values for key, choice in CHOICES.items())
+
+
+@pytest.mark.parametrize("key", sorted(CHOICES))
+def test_each_choice_is_enforced(key):
+    bad = 3 if key == "rollout.vllm.sleep_level" else "nope"  # one past 0, 1, 2; no name
+    cfg = RunConfig()
+    _set(cfg, key, bad)
+    choices = re.escape(str(list(CHOICES[key].values)))
+    with pytest.raises(ValueError, match=rf"^{key}={bad!r} is unknown; choose one of {choices}$"):
+        validate_config(cfg, files=False)
+
+
+def test_a_choice_owned_elsewhere_reads_the_same():
+    # reward.name's set is rewards.confound.CONFOUNDS; the same Choice type, with its hint
+    cfg = RunConfig()
+    cfg.reward.name = "coin"
+    with pytest.raises(ValueError) as error:
+        validate_config(cfg, files=False)
+    assert str(error.value) == (
+        "reward.name='coin' is unknown; choose one of ['verifier', 'random', 'format_only'] "
+        "(e.g. reward=random)"
+    )
 
 
 def test_the_defaults_are_in_range():

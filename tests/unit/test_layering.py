@@ -41,8 +41,9 @@ ENTRY_COMMANDS = (
 # component -> the components it may import (besides itself); bottom to top
 ALLOWED: dict[str, frozenset[str]] = {
     # leaves
-    "config": frozenset(),  # the schema: dataclasses only
-    "config_ranges": frozenset(),  # the numeric ranges of the schema's keys
+    # the schema: dataclasses, each leaf key declared with its range (config_ranges)
+    "config": frozenset({"config_ranges"}),
+    "config_ranges": frozenset(),  # the range type and how a key declares it
     # what a run on the CPU tunes (quadrants/cpu): oneDNN linear maps, allocator, SDPA, OpenMP
     "cpu": frozenset(),
     "device": frozenset(),  # where a run's tensors live (train.device): torch only
@@ -52,16 +53,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "home": frozenset(),  # where the user's files live: the cache root and the data home
     "seeds": frozenset(),  # every random stream of a run, by name: a stable hash, hashlib only
     "progress": frozenset(),  # a loop's bar on a terminal, a line every 10 % off one: tqdm only
+    "registry": frozenset(),  # the one registry type (rollout engines, tasks)
     # the research core and the data
     # (config_ranges: the one range type their hyper-parameter checks declare)
     "objectives": frozenset({"cpu", "ops", "config_ranges"}),
-    "tasks": frozenset({"rewards", "home", "seeds", "progress"}),
+    "tasks": frozenset({"rewards", "home", "seeds", "progress", "registry"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
     "models": frozenset({"cpu", "ops", "tasks", "home", "progress"}),
     "tracking": frozenset({"config", "cpu", "ops"}),
     "rollout": frozenset(
-        {"config", "cpu", "device", "ops", "models", "seeds"}
-    ),  # an engine starts from its config section
+        {"config", "config_ranges", "cpu", "device", "ops", "models", "seeds", "registry"}
+    ),  # an engine starts from its config section (config_ranges: Choice checks its settings)
     # process groups and collectives (ops/precision.py: the sharding's mixed precision)
     "distributed": frozenset({"config", "cpu", "device", "ops", "rollout"}),
     # the memory plan: traces the policy's forward (models) sharded as the trainer shards it
@@ -81,7 +83,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # validate_config: the one module that knows which package owns which configured name
     "validation": frozenset(
         {"config", "config_ranges", "cpu", "device", "ops", "objectives", "rewards", "tasks"}
-        | {"models", "rollout", "distributed", "eval", "probe", "tracking"}
+        | {"models", "rollout", "distributed", "eval", "probe", "tracking", "home"}
     ),
     # the step: its phases, their frozen settings, placement, micro-batches, blocks, refill, signals
     # and telemetry (no config, no process group)

@@ -147,8 +147,8 @@ def test_dr_grpo_normaliser_does_not_depend_on_the_batch_width():
 
 def test_a_run_divides_by_its_max_new_tokens():
     from quadrants.config import RunConfig
+    from quadrants.objectives.loss import loss_settings
     from quadrants.ops.quadrants import QuadrantSettings
-    from quadrants.validation import loss_settings
 
     cfg = RunConfig()
     cfg.rollout.max_new_tokens = 96

@@ -28,7 +28,7 @@ def test_an_unknown_name_lists_the_registered_engines():
 
 
 def test_a_name_is_registered_once(monkeypatch):
-    monkeypatch.setattr(registry, "_ENGINES", dict(registry._ENGINES))
+    monkeypatch.setattr(registry.ENGINES, "kinds", dict(registry.ENGINES.kinds))
 
     class Again(EngineKind):
         name = "hf"

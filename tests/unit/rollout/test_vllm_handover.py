@@ -141,6 +141,8 @@ def decoder(layers: int = 2) -> nn.Module:
 
 def start(fake_vllm, monkeypatch, **settings) -> VLLMEngine:
     tokenizer = char_tokenizer()
+    # dtype auto: the weights pushed as they are (float32), whose sizes the tests count
+    settings = {"dtype": "auto", **settings}
     engine = VLLMEngine(
         decoder(), tokenizer, VLLMSettings(**settings), model_source="a-model-directory"
     )
@@ -234,7 +236,7 @@ def test_tensor_parallel_engines_get_pickled_buckets_that_keep_layers_whole(fake
     [embed 128 + layer 0 160 = 288], [layer 1 160 + norm 32 = 192; + lm_head 128 = 320 > 300],
     [lm_head 128]."""
     engine = start(fake_vllm, monkeypatch, tensor_parallel_size=2)
-    engine.settings = VLLMSettings(tensor_parallel_size=2, push_bucket_bytes=300)
+    engine.settings = VLLMSettings(dtype="auto", tensor_parallel_size=2, push_bucket_bytes=300)
     model = decoder()
     engine.sync_weights(model)
     assert [call[:3] for call in fake_vllm.log if call[0] == "collective_rpc"] == [

@@ -229,3 +229,36 @@ def test_where_records_go_and_thread_counts_stay_out_of_the_sweep_id():
 def test_invalid_overrides_fail_before_any_job(argv, message):
     with pytest.raises(ValueError, match=message):
         preflight(argv)
+
+
+@pytest.mark.slow
+def test_a_job_is_validated_once_per_process(monkeypatch, tmp_path):
+    """The preflight checks a job's values, then its data files; the job composes the same
+    configuration (launch/job.py `to_run_config`) and hands it to `run_training`, which validates
+    it again: each check runs once (the values 1 time, the files 1 time, not 3 and 2)."""
+    from quadrants import validation
+
+    calls = {"values": 0, "files": 0}
+
+    def counted(name, real):
+        def wrapper(cfg):
+            calls[name] += 1
+            real(cfg)
+
+        return wrapper
+
+    monkeypatch.setattr(
+        validation, "validate_values", counted("values", validation.validate_values)
+    )
+    monkeypatch.setattr(
+        validation, "check_data_files", counted("files", validation.check_data_files)
+    )
+    argv = ["train.steps=3", f"outputs={tmp_path}"]  # a configuration no other test validated
+    assert preflight(argv) == 1
+    assert calls == {"values": 1, "files": 1}
+    cfg = compose_run_config(argv)  # what the job composes
+    validation.validate_config(cfg)  # what run_training does first
+    assert calls == {"values": 1, "files": 1}
+    cfg.train.steps = 4  # another configuration is checked
+    validation.validate_config(cfg, files=False)
+    assert calls == {"values": 2, "files": 1}

@@ -11,7 +11,7 @@ import yaml
 from quadrants.launch.hydra_setup import CONFIG_DIR
 from quadrants.tasks import make_task, validate_task
 from quadrants.tasks.base import Problem
-from quadrants.tasks.registry import _TASKS, TaskKind, get_task, known_tasks, register_task
+from quadrants.tasks.registry import TASKS, TaskKind, get_task, known_tasks, register_task
 
 
 def test_every_task_yaml_names_a_registered_task_and_every_task_has_its_yaml():
@@ -80,5 +80,5 @@ def test_a_registered_task_is_made_and_validated_by_name():
         with pytest.raises(ValueError, match=r"task.heldout_size=-1 is out of range"):
             validate_task("echo_for_test", -1, {"size": 3})
     finally:
-        del _TASKS["echo_for_test"]
+        del TASKS.kinds["echo_for_test"]
     assert "echo_for_test" not in known_tasks()

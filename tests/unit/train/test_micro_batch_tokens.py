@@ -138,7 +138,10 @@ def test_no_grad_pass_by_tokens_equals_one_call():
     logp, entropy = behaviour_pass(*args, **passes)
     groups = token_groups(row_lengths(batch.attention_mask, 5), torch.arange(6), 16)
     assert len(groups) == 5
-    forwards = Forwards(PassSettings(**passes, forward_tokens=16))  # one process, fp32, CPU
+    # one process, fp32, CPU; one length bucket (each call cut to its longest row only)
+    forwards = Forwards(
+        PassSettings(**passes, length_buckets=1, forward_tokens=16, layout="padded")
+    )
     by_tokens = no_grad_pass(forwards, *args)
     mask = batch.response_mask
     torch.testing.assert_close(by_tokens[0] * mask, logp * mask, rtol=0, atol=1e-5)
