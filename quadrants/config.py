@@ -374,7 +374,9 @@ class TrainConfig:
     # counted by the token budgets) | packed (each micro-batch's real tokens in one sequence with
     # per-row position ids, attention kept within each row; token budgets count real tokens;
     # Llama/Mistral/Qwen2/Qwen3 models only: quadrants/ops/packing.py, docs/performance.md)
-    attention_layout: str = checked("padded", Choice(("padded", "packed")))
+    attention_layout: str = checked(
+        "padded", why="a layout name, checked by validate_config (models/policy.py LAYOUTS)"
+    )
     # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
     device: str = checked(
         "auto", why="a device name, checked by quadrants/device.py validate_device"

@@ -27,7 +27,7 @@ from quadrants.device import validate_device
 from quadrants.eval.plan import check_eval_files, suite, validate_eval
 from quadrants.home import default_cache_root, default_data_dir
 from quadrants.models.lora import target_modules as lora_target_modules
-from quadrants.models.policy import check_packable
+from quadrants.models.policy import LAYOUTS, check_packable
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source
 from quadrants.objectives.loss import loss_settings
 from quadrants.objectives.registry import resolve_objective
@@ -127,10 +127,11 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
 
 
 def validate_attention_layout(train: TrainConfig, name_or_path: str) -> None:
-    """`train.attention_layout=packed` only for a model whose attention keeps
+    """`train.attention_layout`: a known layout; `packed` only for a model whose attention keeps
     packed rows apart (models/policy.py `packing_refusal`), checked here where the architecture is
     known without loading (the embedded tiny models, a local directory's config.json) and again
     on the loaded model (run/build.py `prepare_policy`) for a hub id."""
+    Choice(LAYOUTS).check("train.attention_layout", train.attention_layout)
     if train.attention_layout != "packed":
         return
     config = local_model_config(name_or_path)
