@@ -26,6 +26,7 @@ from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
 from quadrants.eval.plan import check_eval_files, suite, validate_eval
 from quadrants.home import default_cache_root, default_data_dir
+from quadrants.models.loading import ATTENTIONS, FLASH
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.policy import LAYOUTS, check_packable
 from quadrants.models.source import TINY, TINY_RANDOM, check_model_source
@@ -137,6 +138,29 @@ def validate_attention_layout(train: TrainConfig, name_or_path: str) -> None:
     config = local_model_config(name_or_path)
     if config is not None:
         check_packable(config)
+
+
+def validate_attention_kernel(cfg: RunConfig) -> None:
+    """`model.attention`: one of models/loading.py ATTENTIONS or null; the flash kernels compute in
+    fp16/bf16 on CUDA only (flash-attn's own rule), so not with train.device=cpu or
+    train.precision=fp32."""
+    attention = cfg.model.attention
+    if attention is None:
+        return
+    Choice(ATTENTIONS, hint="or null for transformers' default").check("model.attention", attention)
+    if attention not in FLASH:
+        return
+    if cfg.train.device == "cpu":
+        raise ValueError(
+            f"model.attention={attention} runs on CUDA only, but train.device=cpu. Fix: "
+            "model.attention=sdpa (or null) on the CPU"
+        )
+    if cfg.train.precision == "fp32":
+        raise ValueError(
+            f"model.attention={attention}: flash-attn computes in fp16/bf16 only, but "
+            "train.precision=fp32. Fix: train.precision=bf16-mixed (or auto on CUDA), or "
+            "model.attention=sdpa"
+        )
 
 
 def local_model_config(name_or_path: str) -> object | None:
@@ -318,6 +342,7 @@ def validate_values(cfg: RunConfig, *, task_used: bool = True) -> None:
     Choice(EXTRACTIONS).check("task.answer_extraction", cfg.task.answer_extraction)
     validate_rollout_engine(cfg)
     validate_attention_layout(cfg.train, cfg.model.name_or_path)
+    validate_attention_kernel(cfg)
     Choice(CPU_MATMULS).check("train.cpu.matmul", cfg.train.cpu.matmul)
     validate_device(cfg.train.device)
     if cfg.train.offload_optimizer and cfg.train.device == "cpu":

@@ -43,6 +43,20 @@ def check_local_job(run: RunConfig | DictConfig) -> None:
     check_device(str(run.train.device))
     check_engine(str(run.rollout.engine))
     check_model_packages(str(run.model.name_or_path))
+    check_attention_kernel(run.model.attention)
+
+
+def check_attention_kernel(attention: str | None) -> None:
+    """`model.attention=flash_attention_2|3` needs the flash-attn package (transformers imports it
+    when the model loads: transformers/modeling_flash_attention_utils.py)."""
+    module = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+    if attention in module and importlib.util.find_spec(module[attention]) is None:
+        raise ValueError(
+            f"model.attention={attention} but the {module[attention]} module (the flash-attn "
+            "package) is not installed in this environment. Fix: install flash-attn for this "
+            "machine's torch and CUDA (github.com/Dao-AILab/flash-attention), or "
+            "model.attention=sdpa"
+        )
 
 
 def check_writable_dir(what: str, path: Path) -> None:

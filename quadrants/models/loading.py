@@ -41,6 +41,10 @@ from quadrants.models.warmup import WarmupSettings, ensure_base_policy
 from quadrants.progress import quiet_library_bars
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# model.attention: transformers' attention kernels (transformers/modeling_utils.py
+# `from_pretrained`'s attn_implementation; ALL_ATTENTION_FUNCTIONS) that quadrants offers
+ATTENTIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+FLASH = ("flash_attention_2", "flash_attention_3")
 
 
 def load_policy(
@@ -51,6 +55,7 @@ def load_policy(
     seed: int = 0,
     weights: bool = True,
     lora: Any = None,
+    attention: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A causal LM and its tokenizer.
 
@@ -64,6 +69,8 @@ def load_policy(
             reads no file, is built from its seed as with True.
         lora: `model.lora` (quadrants.config.LoraConfig); when enabled, LoRA adapters are put into
             the loaded model in place (models/lora.py) and only they require grad.
+        attention: `model.attention`, one of ATTENTIONS: the attention kernel (transformers'
+            `attn_implementation`, transformers/modeling_utils.py); None = transformers' default.
 
     Returns:
         (model, tokenizer): the model in eval mode with the requested dtype; the tokenizer
@@ -81,6 +88,8 @@ def load_policy(
         # tests/distributed/test_rank0_fill.py.)
         model, tokenizer = random_tiny_policy(seed)
         model = model.to(torch_dtype)
+        if attention is not None:
+            model.set_attn_implementation(attention)
     else:
         if name_or_path == TINY:
             root = Path(cache_root) if cache_root is not None else None
@@ -90,11 +99,12 @@ def load_policy(
         local_only = _offline() or Path(source).is_dir()
         tokenizer = _load_tokenizer(source, local_only)
         if weights:
+            kernel = {} if attention is None else {"attn_implementation": attention}
             model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=torch_dtype, local_files_only=local_only
+                source, dtype=torch_dtype, local_files_only=local_only, **kernel
             )
         else:
-            model = _meta_model(source, torch_dtype, local_only)
+            model = _meta_model(source, torch_dtype, local_only, attention)
     _prepare_tokenizer(tokenizer, model)
     if lora is not None and lora.enabled:
         apply_lora(model, lora)  # the adapters wrap the base's linear layers (models/lora.py)
@@ -102,15 +112,18 @@ def load_policy(
     return model, tokenizer
 
 
-def _meta_model(source: str, dtype: torch.dtype, local_only: bool) -> PreTrainedModel:
+def _meta_model(
+    source: str, dtype: torch.dtype, local_only: bool, attention: str | None = None
+) -> PreTrainedModel:
     """`source`'s model on the meta device: its config's architecture, no weights read. The
     generation config as `from_pretrained` reads it (transformers/generation/utils.py,
     `GenerationMixin.adjust_generation_fn`): `generation_config.json` when there is one, else the
     one the model's constructor derived from its config (what its `except OSError` branch
     rebuilds)."""
     config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+    kernel = {} if attention is None else {"attn_implementation": attention}
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kernel)
     try:
         model.generation_config = GenerationConfig.from_pretrained(
             source, local_files_only=local_only

@@ -69,7 +69,9 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     # sharded: only rank 0 reads the weights, the others build the model on the meta device and
     # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
     weights = dist_env.is_main or not dist_env.sharded
-    load = dict(dtype=cfg.model.dtype, seed=cfg.seed, weights=weights)
+    load = dict(
+        dtype=cfg.model.dtype, seed=cfg.seed, weights=weights, attention=cfg.model.attention
+    )
     model, tokenizer = load_policy(cfg.model.name_or_path, lora=cfg.model.lora, **load)
     ref_model = None
     # the KL reference: a frozen copy of the base, or under LoRA the policy itself with its

@@ -413,36 +413,40 @@ def update_policy(
     `is_weights` [B, T]: the mismatch correction's per-token weights (None = off),
     sliced with each mini-batch.
     """
-    generator = torch.Generator().manual_seed(seeds.shuffle(settings.seed, step))
     per_update: list[dict[str, Tensor]] = []
     grad_norms: list[float] = []
     model.train()
-    # the update's own draws (Clip-Cov's random subset, objectives/clip_cov.py) come from torch's
-    # default generators, seeded here for the step: every rank computes the whole mini-batch's loss
-    # and must draw the same tokens as the others and as one process, whatever its engine drew
-    # before (the HF engine reseeds per generation block, and the ranks generate other blocks)
-    with seeded(seeds.update(settings.seed, step), batch.sequences.device):
-        for _ in range(settings.epochs):
-            for index in epoch_minibatches(batch, settings, generator):
-                optimizer.zero_grad(set_to_none=True)
-                loss, metrics = backward_minibatch(
-                    model,
-                    objective,
-                    forwards,
-                    settings,
-                    batch.select(index),
-                    None if is_weights is None else is_weights[index],
-                )
-                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-                grad_norms.append(float(norm))
-                optimizer.step()
-                metrics["loss"] = loss
-                per_update.append(metrics)
+    for mini, mini_weights in step_minibatches(batch, settings, step, is_weights):
+        optimizer.zero_grad(set_to_none=True)
+        loss, metrics = backward_minibatch(model, objective, forwards, settings, mini, mini_weights)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
+        grad_norms.append(float(norm))
+        optimizer.step()
+        metrics["loss"] = loss
+        per_update.append(metrics)
     # the last update's gradients are not needed again: freed now, not held through the next
     # rollout (the next update's zero_grad would free them only then)
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
     return mean_metrics(per_update), sum(grad_norms) / max(len(grad_norms), 1)
+
+
+def step_minibatches(
+    batch: TokenBatch, settings: UpdateSettings, step: int, is_weights: Tensor | None
+) -> Iterator[tuple[TokenBatch, Tensor | None]]:
+    """The mini-batches of `step`'s update, every epoch's in order, each with its rows' slice of
+    `is_weights`; the caller's work on each runs under the step's seeded draws.
+
+    The update's own draws (Clip-Cov's random subset, objectives/clip_cov.py) come from torch's
+    default generators, seeded here for the step: every rank computes the whole mini-batch's loss
+    and must draw the same tokens as the others and as one process, whatever its engine drew
+    before (the HF engine reseeds per generation block, and the ranks generate other blocks). The
+    generators are restored when the last mini-batch is done (or the loop is left)."""
+    generator = torch.Generator().manual_seed(seeds.shuffle(settings.seed, step))
+    with seeded(seeds.update(settings.seed, step), batch.sequences.device):
+        for _ in range(settings.epochs):
+            for index in epoch_minibatches(batch, settings, generator):
+                yield batch.select(index), None if is_weights is None else is_weights[index]
 
 
 def epoch_minibatches(
@@ -478,21 +482,11 @@ def update_gradient(
     plain SGD through those mini-batches moves the weights by −lr times this sum (each later
     mini-batch's gradient differs from its value here by O(lr)): the direction whose effect
     quadrants/run/counterfactual.py reports as the first-order effect of an arm."""
-    generator = torch.Generator().manual_seed(seeds.shuffle(settings.seed, step))
     model.train()
     for parameter in model.parameters():
         parameter.grad = None
-    with seeded(seeds.update(settings.seed, step), batch.sequences.device):
-        for _ in range(settings.epochs):
-            for index in epoch_minibatches(batch, settings, generator):
-                backward_minibatch(
-                    model,
-                    objective,
-                    forwards,
-                    settings,
-                    batch.select(index),
-                    None if is_weights is None else is_weights[index],
-                )
+    for mini, mini_weights in step_minibatches(batch, settings, step, is_weights):
+        backward_minibatch(model, objective, forwards, settings, mini, mini_weights)
 
 
 def backward_minibatch(
