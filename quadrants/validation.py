@@ -11,7 +11,6 @@ leaf schema. Each failure names the key and the allowed values.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from quadrants.config import (
     EvalConfig,
@@ -29,7 +28,7 @@ from quadrants.home import default_cache_root, default_data_dir
 from quadrants.models.loading import ATTENTIONS, FLASH
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.policy import LAYOUTS, check_packable
-from quadrants.models.source import TINY, TINY_RANDOM, check_model_source
+from quadrants.models.source import check_model_source, local_model_config
 from quadrants.objectives.loss import loss_settings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
@@ -161,28 +160,6 @@ def validate_attention_kernel(cfg: RunConfig) -> None:
             "train.precision=fp32. Fix: train.precision=bf16-mixed (or auto on CUDA), or "
             "model.attention=sdpa"
         )
-
-
-def local_model_config(name_or_path: str) -> object | None:
-    """The transformers config of the embedded tiny models or of a local directory with a
-    config.json, read without weights or network; None for anything else (a hub id)."""
-    if name_or_path in (TINY, TINY_RANDOM):
-        from quadrants.models.tiny import tiny_config
-        from quadrants.models.tokenizer import char_tokenizer
-
-        tokenizer = char_tokenizer()
-        return tiny_config(
-            len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    path = Path(name_or_path).expanduser()
-    if (path / "config.json").is_file():
-        from transformers import AutoConfig
-
-        return AutoConfig.from_pretrained(path, local_files_only=True)
-    return None
 
 
 def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> None:

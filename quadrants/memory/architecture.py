@@ -21,8 +21,7 @@ from pathlib import Path
 
 from transformers import AutoConfig, PretrainedConfig
 
-from quadrants.models.source import TINY, TINY_RANDOM
-from quadrants.models.tokenizer import char_tokenizer
+from quadrants.models.source import local_model_config
 
 ARCHITECTURES = Path(__file__).resolve().parent / "architectures"
 
@@ -48,19 +47,9 @@ def model_config(name_or_path: str, key: str = "model.name_or_path") -> Pretrain
     """The transformers config of `name_or_path`, without weights and without network."""
     if name_or_path in SHIPPED:
         return shipped_config(SHIPPED[name_or_path])
-    if name_or_path in (TINY, TINY_RANDOM):
-        from quadrants.models.tiny import tiny_config
-
-        tokenizer = char_tokenizer()
-        return tiny_config(
-            len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-        )
-    path = Path(name_or_path).expanduser()
-    if (path / "config.json").is_file():
-        return AutoConfig.from_pretrained(path, local_files_only=True)
+    config = local_model_config(name_or_path)
+    if config is not None:
+        return config
     raise ValueError(
         f"{key}={name_or_path}: the memory plan needs the model's architecture and has none for "
         f"it. Point {key} at a local directory with a config.json, or use one of "

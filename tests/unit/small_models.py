@@ -36,3 +36,11 @@ def small_llama(seed: int, **config: Any) -> nn.Module:
         tie_word_embeddings=False,
     )
     return LlamaForCausalLM(LlamaConfig(**{**settings, **config}))
+
+
+def logits_path_llama(seed: int = 11) -> nn.Module:
+    """`small_llama` whose head is not an nn.Linear, so the policy's forwards take the logits
+    path instead of the fused head."""
+    model = small_llama(seed)
+    model.lm_head = nn.Sequential(model.lm_head)
+    return model

@@ -16,19 +16,13 @@ import torch
 from torch import nn
 
 from quadrants.models.policy import fused_head, response_logprobs
-from tests.unit.small_models import small_llama, small_qwen2
+from tests.unit.small_models import logits_path_llama, small_qwen2
 
 ATOL = 1e-5
 
 
 def _qwen2() -> nn.Module:
     return small_qwen2(5)
-
-
-def _llama_logits_path() -> nn.Module:
-    model = small_llama(11)
-    model.lm_head = nn.Sequential(model.lm_head)  # not an nn.Linear: the logits path
-    return model
 
 
 def _batch(prompt_lengths: list[int], response_lengths: list[int], width: int, T: int):
@@ -73,7 +67,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+@pytest.mark.parametrize("build", [_qwen2, logits_path_llama], ids=["fused-head", "logits"])
 def test_the_packed_forward_equals_the_padded_one_with_gradients(build, case) -> None:
     torch.set_num_threads(1)
     prompts, responses, width, T = case

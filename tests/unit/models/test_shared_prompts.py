@@ -17,17 +17,11 @@ from transformers.integrations import sdpa_attention
 from quadrants.cpu.sdpa import FORCE_GQA
 from quadrants.models.policy import fused_head, response_logprobs, shared_prompts
 from quadrants.ops.length_buckets import length_buckets, response_spans
-from tests.unit.small_models import small_llama, small_qwen2
+from tests.unit.small_models import logits_path_llama, small_qwen2
 
 
 def _qwen2() -> nn.Module:
     return small_qwen2(5)
-
-
-def _llama_logits_path() -> nn.Module:
-    model = small_llama(11)
-    model.lm_head = nn.Sequential(model.lm_head)  # not an nn.Linear: the logits path
-    return model
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +69,7 @@ def test_rows_sharing_a_prompt_are_found_by_hand() -> None:
     [(6, "auto"), (2, "always")],
     ids=["3-rows-per-prompt", "distinct-prompts-always"],  # "always": what FSDP ranks run
 )
-@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+@pytest.mark.parametrize("build", [_qwen2, logits_path_llama], ids=["fused-head", "logits"])
 def test_the_shared_forward_equals_the_plain_one_with_gradients(build, rows, mode) -> None:
     torch.set_num_threads(1)
     sequences, mask = _batch()
@@ -124,7 +118,7 @@ def _logp_entropy_grads(model, sequences, mask, length, **options):
 
 
 @pytest.mark.parametrize("share", ["auto", "never"])
-@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+@pytest.mark.parametrize("build", [_qwen2, logits_path_llama], ids=["fused-head", "logits"])
 def test_length_buckets_equal_one_forward_with_gradients(build, share) -> None:
     torch.set_num_threads(1)
     sequences, mask = _batch()
@@ -205,7 +199,7 @@ def _fed_and_checked(build, sequences, mask, length, **options) -> list[tuple[in
 
 
 @pytest.mark.parametrize("share", ["auto", "never"])
-@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+@pytest.mark.parametrize("build", [_qwen2, logits_path_llama], ids=["fused-head", "logits"])
 def test_no_call_feeds_the_last_response_token(build, share) -> None:
     """The batch is 6 rows x (P = 5 + T = 4); every row's last response token is a target only.
     Plain path, one bucket: one call over [6, 5 + 4 - 1 = 8]. Shared path: the 2 distinct prompts
@@ -223,7 +217,7 @@ def test_no_call_feeds_the_last_response_token(build, share) -> None:
 
 
 @pytest.mark.parametrize("share", ["always", "never"])
-@pytest.mark.parametrize("build", [_qwen2, _llama_logits_path], ids=["fused-head", "logits"])
+@pytest.mark.parametrize("build", [_qwen2, logits_path_llama], ids=["fused-head", "logits"])
 def test_one_token_responses_and_none(build, share) -> None:
     """T = 1: the shared path still makes its response call (one position, whose state predicts
     nothing: FSDP ranks must make the same calls), the plain path feeds the prompt only; both equal
