@@ -68,10 +68,11 @@ class ModelConfig:
     dtype: str = checked(
         "float32", why="a dtype name, checked when the model is loaded (models.loading)"
     )
-    # the attention kernel the trainer's model runs (transformers' `attn_implementation`): null =
-    # transformers' default (sdpa); eager | sdpa | flash_attention_2 | flash_attention_3 (the
-    # flash-attn package, bf16 compute) | flex_attention. With train.attention_layout=packed a
-    # flash kernel runs the packed rows varlen, without the N x N mask (docs/performance.md)
+    # the attention kernel the trainer's model runs (transformers' `attn_implementation`): eager |
+    # sdpa | flash_attention_2 | flash_attention_3 (the flash-attn package, bf16 compute) |
+    # flex_attention; null = transformers' default (sdpa), but flash_attention_2 for
+    # train.attention_layout=packed on CUDA where flash-attn is installed (models/loading.py
+    # `packed_attention`): a flash kernel runs packed rows varlen, without the N x N mask
     attention: str | None = checked(
         None, why="a kernel name or null, checked by validate_config (models/loading.py ATTENTIONS)"
     )

@@ -160,6 +160,23 @@ def validate_attention_kernel(cfg: RunConfig) -> None:
             "train.precision=fp32. Fix: train.precision=bf16-mixed (or auto on CUDA), or "
             "model.attention=sdpa"
         )
+    engine = cfg.rollout.engine
+    if (
+        engine in known_engines()
+        and get_engine(engine).replica_for_ranks
+        and cfg.train.precision != "bf16"
+        and not cfg.model.lora.enabled
+    ):
+        # the HF engine generates from the policy's own float32 parameters without autocast
+        # (rollout/hf.py `stored_mixed_autocast`: only a mixed-dtype store turns it on), and
+        # transformers hands flash-attn float32 queries then (integrations/flash_attention.py
+        # `get_target_dtype`: the linear weights' dtype), which flash-attn refuses
+        raise ValueError(
+            f"model.attention={attention} with rollout.engine={engine}: that engine samples from "
+            f"the policy's float32 parameters under train.precision={cfg.train.precision}, and "
+            "flash-attn computes in fp16/bf16 only. Fix: rollout.engine=vllm, or "
+            "model.attention=sdpa (or null)"
+        )
 
 
 def validate_minibatch_grouping(train: TrainConfig, rollout: RolloutConfig) -> None:

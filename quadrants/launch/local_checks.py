@@ -20,6 +20,7 @@ from quadrants.config import RunConfig
 from quadrants.device import require_usable_device
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.models import smollm2
+from quadrants.models.loading import FLASH_MODULES, flash_installed
 
 JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 
@@ -49,12 +50,11 @@ def check_local_job(run: RunConfig | DictConfig) -> None:
 def check_attention_kernel(attention: str | None) -> None:
     """`model.attention=flash_attention_2|3` needs the flash-attn package (transformers imports it
     when the model loads: transformers/modeling_flash_attention_utils.py)."""
-    module = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
-    if attention in module and importlib.util.find_spec(module[attention]) is None:
+    if attention in FLASH_MODULES and not flash_installed(attention):
         raise ValueError(
-            f"model.attention={attention} but the {module[attention]} module (the flash-attn "
-            "package) is not installed in this environment. Fix: install flash-attn for this "
-            "machine's torch and CUDA (github.com/Dao-AILab/flash-attention), or "
+            f"model.attention={attention} but the {FLASH_MODULES[attention]} module (the "
+            "flash-attn package) is not installed in this environment. Fix: install flash-attn "
+            "for this machine's torch and CUDA (github.com/Dao-AILab/flash-attention), or "
             "model.attention=sdpa"
         )
 

@@ -17,6 +17,7 @@ opened): the ranks other than rank 0 of a sharded run, which receive their shard
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -45,6 +46,69 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 # `from_pretrained`'s attn_implementation; ALL_ATTENTION_FUNCTIONS) that quadrants offers
 ATTENTIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 FLASH = ("flash_attention_2", "flash_attention_3")
+# the module transformers imports for each flash kernel (transformers/utils/import_utils.py
+# `is_flash_attn_2_available`, `is_flash_attn_3_available`)
+FLASH_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+
+
+def flash_installed(kernel: str = "flash_attention_2") -> bool:
+    """Whether this environment has the package `kernel` (one of FLASH) needs."""
+    return importlib.util.find_spec(FLASH_MODULES[kernel]) is not None
+
+
+def packed_attention(
+    *,
+    layout: str,
+    device_type: str,
+    compute_dtype: torch.dtype,
+    flash: bool,
+    samples_from_policy: bool,
+) -> str | None:
+    """The attention kernel a run with `model.attention=null` gets: `flash_attention_2` for packed
+    rows (`layout`, train.attention_layout) on CUDA with 16-bit compute (`compute_dtype`, the
+    resolved train.precision's) where flash-attn is installed (`flash`), unless the rollout engine
+    samples from the policy module itself (`samples_from_policy`: the HF engine, which generates in
+    the parameters' dtype, float32 under bf16-mixed, which flash-attn refuses); None otherwise
+    (transformers' default, SDPA).
+
+    Why: under SDPA and eager attention transformers turns packed position ids into a
+    block-diagonal causal mask over the whole packed sequence (transformers/masking_utils.py
+    `find_packed_sequence_indices`), N x N per forward, while under FlashAttention it runs the
+    varlen kernel with the row boundaries as cu_seqlens (`_flash_attention_forward`,
+    `_is_packed_sequence` and `_prepare_from_posids` in
+    transformers/modeling_flash_attention_utils.py): no mask, no cross-row work, as verl's
+    `use_remove_padding` and TRL's `padding_free` run. Under bf16-mixed the float32 queries that
+    the rotary embedding returns are cast to the autocast dtype before the kernel
+    (transformers/integrations/flash_attention.py `get_target_dtype`). Padded rows keep the
+    default: nothing measured says a kernel change pays there, and their numbers
+    stay the pinned ones. Flex attention is not chosen automatically: it has not run under FSDP2
+    and bf16 autocast on a GPU here."""
+    if layout != "packed" or device_type != "cuda" or samples_from_policy or not flash:
+        return None
+    if compute_dtype not in (torch.bfloat16, torch.float16):
+        return None
+    return "flash_attention_2"
+
+
+def agreed_attention(kernels: list[str | None]) -> str | None:
+    """The one kernel every rank chose (`kernels`: rank 0's, rank 1's, ...), or a ValueError naming
+    the ranks that differ, the same on every rank: ranks on nodes with and without flash-attn
+    would otherwise run different attention arithmetic in one data-parallel step."""
+    first = kernels[0]
+    differ = [rank for rank, kernel in enumerate(kernels) if kernel != first]
+    if differ:
+        raise ValueError(
+            f"the ranks chose different attention kernels (rank 0: {first}, ranks {differ}: "
+            f"{sorted({str(kernels[r]) for r in differ})}): flash-attn is installed on some nodes "
+            "and not on others. Fix: install the same environment on every node, or set "
+            "model.attention explicitly (e.g. model.attention=sdpa)"
+        )
+    return first
+
+
+def attention_of(model: Any) -> str:
+    """The attention kernel `model` runs (transformers' `config._attn_implementation`)."""
+    return str(getattr(model.config, "_attn_implementation", None))
 
 
 def load_policy(

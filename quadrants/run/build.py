@@ -8,6 +8,7 @@ is what the loop works with: the step's context, the config and the rank layout.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from torch import nn
 from quadrants.config import RunConfig
 from quadrants.cpu import tune_for
 from quadrants.device import resolve_device
+from quadrants.distributed.agreement import exchange
 from quadrants.distributed.collectives import (
     DistEnv,
     check_layout,
@@ -27,7 +29,12 @@ from quadrants.distributed.collectives import (
 )
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.distributed.placement import Sharded
-from quadrants.models.loading import load_policy
+from quadrants.models.loading import (
+    agreed_attention,
+    flash_installed,
+    load_policy,
+    packed_attention,
+)
 from quadrants.models.lora import trainable_parameters
 from quadrants.models.policy import check_packable
 from quadrants.ops.precision import cast_on_device, resolve_precision, store_parameters
@@ -43,6 +50,8 @@ from quadrants.tasks.prompts import make_renderer
 from quadrants.train.context import StepContext
 from quadrants.train.placement import SingleProcess
 from quadrants.validation import check_lora_ranks
+
+log = logging.getLogger("quadrants.train")
 
 
 def fused_optimizer_applies(model: torch.nn.Module) -> bool:
@@ -69,9 +78,8 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     # sharded: only rank 0 reads the weights, the others build the model on the meta device and
     # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
     weights = dist_env.is_main or not dist_env.sharded
-    load = dict(
-        dtype=cfg.model.dtype, seed=cfg.seed, weights=weights, attention=cfg.model.attention
-    )
+    attention = attention_kernel(cfg, device, dist_env)
+    load = dict(dtype=cfg.model.dtype, seed=cfg.seed, weights=weights, attention=attention)
     model, tokenizer = load_policy(cfg.model.name_or_path, lora=cfg.model.lora, **load)
     ref_model = None
     # the KL reference: a frozen copy of the base, or under LoRA the policy itself with its
@@ -109,6 +117,32 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         placement=placement,
         device=device,
     )
+
+
+def attention_kernel(cfg: RunConfig, device: torch.device, env: DistEnv) -> str | None:
+    """The attention kernel the run's models load with: `model.attention`, or where it is null
+    the one models/loading.py `packed_attention` picks for this machine (flash_attention_2 for
+    packed rows on CUDA where flash-attn is installed; else transformers' default), agreed by
+    every rank (`agreed_attention`: one exchange, the same error on every rank)."""
+    kernel = cfg.model.attention
+    if kernel is None:
+        kernel = packed_attention(
+            layout=cfg.train.attention_layout,
+            device_type=device.type,
+            compute_dtype=resolve_precision(cfg.train.precision, device).compute_dtype,
+            flash=flash_installed(),
+            samples_from_policy=get_engine(cfg.rollout.engine).replica_for_ranks,
+        )
+        if kernel is not None:
+            log.info("model.attention=null: %s for the packed rows (flash-attn installed)", kernel)
+        elif cfg.train.attention_layout == "packed" and device.type == "cuda":
+            log.warning(
+                "train.attention_layout=packed with SDPA: transformers masks the packed sequence "
+                "with an N x N block-diagonal mask per forward (docs/performance.md). For the "
+                "varlen kernel install flash-attn (model.attention=flash_attention_2 then "
+                "applies by itself, with rollout.engine=vllm)"
+            )
+    return agreed_attention(exchange(kernel, env))
 
 
 def prepare_policy(

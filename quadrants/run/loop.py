@@ -26,6 +26,7 @@ import torch
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.eval.in_training import evaluate_policy
+from quadrants.models.loading import attention_of
 from quadrants.objectives.control import advance_state
 from quadrants.progress import Progress
 from quadrants.rewards.custom import FunctionGrader
@@ -131,6 +132,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 tracker.log_metrics(step_metrics, step=logged_step)
             if first == 0:
                 tracker.log_params(flat_params(cfg))
+                # the kernel the policy runs, model.attention=null resolved (run/build.py)
+                tracker.log_params({"model.attention_ran": attention_of(ctx.model)})
                 log_task(ctx, tracker, run_dir)
             if run_dir is not None:
                 write_run_id(run_dir, tracker.run_id)

@@ -58,6 +58,8 @@ def test_four_quadrant_sweep_logs_four_child_runs_under_one_parent(tmp_path):
         assert metrics["final/pass_at_1"] == metrics["eval/arithmetic/pass_at_1"]
         assert metrics["final/entropy"] == metrics["train/entropy"]
         assert run.data.params["quadrant.keep"] == q
+        # model.attention=null on the CPU: the model runs transformers' default (run/build.py)
+        assert run.data.params["model.attention_ran"] == "sdpa"
         artifacts = {a.path for a in client(tmp_path).list_artifacts(run.info.run_id)}
         assert {"config", "samples"} <= artifacts
     assert "quadrant=NHR" in done.stdout and "4 runs" in done.stdout  # the summary table

@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from quadrants.config import RunConfig
+from quadrants.distributed.collectives import current
 from quadrants.launch.local_checks import check_attention_kernel
-from quadrants.models.loading import load_policy
+from quadrants.models.loading import agreed_attention, attention_of, load_policy, packed_attention
+from quadrants.run.build import attention_kernel
 from quadrants.validation import validate_attention_kernel
 
 
@@ -65,7 +67,70 @@ def test_kernels_that_can_run_pass():
         cfg.model.attention = attention
         validate_attention_kernel(cfg)
     cfg.model.attention, cfg.train.device, cfg.train.precision = "flash_attention_2", "cuda", "auto"
+    cfg.rollout.engine = "vllm"  # samples from its own copy, in its own dtype
     validate_attention_kernel(cfg)
+    # the HF engine samples from the policy module: fine where its parameters are bf16 (pure bf16)
+    # or, under LoRA, where the frozen base is stored in bf16 (autocast turns on, rollout/hf.py)
+    cfg.rollout.engine, cfg.train.precision = "hf", "bf16"
+    validate_attention_kernel(cfg)
+    cfg.train.precision, cfg.model.lora.enabled = "bf16-mixed", True
+    validate_attention_kernel(cfg)
+
+
+@pytest.mark.parametrize("precision", ["auto", "bf16-mixed"])
+def test_a_flash_kernel_with_the_hf_engine_on_float32_parameters_is_refused(precision):
+    # the HF engine would hand flash-attn float32 queries at the first rollout
+    cfg = RunConfig()
+    cfg.model.attention, cfg.train.device, cfg.train.precision = (
+        "flash_attention_2",
+        "cuda",
+        precision,
+    )
+    cfg.rollout.engine = "hf"
+    with pytest.raises(ValueError, match=r"rollout.engine=hf: .*Fix: rollout.engine=vllm"):
+        validate_attention_kernel(cfg)
+
+
+BF16, FP32 = torch.bfloat16, torch.float32
+PACKED_ON_CUDA = dict(layout="packed", device_type="cuda", compute_dtype=BF16, flash=True)
+
+
+@pytest.mark.parametrize(
+    ("changed", "expected"),
+    [
+        ({}, "flash_attention_2"),  # every condition holds
+        ({"compute_dtype": torch.float16}, "flash_attention_2"),
+        ({"layout": "padded"}, None),  # padded rows keep transformers' default
+        ({"device_type": "cpu"}, None),
+        ({"compute_dtype": FP32}, None),  # flash-attn computes in 16 bits only
+        ({"flash": False}, None),  # not installed: SDPA's block-diagonal mask (a warning)
+        ({"samples_from_policy": True}, None),  # the HF engine generates in float32
+    ],
+)
+def test_null_picks_flash_for_packed_rows_on_cuda_only_where_it_can_run(changed, expected):
+    conditions = {**PACKED_ON_CUDA, "samples_from_policy": False, **changed}
+    assert packed_attention(**conditions) == expected
+
+
+def test_ranks_must_agree_on_the_kernel():
+    assert agreed_attention(["flash_attention_2"] * 3) == "flash_attention_2"
+    assert agreed_attention([None, None]) is None
+    # rank 2 lacks flash-attn: every rank gets the same list, so every rank raises the same error
+    with pytest.raises(ValueError, match=r"rank 0: flash_attention_2, ranks \[2\]: \['None'\]"):
+        agreed_attention(["flash_attention_2", "flash_attention_2", None])
+
+
+@pytest.mark.slow
+def test_a_cpu_run_resolves_null_to_the_default_and_names_it(monkeypatch):
+    # one process, the CPU: null stays null (transformers' default, SDPA, is what the model runs)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = RunConfig()
+    cfg.train.attention_layout = "packed"
+    assert attention_kernel(cfg, torch.device("cpu"), current()) is None
+    cfg.model.attention = "eager"  # an explicit kernel is kept as written
+    assert attention_kernel(cfg, torch.device("cpu"), current()) == "eager"
+    model, _ = load_policy("tiny-random", seed=0)
+    assert attention_of(model) == "sdpa"  # the value a run logs as model.attention_ran
 
 
 def test_a_flash_kernel_without_flash_attn_is_refused_here():
