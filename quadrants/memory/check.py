@@ -29,6 +29,7 @@ from quadrants.config import RunConfig
 from quadrants.memory.architecture import model_config
 from quadrants.memory.plan import Plan, PlanInputs, fits, format_plan, make_plan
 from quadrants.memory.trace import GiB, LoraSpec
+from quadrants.models.loading import FLASH
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.rollout.registry import get_engine
 
@@ -83,6 +84,9 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
         chunk_size=train.entropy_chunk_size,
         micro_batches=math.ceil(share / update_rows),
         packed=packed,
+        # an explicit flash kernel holds no N x N mask; null is planned as SDPA, which holds
+        # more than the flash_attention_2 a packed run on CUDA may pick (run/build.py)
+        varlen=cfg.model.attention in FLASH,
         engine=cfg.rollout.engine,
         rollout=cfg.rollout,
         **dict(zip(("device_bytes", "device_source"), device_total(cfg), strict=True)),

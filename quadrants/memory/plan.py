@@ -106,6 +106,7 @@ class PlanInputs:
     # model.lora: adapters trained on a frozen base (memory/trace.py); None: full fine-tuning
     lora: LoraSpec | None = None
     packed: bool = False  # train.attention_layout=packed: each micro-batch one packed sequence
+    varlen: bool = False  # model.attention is a flash kernel: no N x N mask (memory/trace.py)
 
     def trace_key(self) -> tuple:
         """What the trainer's trace depends on (plans of one sweep's jobs share one trace)."""
@@ -123,6 +124,7 @@ class PlanInputs:
             min(2, max(self.micro_batches, 1)),
             self.lora,
             self.packed,
+            self.varlen,
         )
 
 
@@ -246,6 +248,7 @@ def trace_at(inputs: PlanInputs, layers: int) -> StepTrace:
             micro_batches=min(2, max(inputs.micro_batches, 1)),
             lora=inputs.lora,
             packed=inputs.packed,
+            varlen=inputs.varlen,
         )
     )
 

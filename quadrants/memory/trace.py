@@ -52,6 +52,18 @@ query (O(T) per head), as CUDA's flash and memory-efficient kernels do; no [T, T
 kept for backward on either device. tests/unit/memory/test_trace.py checks the traced activations
 grow linearly in the sequence length. Eager attention (`attn_implementation="eager"`) keeps
 [heads, T, T] scores on both devices and is traced as such.
+
+Packed rows under SDPA carry transformers' [1, 1, N, N] block-diagonal mask, which the trace
+counts. A flash kernel (`TraceSpec.varlen`: `model.attention=flash_attention_2|3`) holds no such
+mask: flash-attn's varlen forward keeps q, k, v (the KV heads unrepeated), the output, a
+logsumexp per query and head, the row boundaries and an RNG state for backward
+(flash_attn/flash_attn_interface.py `FlashAttnVarlenFunc.forward`'s `ctx.save_for_backward`), and
+transformers builds no mask for it (transformers/masking_utils.py `flash_attention_mask`). The
+trace stands in for it with `VARLEN_TRACE`, SDPA without a mask and causal over the whole
+sequence: the CPU flash kernel keeps the same tensors (with grouped-query heads unrepeated:
+transformers/integrations/sdpa_attention.py `use_gqa_in_sdpa` when there is no mask). Its
+attention reaches across rows, so its arithmetic is not the packed rows'; only its memory is
+used, which is what flash-attn holds for N tokens in any row split.
 """
 
 from __future__ import annotations
@@ -64,7 +76,9 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 from torch import nn
-from transformers import AutoModelForCausalLM, PretrainedConfig
+from transformers import AttentionInterface, AutoModelForCausalLM, PretrainedConfig
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
 from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.models.lora import apply_lora, trainable_parameters
@@ -167,6 +181,8 @@ class TraceSpec:
     lora: LoraSpec | None = None  # LoRA adapters on the model (None: full fine-tuning)
     # the rows of each forward packed into one sequence (train.attention_layout=packed)
     packed: bool = False
+    # a flash kernel's attention memory (model.attention=flash_attention_2|3): no N x N mask
+    varlen: bool = False
 
 
 @dataclass
@@ -243,10 +259,24 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(before)
 
 
-def build_model(config: PretrainedConfig, layers: int, dtype: torch.dtype) -> nn.Module:
+VARLEN_TRACE = "quadrants_varlen_trace"
+
+
+def _varlen_trace_attention(module, query, key, value, attention_mask, **kwargs):
+    """flash-attn's memory for the trace (module docstring): SDPA, no mask, causal."""
+    return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+
+
+AttentionInterface.register(VARLEN_TRACE, _varlen_trace_attention)
+AttentionMaskInterface.register(VARLEN_TRACE, flash_attention_mask)
+
+
+def build_model(
+    config: PretrainedConfig, layers: int, dtype: torch.dtype, varlen: bool = False
+) -> nn.Module:
     """The architecture with `layers` decoder layers and random weights, in `dtype`, SDPA
-    attention (the fake-tensor way: the default dtype set first, as `.to` fails on fake
-    parameters)."""
+    attention, or with `varlen` the stand-in for a flash kernel's memory (`VARLEN_TRACE`; the
+    fake-tensor way: the default dtype set first, as `.to` fails on fake parameters)."""
     config = copy.deepcopy(config)
     config.num_hidden_layers = layers
     for key in ("layer_types",):  # per-layer lists sized for the config's depth
@@ -255,7 +285,8 @@ def build_model(config: PretrainedConfig, layers: int, dtype: torch.dtype) -> nn
             setattr(config, key, (values + values[-1:] * layers)[:layers])
     config.dtype = None  # the shipped configs say bfloat16: build in `dtype`
     with _default_dtype(dtype):
-        return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+        kernel = VARLEN_TRACE if varlen else "sdpa"
+        return AutoModelForCausalLM.from_config(config, attn_implementation=kernel, dtype=dtype)
 
 
 def shard(model: nn.Module, mesh, spec: TraceSpec) -> nn.Module:
@@ -363,7 +394,7 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
 
     dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float32
     with torch.device(spec.device):
-        model = build_model(spec.config, spec.layers, dtype)
+        model = build_model(spec.config, spec.layers, dtype, varlen=spec.varlen)
         elements = sum(p.numel() for p in model.parameters())
         if spec.lora is not None:
             if spec.sharded:

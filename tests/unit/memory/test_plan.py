@@ -136,6 +136,19 @@ def test_rows_per_micro_batch_come_from_the_token_budget():
 
 
 @pytest.mark.slow
+def test_the_plan_traces_the_kernel_model_attention_names():
+    # an explicit flash kernel: traced without the N x N mask (memory/trace.py `varlen`); null
+    # and SDPA/eager/flex are traced as SDPA, which holds at least as much
+    base = ["model=tiny_random", "train.attention_layout=packed", "train.device=cuda"]
+    base += ["train.precision=bf16-mixed", "rollout.engine=vllm"]  # where flash can run
+    for attention, varlen in [("null", False), ("sdpa", False), ("flash_attention_2", True)]:
+        cfg = compose_run_config([*base, f"model.attention={attention}"])
+        inputs = plan_inputs(cfg, world_size=2, gpus_per_node=2)
+        assert inputs.varlen is varlen and inputs.packed
+        assert inputs.trace_key()[-1] is varlen  # plans of the two kernels do not share a trace
+
+
+@pytest.mark.slow
 def test_a_plan_over_the_budget_is_refused_naming_the_phase_and_the_fix():
     cfg = compose_run_config(
         ["model=tiny_random", "rollout.max_new_tokens=64", "cluster.gpu_memory_gib=0.001"]

@@ -141,3 +141,26 @@ def test_the_packed_update_is_traced_with_its_block_diagonal_mask(tiny):
     assert 380**2 <= extra <= 2 * 380**2
     assert packed.parameters == padded.parameters
     assert packed.held.gradients == padded.held.gradients
+
+
+@pytest.mark.slow
+def test_a_flash_kernel_is_traced_without_the_mask(tiny):
+    """model.attention=flash_attention_2 (`varlen`): flash-attn keeps no N x N mask for the packed
+    rows (memory/trace.py's docstring), so the packed trace holds what the SDPA one holds less at
+    least the N^2 = 380^2 = 144,400 bytes of the mask, and no more than the padded trace, whose 4
+    rows of 96 (384 tokens, 4 more than the packed 380) carry a [4, 1, 96, 96] mask besides. And
+    without the mask nothing in it grows quadratically: doubling the packed rows (N = 380, 760,
+    1,520) doubles the growth of the activations kept for backward."""
+    shape = dict(sharded=False, seq_len=96, response_tokens=64, update_rows=4, micro_batches=1)
+    padded = trace_step(spec(tiny, **shape))
+    sdpa = trace_step(spec(tiny, packed=True, **shape))
+    flash = trace_step(spec(tiny, packed=True, varlen=True, **shape))
+    assert sdpa.held.activations - flash.held.activations >= 380**2
+    assert flash.held.activations <= padded.held.activations
+    held = {}
+    for rows in (4, 8, 16):
+        rows_shape = {**shape, "update_rows": rows}
+        held[rows] = trace_step(spec(tiny, packed=True, varlen=True, **rows_shape)).held.activations
+    first, second = held[8] - held[4], held[16] - held[8]
+    # linear: 8 more rows add twice what 4 more rows add (quadratic would be four times)
+    assert second == pytest.approx(2 * first, rel=0.1)
