@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.memory.architecture import model_config
-from quadrants.memory.trace import TraceSpec, trace_step
+from quadrants.memory.trace import TraceSpec, fed_tokens, micro_batch_rows, trace_step
 
 P1 = 12_800 + 262_784 + 128  # elements of the 1-layer tiny model (module docstring)
 TENSORS = 14
@@ -141,3 +141,46 @@ def test_the_packed_update_is_traced_with_its_block_diagonal_mask(tiny):
     assert 380**2 <= extra <= 2 * 380**2
     assert packed.parameters == padded.parameters
     assert packed.held.gradients == padded.held.gradients
+
+
+# rows of unequal length (TraceSpec.rows): seq_len 48, response_tokens 32 -> P = 16 prompt columns
+FULL = ((16, 32), (16, 32))  # two full rows: 2 x 48 = 96 columns, all real
+# three rows with the same real tokens once packed: N = 42 + 26 + 26 = 94 fed tokens (p + r - 1
+# each) and M = 32 + 16 + 16 = 64 targets, as FULL's 47 + 47 and 32 + 32; padded, 3 x 48 = 144
+UNEQUAL = ((11, 32), (11, 16), (11, 16))
+
+
+def test_micro_batch_rows_count_their_padding(tiny):
+    rows = ((10, 20), (4, 12))
+    ids, mask = micro_batch_rows(rows, spec(tiny, seq_len=48, response_tokens=32), 100, "cpu")
+    # cut after the longest response: 16 + 20 = 36 columns; real 10 + 20 + 4 + 12 = 46 of 72,
+    # padding 72 - 46 = 26 = (16 - 10) + (20 - 20) + (16 - 4) + (20 - 12)
+    assert ids.shape == mask.shape == (2, 36)
+    assert int(mask.sum()) == 46
+    assert mask[1].int().tolist() == [0] * 12 + [1] * 16 + [0] * 8
+    # what each layout feeds: padded rows x width = 2 x 36 = 72; packed the real tokens, 46
+    assert fed_tokens(rows, spec(tiny, seq_len=48, response_tokens=32)) == 72
+    assert fed_tokens(rows, spec(tiny, seq_len=48, response_tokens=32, packed=True)) == 46
+    with pytest.raises(ValueError, match="outside"):  # a prompt wider than P = 16
+        micro_batch_rows(((17, 4),), spec(tiny, seq_len=48, response_tokens=32), 100, "cpu")
+
+
+@pytest.mark.slow
+def test_unequal_rows_trace_their_padding_padded_and_only_real_tokens_packed(tiny):
+    """One micro-batch of FULL against one of UNEQUAL (module constants), one layer, one process.
+    Packed, both feed the same N = 94 tokens and M = 64 targets: the held activations differ only
+    by UNEQUAL's third row of inputs, its ids (48 x 8 bytes) and mask (48 x 1 byte), 432 bytes.
+    Padded, UNEQUAL computes 144 positions against 96: its padding is traced, far more held."""
+    shape = dict(sharded=False, seq_len=48, response_tokens=32, micro_batches=1)
+    packed = {n: trace_step(spec(tiny, packed=True, rows=(r,), **shape)) for n, r in
+              (("full", FULL), ("unequal", UNEQUAL))}  # fmt: skip
+    assert packed["unequal"].held.activations - packed["full"].held.activations == 48 * 8 + 48
+    padded = {n: trace_step(spec(tiny, rows=(r,), **shape)) for n, r in
+              (("full", FULL), ("unequal", UNEQUAL))}  # fmt: skip
+    # 48 more positions through the layer: over 100 kB more here, not a few hundred bytes
+    assert padded["unequal"].held.activations - padded["full"].held.activations > 100_000
+    # full rows as `rows` trace the equal-row spec's update (the loss's [2, 32] float32 mask,
+    # 256 bytes, and its count, 4 bytes, are held for backward besides)
+    equal = trace_step(spec(tiny, **shape))
+    assert padded["full"].update.total == equal.update.total
+    assert padded["full"].held.activations - equal.held.activations == 2 * 32 * 4 + 4
