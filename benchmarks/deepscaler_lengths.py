@@ -97,6 +97,15 @@ def data_file() -> Path:
     return default_data_dir() / DATA
 
 
+def require_data_file(script: str, otherwise: str) -> Path:
+    """The DeepScaleR problems in the data home; without them `script` stops, saying what to do
+    and then `otherwise`."""
+    path = data_file()
+    if not path.is_file():
+        raise SystemExit(f"{script}: {missing_data(path)}. {otherwise}")
+    return path
+
+
 def prompt_lengths(problems: list[str], tokenizer_dir: str | None) -> tuple[list[int], str]:
     """Token counts of the problems in the deepscaler format, and how they were counted."""
     if tokenizer_dir is not None:

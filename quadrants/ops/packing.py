@@ -23,6 +23,10 @@ token's index), the packed position whose output predicts it (row position P −
 token; `unpack` puts the M per-target values back at [B, T], 0 elsewhere (the padded path's
 length buckets also return 0 past a row's span; every consumer masks those positions).
 
+Rows known by their lengths (`lengths_mask`, `pack_known_lengths`: each row's real prompt and
+response token counts as Python ints) are laid out from those counts alone, with no operation that
+reads the tensors' values, so the memory plan traces them on fake tensors (memory/trace.py).
+
 Pure tensor math: no model, no config.
 """
 
