@@ -4,6 +4,7 @@
     QUADRANTS_DATA=DATA PYTHONPATH=. python benchmarks/gpu_acceptance.py --packed         # packed
     PYTHONPATH=. python benchmarks/gpu_acceptance.py --equal-rows --layers 28 --lora-rank 16
     PYTHONPATH=. python benchmarks/gpu_acceptance.py --device cpu --smoke --equal-rows    # CI smoke
+    QUADRANTS_DATA=DATA PYTHONPATH=. python benchmarks/gpu_acceptance.py --layers 12 --plan-only
 
 What it builds and runs (on the GPU machine: one H100 80 GB, torch + CUDA, transformers, nothing
 downloadable; it needs torch and transformers only, no Hydra, OmegaConf, MLflow or math-verify):
@@ -71,6 +72,10 @@ token the layout computes (padded: rows x the micro-batch's width). With `--equa
 figure is the earlier runs' (no padding: useful = computed). The last line is PASS or FAIL: PASS
 when the plan is within `--tolerance` of the measured peak and the update moved at least 99 % of
 the weights. `--out` writes every figure as JSON.
+
+`--plan-only` prints the lines that need no device (the rows, the batch, its padding in both
+layouts, the no-grad pass and the plan) and stops: the padding arithmetic of the GPU command's
+batch, on the CPU, without building the model.
 
 What only a GPU can show: every time, throughput and MFU figure (on the CPU they time the CPU's
 SDPA, which does the full N x N work of a packed micro-batch, and MFU is not printed), the peak
@@ -160,6 +165,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--packed", action="store_true", help="train.attention_layout=packed: rows as one sequence"
+    )
+    p.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print the batch's padding and the plan, then stop (no model, no device)",
     )
     p.add_argument(
         "--attention",
@@ -289,7 +299,7 @@ def timed_rows(args: argparse.Namespace) -> Rows:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if device.type == "cuda" and not torch.cuda.is_available() and not args.plan_only:
         sys.exit(
             "gpu_acceptance: --device cuda but CUDA is not available (use --device cpu --smoke)"
         )
@@ -331,6 +341,19 @@ def main(argv: list[str] | None = None) -> int:
         planned = trace_step(spec)
     plan_seconds = time.perf_counter() - started
     plan_peak = max(planned.update.total, planned.optimizer.total)
+    figures = batch_figures(args, rows, micro_batches, valued, spec)
+    figures.update(
+        layers=args.layers,
+        planned_parameters=planned.parameters,
+        plan_peak_gib=plan_peak / GiB,
+        plan_update_gib=planned.update.total / GiB,
+        plan_optimizer_gib=planned.optimizer.total / GiB,
+        plan_seconds=plan_seconds,
+    )
+    if args.plan_only:  # the batch's arithmetic and the plan: no model, no device
+        print(report(args, figures))
+        write(args.out, figures)
+        return 0
 
     # 2. the real thing
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -338,24 +361,23 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(device.index or 0)
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
-        figures = run(args, config, device, checkpointing, rows, micro_batches, valued, spec)
+        figures.update(run(args, config, device, checkpointing, rows, micro_batches, valued, spec))
     finally:
         dist.destroy_process_group()
-    figures.update(
-        plan_peak_gib=plan_peak / GiB,
-        plan_update_gib=planned.update.total / GiB,
-        plan_optimizer_gib=planned.optimizer.total / GiB,
-        plan_seconds=plan_seconds,
-    )
     figures["plan_over_measured"] = plan_peak / max(figures["measured_peak_bytes"], 1)
     figures["plan_ok"] = abs(figures["plan_over_measured"] - 1) <= args.tolerance
     figures["weights_ok"] = figures["weights_changed"] >= 0.99
     figures["passed"] = figures["plan_ok"] and figures["weights_ok"]
     print(report(args, figures))
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    write(args.out, figures)
     return 0 if figures["passed"] else 1
+
+
+def write(out: Path | None, figures: dict) -> None:
+    """Every figure as JSON at `out` (nothing when None)."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(figures, indent=2, default=str) + "\n")
 
 
 def step_flops(
@@ -364,6 +386,32 @@ def step_flops(
     """Training FLOPs of rows of `widths` tokens each: sum of width x `flops_per_token` at that
     width (each token's attention term reads its own row's length)."""
     return sum(w * flops_per_token(config, layers, w, parameters, adapters) for w in widths)
+
+
+def batch_figures(args, rows: Rows, micro_batches: list[list[int]], valued, spec) -> dict:
+    """What the timed mini-batch is, before anything runs: its rows, the tokens it computes and
+    its padding in both layouts, and the no-grad pass."""
+    computed = rows.computed(micro_batches, args.packed)
+    return dict(
+        rows=len(rows.prompts),
+        row_source=rows.source,
+        equal_rows=args.equal_rows,
+        prompt_lengths=rows.prompts,
+        response_lengths=rows.responses,
+        prompt_width=rows.prompt_width,
+        seq_len=spec.seq_len,
+        packed=args.packed,
+        attention=args.attention,
+        micro_batch_tokens=args.micro_batch_tokens,
+        micro_batches=len(micro_batches),
+        gradless_pass=args.gradless_pass,
+        gradless_forwards=len(valued),
+        gradless_tokens=rows.computed(valued, args.packed) if valued else 0,
+        useful_tokens=rows.useful,
+        computed_tokens=computed,
+        padding_fraction=1 - rows.useful / computed,
+        **layout_figures(rows, args.micro_batch_tokens),
+    )
 
 
 def layout_figures(rows: Rows, budget: int) -> dict:
@@ -458,27 +506,9 @@ def run(args, config, device, checkpointing, rows, micro_batches, valued, spec) 
         parameters=parameters,
         lora_rank=args.lora_rank,
         adapters=adapters,
-        rows=len(rows.prompts),
-        row_source=rows.source,
-        equal_rows=args.equal_rows,
-        prompt_lengths=rows.prompts,
-        response_lengths=rows.responses,
-        prompt_width=rows.prompt_width,
-        seq_len=spec.seq_len,
-        packed=args.packed,
-        attention=args.attention,
-        micro_batch_tokens=args.micro_batch_tokens,
-        micro_batches=len(micro_batches),
-        gradless_pass=args.gradless_pass,
-        gradless_forwards=len(valued),
-        gradless_tokens=rows.computed(valued, args.packed) if valued else 0,
         checkpointing=checkpointing,
         lr=args.lr,
         steps=args.steps,
-        useful_tokens=rows.useful,
-        computed_tokens=computed,
-        padding_fraction=1 - rows.useful / computed,
-        **layout_figures(rows, args.micro_batch_tokens),
         measured_peak_bytes=measured,
         measured_peak_gib=measured / GiB,
         reserved_peak_gib=(
@@ -556,10 +586,17 @@ def measure(
 
 
 def report(args, f: dict) -> str:
+    """The printed table; under `--plan-only` the lines about the batch and the plan alone."""
+    ran = "measured_peak_gib" in f
+    parameters = f["parameters"] if ran else f["planned_parameters"]
     rows = [
-        ("device", f["device"]),
-        ("torch / transformers / python", f"{f['torch']} / {f['transformers']} / {f['python']}"),
-        ("model", f"Qwen2.5-7B-shaped, {f['layers']} layers, {f['parameters'] / 1e9:.3f} B params"),
+        ("device", f["device"] if ran else "none (--plan-only)"),
+        (
+            "torch / transformers / python",
+            f"{torch.__version__} / "
+            f"{__import__('transformers').__version__} / {platform.python_version()}",
+        ),  # fmt: skip
+        ("model", f"Qwen2.5-7B-shaped, {f['layers']} layers, {parameters / 1e9:.3f} B params"),
         ("rows", f["row_source"]),
         (
             "batch",
@@ -587,6 +624,12 @@ def report(args, f: dict) -> str:
                 else "none: one micro-batch (the trainer runs none either)"
             ),
         ),
+    ]
+    if not ran:
+        rows.append(("plan peak (GiB)", plan_line(f)))
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+    rows += [
         (
             "precision / sharding",
             (
@@ -600,18 +643,7 @@ def report(args, f: dict) -> str:
             + ", fused head",
         ),
         ("measured peak (GiB)", f"{f['measured_peak_gib']:.2f}"),
-        (
-            "plan peak (GiB)",
-            f"{f['plan_peak_gib']:.2f}  (update {f['plan_update_gib']:.2f}, "
-            f"optimizer step {f['plan_optimizer_gib']:.2f}; "
-            + (
-                f"traced at {TRACED_DEPTH} and {TRACED_DEPTH + 1} layers, extrapolated"
-                if f["layers"] > TRACED_DEPTH + 1
-                else "traced whole"
-            )
-            + f", in {f['plan_seconds']:.1f} s"
-            + (")" if f["attention"] == "sdpa" else f"; traced with sdpa, not {f['attention']})"),
-        ),
+        ("plan peak (GiB)", plan_line(f)),
         (
             "plan / measured",
             f"{f['plan_over_measured']:.3f}  (tolerance {args.tolerance:.0%}): "
@@ -641,6 +673,20 @@ def report(args, f: dict) -> str:
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines.append("PASS" if f["passed"] else "FAIL")
     return "\n".join(lines)
+
+
+def plan_line(f: dict) -> str:
+    return (
+        f"{f['plan_peak_gib']:.2f}  (update {f['plan_update_gib']:.2f}, "
+        f"optimizer step {f['plan_optimizer_gib']:.2f}; "
+        + (
+            f"traced at {TRACED_DEPTH} and {TRACED_DEPTH + 1} layers, extrapolated"
+            if f["layers"] > TRACED_DEPTH + 1
+            else "traced whole"
+        )
+        + f", in {f['plan_seconds']:.1f} s"
+        + (")" if f["attention"] == "sdpa" else f"; traced with sdpa, not {f['attention']})")
+    )
 
 
 if __name__ == "__main__":

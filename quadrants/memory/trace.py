@@ -13,6 +13,14 @@ root, as distributed/collectives.py shards the policy) or one unsharded process:
 - `no_grad`: the peak of one no-grad forward of [forward_rows, seq_len] (the behaviour and
   |Δ log-prob| passes), gradients released (`zero_grad(set_to_none=True)`), states kept.
 
+Rows of unequal length (`TraceSpec.rows`, benchmarks/gpu_acceptance.py on DeepScaleR-shaped rows):
+the update runs the given micro-batches in their order, each laid out from its rows' prompt and
+response token counts (`micro_batch_rows`): padded, prompts left-padded to the step's widest and
+the micro-batch cut after its longest response, so the padding is traced; packed, only the real
+tokens (ops/packing.py `pack_known_lengths`). `held` is then the largest of the micro-batches'
+forwards, and the no-grad forward runs the micro-batch that feeds the most tokens. The trainer's
+plan (memory/plan.py) traces full rows, the most a micro-batch can hold.
+
 The trackers are torch's own (torch/distributed/_tools/mem_tracker.py `MemTracker`,
 fsdp2_mem_tracker.py `FSDPMemTracker`): TorchDispatchModes that see every tensor allocated and
 freed and sort them into parameters, gradients, optimizer states, activations and temporaries.

@@ -156,3 +156,23 @@ def test_useful_and_computed_tokens_and_flops_by_hand(monkeypatch: pytest.Monkey
     # 5 x (564 + 120) + 4 x (564 + 96) = 3,420 + 2,640 = 6,060
     config = SimpleNamespace(hidden_size=2, vocab_size=3)
     assert script.step_flops(config, 1, 100, [5, 4]) == 6_060
+
+
+@pytest.mark.slow  # traces the smoke model's plan on fake tensors: a few seconds
+def test_plan_only_prints_the_batch_arithmetic_without_a_model(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--plan-only`: the rows, their padding in both layouts and the plan, no model and no
+    device (CUDA is not needed even with the default --device cuda)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    script = importlib.import_module("gpu_acceptance")
+    out = tmp_path / "plan.json"
+    argv = ["--smoke", "--plan-only", "--tokenizer", "chars", "--out", str(out)]
+    assert script.main(argv) == 0
+    printed = capsys.readouterr().out
+    figures = json.loads(out.read_text())
+    assert "measured_peak_gib" not in figures and figures["plan_peak_gib"] > 0
+    padded, packed = figures["padded_padding_fraction"], figures["packed_padding_fraction"]
+    assert f"padded {padded:.1%} of {figures['padded_computed_tokens']:,} tokens" in printed
+    assert packed == 0 and "packed 0.0%" in printed
+    assert "PASS" not in printed and "useful MFU" not in printed
