@@ -13,6 +13,14 @@ root, as distributed/collectives.py shards the policy) or one unsharded process:
 - `no_grad`: the peak of one no-grad forward of [forward_rows, seq_len] (the behaviour and
   |Δ log-prob| passes), gradients released (`zero_grad(set_to_none=True)`), states kept.
 
+Rows of unequal length (`TraceSpec.rows`, benchmarks/gpu_acceptance.py on DeepScaleR-shaped rows):
+the update runs the given micro-batches in their order, each laid out from its rows' prompt and
+response token counts (`micro_batch_rows`): padded, prompts left-padded to the step's widest and
+the micro-batch cut after its longest response, so the padding is traced; packed, only the real
+tokens (ops/packing.py `pack_known_lengths`). `held` is then the largest of the micro-batches'
+forwards, and the no-grad forward runs the micro-batch that feeds the most tokens. The trainer's
+plan (memory/plan.py) traces full rows, the most a micro-batch can hold.
+
 The trackers are torch's own (torch/distributed/_tools/mem_tracker.py `MemTracker`,
 fsdp2_mem_tracker.py `FSDPMemTracker`): TorchDispatchModes that see every tensor allocated and
 freed and sort them into parameters, gradients, optimizer states, activations and temporaries.
@@ -58,7 +66,7 @@ counts. A flash kernel (`TraceSpec.varlen`: `model.attention=flash_attention_2|3
 mask: flash-attn's varlen forward keeps q, k, v (the KV heads unrepeated), the output, a
 logsumexp per query and head, the row boundaries and an RNG state for backward
 (flash_attn/flash_attn_interface.py `FlashAttnVarlenFunc.forward`'s `ctx.save_for_backward`), and
-transformers builds no mask for it (transformers/masking_utils.py `flash_attention_mask`). The
+transformers builds no N x N mask for it (transformers/masking_utils.py `flash_attention_mask`). The
 trace stands in for it with `VARLEN_TRACE`, SDPA without a mask and causal over the whole
 sequence: the CPU flash kernel keeps the same tensors (with grouped-query heads unrepeated:
 transformers/integrations/sdpa_attention.py `use_gqa_in_sdpa` when there is no mask). Its
@@ -78,12 +86,12 @@ import torch.distributed as dist
 from torch import nn
 from transformers import AttentionInterface, AutoModelForCausalLM, PretrainedConfig
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+from transformers.masking_utils import AttentionMaskInterface
 
 from quadrants.cpu.matmul import cpu_matmul, set_cpu_matmul
 from quadrants.models.lora import apply_lora, trainable_parameters
 from quadrants.models.policy import packed_forward, plain_logprobs
-from quadrants.ops.packing import pack_full_rows
+from quadrants.ops.packing import lengths_mask, pack_full_rows, pack_known_lengths
 from quadrants.ops.precision import resolve_precision, store_frozen_linears
 
 GiB = 2**30
@@ -183,6 +191,11 @@ class TraceSpec:
     packed: bool = False
     # a flash kernel's attention memory (model.attention=flash_attention_2|3): no N x N mask
     varlen: bool = False
+    # rows of unequal length: the update's micro-batches in the order they run, each a tuple of
+    # its rows' (prompt, response) real token counts; seq_len - response_tokens is then the
+    # step's widest prompt P and response_tokens its longest response T (`micro_batch_rows`).
+    # None: `micro_batches` micro-batches of `update_rows` full rows of seq_len tokens
+    rows: tuple[tuple[tuple[int, int], ...], ...] | None = None
 
 
 @dataclass
@@ -267,8 +280,15 @@ def _varlen_trace_attention(module, query, key, value, attention_mask, **kwargs)
     return sdpa_attention_forward(module, query, key, value, None, **kwargs)
 
 
+def _no_mask(*args, **kwargs) -> None:
+    """No mask for `VARLEN_TRACE`: flash-attn holds none. (transformers' `flash_attention_mask`
+    passes a padded batch's 2D mask on, after asking `attention_mask.all()`, a question fake
+    tensors cannot answer; the stand-in reads no mask either way.)"""
+    return None
+
+
 AttentionInterface.register(VARLEN_TRACE, _varlen_trace_attention)
-AttentionMaskInterface.register(VARLEN_TRACE, flash_attention_mask)
+AttentionMaskInterface.register(VARLEN_TRACE, _no_mask)
 
 
 def build_model(
@@ -315,8 +335,32 @@ def _autocast(spec: TraceSpec):
     )
 
 
+def micro_batch_rows(
+    lengths: tuple[tuple[int, int], ...], spec: TraceSpec, vocab: int, device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [n, P + t] long, mask [n, P + t] bool) of one micro-batch of rows of unequal length,
+    laid out as the trainer's padded forward runs them: each row's prompt left-padded to the step's
+    widest P = seq_len - response_tokens (train/blocks.py `concat_rollouts`), its response
+    right-padded and the micro-batch cut after its longest response t (models/policy.py: one length
+    bucket, as under FSDP). Random token ids (no operation of the step reads their values)."""
+    prompt = spec.seq_len - spec.response_tokens
+    if any(not 0 <= p <= prompt or not 1 <= r <= spec.response_tokens for p, r in lengths):
+        raise ValueError(
+            f"row lengths {lengths} outside the spec's {prompt} prompt columns and "
+            f"1..{spec.response_tokens} response tokens"
+        )
+    span = max(r for _, r in lengths)
+    ids = torch.randint(0, vocab, (len(lengths), prompt + span), device=device)
+    mask = lengths_mask([p for p, _ in lengths], [r for _, r in lengths], prompt, span)
+    return ids, mask.to(device)
+
+
 def policy_loss(
-    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, spec: TraceSpec
+    model: nn.Module,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    spec: TraceSpec,
+    lengths: tuple[tuple[int, int], ...] | None = None,
 ) -> torch.Tensor:
     """The traced step's loss (also what benchmarks/gpu_acceptance.py trains): a policy-gradient-
     shaped loss over the response log-probs and entropy, every row carrying
@@ -328,11 +372,22 @@ def policy_loss(
     `spec.packed`: the rows packed into one [1, rows x (seq_len - 1)] sequence
     (train.attention_layout=packed; ops/packing.py `pack_full_rows`, laid out from the shapes),
     through the policy's packed forward (models/policy.py `packed_forward`), with the attention
-    mask transformers builds for it (a [1, 1, N, N] boolean block-diagonal mask under SDPA)."""
+    mask transformers builds for it (a [1, 1, N, N] boolean block-diagonal mask under SDPA).
+
+    `lengths`: rows of unequal length (`micro_batch_rows`: ids and mask [n, P + t], each row's
+    (prompt, response) real token counts). Padded, the loss is the mean over the real response
+    tokens (the mask); packed, only real tokens are fed (`pack_known_lengths`, laid out from the
+    counts, so the plan traces it on fake tensors too), the loss the mean over the targets."""
+    response = ids.shape[1] - (spec.seq_len - spec.response_tokens)  # T, or t of `lengths`
     if spec.packed:
+        if lengths is None:
+            packed = pack_full_rows(ids, response)
+        else:
+            prompts, responses = [p for p, _ in lengths], [r for _, r in lengths]
+            packed = pack_known_lengths(ids, response, prompts, responses)
         logp, entropy = packed_forward(
             model,
-            pack_full_rows(ids, spec.response_tokens),
+            packed,
             temperature=1.0,
             chunk_size=spec.chunk_size,
             with_entropy=True,
@@ -343,13 +398,16 @@ def policy_loss(
         model,
         ids,
         mask,
-        spec.response_tokens,
+        response,
         temperature=1.0,
         chunk_size=spec.chunk_size,
         with_entropy=True,
         skip_gradless=False,
     )
-    return -(logp.mean() + 0.01 * entropy.mean())  # type: ignore[union-attr]
+    if lengths is None:  # every position real
+        return -(logp.mean() + 0.01 * entropy.mean())  # type: ignore[union-attr]
+    real = mask[:, mask.shape[1] - response :].to(logp.dtype)  # [n, t]
+    return -((logp + 0.01 * entropy) * real).sum() / real.sum()  # type: ignore[operator]
 
 
 def _adamw(params: list[nn.Parameter], sharded: bool) -> torch.optim.Optimizer:
@@ -411,7 +469,9 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     _step_with_zero_grads(params, optimizer)
     vocab = spec.config.vocab_size
 
-    def batch(rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(rows: int, lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        if lengths is not None:
+            return micro_batch_rows(lengths, spec, vocab, spec.device)
         ids = torch.randint(0, vocab, (rows, spec.seq_len), device=spec.device)
         return ids, torch.ones(rows, spec.seq_len, dtype=torch.bool, device=spec.device)
 
@@ -428,12 +488,15 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
         pass
     resident = footprint(resident_tracker.get_tracker_snapshot("current"))
     update_tracker = tracker()
+    groups = [None] * spec.micro_batches if spec.rows is None else list(spec.rows)
+    held = None  # the most any micro-batch's forward leaves held (equal rows: the last one's)
     with update_tracker:
-        for _ in range(spec.micro_batches):
-            ids, mask = batch(spec.update_rows)
+        for lengths in groups:
+            ids, mask = batch(spec.update_rows, lengths)
             with _autocast(spec):
-                loss = policy_loss(model, ids, mask, spec)
-            held = footprint(update_tracker.get_tracker_snapshot("current"))
+                loss = policy_loss(model, ids, mask, spec, lengths)
+            now = footprint(update_tracker.get_tracker_snapshot("current"))
+            held = now if held is None or now.total >= held.total else held
             loss.backward()
             del loss, ids, mask
             update_tracker.reset_mod_stats()  # per-module stats only; the peak stays
@@ -445,13 +508,15 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     forward_tracker = tracker()
+    widest = None if spec.rows is None else max(spec.rows, key=lambda g: fed_tokens(g, spec))
     with forward_tracker, torch.no_grad():
-        ids, mask = batch(spec.forward_rows)
+        ids, mask = batch(spec.forward_rows, widest)
         with _autocast(spec):
-            policy_loss(model, ids, mask, spec)
+            policy_loss(model, ids, mask, spec, widest)
         del ids, mask
     no_grad = footprint(forward_tracker.get_tracker_snapshot("peak"))
     model.train()
+    assert held is not None  # at least one micro-batch
     return StepTrace(
         update=update,
         held=held,
@@ -461,6 +526,14 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
         parameters=elements,
         trainable=sum(p.numel() for p in params),
     )
+
+
+def fed_tokens(lengths: tuple[tuple[int, int], ...], spec: TraceSpec) -> int:
+    """Tokens a micro-batch of rows of unequal length feeds: padded, rows x (P + its longest
+    response); packed, its rows' real tokens."""
+    if spec.packed:
+        return sum(p + r for p, r in lengths)
+    return len(lengths) * (spec.seq_len - spec.response_tokens + max(r for _, r in lengths))
 
 
 def _frozen_aware_tracker_class():

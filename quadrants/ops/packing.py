@@ -23,11 +23,16 @@ token's index), the packed position whose output predicts it (row position P −
 token; `unpack` puts the M per-target values back at [B, T], 0 elsewhere (the padded path's
 length buckets also return 0 past a row's span; every consumer masks those positions).
 
+Rows known by their lengths (`lengths_mask`, `pack_known_lengths`: each row's real prompt and
+response token counts as Python ints) are laid out from those counts alone, with no operation that
+reads the tensors' values, so the memory plan traces them on fake tensors (memory/trace.py).
+
 Pure tensor math: no model, no config.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -119,22 +124,84 @@ def pack_rows(sequences: Tensor, attention_mask: Tensor, response_length: int) -
 
 
 def pack_full_rows(sequences: Tensor, response_length: int) -> PackedRows:
-    """`pack_rows` of rows without padding ([B, L], every token real), from the shapes alone: no
-    operation depends on the values (the memory plan traces it on fake tensors, where `pack_rows`'
-    `nonzero` has no size). Every row feeds L − 1 tokens (L when T = 0)."""
+    """`pack_rows` of rows without padding ([B, L], every token real), from the shapes alone
+    (`pack_known_lengths` with every prompt P = L − T and every response T tokens long). Every row
+    feeds L − 1 tokens (L when T = 0)."""
     batch, width = sequences.shape
     prompt = width - response_length
-    fed = width - 1 if response_length > 0 else width
+    return pack_known_lengths(
+        sequences, response_length, [prompt] * batch, [response_length] * batch
+    )
+
+
+def lengths_mask(
+    prompts: Sequence[int], responses: Sequence[int], prompt_width: int, response_width: int
+) -> Tensor:
+    """[B, P + T] bool of rows laid out as the trainer lays them out (train/blocks.py
+    `concat_rollouts`): row i's `prompts[i]` real prompt tokens left-padded to P =
+    `prompt_width`, then its `responses[i]` real response tokens right-padded to T =
+    `response_width`."""
+    columns = torch.arange(prompt_width + response_width)
+    starts = torch.tensor([prompt_width - p for p in prompts], dtype=torch.long)
+    ends = torch.tensor([prompt_width + r for r in responses], dtype=torch.long)
+    return (columns[None] >= starts[:, None]) & (columns[None] < ends[:, None])
+
+
+def pack_known_lengths(
+    sequences: Tensor, response_length: int, prompts: Sequence[int], responses: Sequence[int]
+) -> PackedRows:
+    """`pack_rows` of `sequences` [B, P + T] under `lengths_mask(prompts, responses, P, T)`, laid
+    out from the lengths (Python ints) alone: every index is built from them, so no operation
+    depends on the tensors' values (the memory plan traces it on fake tensors, where `pack_rows`'
+    `nonzero` has no size). Row i feeds its p_i + r_i − 1 real tokens (the last response token is
+    a target only; p_i when r_i = 0), and its response token t < r_i is predicted by its own
+    position p_i − 1 + t. Each row needs p_i ≥ 1 where r_i ≥ 1 (`pack_rows` refuses the same)."""
+    batch, width = sequences.shape
+    prompt = width - response_length
+    if len(prompts) != batch or len(responses) != batch:
+        raise ValueError(
+            f"{len(prompts)} prompt and {len(responses)} response lengths for {batch} rows"
+        )
+    if any(not 0 <= p <= prompt for p in prompts) or any(
+        not 0 <= r <= response_length for r in responses
+    ):
+        raise ValueError(
+            f"lengths outside the rows' {prompt} prompt and {response_length} response columns"
+        )
+    if any(r > 0 and p < 1 for p, r in zip(prompts, responses, strict=True)):
+        raise ValueError(
+            "a row has response tokens but no real prompt token before them; nothing predicts "
+            "its first response token"
+        )
     device = sequences.device
-    rows = torch.arange(batch, device=device)[:, None] * fed  # each row's first packed position
-    predicting = torch.arange(prompt - 1, prompt - 1 + response_length, device=device)
+    fed = [p + r - 1 if r > 0 else p for p, r in zip(prompts, responses, strict=True)]
+    columns: list[int] = []  # flat [B * L] index of every fed token, row-major
+    positions: list[int] = []
+    states: list[int] = []  # packed position predicting each target
+    target_columns: list[int] = []  # flat index of each target token
+    start = 0  # the row's first packed position
+    for row, (p, r, n) in enumerate(zip(prompts, responses, fed, strict=True)):
+        first = row * width + prompt - p  # the row's first real token, flattened
+        columns.extend(range(first, first + n))
+        positions.extend(range(n))
+        states.extend(range(start + p - 1, start + p - 1 + r))
+        target_columns.extend(range(row * width + prompt, row * width + prompt + r))
+        start += n
+    flat = sequences.reshape(-1)
+
+    def index(values: list[int]) -> Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
+    target_mask = (
+        torch.arange(response_length, device=device)[None, :] < index(list(responses))[:, None]
+    )
     return PackedRows(
-        input_ids=sequences[:, :fed].reshape(1, batch * fed),
-        position_ids=torch.arange(fed, device=device).repeat(batch)[None, :],
-        states=(rows + predicting[None, :]).reshape(-1),
-        targets=sequences[:, prompt:].reshape(-1),
-        target_mask=torch.ones(batch, response_length, dtype=torch.bool, device=device),
-        row_tokens=torch.full((batch,), fed, device=device),
+        input_ids=flat[index(columns)][None, :],
+        position_ids=index(positions)[None, :],
+        states=index(states),
+        targets=flat[index(target_columns)],
+        target_mask=target_mask,
+        row_tokens=index(fed),
     )
 
 

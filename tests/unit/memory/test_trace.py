@@ -23,7 +23,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.memory.architecture import model_config
-from quadrants.memory.trace import TraceSpec, trace_step
+from quadrants.memory.trace import TraceSpec, fed_tokens, micro_batch_rows, trace_step
 
 P1 = 12_800 + 262_784 + 128  # elements of the 1-layer tiny model (module docstring)
 TENSORS = 14
@@ -148,7 +148,8 @@ def test_a_flash_kernel_is_traced_without_the_mask(tiny):
     """model.attention=flash_attention_2 (`varlen`): flash-attn keeps no N x N mask for the packed
     rows (memory/trace.py's docstring), so the packed trace holds what the SDPA one holds less at
     least the N^2 = 380^2 = 144,400 bytes of the mask, and no more than the padded trace, whose 4
-    rows of 96 (384 tokens, 4 more than the packed 380) carry a [4, 1, 96, 96] mask besides. And
+    rows of 96 (384 tokens, 4 more than the packed 380) carry a [4, 1, 96, 96] mask besides, which
+    padded rows under the flash kernel do not hold either. And
     without the mask nothing in it grows quadratically: doubling the packed rows (N = 380, 760,
     1,520) doubles the growth of the activations kept for backward."""
     shape = dict(sharded=False, seq_len=96, response_tokens=64, update_rows=4, micro_batches=1)
@@ -157,6 +158,10 @@ def test_a_flash_kernel_is_traced_without_the_mask(tiny):
     flash = trace_step(spec(tiny, packed=True, varlen=True, **shape))
     assert sdpa.held.activations - flash.held.activations >= 380**2
     assert flash.held.activations <= padded.held.activations
+    # padded rows under a flash kernel trace too (on fake tensors: no question asked of the
+    # padding mask's values), without the [4, 1, 96, 96] mask: 36,864 bytes less at least
+    padded_flash = trace_step(spec(tiny, varlen=True, **shape))
+    assert padded.held.activations - padded_flash.held.activations >= 4 * 96 * 96
     held = {}
     for rows in (4, 8, 16):
         rows_shape = {**shape, "update_rows": rows}
@@ -164,3 +169,46 @@ def test_a_flash_kernel_is_traced_without_the_mask(tiny):
     first, second = held[8] - held[4], held[16] - held[8]
     # linear: 8 more rows add twice what 4 more rows add (quadratic would be four times)
     assert second == pytest.approx(2 * first, rel=0.1)
+
+
+# rows of unequal length (TraceSpec.rows): seq_len 48, response_tokens 32 -> P = 16 prompt columns
+FULL = ((16, 32), (16, 32))  # two full rows: 2 x 48 = 96 columns, all real
+# three rows with the same real tokens once packed: N = 42 + 26 + 26 = 94 fed tokens (p + r - 1
+# each) and M = 32 + 16 + 16 = 64 targets, as FULL's 47 + 47 and 32 + 32; padded, 3 x 48 = 144
+UNEQUAL = ((11, 32), (11, 16), (11, 16))
+
+
+def test_micro_batch_rows_count_their_padding(tiny):
+    rows = ((10, 20), (4, 12))
+    ids, mask = micro_batch_rows(rows, spec(tiny, seq_len=48, response_tokens=32), 100, "cpu")
+    # cut after the longest response: 16 + 20 = 36 columns; real 10 + 20 + 4 + 12 = 46 of 72,
+    # padding 72 - 46 = 26 = (16 - 10) + (20 - 20) + (16 - 4) + (20 - 12)
+    assert ids.shape == mask.shape == (2, 36)
+    assert int(mask.sum()) == 46
+    assert mask[1].int().tolist() == [0] * 12 + [1] * 16 + [0] * 8
+    # what each layout feeds: padded rows x width = 2 x 36 = 72; packed the real tokens, 46
+    assert fed_tokens(rows, spec(tiny, seq_len=48, response_tokens=32)) == 72
+    assert fed_tokens(rows, spec(tiny, seq_len=48, response_tokens=32, packed=True)) == 46
+    with pytest.raises(ValueError, match="outside"):  # a prompt wider than P = 16
+        micro_batch_rows(((17, 4),), spec(tiny, seq_len=48, response_tokens=32), 100, "cpu")
+
+
+@pytest.mark.slow
+def test_unequal_rows_trace_their_padding_padded_and_only_real_tokens_packed(tiny):
+    """One micro-batch of FULL against one of UNEQUAL (module constants), one layer, one process.
+    Packed, both feed the same N = 94 tokens and M = 64 targets: the held activations differ only
+    by UNEQUAL's third row of inputs, its ids (48 x 8 bytes) and mask (48 x 1 byte), 432 bytes.
+    Padded, UNEQUAL computes 144 positions against 96: its padding is traced, far more held."""
+    shape = dict(sharded=False, seq_len=48, response_tokens=32, micro_batches=1)
+    packed = {n: trace_step(spec(tiny, packed=True, rows=(r,), **shape)) for n, r in
+              (("full", FULL), ("unequal", UNEQUAL))}  # fmt: skip
+    assert packed["unequal"].held.activations - packed["full"].held.activations == 48 * 8 + 48
+    padded = {n: trace_step(spec(tiny, rows=(r,), **shape)) for n, r in
+              (("full", FULL), ("unequal", UNEQUAL))}  # fmt: skip
+    # 48 more positions through the layer: over 100 kB more here, not a few hundred bytes
+    assert padded["unequal"].held.activations - padded["full"].held.activations > 100_000
+    # full rows as `rows` trace the equal-row spec's update (the loss's [2, 32] float32 mask,
+    # 256 bytes, and its count, 4 bytes, are held for backward besides)
+    equal = trace_step(spec(tiny, **shape))
+    assert padded["full"].update.total == equal.update.total
+    assert padded["full"].held.activations - equal.held.activations == 2 * 32 * 4 + 4

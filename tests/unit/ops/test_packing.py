@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from quadrants.ops.packing import kept_tokens, pack_full_rows, pack_rows, real_lengths, unpack
+from quadrants.ops.packing import (
+    kept_tokens,
+    lengths_mask,
+    pack_full_rows,
+    pack_known_lengths,
+    pack_rows,
+    real_lengths,
+    unpack,
+)
 
 
 def _rows() -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,3 +83,60 @@ def test_full_rows_pack_as_pack_rows_packs_them():
     general = pack_rows(sequences, torch.ones(2, 5, dtype=torch.bool), 2)
     for name in ("input_ids", "position_ids", "states", "targets", "target_mask", "row_tokens"):
         assert torch.equal(getattr(full, name), getattr(general, name)), name
+
+
+# P = 4 prompt columns, T = 3 response columns; row i: prompts[i] real prompt tokens, responses[i]
+# real response tokens
+PROMPTS, RESPONSES = [3, 1, 2], [2, 3, 0]
+
+
+def test_lengths_mask_lays_rows_out_as_the_trainer_does():
+    # left-padded prompts (4 - 3 = 1, 4 - 1 = 3, 4 - 2 = 2 pad columns), right-padded responses
+    # (3 - 2 = 1, 0, 3 pad columns): 5 + 4 + 2 = 11 real of 3 x 7 = 21
+    mask = lengths_mask(PROMPTS, RESPONSES, 4, 3)
+    assert mask.int().tolist() == [
+        [0, 1, 1, 1, 1, 1, 0],
+        [0, 0, 0, 1, 1, 1, 1],
+        [0, 0, 1, 1, 0, 0, 0],
+    ]
+    assert int(mask.sum()) == 11
+    assert real_lengths(mask, 3).tolist() == [5, 4, 2]
+
+
+def test_known_lengths_pack_by_hand_and_as_pack_rows_packs_them():
+    # rows 1..7, 8..14, 15..21 (values = flat index + 1)
+    sequences = torch.arange(1, 22).view(3, 7)
+    packed = pack_known_lengths(sequences, 3, PROMPTS, RESPONSES)
+    # row 0: prompt at columns 1-3 (2 3 4), response at 4-5 (5 6): feeds 3 + 2 - 1 = 4 tokens
+    # 2 3 4 5; row 1: prompt at column 3 (11), response 4-6 (12 13 14): feeds 3 tokens 11 12 13;
+    # row 2: prompt at 2-3 (17 18), no response: feeds its 2 prompt tokens; N = 4 + 3 + 2 = 9
+    assert packed.input_ids.tolist() == [[2, 3, 4, 5, 11, 12, 13, 17, 18]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 0, 1, 2, 0, 1]]
+    assert packed.row_tokens.tolist() == [4, 3, 2]
+    # targets: row 0's 5 and 6 predicted by its positions 3 - 1 + 0 = 2 and 3; row 1 starts at
+    # packed position 4: its 12 13 14 by 4 + 1 - 1 + t = 4, 5, 6
+    assert packed.states.tolist() == [2, 3, 4, 5, 6]
+    assert packed.targets.tolist() == [5, 6, 12, 13, 14]
+    general = pack_rows(sequences, lengths_mask(PROMPTS, RESPONSES, 4, 3), 3)
+    for name in ("input_ids", "position_ids", "states", "targets", "target_mask", "row_tokens"):
+        assert torch.equal(getattr(packed, name), getattr(general, name)), name
+
+
+def test_known_lengths_pack_on_fake_tensors():
+    """The memory plan traces it without values: every shape comes from the lengths."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        packed = pack_known_lengths(torch.randint(0, 9, (3, 7)), 3, PROMPTS, RESPONSES)
+    # N = 4 + 3 + 2 = 9 fed tokens, M = 2 + 3 + 0 = 5 targets
+    assert packed.input_ids.shape == (1, 9) and packed.states.shape == (5,)
+
+
+def test_known_lengths_that_do_not_fit_are_refused():
+    sequences = torch.zeros(2, 7, dtype=torch.long)
+    with pytest.raises(ValueError, match="no real prompt token"):
+        pack_known_lengths(sequences, 3, [0, 2], [1, 1])
+    with pytest.raises(ValueError, match="outside"):
+        pack_known_lengths(sequences, 3, [5, 2], [1, 1])  # 5 > P = 4
+    with pytest.raises(ValueError, match="for 2 rows"):
+        pack_known_lengths(sequences, 3, [1], [1])
