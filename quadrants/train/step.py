@@ -532,7 +532,7 @@ def backward_minibatch(
     micro = settings.micro_batch_size
     micro = micro if micro and micro < mini.batch_size and not settings.micro_batch_tokens else 0
     carried = rows_with_gradient(mini, loss_settings, spec, params)
-    needed = carried  # before the idle rows a sharded grad pass adds
+    needed = carried  # before the idle rows a sharded grad pass adds; the policy metrics' rows
     if carried is not None and forwards.placement.sharded:
         carried = equal_shares(carried, world)
     if carried is not None and bool(carried.all()):
