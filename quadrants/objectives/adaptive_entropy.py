@@ -21,9 +21,11 @@ the groups whose rewards are all equal before the update (verl/trainer/ppo/ray_t
   response_mask) over the filtered batch of each rank, averaged over ranks. Here: over each
   mini-batch's kept tokens, averaged over the step's mini-batches.
 - `full`: the current policy's full-vocabulary entropy over the same tokens (detached; it moves
-  with each mini-batch's update), averaged the same way. It reads the policy, so it is a policy
-  metric: over the rows that carry gradient (objectives/batch.py `PolicyMetric`), the same tokens
-  unless quadrant isolation leaves kept-group rows without a kept token.
+  with each mini-batch's update), averaged the same way. It reads the policy, but it is the
+  controller's input, so it stays over every row of the mini-batch, as the authors' trainer reads
+  its whole filtered batch (`EntropyController.reads`; not the rows that carry gradient, which the
+  logged policy metrics are over: under quadrant isolation that would change the method). The
+  objective is then not decomposable, so every row's current entropy is computed.
 
 The coefficient and the on/off flag are the objective's state (`quadrants/objectives/control.py`):
 the loop advances them once per optimizer step from the step's reduced `entropy_estimate` and stores
@@ -54,7 +56,13 @@ ENTROPY_ESTIMATES = ("sampled_nll", "full")
 
 
 class EntropyController:
-    """Skywork-OR1's EntController: one step of Δ towards the target entropy, within bounds."""
+    """Skywork-OR1's EntController: one step of Δ towards the target entropy, within bounds.
+
+    `reads`: the step metrics the controller reads, logged over every row of each mini-batch
+    whatever they read (a method's input is not a diagnostic: objectives/batch.py
+    `PolicyMetric`)."""
+
+    reads = ("entropy_estimate",)
 
     def initial(self, params: Mapping[str, Any]) -> dict[str, float]:
         return {"coef": float(params["coef_init"]), "enabled": 1.0}
@@ -148,10 +156,8 @@ def adaptive_entropy(
     estimate = controller_entropy(
         batch, policy, mask if denominator_mask is None else denominator_mask, entropy_estimate
     )
-    if entropy_estimate == "full":  # the current entropy: over the rows that carry gradient
-        policy_metrics["entropy_estimate"] = estimate
-    else:
-        metrics["entropy_estimate"] = estimate.over_rows(None)
+    # the controller's input, over every row whichever estimate (EntropyController.reads)
+    metrics["entropy_estimate"] = estimate.over_rows(None)
     return ObjectiveOutput(
         (terms.per_token_loss - coef * policy.entropy) * mask,
         metrics,
@@ -165,6 +171,6 @@ def controller_entropy(
 ) -> PolicyMetric:
     """The controller's input over the `kept` tokens ([B, T] bool): −mean old log-prob of the
     sampled tokens (`sampled_nll`, a batch metric) or the mean current full-vocabulary entropy
-    (`full`, a policy metric: reduced over the rows that carry gradient)."""
+    (`full`, read from the policy; the controller reads it over every row)."""
     values = -batch.old_logp if entropy_estimate == "sampled_nll" else policy.entropy.detach()
     return token_mean(torch.where(kept, values.float(), 0.0), kept)

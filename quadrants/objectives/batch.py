@@ -163,11 +163,16 @@ class PolicyMetric:
 
     def over_rows(self, rows: Tensor | None) -> Tensor:
         """[] float32, detached: the metric over the tokens of `over` in `rows` ([B] bool; None =
-        every row). 0 when no token is left."""
+        every row). 0 when no token of `over` is left (the empty-mean convention); NaN when
+        `rows` holds no row at all: a mini-batch without a row that carries gradient has no
+        trained token to describe, and the step's mean leaves it out (train/telemetry.py
+        `mean_metrics`) rather than averaging in a 0 (a ratio_mean of 0 is no ratio)."""
         over = self.over.bool()
+        values = self.values.detach()
+        if rows is not None and not bool(rows.any()):
+            return values.new_tensor(float("nan"), dtype=torch.float32)
         if rows is not None:
             over = over & rows.view(-1, *[1] * (over.dim() - 1))
-        values = self.values.detach()
         if self.quantile is not None:
             return masked_quantile(values, over, self.quantile).detach().float()
         return masked_mean(values, over).detach().float()

@@ -96,7 +96,9 @@ def test_policy_metrics_are_those_that_read_the_policy(name, params):
     """The objective's metrics and the loss's (with a KL, kl_coef 0.1: kl_ref) at four policy
     outputs on one batch: every batch metric is bit for bit the same at all four, and every policy
     metric takes at least two values among them. The loss's own figures (LOSS_FIGURES: kept_frac,
-    denominator_tokens) describe the whole mini-batch's loss and are never policy metrics."""
+    denominator_tokens) describe the whole mini-batch's loss and are never policy metrics, and
+    neither is a controller's input (adaptive entropy's entropy_estimate, which under
+    entropy_estimate=full reads the policy but steers the method over every row)."""
     batch = perturbable_batch()
     spec, resolved = resolve_objective(name, params)
     settings = LossSettings(kl_coef=0.1)
@@ -109,8 +111,9 @@ def test_policy_metrics_are_those_that_read_the_policy(name, params):
         seen_batch.append(metrics)
         seen_policy.append(reduce_policy_metrics(policy_metrics))
     assert "kl_ref" in seen_policy[0]
+    reads = spec.controller.reads if spec.controller is not None else ()
     for key in seen_batch[0]:
-        if key in LOSS_FIGURES:
+        if key in LOSS_FIGURES or key in reads:  # a controller's input: over every row
             continue
         values = [m[key] for m in seen_batch]
         assert all(torch.equal(v, values[0]) for v in values), f"{key} reads the policy: {values}"
@@ -123,7 +126,8 @@ def test_policy_metric_over_rows_by_hand():
     """A 3 x 2 metric, the third row's second token outside `over`:
     values [[1, 3], [5, 7], [2, 100]], over [[1, 1], [1, 1], [1, 0]].
     every row: (1 + 3 + 5 + 7 + 2) / 5 = 3.6; rows {0, 2}: (1 + 3 + 2) / 3 = 2; row {1}: 6;
-    no row: 0 (an empty mean). A per-row metric ([3] values 4, 6, 8, all counted): rows {0, 2}
+    no row: NaN (nothing to measure; the step's mean leaves it out). A metric whose `over` holds
+    no token of the rows: 0 (the empty-mean convention). A per-row metric ([3] values 4, 6, 8, all counted): rows {0, 2}
     (4 + 8) / 2 = 6. The median (quantile 0.5) of rows {0, 2}'s tokens 1, 2, 3 is 2; of every
     token 1, 2, 3, 5, 7 is 3."""
     metric = PolicyMetric(
@@ -133,7 +137,9 @@ def test_policy_metric_over_rows_by_hand():
     close(metric.over_rows(None), 3.6)
     close(metric.over_rows(torch.tensor([True, False, True])), 2.0)
     close(metric.over_rows(torch.tensor([False, True, False])), 6.0)
-    close(metric.over_rows(torch.zeros(3, dtype=torch.bool)), 0.0)
+    assert math.isnan(float(metric.over_rows(torch.zeros(3, dtype=torch.bool))))
+    only_third = PolicyMetric(metric.values, torch.tensor([[False, False]] * 2 + [[True, False]]))
+    close(only_third.over_rows(torch.tensor([True, True, False])), 0.0)
     per_row = PolicyMetric(torch.tensor([4.0, 6.0, 8.0]), torch.ones(3, dtype=torch.bool))
     close(per_row.over_rows(torch.tensor([True, False, True])), 6.0)
     median = PolicyMetric(metric.values, metric.over, quantile=0.5)
