@@ -21,7 +21,11 @@ the groups whose rewards are all equal before the update (verl/trainer/ppo/ray_t
   response_mask) over the filtered batch of each rank, averaged over ranks. Here: over each
   mini-batch's kept tokens, averaged over the step's mini-batches.
 - `full`: the current policy's full-vocabulary entropy over the same tokens (detached; it moves
-  with each mini-batch's update), averaged the same way.
+  with each mini-batch's update), averaged the same way. It reads the policy, but it is the
+  controller's input, so it stays over every row of the mini-batch, as the authors' trainer reads
+  its whole filtered batch (`EntropyController.reads`; not the rows that carry gradient, which the
+  logged policy metrics are over: under quadrant isolation that would change the method). The
+  objective is then not decomposable, so every row's current entropy is computed.
 
 The coefficient and the on/off flag are the objective's state (`quadrants/objectives/control.py`):
 the loop advances them once per optimizer step from the step's reduced `entropy_estimate` and stores
@@ -37,16 +41,28 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyMetric,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+    token_mean,
+)
 from quadrants.objectives.common import clipped_terms, drop_constant_groups, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
-from quadrants.ops.aggregation import masked_mean
 
 ENTROPY_ESTIMATES = ("sampled_nll", "full")
 
 
 class EntropyController:
-    """Skywork-OR1's EntController: one step of Δ towards the target entropy, within bounds."""
+    """Skywork-OR1's EntController: one step of Δ towards the target entropy, within bounds.
+
+    `reads`: the step metrics the controller reads, logged over every row of each mini-batch
+    whatever they read (a method's input is not a diagnostic: objectives/batch.py
+    `PolicyMetric`)."""
+
+    reads = ("entropy_estimate",)
 
     def initial(self, params: Mapping[str, Any]) -> dict[str, float]:
         return {"coef": float(params["coef_init"]), "enabled": 1.0}
@@ -123,7 +139,7 @@ def adaptive_entropy(
         state = EntropyController().initial({"coef_init": coef_init})
     coef = state["coef"] * state["enabled"]
     mask = batch.response_mask
-    terms, metrics = clipped_terms(
+    terms, policy_metrics = clipped_terms(
         batch,
         policy,
         token_advantages(batch),
@@ -131,22 +147,30 @@ def adaptive_entropy(
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
-    metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
-    metrics["entropy_coef"] = terms.ratio.new_tensor(state["coef"])
-    metrics["entropy_bonus_on"] = terms.ratio.new_tensor(state["enabled"])
+    policy_metrics["current_entropy"] = token_mean(policy.entropy, mask)
+    metrics = {
+        "entropy_coef": terms.ratio.new_tensor(state["coef"]),
+        "entropy_bonus_on": terms.ratio.new_tensor(state["enabled"]),
+    }
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
-    metrics["entropy_estimate"] = controller_entropy(
+    estimate = controller_entropy(
         batch, policy, mask if denominator_mask is None else denominator_mask, entropy_estimate
     )
+    # the controller's input, over every row whichever estimate (EntropyController.reads)
+    metrics["entropy_estimate"] = estimate.over_rows(None)
     return ObjectiveOutput(
-        (terms.per_token_loss - coef * policy.entropy) * mask, metrics, denominator_mask
+        (terms.per_token_loss - coef * policy.entropy) * mask,
+        metrics,
+        denominator_mask,
+        policy_metrics=policy_metrics,
     )
 
 
 def controller_entropy(
     batch: TokenBatch, policy: PolicyOutput, kept: Tensor, entropy_estimate: str
-) -> Tensor:
-    """The controller's input over the `kept` tokens ([B, T] bool), detached: −mean old log-prob
-    of the sampled tokens (`sampled_nll`) or the mean current full-vocabulary entropy (`full`)."""
+) -> PolicyMetric:
+    """The controller's input over the `kept` tokens ([B, T] bool): −mean old log-prob of the
+    sampled tokens (`sampled_nll`, a batch metric) or the mean current full-vocabulary entropy
+    (`full`, read from the policy; the controller reads it over every row)."""
     values = -batch.old_logp if entropy_estimate == "sampled_nll" else policy.entropy.detach()
-    return masked_mean(torch.where(kept, values.float(), 0.0), kept)
+    return token_mean(torch.where(kept, values.float(), 0.0), kept)

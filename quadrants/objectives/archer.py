@@ -47,7 +47,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+)
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.common import drop_constant_groups, validate_clip
 from quadrants.objectives.metrics import surrogate_metrics
@@ -158,16 +163,21 @@ def archer(
         policy.logp, batch.old_logp, adv, clip_low=high_clip_low, clip_high=high_clip_high, **kwargs
     )
     per_token = torch.where(high, high_terms.per_token_loss, low_terms.per_token_loss)
-    metrics = surrogate_metrics(low_terms, low, dual_clip=clip_ratio_c is not None)
-    metrics = {f"low_entropy/{k}": v for k, v in metrics.items()}
-    for k, v in surrogate_metrics(high_terms, high, dual_clip=clip_ratio_c is not None).items():
-        metrics[f"high_entropy/{k}"] = v
-    metrics["high_entropy_frac"] = token_fraction(high, mask)
+    policy_metrics = {
+        f"{side}_entropy/{k}": v
+        for side, terms, over in (("low", low_terms, low), ("high", high_terms, high))
+        for k, v in surrogate_metrics(terms, over, dual_clip=clip_ratio_c is not None).items()
+    }
+    # a quantile's share of each response (or of the mini-batch) whatever the entropies: a batch
+    # metric even when the split reads the current entropy
+    metrics = {"high_entropy_frac": token_fraction(high, mask)}
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
     kl_weight = entropy_group_kl_weights(
         high, low, kl_normaliser=kl_normaliser, high_scale=high_entropy_kl_scale
     )
-    return ObjectiveOutput(per_token * mask, metrics, denominator_mask, kl_weight.detach())
+    return ObjectiveOutput(
+        per_token * mask, metrics, denominator_mask, kl_weight.detach(), policy_metrics
+    )
 
 
 def entropy_group_kl_weights(

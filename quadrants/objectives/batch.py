@@ -1,4 +1,5 @@
-"""The data an objective may read: TokenBatch (built once per step), PolicyOutput, ObjectiveOutput.
+"""The data an objective may read: TokenBatch (built once per step), PolicyOutput; and what it
+returns: ObjectiveOutput, whose metrics that read the policy are PolicyMetrics.
 
 Shape legend: **B** sequences (prompts x G) · **G** rollouts per prompt · **P** prompt tokens ·
 **T** response tokens · **L** = P + T · **N** response tokens in the whole rollout batch.
@@ -14,14 +15,21 @@ statistic on part of a group.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from torch import Tensor
 
 from quadrants.ops.advantages import constant_reward_groups, group_advantages
+from quadrants.ops.aggregation import masked_mean
 from quadrants.ops.groups import group_token_mean_std
-from quadrants.ops.quadrants import QuadrantMasks, QuadrantSettings, split_quadrants
+from quadrants.ops.quadrants import (
+    QuadrantMasks,
+    QuadrantSettings,
+    masked_quantile,
+    split_quadrants,
+)
 
 
 @dataclass(frozen=True)
@@ -129,13 +137,75 @@ class PolicyOutput:
 
 
 @dataclass(frozen=True)
+class PolicyMetric:
+    """A logged metric that reads the current policy (its log-probs or entropy), kept per token so
+    that the loss layer reduces it over the rows that carry gradient (objectives/loss.py
+    `compute_loss`): a token mean, or with `quantile` a quantile, of `values` over `over`.
+
+    A metric is of this kind exactly when its value moves with the policy output alone (the
+    batch held fixed); tests/unit/objectives/test_policy_metrics.py checks that of every
+    registered objective. (The share a fixed-share selection takes, a quantile's or a top-k's,
+    does not move: its parameter sets it, so it is a batch metric.) Rows without gradient
+    (train/gradless_rows.py) add nothing to the update, and the update that skips their forward
+    (train/step.py `backward_by_rows`) never measures them, so such a metric describes the tokens
+    the update trains, in every path.
+
+    Attributes:
+        values: [B, T] float (or [B]: one value per row), detached.
+        over: bool of the same shape: the tokens (rows) the metric averages over.
+        quantile: None = the mean; q in [0, 1] = the q-quantile (ops/quadrants.py
+            `masked_quantile`, 0 when empty).
+    """
+
+    values: Tensor
+    over: Tensor
+    quantile: float | None = None
+
+    def over_rows(self, rows: Tensor | None) -> Tensor:
+        """[] float32, detached: the metric over the tokens of `over` in `rows` ([B] bool; None =
+        every row). 0 when no token of `over` is left (the empty-mean convention); NaN when
+        `rows` holds no row at all: a mini-batch without a row that carries gradient has no
+        trained token to describe, and the step's mean leaves it out (train/telemetry.py
+        `mean_metrics`) rather than averaging in a 0 (a ratio_mean of 0 is no ratio)."""
+        over = self.over.bool()
+        values = self.values.detach()
+        if rows is not None and not bool(rows.any()):
+            return values.new_tensor(float("nan"), dtype=torch.float32)
+        if rows is not None:
+            over = over & rows.view(-1, *[1] * (over.dim() - 1))
+        if self.quantile is not None:
+            return masked_quantile(values, over, self.quantile).detach().float()
+        return masked_mean(values, over).detach().float()
+
+
+def token_share(mask: Tensor, of: Tensor) -> PolicyMetric:
+    """The fraction of `of` tokens in `mask` as a PolicyMetric (the value `fraction` gives)."""
+    return PolicyMetric((mask & of).float(), of)
+
+
+def token_mean(values: Tensor, of: Tensor) -> PolicyMetric:
+    """The mean of `values` over `of` as a PolicyMetric (the value `masked_mean` gives)."""
+    return PolicyMetric(values.detach(), of)
+
+
+def reduce_policy_metrics(
+    metrics: Mapping[str, PolicyMetric], rows: Tensor | None = None
+) -> dict[str, Tensor]:
+    """Each PolicyMetric's value over `rows` ([B] bool; None = every row)."""
+    return {name: metric.over_rows(rows) for name, metric in metrics.items()}
+
+
+@dataclass(frozen=True)
 class ObjectiveOutput:
     """What a token objective returns.
 
     Attributes:
         per_token_loss: [B, T] float, zero on tokens that carry no gradient; aggregated by the step
             with the configured loss aggregation (so quadrant isolation and any normaliser compose).
-        metrics: name -> detached scalar tensor (fractions, means); reduced and logged by the loop.
+        metrics: name -> detached scalar tensor (fractions, means) of the metrics that read the
+            batch only (not the policy output): logged over the whole mini-batch.
+        policy_metrics: name -> PolicyMetric, the metrics that read the policy output: the loss
+            layer reduces them over the rows that carry gradient. A name is in one of the two.
         denominator_mask: [B, T] bool or None. Tokens this objective wants counted in the normaliser
             (None = every response token). DAPO's dynamic sampling drops constant-reward groups
             here; forking with `denominator="selected_tokens"` renormalises over its selection.
@@ -148,6 +218,7 @@ class ObjectiveOutput:
     metrics: dict[str, Tensor]
     denominator_mask: Tensor | None = None
     kl_weight: Tensor | None = None
+    policy_metrics: dict[str, PolicyMetric] = field(default_factory=dict)
 
 
 def token_advantages(batch: TokenBatch) -> Tensor:

@@ -15,10 +15,15 @@ here. ε_high: the paper tunes it but does not state the value used; 0.2 is verl
 
 from __future__ import annotations
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.batch import fraction as token_fraction
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+    token_mean,
+    token_share,
+)
 from quadrants.objectives.registry import check_range, register_objective
-from quadrants.ops.aggregation import masked_mean
 from quadrants.ops.surrogate import importance_ratio
 
 
@@ -47,10 +52,10 @@ def cispo(
     weight = ratio.clamp(None if clip_low is None else 1.0 - clip_low, 1.0 + clip_high)
     adv = token_advantages(batch)
     per_token = -weight * adv * policy.logp
-    metrics = {
-        "clip_frac": token_fraction(weight != ratio, mask),
-        "clip_frac_high": token_fraction(ratio > 1.0 + clip_high, mask),
-        "ratio_mean": masked_mean(ratio, mask),
-        "is_weight_mean": masked_mean(weight, mask),
+    policy_metrics = {
+        "clip_frac": token_share(weight != ratio, mask),
+        "clip_frac_high": token_share(ratio > 1.0 + clip_high, mask),
+        "ratio_mean": token_mean(ratio, mask),
+        "is_weight_mean": token_mean(weight, mask),
     }
-    return ObjectiveOutput(per_token * mask, metrics)
+    return ObjectiveOutput(per_token * mask, {}, policy_metrics=policy_metrics)

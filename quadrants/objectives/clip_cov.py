@@ -12,8 +12,13 @@ step (train/step.py `seeded`), so every rank draws the same tokens of the whole 
 
 from __future__ import annotations
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.batch import fraction as token_fraction
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+    token_share,
+)
 from quadrants.objectives.common import clipped_terms, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
 from quadrants.ops.covariance import random_subset_mask, selection_count, token_covariance
@@ -58,7 +63,7 @@ def clip_cov(
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     adv = token_advantages(batch)
-    terms, metrics = clipped_terms(
+    terms, policy_metrics = clipped_terms(
         batch,
         policy,
         adv,
@@ -70,6 +75,9 @@ def clip_cov(
     candidates = mask & ~terms.clipped_mask & (cov > cov_lb) & (cov < cov_ub)
     k = selection_count(fraction, int(mask.sum()))
     detached = random_subset_mask(candidates, k)  # [B, T]
-    metrics["selected_frac"] = token_fraction(detached, mask)
-    metrics["candidate_frac"] = token_fraction(candidates, mask)
-    return ObjectiveOutput(terms.per_token_loss * (mask & ~detached), metrics)
+    # both follow the current log-probs (the covariance, the clipped tokens)
+    policy_metrics["selected_frac"] = token_share(detached, mask)
+    policy_metrics["candidate_frac"] = token_share(candidates, mask)
+    return ObjectiveOutput(
+        terms.per_token_loss * (mask & ~detached), {}, policy_metrics=policy_metrics
+    )

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, fraction
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyMetric,
+    PolicyOutput,
+    TokenBatch,
+    fraction,
+)
 from quadrants.objectives.metrics import surrogate_metrics
 from quadrants.objectives.registry import check_range
 from quadrants.ops.surrogate import SurrogateTerms, clipped_surrogate
@@ -29,7 +35,8 @@ def validate_clip(
 def drop_constant_groups(
     batch: TokenBatch, enabled: bool, metrics: dict[str, Tensor]
 ) -> Tensor | None:
-    """The denominator mask without constant-reward groups (None when disabled); adds its metrics.
+    """The denominator mask without constant-reward groups (None when disabled); adds its metrics
+    (they read the batch only) to `metrics`.
 
     Shared by every objective built on the DAPO recipe (dapo, hapo, forking, entroadv, entroreg,
     ktae) and by those whose authors' trainers reject constant groups (archer, adaptive_entropy).
@@ -51,8 +58,9 @@ def clipped_terms(
     clip_low: float,
     clip_high: float,
     clip_ratio_c: float | None,
-) -> tuple[SurrogateTerms, dict[str, Tensor]]:
-    """The clipped surrogate of `advantages` ([B, T]) and its metrics over the response tokens.
+) -> tuple[SurrogateTerms, dict[str, PolicyMetric]]:
+    """The clipped surrogate of `advantages` ([B, T]) and its metrics over the response tokens
+    (they read the policy: `ObjectiveOutput.policy_metrics`).
 
     For objectives that do more with the terms than mask them (a weight, a clip mask, an entropy
     bonus); the others return `ppo_token_loss` directly.
@@ -80,10 +88,11 @@ def ppo_token_loss(
     metrics: dict[str, Tensor] | None = None,
 ) -> ObjectiveOutput:
     """The clipped surrogate of `advantages` ([B, T]) on every response token, as an objective's
-    output: its metrics, then the objective's own `metrics`, then (with `dynamic_sampling`) the
-    denominator mask without constant-reward groups and its metrics.
+    output: its metrics (policy metrics), the objective's own `metrics` (which must read the batch
+    only), then (with `dynamic_sampling`) the denominator mask without constant-reward groups and
+    its metrics.
     """
-    terms, out = clipped_terms(
+    terms, policy_metrics = clipped_terms(
         batch,
         policy,
         advantages,
@@ -91,6 +100,11 @@ def ppo_token_loss(
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
-    out.update(metrics or {})
+    out = dict(metrics or {})
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, out)
-    return ObjectiveOutput(terms.per_token_loss * batch.response_mask, out, denominator_mask)
+    return ObjectiveOutput(
+        terms.per_token_loss * batch.response_mask,
+        out,
+        denominator_mask,
+        policy_metrics=policy_metrics,
+    )

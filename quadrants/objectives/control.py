@@ -18,6 +18,11 @@ STATE_KEY = "state"
 
 
 class ObjectiveController(Protocol):
+    # the step metrics `update` reads: the objective logs them over every row of each mini-batch,
+    # in `ObjectiveOutput.metrics` even where they read the policy (a method's input, not a
+    # diagnostic over the rows that carry gradient: objectives/batch.py `PolicyMetric`)
+    reads: tuple[str, ...]
+
     def initial(self, params: Mapping[str, Any]) -> dict[str, float]:
         """The state before the first step, from the objective's params."""
         ...

@@ -8,10 +8,17 @@ DAPO recipe (clip-higher, dynamic sampling as in `dapo`); dropped groups lose th
 
 from __future__ import annotations
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from torch import Tensor
+
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+    token_mean,
+)
 from quadrants.objectives.common import clipped_terms, drop_constant_groups, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
-from quadrants.ops.aggregation import masked_mean
 
 
 def validate_entroreg(
@@ -49,7 +56,7 @@ def entroreg(
             "entroreg needs the current policy's entropy (PolicyOutput.entropy is None)"
         )
     mask = batch.response_mask
-    terms, metrics = clipped_terms(
+    terms, policy_metrics = clipped_terms(
         batch,
         policy,
         token_advantages(batch),
@@ -57,8 +64,12 @@ def entroreg(
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
-    metrics["current_entropy"] = masked_mean(policy.entropy.detach(), mask)
+    policy_metrics["current_entropy"] = token_mean(policy.entropy, mask)
+    metrics: dict[str, Tensor] = {}
     denominator_mask = drop_constant_groups(batch, dynamic_sampling, metrics)
     return ObjectiveOutput(
-        (terms.per_token_loss - beta * policy.entropy) * mask, metrics, denominator_mask
+        (terms.per_token_loss - beta * policy.entropy) * mask,
+        metrics,
+        denominator_mask,
+        policy_metrics=policy_metrics,
     )

@@ -22,8 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from torch import Tensor
+
 from quadrants.objectives.batch import (
     ObjectiveOutput,
+    PolicyMetric,
     PolicyOutput,
     TokenBatch,
     fraction,
@@ -102,7 +105,7 @@ def forking(
         entropy = policy.entropy.detach()
     else:
         entropy = batch.entropy
-    terms, metrics = clipped_terms(
+    terms, policy_metrics = clipped_terms(
         batch,
         policy,
         token_advantages(batch),
@@ -110,6 +113,7 @@ def forking(
         clip_high=clip_high,
         clip_ratio_c=clip_ratio_c,
     )
+    metrics: dict[str, Tensor] = {}
     kept = drop_constant_groups(batch, dynamic_sampling, metrics)
     trained = mask if kept is None else kept  # [B, T], the tokens the loss trains on
     if scope == "rollout_batch":
@@ -118,9 +122,13 @@ def forking(
     else:
         threshold = masked_quantile(entropy, trained, 1.0 - rho)
     selected = (entropy >= threshold) & trained  # [B, T]
+    # the quantile's share of the trained tokens whatever the entropies: a batch metric
     metrics["selected_frac"] = fraction(selected, trained)
-    metrics["entropy_threshold"] = (
-        threshold.detach().float()
-    )  # a 0-dim tensor on the batch's device
+    if entropy_source == "current":  # the threshold is a quantile of the current entropy
+        policy_metrics["entropy_threshold"] = PolicyMetric(entropy, trained, 1.0 - rho)
+    else:  # of the behaviour entropies
+        metrics["entropy_threshold"] = threshold.detach().float()  # a 0-dim tensor
     denominator_mask = selected if denominator == "selected_tokens" else trained
-    return ObjectiveOutput(terms.per_token_loss * selected, metrics, denominator_mask)
+    return ObjectiveOutput(
+        terms.per_token_loss * selected, metrics, denominator_mask, policy_metrics=policy_metrics
+    )

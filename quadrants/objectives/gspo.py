@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import torch
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
-from quadrants.objectives.batch import fraction as token_fraction
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+    token_mean,
+    token_share,
+)
 from quadrants.objectives.common import validate_clip
 from quadrants.objectives.registry import check_range, register_objective
-from quadrants.ops.aggregation import masked_mean
 
 
 def validate_gspo(*, clip_low: float, clip_high: float, max_log_ratio: float, **_: object) -> None:
@@ -56,10 +61,13 @@ def gspo(
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
-    metrics = {
+    policy_metrics = {
         # verl's pg_clipfrac: tokens whose clipped branch is the larger loss
-        "clip_frac": token_fraction(clipped > unclipped, mask),
-        "seq_ratio_mean": masked_mean(ratio.detach(), mask),
-        "seq_log_ratio_abs_mean": seq_log_ratio.detach().abs().mean(),
+        "clip_frac": token_share(clipped > unclipped, mask),
+        "seq_ratio_mean": token_mean(ratio, mask),
+        # one value per row, every row counted
+        "seq_log_ratio_abs_mean": token_mean(
+            seq_log_ratio.abs(), torch.ones_like(seq_log_ratio, dtype=torch.bool)
+        ),
     }
-    return ObjectiveOutput(per_token * mask, metrics)
+    return ObjectiveOutput(per_token * mask, {}, policy_metrics=policy_metrics)

@@ -13,10 +13,16 @@ objective keeps the behaviour pass (`recomputed_old_logp`, see quadrants/run/set
 
 from __future__ import annotations
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+    token_mean,
+    token_share,
+)
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import check_range, register_objective
-from quadrants.ops.aggregation import masked_mean
 from quadrants.ops.covariance import selection_count, token_covariance, topk_mask
 from quadrants.ops.surrogate import importance_ratio
 
@@ -45,12 +51,13 @@ def kl_cov(
     cov = token_covariance(adv, policy.logp, mask)  # [B, T]
     selected = topk_mask(cov, mask, selection_count(fraction, int(mask.sum())))  # [B, T]
     penalty = coef * (policy.logp - batch.old_logp).abs() * selected
-    metrics = {
-        "selected_frac": token_fraction(selected, mask),
-        "ratio_mean": masked_mean(ratio.detach(), mask),
-        "kl_cov_penalty": masked_mean(penalty.detach(), mask),
+    # k = selection_count(fraction, |mask|) tokens are selected whatever the policy: a batch metric
+    metrics = {"selected_frac": token_fraction(selected, mask)}
+    policy_metrics = {
+        "ratio_mean": token_mean(ratio, mask),
+        "kl_cov_penalty": token_mean(penalty, mask),
         # selected tokens at logπ = logπ_old exactly: penalty and gradient 0 (torch's d|x|/dx is
         # sgn(x), 0 at 0: pytorch tools/autograd/derivatives.yaml). 1 with one update per step
-        "penalty_inert_frac": token_fraction(policy.logp.detach() == batch.old_logp, selected),
+        "penalty_inert_frac": token_share(policy.logp.detach() == batch.old_logp, selected),
     }
-    return ObjectiveOutput((-adv * ratio + penalty) * mask, metrics)
+    return ObjectiveOutput((-adv * ratio + penalty) * mask, metrics, policy_metrics=policy_metrics)

@@ -26,17 +26,29 @@ import torch
 from torch import Tensor
 
 from quadrants.config_ranges import NON_NEGATIVE
-from quadrants.objectives.batch import PolicyOutput, TokenBatch
+from quadrants.objectives.batch import (
+    PolicyMetric,
+    PolicyOutput,
+    TokenBatch,
+    reduce_policy_metrics,
+    token_mean,
+)
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.ops.aggregation import (
     LOSS_AGGREGATIONS,
     aggregate_loss,
     loss_normaliser,
-    masked_mean,
 )
 from quadrants.ops.kl import KL_ESTIMATORS, kl_penalty
 from quadrants.ops.quadrants import QuadrantSettings
+
+# The loss's own figures, logged with the objective's metrics: the share of response tokens the keep
+# set trains and the count the normaliser divides by. They describe the whole mini-batch's loss, as
+# the loss itself does, so they are over every row, never reduced over the rows that carry gradient,
+# even where the denominator follows the policy (forking on the current entropy selects its
+# denominator by it). Every other metric that reads the policy output is a PolicyMetric.
+LOSS_FIGURES = ("kept_frac", "denominator_tokens")
 
 
 @dataclass(frozen=True)
@@ -99,8 +111,15 @@ def compute_loss(
     settings: LossSettings,
     is_weights: Tensor | None = None,
     normaliser: Tensor | None = None,
+    rows: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The scalar loss of one (mini-)batch and its detached metrics.
+
+    The metrics that read the batch only (kept_frac, denominator_tokens, kept_group_frac, ...) are
+    over every row; those that read the policy output (the objective's PolicyMetrics: clip
+    fractions, ratio_mean, current_entropy, ...; and kl_ref) over `rows` only: the rows that carry
+    gradient (train/gradless_rows.py `rows_with_gradient`), so that they describe the tokens the
+    update trains and do not depend on the values a path gives the other rows.
 
     Args:
         is_weights: [B, T] float, detached truncated importance weights for the train–inference
@@ -110,11 +129,14 @@ def compute_loss(
             (`loss_normaliser`), for an objective whose loss decomposes over rows
             (ObjectiveSpec.decomposable): the loss is then these rows' share of the mini-batch's,
             and the metrics are these rows' own. None = this batch's own normaliser.
+        rows: [B] bool, the rows the policy metrics are over; None = every row.
 
     Returns:
         (loss [] float with grad, metrics name -> detached [] tensor).
     """
-    per_token, denominator, metrics = loss_terms(spec, params, batch, policy, settings, is_weights)
+    per_token, denominator, metrics, policy_metrics = loss_terms(
+        spec, params, batch, policy, settings, is_weights
+    )
     loss = aggregate_loss(
         per_token,
         denominator,
@@ -122,7 +144,7 @@ def compute_loss(
         settings.norm_length,
         normaliser,
     )
-    return loss, metrics
+    return loss, {**metrics, **reduce_policy_metrics(policy_metrics, rows)}
 
 
 def loss_terms(
@@ -132,9 +154,11 @@ def loss_terms(
     policy: PolicyOutput,
     settings: LossSettings,
     is_weights: Tensor | None = None,
-) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+) -> tuple[Tensor, Tensor, dict[str, Tensor], dict[str, PolicyMetric]]:
     """`compute_loss` before the aggregation: (per-token loss [B, T], 0 off the kept tokens of the
-    denominator; the denominator mask [B, T] bool, the tokens the normaliser counts; metrics)."""
+    denominator; the denominator mask [B, T] bool, the tokens the normaliser counts; the metrics
+    that read the batch only, detached scalars; those that read the policy output, not yet
+    reduced: the objective's and the KL's `kl_ref`)."""
     out = spec.fn(batch, policy, **params)
     mask = batch.response_mask
     per_token = out.per_token_loss  # [B, T]
@@ -142,7 +166,12 @@ def loss_terms(
         per_token = (
             per_token * is_weights
         )  # before isolation: the quadrant losses still sum to the full one
-    metrics = dict(out.metrics)
+    metrics, policy_metrics = dict(out.metrics), dict(out.policy_metrics)
+    if metrics.keys() & policy_metrics.keys():
+        raise ValueError(
+            f"objective {spec.name!r} reports {sorted(metrics.keys() & policy_metrics.keys())} "
+            "both as a batch metric and as a policy metric (ObjectiveOutput)"
+        )
     denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     if settings.kl_coef > 0:
         if batch.ref_logp is None:
@@ -155,16 +184,17 @@ def loss_terms(
         if out.kl_weight is not None:  # the objective's own per-token KL weights (Archer)
             kl = kl * out.kl_weight
         per_token = per_token + settings.kl_coef * kl
-        metrics["kl_ref"] = masked_mean(kl.detach(), denominator)
+        policy_metrics["kl_ref"] = token_mean(kl, denominator)
     keep_mask, denominator = counted_tokens(batch, denominator, settings)
     if batch.control_weight is not None:  # Horvitz–Thompson: the drawn tokens' loss times 1/π
         per_token = per_token * batch.control_weight
     # A token outside the denominator is out of the batch: it carries no loss and no gradient,
     # whatever the objective put there (EntroReg's entropy bonus on a group dynamic sampling
     # dropped, say). Multiplying by a bool mask leaves every counted term bit-for-bit unchanged.
-    metrics["kept_frac"] = token_fraction(keep_mask, mask)
-    metrics["denominator_tokens"] = denominator.sum().detach().float()
-    return per_token * (keep_mask & denominator), denominator, metrics
+    kept_frac, denominator_tokens = LOSS_FIGURES
+    metrics[kept_frac] = token_fraction(keep_mask, mask)
+    metrics[denominator_tokens] = denominator.sum().detach().float()
+    return per_token * (keep_mask & denominator), denominator, metrics, policy_metrics
 
 
 def applied_weights(
@@ -193,7 +223,7 @@ def applied_weights(
     logp = batch.old_logp.detach().float().clone().requires_grad_(True)
     entropy = batch.entropy.detach().float() if spec.wants_entropy(params) else None
     with torch.enable_grad():
-        per_token, denominator, _ = loss_terms(
+        per_token, denominator, _, _ = loss_terms(
             spec, params, batch, PolicyOutput(logp, entropy), settings, is_weights
         )
         loss = aggregate_loss(per_token, denominator, settings.loss_agg, settings.norm_length)

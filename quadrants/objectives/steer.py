@@ -28,10 +28,15 @@ import math
 import torch
 from torch import Tensor
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch, token_advantages
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_advantages,
+    token_mean,
+)
 from quadrants.objectives.common import clipped_terms, validate_clip
 from quadrants.objectives.registry import check_range, register_objective
-from quadrants.ops.aggregation import masked_mean
 
 MAPPINGS = ("linear", "exponential")
 _P_EPS = 1e-8  # the authors' clamp of p and π_old
@@ -131,7 +136,7 @@ def steer(
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     adv = token_advantages(batch)
-    terms, metrics = clipped_terms(
+    terms, policy_metrics = clipped_terms(
         batch,
         policy,
         adv,
@@ -150,5 +155,5 @@ def steer(
         mapping=mapping,
         weight_rows=weight_rows,
     )
-    metrics["token_weight_mean"] = masked_mean(weights, mask)
-    return ObjectiveOutput(terms.per_token_loss * weights * mask, metrics)
+    policy_metrics["token_weight_mean"] = token_mean(weights, mask)  # from the current log-probs
+    return ObjectiveOutput(terms.per_token_loss * weights * mask, {}, policy_metrics=policy_metrics)

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import torch
 
-from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch
+from quadrants.objectives.batch import (
+    ObjectiveOutput,
+    PolicyOutput,
+    TokenBatch,
+    token_mean,
+)
 from quadrants.objectives.batch import fraction as token_fraction
 from quadrants.objectives.registry import check_range, register_objective
-from quadrants.ops.aggregation import masked_mean
 from quadrants.ops.surrogate import importance_ratio
 
 
@@ -41,8 +45,9 @@ def w_reinforce(
         correct, torch.full_like(batch.rewards, lam), torch.full_like(batch.rewards, -1.0)
     )
     ratio = importance_ratio(policy.logp, batch.old_logp)
-    metrics = {
-        "positive_frac": token_fraction(correct[:, None].expand_as(mask), mask),
-        "ratio_mean": masked_mean(ratio.detach(), mask),
-    }
-    return ObjectiveOutput(-weight.float()[:, None] * ratio * mask, metrics)
+    metrics = {"positive_frac": token_fraction(correct[:, None].expand_as(mask), mask)}
+    return ObjectiveOutput(
+        -weight.float()[:, None] * ratio * mask,
+        metrics,
+        policy_metrics={"ratio_mean": token_mean(ratio, mask)},
+    )

@@ -515,7 +515,8 @@ def backward_minibatch(
     are dealt to micro-batches in order of response length (each micro-batch's forward is cut
     after its own longest row, models/policy.py), a function of the mini-batch alone, the same on
     every rank. The logged loss and metrics are the last micro-batch's, whose value is the
-    mini-batch's.
+    mini-batch's. The metrics that read the current policy are over the rows that carry gradient
+    (objectives/loss.py `compute_loss` with `rows`), in every path.
 
     The same splice serves rows that carry no gradient (train/gradless_rows.py): they run once
     without grad, for their values, and only the other rows run with grad. Sharded ranks add idle
@@ -531,7 +532,7 @@ def backward_minibatch(
     micro = settings.micro_batch_size
     micro = micro if micro and micro < mini.batch_size and not settings.micro_batch_tokens else 0
     carried = rows_with_gradient(mini, loss_settings, spec, params)
-    needed = carried  # before the idle rows a sharded grad pass adds
+    needed = carried  # before the idle rows a sharded grad pass adds; the policy metrics' rows
     if carried is not None and forwards.placement.sharded:
         carried = equal_shares(carried, world)
     if carried is not None and bool(carried.all()):
@@ -558,7 +559,9 @@ def backward_minibatch(
             valued = [torch.nonzero(~carried).squeeze(1)]  # theirs from the grad pass
 
     def loss_of(policy: PolicyOutput) -> tuple[Tensor, dict[str, Tensor]]:
-        return compute_loss(spec, params, mini, policy, loss_settings, is_weights=is_weights)
+        return compute_loss(
+            spec, params, mini, policy, loss_settings, is_weights=is_weights, rows=needed
+        )
 
     if not split and carried is None:  # the plain update: one forward with grad, one backward
         loss, metrics = loss_of(policy_output(forwards, model, mini, with_entropy))
@@ -607,12 +610,12 @@ def backward_by_rows(
     The logged loss and metrics are `compute_loss` of the whole mini-batch on the values the grad
     passes computed, the rows that carry no gradient (`carried` False; None: every row carries
     some) entering with their behaviour values (log-prob = old log-prob, entropy = behaviour
-    entropy). Their loss terms are masked to exactly 0 whatever the values (train/gradless_rows.py),
-    so the loss is the mini-batch's, and so is every metric that reads the batch only (kept_frac,
-    denominator_tokens, kept_group_frac, ...). A metric that reads the current policy (ratio_mean,
-    the clip fractions, current_entropy, kl_ref) counts those rows at π_old: equal to the full
-    pass's on the first update of a step, where π is π_old, and after it differing by their drift
-    (docs/performance.md)."""
+    entropy), which nothing logged reads: their loss terms are masked to exactly 0 whatever the
+    values (train/gradless_rows.py), so the loss is the mini-batch's, and so is every metric that
+    reads the batch only (kept_frac, denominator_tokens, kept_group_frac, ...); a metric that
+    reads the current policy (the objective's PolicyMetrics: ratio_mean, the clip fractions,
+    current_entropy, ...; kl_ref) is over the rows that carry gradient (`carried`), as in the
+    path with the no-grad pass, so both log the same values on every mini-batch."""
     spec, params, loss_settings = objective.spec, objective.params, objective.loss
     with_entropy = spec.wants_entropy(params)
     normaliser = mini_batch_normaliser(spec, params, mini, loss_settings)
@@ -642,7 +645,13 @@ def backward_by_rows(
                 parameter.grad = torch.zeros_like(parameter)
     with torch.no_grad():
         loss, metrics = compute_loss(
-            spec, params, mini, PolicyOutput(logp, entropy), loss_settings, is_weights=is_weights
+            spec,
+            params,
+            mini,
+            PolicyOutput(logp, entropy),
+            loss_settings,
+            is_weights=is_weights,
+            rows=carried,
         )
     return loss, metrics
 

@@ -5,6 +5,8 @@ This is where tensors become Python floats (`.item()`), once per step, after the
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -172,11 +174,14 @@ def flip_telemetry(
 
 
 def mean_metrics(per_update: list[dict[str, Tensor]]) -> dict[str, float]:
-    """Average each objective metric over the mini-batch updates of a step."""
+    """Average each objective metric over the mini-batch updates of a step, leaving out the NaN
+    of a mini-batch that had nothing to measure (objectives/batch.py `PolicyMetric.over_rows`: no
+    row carried gradient); a metric with nothing to measure in the whole step is not logged."""
     if not per_update:
         return {}
     names = sorted({name for m in per_update for name in m})
-    return {
-        name: torch.stack([m[name].float() for m in per_update if name in m]).mean().item()
+    means = {
+        name: torch.stack([m[name].float() for m in per_update if name in m]).nanmean().item()
         for name in names
     }
+    return {name: value for name, value in means.items() if not math.isnan(value)}

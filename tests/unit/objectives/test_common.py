@@ -3,7 +3,7 @@
 
 import torch
 
-from quadrants.objectives.batch import PolicyOutput, token_advantages
+from quadrants.objectives.batch import PolicyOutput, reduce_policy_metrics, token_advantages
 from quadrants.objectives.common import clipped_terms, ppo_token_loss
 
 from .helpers import GRPO_RATIOS, batch, close, grpo_batch, logp_for_ratios
@@ -21,11 +21,13 @@ def test_ppo_token_loss_by_hand():
         tb, PolicyOutput(logp=logp_for_ratios(tb, GRPO_RATIOS)), token_advantages(tb), **CLIP
     )
     close(out.per_token_loss, [[-2.4, -1.0, -2.0], [2.2, 1.6, 0.0]], atol=1e-5)
-    assert list(out.metrics) == SURROGATE_KEYS  # no dual clip, no dynamic sampling
-    close(out.metrics["clip_frac"], 2 / 5)
-    close(out.metrics["clip_frac_low"], 1 / 5)
-    close(out.metrics["clip_frac_high"], 1 / 5)
-    close(out.metrics["ratio_mean"], 0.96)
+    # they read the policy: policy metrics, none of the batch (no dual clip, no dynamic sampling)
+    assert out.metrics == {} and list(out.policy_metrics) == SURROGATE_KEYS
+    metrics = reduce_policy_metrics(out.policy_metrics)
+    close(metrics["clip_frac"], 2 / 5)
+    close(metrics["clip_frac_low"], 1 / 5)
+    close(metrics["clip_frac_high"], 1 / 5)
+    close(metrics["ratio_mean"], 0.96)
     assert out.denominator_mask is None and out.kl_weight is None
 
 
@@ -52,15 +54,11 @@ def test_ppo_token_loss_dual_clip_dynamic_sampling_and_metric_order():
         dynamic_sampling=True,
         metrics=extra,
     )
-    # the surrogate's metrics, then the objective's own, then dynamic sampling's
-    assert list(out.metrics) == [
-        *SURROGATE_KEYS,
-        "dual_clip_frac",
-        "own",
-        "kept_group_frac",
-        "dynamic_sampling_token_frac",
-    ]
-    close(out.metrics["dual_clip_frac"], 0.0)
+    # the surrogate's metrics read the policy; the objective's own, then dynamic sampling's, the
+    # batch only
+    assert list(out.policy_metrics) == [*SURROGATE_KEYS, "dual_clip_frac"]
+    assert list(out.metrics) == ["own", "kept_group_frac", "dynamic_sampling_token_frac"]
+    close(out.policy_metrics["dual_clip_frac"].over_rows(None), 0.0)
     close(out.metrics["kept_group_frac"], 0.5)
     close(out.metrics["dynamic_sampling_token_frac"], 5 / 9)
     expected_mask = torch.tensor([[1, 1, 1], [1, 1, 0], [0, 0, 0], [0, 0, 0]], dtype=torch.bool)
@@ -76,5 +74,8 @@ def test_clipped_terms_is_ppo_token_loss_before_masking():
     terms, metrics = clipped_terms(tb, policy, token_advantages(tb), **CLIP)
     out = ppo_token_loss(tb, policy, token_advantages(tb), **CLIP)
     assert torch.equal(out.per_token_loss, terms.per_token_loss * tb.response_mask)
-    assert metrics.keys() == out.metrics.keys()
-    assert all(torch.equal(metrics[k], out.metrics[k]) for k in metrics)
+    assert metrics.keys() == out.policy_metrics.keys()
+    assert all(
+        torch.equal(metrics[k].over_rows(None), out.policy_metrics[k].over_rows(None))
+        for k in metrics
+    )

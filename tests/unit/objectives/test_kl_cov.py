@@ -34,8 +34,8 @@ def test_kl_cov_selects_the_top_k_by_covariance(fraction, selected):
     close(out.per_token_loss[:, 3], [0.0, 0.0])  # padding
     k = int(sel.sum())
     close(out.metrics["selected_frac"], k / 6)
-    close(out.metrics["kl_cov_penalty"], k * LOG2 / 6)
-    close(out.metrics["ratio_mean"], 2.0)
+    close(out.policy_metrics["kl_cov_penalty"].over_rows(None), k * LOG2 / 6)
+    close(out.policy_metrics["ratio_mean"].over_rows(None), 2.0)
 
 
 @pytest.mark.parametrize(

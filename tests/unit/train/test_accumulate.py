@@ -125,10 +125,9 @@ def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
 
 
 def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
-    """The reference: every row in one forward with grad, the loss, its backward. For an objective
-    whose loss decomposes over rows, the metrics are those the update logs (train/step.py
-    `backward_by_rows`): the rows that carry no gradient at their behaviour values (old log-probs,
-    behaviour entropy), as no forward runs for them."""
+    """The reference: every row in one forward with grad, the loss, its backward; the metrics that
+    read the policy over the rows that carry gradient (`rows_with_gradient`), as every path of the
+    update logs them."""
     model = copy.deepcopy(model)
     torch.manual_seed(0)
     ctx = context(objective, 0, model, keep, kl_coef)
@@ -142,14 +141,11 @@ def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
         with_entropy=ctx.objective.spec.wants_entropy(ctx.objective.params),
     )
     spec, params, settings = ctx.objective.spec, ctx.objective.params, ctx.objective.loss
-    loss, metrics = compute_loss(spec, params, batch, PolicyOutput(logp, entropy), settings)
+    rows = rows_with_gradient(batch, settings, spec, params)
+    loss, metrics = compute_loss(
+        spec, params, batch, PolicyOutput(logp, entropy), settings, rows=rows
+    )
     loss.backward()
-    carried = rows_with_gradient(batch, settings, spec, params)
-    if spec.decomposes(params) and carried is not None:
-        logp = torch.where(carried[:, None], logp.detach(), batch.old_logp)
-        if entropy is not None:
-            entropy = torch.where(carried[:, None], entropy.detach(), batch.entropy)
-        _, metrics = compute_loss(spec, params, batch, PolicyOutput(logp, entropy), settings)
     return loss.detach(), metrics, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
@@ -255,8 +251,8 @@ def test_zero_advantage_inert_is_true_of_the_objective(objective):
 def test_rows_without_gradient_change_nothing(objective):
     """Without isolation (the DAPO family still drops the constant group's rows) and under each
     isolation, with and without micro-batches: the loss, every metric and every gradient equal one
-    forward with grad over every row (the metrics of a decomposable objective with the rows
-    without gradient at their behaviour values, `one_call_gradients`)."""
+    forward with grad over every row (the policy metrics over the rows with gradient,
+    `one_call_gradients`)."""
     torch.manual_seed(0)
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)

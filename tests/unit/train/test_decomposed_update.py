@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -135,30 +136,98 @@ def test_clip_cov_keeps_its_pass():
     assert counts[False] >= 3 and counts[True] >= 3, counts  # 3 micro-batches of 2 rows
 
 
+def later_batch(model):
+    """The batch as a later mini-batch of a step sees it (π ≠ π_old): old log-probs 0.3·N(0, 1)
+    off the model's (ratios e^±0.3 and beyond: clipped, at ε 0.2-0.28, on about a third of the
+    tokens) and behaviour entropies 1.25 times the model's."""
+    batch = seeded_batch(model, noise=0.3)
+    return dataclasses.replace(batch, entropy=batch.entropy * 1.25)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("objective", DECOMPOSABLE)
 def test_decomposed_update_logs_what_the_pass_logged(objective):
     """At the step's first update (π = π_old: old log-probs and entropy from the same model,
-    unperturbed), with and without isolation and micro-batches: the loss, every metric and every
-    gradient equal those of the path with the no-grad pass, to float32 tolerance."""
+    unperturbed) and at a later one (`later_batch`), with and without isolation and
+    micro-batches: the loss, every metric and every gradient equal those of the path with the
+    no-grad pass, to float32 tolerance. The policy metrics (clip fractions, ratio_mean, ...) are
+    over the rows that carry gradient in both paths; at a later update the rows without gradient
+    have ratios other than 1, so counting them at their behaviour values (the decomposed path
+    before the policy metrics were over the rows with gradient) differed here."""
+    model, _ = load_policy("tiny-random", seed=0)
+    for keep, micro, when in itertools.product(KEEPS, (0, 2), ("first", "later")):
+        batch = seeded_batch(model, noise=0.0) if when == "first" else later_batch(model)
+        where = f"keep={keep} micro={micro} {when}"
+        loss, metrics, grads, counts = run(objective, micro, model, batch, keep)
+        ref_loss, ref_metrics, ref_grads, _ = run(
+            objective, micro, model, batch, keep, decomposable=False
+        )
+        assert counts[False] == 0, where
+        torch.testing.assert_close(loss, ref_loss, rtol=0, atol=1e-6, msg=where)
+        assert set(metrics) == set(ref_metrics), where
+        for name, value in ref_metrics.items():
+            torch.testing.assert_close(
+                metrics[name], value, rtol=0, atol=1e-6, equal_nan=True, msg=f"{where}: {name}"
+            )
+        assert set(grads) == set(ref_grads), where
+        for name, grad in ref_grads.items():
+            torch.testing.assert_close(
+                grads[name], grad, rtol=1e-4, atol=1e-6, msg=f"{where}: {name}"
+            )
+
+
+def logged_step(objective, model, batch, keep, monkeypatch, *, decomposable=None):
+    """`update_policy` over `batch` as one step: 2 epochs of 2 mini-batches of 3 rows, plain SGD
+    at lr 0.5 (the policy moves between mini-batches: ratios off 1 on later ones), no gradient
+    clipping. Returns each mini-batch's (loss, metrics) as `backward_minibatch` gave them, and
+    the model after the step."""
+    import quadrants.train.step as step_module
+
+    model = copy.deepcopy(model)
+    ctx = context(objective, 0, model, keep)
+    if decomposable is not None:
+        spec = dataclasses.replace(ctx.objective.spec, decomposable=decomposable)
+        ctx = dataclasses.replace(ctx, objective=dataclasses.replace(ctx.objective, spec=spec))
+    update = dataclasses.replace(ctx.update, mini_batch_size=3, epochs=2, max_grad_norm=1e9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    logged = []
+    real = step_module.backward_minibatch
+
+    def spy(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        logged.append((loss, dict(metrics)))
+        return loss, metrics
+
+    monkeypatch.setattr(step_module, "backward_minibatch", spy)
+    torch.manual_seed(0)
+    step_module.update_policy(
+        model, optimizer, scheduler, ctx.objective, ctx.forwards, update, batch, 0
+    )
+    monkeypatch.setattr(step_module, "backward_minibatch", real)
+    return logged, model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", DECOMPOSABLE)
+def test_decomposed_step_logs_what_the_pass_logged(objective, monkeypatch):
+    """A whole step's update of 4 mini-batches (`logged_step`) on the batch of rows without
+    gradient (keep=NHR,NLR: rows 0, 2, 3, 5; keep=all: the constant group's rows 2 and 3 for the
+    objectives that drop it or are inert at advantage 0): every mini-batch's loss and metrics,
+    the later ones at π ≠ π_old, equal those of the path with the no-grad pass to float32
+    tolerance (atol 1e-5: the two paths' weights differ by the rounding of the earlier
+    mini-batches' gradients, ~1e-7, times the learning rate)."""
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model, noise=0.0)
-    for keep in KEEPS:
-        for micro in (0, 2):
-            where = f"keep={keep} micro={micro}"
-            loss, metrics, grads, counts = run(objective, micro, model, batch, keep)
-            ref_loss, ref_metrics, ref_grads, _ = run(
-                objective, micro, model, batch, keep, decomposable=False
-            )
-            assert counts[False] == 0, where
-            torch.testing.assert_close(loss, ref_loss, rtol=0, atol=1e-6, msg=where)
+    for keep in (["NHR", "NLR"], "all"):
+        got, _ = logged_step(objective, model, batch, keep, monkeypatch)
+        ref, _ = logged_step(objective, model, batch, keep, monkeypatch, decomposable=False)
+        assert len(got) == len(ref) == 4
+        for index, ((loss, metrics), (ref_loss, ref_metrics)) in enumerate(zip(got, ref)):
+            where = f"keep={keep} mini-batch {index}"
+            torch.testing.assert_close(loss, ref_loss, rtol=0, atol=1e-5, msg=where)
             assert set(metrics) == set(ref_metrics), where
             for name, value in ref_metrics.items():
                 torch.testing.assert_close(
-                    metrics[name], value, rtol=0, atol=1e-6, msg=f"{where}: {name}"
-                )
-            assert set(grads) == set(ref_grads), where
-            for name, grad in ref_grads.items():
-                torch.testing.assert_close(
-                    grads[name], grad, rtol=1e-4, atol=1e-6, msg=f"{where}: {name}"
+                    metrics[name], value, rtol=0, atol=1e-5, equal_nan=True, msg=f"{where}: {name}"
                 )

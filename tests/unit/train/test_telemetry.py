@@ -71,6 +71,20 @@ def test_mean_metrics_averages_over_updates():
     assert out == pytest.approx({"clip_frac": 0.2, "kl": 2.0})
 
 
+def test_mean_metrics_leaves_out_mini_batches_with_nothing_to_measure():
+    # ratio_mean NaN on the second mini-batch (no row carried gradient): (1.2 + 1.0) / 2 = 1.1
+    # over the other two, not (1.2 + 0 + 1.0) / 3; a metric NaN on every mini-batch is not logged
+    nan = torch.tensor(float("nan"))
+    out = mean_metrics(
+        [
+            {"ratio_mean": torch.tensor(1.2), "clip_frac": nan, "kept_frac": torch.tensor(0.5)},
+            {"ratio_mean": nan, "clip_frac": nan, "kept_frac": torch.tensor(0.0)},
+            {"ratio_mean": torch.tensor(1.0), "clip_frac": nan, "kept_frac": torch.tensor(0.4)},
+        ]
+    )
+    assert out == pytest.approx({"ratio_mean": 1.1, "kept_frac": 0.3})
+
+
 def test_dlogp_from_a_row_subsample_and_its_standard_error():
     # only row 1 measured (|Δlogp| [0.1, 0.3]), of 2 rows: NLR = both of its tokens -> mean 0.2;
     # one row -> no spread to estimate, SE reported as 0; PHR/PLR (row 0) unmeasured -> 0
