@@ -95,7 +95,12 @@ def test_micro_batches_accumulate_the_unsplit_gradient(objective):
         torch.testing.assert_close(split_loss, loss, rtol=0, atol=1e-6)
         for name, value in metrics.items():
             torch.testing.assert_close(
-                split_metrics[name], value, rtol=0, atol=1e-6, msg=f"{micro}: {name}"
+                split_metrics[name],
+                value,
+                rtol=0,
+                atol=1e-6,
+                equal_nan=True,
+                msg=f"{micro}: {name}",
             )
         assert set(split) == set(whole)
         for name, grad in whole.items():  # float32 sums in another order
@@ -265,7 +270,12 @@ def test_rows_without_gradient_change_nothing(objective):
             assert set(got_metrics) == set(metrics)
             for name, value in metrics.items():
                 torch.testing.assert_close(
-                    got_metrics[name], value, rtol=0, atol=1e-6, msg=f"{where}: {name}"
+                    got_metrics[name],
+                    value,
+                    rtol=0,
+                    atol=1e-6,
+                    equal_nan=True,
+                    msg=f"{where}: {name}",
                 )
             assert set(got) == set(whole)
             for name, grad in whole.items():
@@ -286,7 +296,9 @@ def test_zero_advantage_rows_with_kl_change_nothing():
     assert "kl_ref" in metrics
     torch.testing.assert_close(got_loss, loss, rtol=0, atol=1e-6)
     for name, value in metrics.items():
-        torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(
+            got_metrics[name], value, rtol=0, atol=1e-6, equal_nan=True, msg=name
+        )
     for name, grad in whole.items():
         torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
@@ -306,7 +318,9 @@ def test_forking_on_the_current_entropy_skips_zero_advantage_rows(monkeypatch):
         torch.testing.assert_close(got_loss, loss, rtol=0, atol=1e-6)
         assert 0 < float(metrics["selected_frac"]) < 1
         for name, value in metrics.items():
-            torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
+            torch.testing.assert_close(
+                got_metrics[name], value, rtol=0, atol=1e-6, equal_nan=True, msg=name
+            )
         for name, grad in whole.items():
             torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
@@ -352,7 +366,8 @@ def test_no_row_with_gradient_gives_zero_gradients():
     """Every group constant (all rewards 1): every advantage is 0, counted positive, so NHR keeps
     no row, and without isolation GRPO is inert on every row. No forward runs with grad; the loss
     is 0 as in one call, and every parameter's gradient is exactly zero (not None: the optimizer
-    steps as it would after a zero loss's backward)."""
+    steps as it would after a zero loss's backward). The metrics that read the policy are NaN in
+    both (no trained token to describe: objectives/batch.py `PolicyMetric.over_rows`)."""
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model, rewards=(1.0,) * 6)
     for keep in ("NHR", "all"):  # keep=all: GRPO is inert on every row (advantage 0)
@@ -360,7 +375,9 @@ def test_no_row_with_gradient_gives_zero_gradients():
         got_loss, got_metrics, got = gradients("grpo", 0, model, batch, keep)
         assert float(got_loss) == float(loss) == 0.0
         for name, value in metrics.items():
-            torch.testing.assert_close(got_metrics[name], value, rtol=0, atol=1e-6, msg=name)
+            torch.testing.assert_close(
+                got_metrics[name], value, rtol=0, atol=1e-6, equal_nan=True, msg=name
+            )
         assert set(got) == set(whole) == {n for n, _ in model.named_parameters()}
         assert all(bool((g == 0).all()) for g in got.values())
         assert all(bool((g == 0).all()) for g in whole.values())
