@@ -19,10 +19,10 @@ Under train.precision=bf16-mixed (FSDP2 casts the parameters to bf16 for the for
 backward, float32 gradient reduction: ops/precision.py), LAYOUT_CASES: DAPO under the token
 budget and PHR in micro-batches, packed against padded, both recomputed (`bf16-packed-`,
 `bf16-always-`). The one-process derivation (tests/unit/train/test_packed_update.py) carries over,
-with this policy's larger logits: the cached tiny policy's reach |z| ~ 15, where bf16's spacing is
-2^-4 = 0.0625, so a log-prob can move by a few 1e-2 where a large logit rounds the other way.
-BF16_TOLERANCES below gives each kind of metric its tolerance and the reason; measured maxima in
-brackets (both cases, one run)."""
+with this policy's larger logits: the cached tiny policy's logits reach |z| ~ 15, where bf16's
+spacing is 2^-4 = 0.0625, so a log-prob can move by a few 1e-2 where a large logit rounds the
+other way. The comments above the bf16 test give each kind of metric its tolerance and the reason,
+the measured maxima in brackets (both cases, one run)."""
 
 from __future__ import annotations
 
