@@ -37,14 +37,16 @@ def equivalent_runs(tmp_path_factory, base_policy, worker) -> Path:
 def recompute_runs(tmp_path_factory, base_policy, worker) -> Path:
     """One 2-rank launch (one step each) of every objective that trains without LoRA, as it
     comes (engine numbers: `NAME`), with the behaviour pass recomputed (`always-NAME`) and packed
-    (`packed-NAME`), and of LAYOUT_CASES recomputed and packed: test_behaviour_pass.py and
-    test_packed.py read it, so the two share one process start-up and one set of rollouts."""
+    (`packed-NAME`), and of LAYOUT_CASES recomputed and packed, in float32 and under
+    train.precision=bf16-mixed (`bf16-always-NAME`, `bf16-packed-NAME`): test_behaviour_pass.py
+    and test_packed.py read it, so the two share one process start-up and one set of rollouts."""
     from quadrants.objectives.registry import known_objectives
     from quadrants.validation import NEEDS_LORA
 
     objectives = [name for name in known_objectives() if name not in NEEDS_LORA]
     cases = [f"{prefix}{name}:1" for name in objectives for prefix in ("", "always-", "packed-")]
-    cases += [f"{prefix}{name}:1" for name in LAYOUT_CASES for prefix in ("always-", "packed-")]
+    layouts = [f"{prefix}{name}:1" for name in LAYOUT_CASES for prefix in ("always-", "packed-")]
+    cases += layouts + [f"bf16-{case}" for case in layouts]
     root = tmp_path_factory.mktemp("recompute")
     worker.run(root, cases, ranks=2, timeout=2700)
     return root

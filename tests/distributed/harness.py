@@ -17,6 +17,7 @@ WORKER = Path(__file__).with_name("worker.py")
 
 
 # cases trained beside every objective by conftest.py `recompute_runs`: micro-batches, a token budget
+# (quadrant isolation, PHR, and DAPO), each in float32 and in bf16-mixed
 LAYOUT_CASES = ["PHR_micro", "dapo_tokens"]
 
 

@@ -13,13 +13,23 @@ log-probs, the update and the |Δ log-prob| pass all run in the layout under tes
 rounds differently at ~1e-6 per log-prob: tests/unit/models/test_packed_forward.py), the gradient
 norm rel 5e-5; the train–inference mismatch metrics measure float32 rounding between the engine's
 decode and each run's recompute, so each lies in [0, 1e-4) (tests/distributed/test_behaviour_pass.py
-measured up to 1.6e-5); the flip diagnostics as tests/flip_metrics.py says."""
+measured up to 1.6e-5); the flip diagnostics as tests/flip_metrics.py says.
+
+Under train.precision=bf16-mixed (FSDP2 casts the parameters to bf16 for the forward and
+backward, float32 gradient reduction: ops/precision.py), LAYOUT_CASES: DAPO under the token
+budget and PHR in micro-batches, packed against padded, both recomputed (`bf16-packed-`,
+`bf16-always-`). The one-process derivation (tests/unit/train/test_packed_update.py) carries over,
+with this policy's larger logits: the cached tiny policy's logits reach |z| ~ 15, where bf16's
+spacing is 2^-4 = 0.0625, so a log-prob can move by a few 1e-2 where a large logit rounds the
+other way. The comments above the bf16 test give each kind of metric its tolerance and the reason,
+the measured maxima in brackets (both cases, one run)."""
 
 from __future__ import annotations
 
 import pytest
 
 from quadrants.objectives.registry import known_objectives
+from quadrants.rollout.identity import TOLERANCE_BF16
 from quadrants.validation import NEEDS_LORA
 from tests.flip_metrics import flip_metric_agrees
 
@@ -52,3 +62,51 @@ def test_packed_runs_log_what_the_padded_run_logs(recompute_runs, worker, case):
         else:
             rel = 5e-5 if key == "train/grad_norm" else 1e-5
             assert got[key] == pytest.approx(value, abs=1e-5, rel=rel), (case, key)
+
+
+# bf16-mixed: the HF engine decodes in float32 (the module's own dtype; the trainer's autocast is
+# not the engine's: run/settings.py), so these measure each run's bf16 rounding against float32,
+# not a difference between the layouts: the means lie in [1e-4, TOLERANCE_BF16 = 0.05) (the
+# identity guard's healthy bf16 gap; 1e-4 is 300x the float32 runs' 3e-7: the trainer computed in
+# bf16) [1.3e-3; identity probe 3.8e-2], the maxima over tokens under 0.5, 8 spacings of the
+# largest logits [0.135; identity probe 0.214]
+BF16_GAPS = ("train/engine_logp_abs_diff", "train/identity_gap")
+# functions of the updated weights, each a difference of two bf16 passes (after - before): per-token
+# log-probs and entropies differ by up to a spacing of the large logits (0.0625) on a few tokens,
+# and AdamW's first step (lr * sign(g) per entry) goes the other way on the entries whose small
+# gradient changes sign (0.27 % of them in the one-process test): abs 2e-2 or rel 5e-2 [9.7e-3 on
+# NHR's dlogp_abs_se, 0.222 against 0.213]; correlations over a quadrant's few tokens (token_r, in
+# [-1, 1]) abs 5e-2 [2.0e-2]
+BF16_AFTER_UPDATE = ("/dlogp", "/dentropy", "/entropy_change", "_moved")
+# the gradient norm: | |a| - |b| | <= |a - b|, and in one process the whole gradient differs by at
+# most 6.8e-3 of its norm (2.8e-2 on a single tensor but the key biases): rel 5e-2 [3.1e-3];
+# every other metric (the loss, ratios, entropies, covariances of the old policy; counts and
+# rewards) reads the pre-update forward as in one process: abs 1e-3 [3.2e-4, PHR's cov_share]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", LAYOUT_CASES)
+def test_bf16_mixed_packed_runs_log_what_the_padded_runs_log(recompute_runs, worker, case):
+    padded = worker.logged(recompute_runs / f"bf16-always-{case}")
+    packed = worker.logged(recompute_runs / f"bf16-packed-{case}")
+    assert padded["world_size"] == packed["world_size"] == 2
+    want, got = padded["steps"]["1"], packed["steps"]["1"]
+    assert set(got) == set(want)
+    assert want["train/grad_norm"] > 1e-4
+    assert got["train/reward_mean"] == want["train/reward_mean"]  # the same rollouts
+    for key, value in want.items():
+        if key.startswith("time/"):
+            continue
+        if key.removesuffix("_max") in BF16_GAPS:
+            bound = 0.5 if key.endswith("_max") else TOLERANCE_BF16
+            assert 1e-4 < got[key] < bound and 1e-4 < value < bound, (case, key)
+        elif "/flip_frac" in key:  # a sign count: its range (tests/flip_metrics.py)
+            assert flip_metric_agrees(key, got[key], value, 0.0), (case, key)
+        elif key.endswith("token_r") or "token_r_" in key:
+            assert got[key] == pytest.approx(value, abs=5e-2), (case, key)
+        elif any(part in key for part in BF16_AFTER_UPDATE):
+            assert got[key] == pytest.approx(value, abs=2e-2, rel=5e-2), (case, key)
+        elif key == "train/grad_norm":
+            assert got[key] == pytest.approx(value, rel=5e-2), (case, key)
+        else:
+            assert got[key] == pytest.approx(value, abs=1e-3, rel=0), (case, key)

@@ -99,10 +99,14 @@ class RecordingTracker(NullTracker):
 
 def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
     """`case` is a name of CASES, optionally prefixed "always-": train.behaviour_pass=always, or
-    "packed-": that and train.attention_layout=packed."""
+    "packed-": that and train.attention_layout=packed; either optionally after "bf16-":
+    train.precision=bf16-mixed (else fp32)."""
+    bf16 = case.startswith("bf16-")
+    case = case.removeprefix("bf16-")
     packed = case.startswith("packed-")
     spec = CASES[case.removeprefix("always-").removeprefix("packed-")]
     cfg = RunConfig(seed=3, run_dir=str(run_dir))
+    cfg.train.precision = "bf16-mixed" if bf16 else "fp32"
     always = case.startswith("always-") or packed
     cfg.train.behaviour_pass = "always" if always else "auto"
     cfg.train.attention_layout = "packed" if packed else "padded"

@@ -11,6 +11,21 @@ shapes, so its log-probs round differently at ~1e-6 (tests/unit/models/test_pack
 through the loss that gives 1e-5 absolute on the loss and on each metric (means of log-prob
 ratios, entropies and fractions of order 1) and 1e-4 relative + 1e-6 absolute on each gradient
 entry, the tolerance tests/unit/train/test_accumulate.py allows sums in another order.
+
+Tolerances (train.precision=bf16-mixed: float32 weights, the forwards and backward under the CPU's
+bf16 autocast): the packed and padded log-probs differ by bf16 roundings landing one spacing apart
+(tests/unit/models/test_packed_forward.py): up to a logit's spacing, 2^-8 = 3.9e-3 for |z| < 1
+and 2^-7 for this policy's largest (|z| = 1.19 at τ = 1); measured 1.9e-3 (the no-grad pass
+below). The loss and each metric are means over the batch's 59 tokens (or a quadrant's) of
+terms with coefficients of order 1 (ratios within the noise of 1, |advantages| <= 1), so they move
+by at most about the per-token difference and, with mixed signs, ~1.9e-3 / sqrt(59) = 2.5e-4
+typically: 1e-3 absolute (a token crossing a clip boundary would move a clip fraction by 1/59, but
+the ratios lie within ~0.05 of 1, far from 1 +- 0.2). Gradients: 2^-4 of each tensor's largest
+entry, the bound test_packed_forward.py derives (16 u; bf16 against float32 on these gradients
+measured 1.5-2.7e-2). Measured over every objective and the three cases: loss 2.4e-4 (CISPO,
+KTAE), metrics 2.5e-4 (STEER's token_weight_mean), gradients 3.0e-2 of the largest entry (GSPO;
+3.6e-2 on an attention key bias, whose exact gradient is 0). Both layouts compute in bf16: a hook
+on a linear sees only bf16 outputs.
 """
 
 from __future__ import annotations
@@ -25,6 +40,7 @@ from quadrants.models.loading import load_policy
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.registry import known_objectives
+from quadrants.ops.precision import resolve_precision
 from quadrants.run.settings import build_step
 from quadrants.train.context import Forwards, PassSettings
 from quadrants.train.step import backward_minibatch, no_grad_pass
@@ -63,9 +79,10 @@ def unequal_batch(model, noise: float = 0.05):
     )
 
 
-def update(objective: str, layout: str, model, batch, *, keep="all", tokens=0):
+def update(objective: str, layout: str, model, batch, *, keep="all", tokens=0, precision="fp32"):
     model = copy.deepcopy(model)
     cfg = RunConfig()
+    cfg.train.precision = precision
     cfg.quadrant.keep = keep
     cfg.objective.name = objective
     cfg.objective.params = PARAMS.get(objective, {})
@@ -89,38 +106,56 @@ def update(objective: str, layout: str, model, batch, *, keep="all", tokens=0):
 # token (PHR: the negative rows 1 and 4 and the constant group carry no gradient under most
 # objectives) run without grad
 CASES = (("all", 0), ("all", 24), ("PHR", 0))
+# precision: (absolute tolerance on the loss and each metric, gradient tolerance (rtol, atol) given
+# the padded gradient): the module docstring
+TOLERANCES = {
+    "fp32": (1e-5, lambda grad: (1e-4, 1e-6)),
+    "bf16-mixed": (1e-3, lambda grad: (0.0, 2.0**-4 * grad.abs().max().item())),
+}
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", TOLERANCES)
 @pytest.mark.parametrize("objective", known_objectives())
-def test_packed_update_equals_the_padded_one(objective):
+def test_packed_update_equals_the_padded_one(objective, precision):
     torch.manual_seed(0)
     model, _ = load_policy("tiny-random", seed=0)
     batch = unequal_batch(model)
+    atol, grad_tolerance = TOLERANCES[precision]
+    computed_in: set[torch.dtype] = set()  # the update's copies share the hook
+    model.model.layers[0].mlp.down_proj.register_forward_hook(
+        lambda _module, _inputs, out: computed_in.add(out.dtype)
+    )
     for keep, tokens in CASES:
         where = f"keep={keep} micro_batch_tokens={tokens}"
-        loss, metrics, grads = update(objective, "packed", model, batch, keep=keep, tokens=tokens)
-        loss0, metrics0, grads0 = update(
-            objective, "padded", model, batch, keep=keep, tokens=tokens
-        )
-        torch.testing.assert_close(loss, loss0, rtol=0, atol=1e-5, msg=where)
+        options = dict(keep=keep, tokens=tokens, precision=precision)
+        loss, metrics, grads = update(objective, "packed", model, batch, **options)
+        loss0, metrics0, grads0 = update(objective, "padded", model, batch, **options)
+        torch.testing.assert_close(loss, loss0, rtol=0, atol=atol, msg=where)
         assert set(metrics) == set(metrics0) and metrics0, where
         for name, value in metrics0.items():
             torch.testing.assert_close(
-                metrics[name], value, rtol=0, atol=1e-5, msg=f"{where}: {name}"
+                metrics[name], value, rtol=0, atol=atol, msg=f"{where}: {name}"
             )
         assert set(grads) == set(grads0), where
         if keep == "all":
             assert sum(g.abs().sum() for g in grads0.values()) > 0, where
         for name, grad in grads0.items():
+            rtol, grad_atol = grad_tolerance(grad)
             torch.testing.assert_close(
-                grads[name], grad, rtol=1e-4, atol=1e-6, msg=f"{where}: {name}"
+                grads[name], grad, rtol=rtol, atol=grad_atol, msg=f"{where}: {name}"
             )
+    bf16 = precision == "bf16-mixed"
+    assert computed_in == {torch.bfloat16 if bf16 else torch.float32}
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
 @pytest.mark.parametrize("forward_tokens", [0, 24])
-def test_packed_no_grad_pass_equals_the_padded_one(forward_tokens):
+def test_packed_no_grad_pass_equals_the_padded_one(forward_tokens, precision):
+    """Log-probs and entropies to 1e-5 in float32; under bf16-mixed to the packed forward's 1e-2
+    (tests/unit/models/test_packed_forward.py: this policy's logits reach |z| = 1.19 at τ = 1,
+    one bf16 spacing 2^-7 = 7.8e-3; measured 1.9e-3 and 1.0e-4)."""
     model, _ = load_policy("tiny-random", seed=0)
     batch = unequal_batch(model)
     args = (model, batch.sequences, batch.attention_mask, T)
@@ -134,9 +169,10 @@ def test_packed_no_grad_pass_equals_the_padded_one(forward_tokens):
             forward_tokens=forward_tokens,
             layout=layout,
         )
-        forwards = Forwards(passes)
+        forwards = Forwards(passes, precision=resolve_precision(precision, torch.device("cpu")))
         results[layout] = no_grad_pass(forwards, *args)
     mask = batch.response_mask
+    atol = 1e-5 if precision == "fp32" else 1e-2
     for packed, padded in zip(results["packed"], results["padded"]):
-        torch.testing.assert_close(packed * mask, padded * mask, rtol=0, atol=1e-5)
+        torch.testing.assert_close(packed * mask, padded * mask, rtol=0, atol=atol)
         assert (packed[mask] != 0).all()
