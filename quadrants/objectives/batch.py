@@ -169,13 +169,16 @@ class PolicyMetric:
         `mean_metrics`) rather than averaging in a 0 (a ratio_mean of 0 is no ratio)."""
         over = self.over.bool()
         values = self.values.detach()
-        if rows is not None and not bool(rows.any()):
-            return values.new_tensor(float("nan"), dtype=torch.float32)
         if rows is not None:
             over = over & rows.view(-1, *[1] * (over.dim() - 1))
         if self.quantile is not None:
-            return masked_quantile(values, over, self.quantile).detach().float()
-        return masked_mean(values, over).detach().float()
+            value = masked_quantile(values, over, self.quantile).detach().float()
+        else:
+            value = masked_mean(values, over).detach().float()
+        if rows is None:
+            return value
+        # on the device, no host sync per metric in the update
+        return torch.where(rows.any(), value, torch.full_like(value, float("nan")))
 
 
 def token_share(mask: Tensor, of: Tensor) -> PolicyMetric:
