@@ -103,6 +103,12 @@ class TaskConfig:
     reward: str | None = checked(
         None, why="a 'module:function' path, imported by validate_config (rewards/custom.py)"
     )
+    # a reward that cannot be computed stops the run (quadrants/run/grading.py): a step whose
+    # completions are all graded `error` (an exception of task.reward, a gold math-verify cannot
+    # read; a grader *timeout* is not an error) stops it at once, and so does a mean error share
+    # above max_error_frac over the last error_steps steps; null = only the all-error step stops
+    max_error_frac: float | None = checked(0.5, Range(0, 1, null=True))
+    error_steps: int = checked(5, Range(1, why="steps the error share is averaged over"))
     # math-verify worker processes grading the answers; 0 = one per CPU this task holds, less one
     # for the trainer (SLURM_CPUS_PER_TASK, else the CPUs this process may run on)
     grader_workers: int = checked(0, Range(0, why="0 = one per CPU the task holds, less one"))
@@ -150,17 +156,30 @@ class VLLMConfig:
 
 @dataclass
 class IdentityCheckConfig:
-    # the rollout identity guard (quadrants/rollout/identity.py): at a weight push the engine and
-    # the trainer score one fixed probe batch; the run stops when their log-probs disagree, or
-    # when the engine's did not move since the last check while the trainer's did
+    # the rollout identity guard (quadrants/rollout/identity.py): the engine samples a probe when it
+    # starts; at a weight push the engine and the trainer score it; the run stops when the engine's
+    # log-probs did not move while the trainer's did (a stale push), or when they disagree by more
+    # than the tolerance the start-up check calibrated
     # check every N-th weight push (1 = every push); 0 = off
     every: int = checked(1, Range(0, why="0 = off; 1 = every weight push"))
-    probe_size: int = checked(4, AT_LEAST_ONE)  # probe sequences
-    # tokens per probe sequence (the second half scored)
-    probe_tokens: int = checked(32, Range(2, why="a prompt half and a scored half"))
-    # mean |log-prob gap| allowed; None = from the precision pair
+    # probe sequences (sampled to the task's first held-out prompts)
+    probe_size: int = checked(4, AT_LEAST_ONE)
+    # response tokens the engine samples per probe sequence (the scored tokens)
+    probe_tokens: int = checked(32, AT_LEAST_ONE)
+    # mean |log-prob gap| allowed after start; None = calibrated by the start-up check:
+    # max(tolerance_multiple x start-up gap, tolerance_floor)
     tolerance: float | None = checked(None, Range(0, low_open=True, null=True))
-    # the probe's own generator (the run's sampling stream is untouched)
+    tolerance_multiple: float = checked(
+        4.0, Range(1, why="the tolerance is at least the start-up gap itself")
+    )
+    tolerance_floor: float = checked(1e-3, POSITIVE)
+    # the largest start-up gap (same weights on both sides) accepted; None = from the precision
+    # pair (1e-3 with float32 on both sides, else 0.15)
+    startup_limit: float | None = checked(None, Range(0, low_open=True, null=True))
+    # a push is stale when the engine's mean |change| of log-prob since the last check is at most
+    # this while the trainer's is over 10 x this (near numerical determinism, not the tolerance)
+    stale_threshold: float = checked(1e-5, POSITIVE)
+    # the probe's own seed (the run's sampling stream is untouched)
     seed: int = checked(0, NON_NEGATIVE)
 
 
@@ -262,20 +281,46 @@ class QuadrantConfig:
         "none",
         why="a name, checked against ops.random_control.REWEIGHTS (QuadrantSettings.from_config)",
     )
+    # where the control's count is matched (ops/random_control.py WITHINS): minibatch (the arm's
+    # gradient-carrying tokens, in the loss's denominator with a non-zero advantage, per mini-batch
+    # of the update) | row (per row) | nominal (the arm's nominal count over the step, the first
+    # design); `stratify`: none | entropy (the arm's count in each decile of the step's entropy);
+    # `match_fraction`: a budget in (0, 1], that share of each stratum's gradient-carrying tokens,
+    # in place of the arm's count (null = the arm's)
+    within: str = checked(
+        "minibatch", why="a name, checked against ops.random_control.WITHINS (from_config)"
+    )
+    stratify: str = checked(
+        "none", why="a name, checked against ops.random_control.STRATIFIES (from_config)"
+    )
+    match_fraction: float | None = checked(
+        None,
+        Range(
+            0, 1, low_open=True, null=True,
+            why="the share of gradient-carrying tokens the control draws (null = the arm's count)",
+        ),
+    )  # fmt: skip
+    # every N steps (null = off), log the cosine between the arm's gradient and the full
+    # objective's on the same batch, and the ratio of their norms (train/gradient_cosine.py)
+    gradient_cosine_every: int | None = checked(
+        None, Range(1, null=True, why="steps between two measurements (null = off)")
+    )
 
 
 @dataclass
 class RewardConfig:
     # the reward the run trains on (quadrants/rewards/confound.py, docs/science.md): verifier (the
-    # grader's correctness) | random (a Bernoulli reward, `reward=random`) | format_only (1 for a
-    # final answer the grader could read, right or wrong). The verifier grades every response
-    # whichever it is: train/solve_rate stays the true solve rate, evaluation is always graded
+    # grader's correctness) | random (Bernoulli(reward.probability), the paper's random0.5) |
+    # random_solve_rate (Bernoulli at each round's true solve rate) | format_only (1 for a final
+    # answer the grader could read, right or wrong) | box_only_format (the paper's: 1 for any
+    # non-empty last box). The verifier grades every response whichever it is: train/solve_rate
+    # stays the true solve rate, evaluation is always graded
     name: str = checked(
         "verifier", why="a name, checked against rewards.confound.CONFOUNDS by validate_config"
     )
-    # reward=random: the success probability; null = each round's true solve rate (the fraction of
-    # its responses the verifier graded correct); a number = that fixed rate (Spurious Rewards'
-    # random0.5 is 0.5)
+    # reward=random: the success probability, whatever the policy does (sweeps/reward/random.yaml
+    # sets Spurious Rewards' 0.5; null = 0.5 too). Only reward=random reads it:
+    # reward=random_solve_rate draws at each round's true solve rate
     probability: float | None = checked(
         None, Range(0, 1, null=True, why="a Bernoulli success probability")
     )

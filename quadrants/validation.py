@@ -10,7 +10,14 @@ leaf schema. Each failure names the key and the allowed values.
 
 from __future__ import annotations
 
+import inspect
 import os
+import random
+import re
+from typing import Any
+
+import torch
+from packaging.version import Version
 
 from quadrants.config import (
     EvalConfig,
@@ -33,15 +40,21 @@ from quadrants.objectives.loss import loss_settings
 from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
-from quadrants.ops.precision import PRECISIONS
+from quadrants.ops.precision import PRECISIONS, resolve_precision
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
 from quadrants.rewards.confound import CONFOUNDS
-from quadrants.rewards.custom import load_callable
+from quadrants.rewards.custom import load_callable, probe_reward
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.registry import get_engine, known_engines
-from quadrants.tasks import check_task_files, known_tasks, validate_task
+from quadrants.tasks import (
+    DATASET_PRESETS,
+    check_task_files,
+    known_tasks,
+    make_task,
+    validate_task,
+)
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
@@ -55,12 +68,34 @@ def validate_rollout_engine(cfg: RunConfig) -> None:
     rollout = cfg.rollout
     get_engine(rollout.engine)  # an unknown name lists the registered engines
     Choice(MISMATCH_CORRECTIONS).check("rollout.mismatch_correction", rollout.mismatch_correction)
+    validate_mismatch_truncation(rollout)
     Choice(HF_DECODES).check("rollout.hf_decode", rollout.hf_decode)
     Range(
         0, rollout.max_new_tokens, why="0 = no overlong penalty; at most rollout.max_new_tokens"
     ).check("rollout.overlong_buffer", rollout.overlong_buffer)
     for name in known_engines():
         get_engine(name).check_settings(cfg)
+
+
+def validate_mismatch_truncation(rollout: RolloutConfig) -> None:
+    """`rollout.mismatch_correction` only where the engine's and the trainer's log-probs are of the
+    same distribution. With `rollout.top_p` < 1 they are not: vLLM reports the log-probs of the
+    top-p-truncated, renormalised distribution (its V2 sampler applies the truncation before the
+    processed log-probs, rollout/vllm.py) while the trainer recomputes the untruncated one, so every
+    importance ratio carries the nucleus mass, not the train-inference mismatch; the HF engine
+    reports untruncated log-probs but samples from the truncated distribution, so its ratio misses
+    the truncation altogether. The trainer has no truncated recompute (no top-k either: both
+    engines sample with top-k off), so the pair is refused."""
+    if rollout.mismatch_correction == "none" or rollout.top_p >= 1.0:
+        return
+    raise ValueError(
+        f"rollout.mismatch_correction={rollout.mismatch_correction} with "
+        f"rollout.top_p={rollout.top_p:g}: the engine's log-probs are of the top-p-truncated "
+        "distribution (vLLM's processed log-probs) or not of the one it sampled from (the HF "
+        "engine), while the trainer's recompute is untruncated, so the importance weights would "
+        "correct the nucleus mass, not the train-inference mismatch. Set rollout.top_p=1.0, or "
+        "rollout.mismatch_correction=none (the mismatch is still logged)"
+    )
 
 
 def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
@@ -124,6 +159,47 @@ def validate_trainer_memory(train: TrainConfig, rollout: RolloutConfig) -> None:
                 "full-length response alone (before its prompt) would not fit. Use at least "
                 f"{rollout.max_new_tokens} plus the longest prompt, or 0 for no token budget"
             )
+
+
+# The oldest torch a mixed-precision run on CUDA trains with: the fused LM head's backward
+# (ops/fused_head.py `add_product`) sums its bf16 weight-gradient GEMM into a float32 buffer with
+# `torch.addmm(out, a, b, out_dtype=torch.float32, out=out)`, the aten overload `addmm.dtype_out`
+# added by pytorch/pytorch#150812 ("[CUDA][cuBLAS] Aten GEMM overload for FP32 output from
+# FP16/BF16 inputs", mm/bmm/addmm/baddbmm; a pull request adding a feature, not a bug fix),
+# merged April 2025 and first released in torch 2.8 (the 2.8.0 release-notes worksheet,
+# sraikund16/torch-release-notes 2.8.0/done/result_python_frontend.md, lists it, and the 2.8 docs
+# first document `out_dtype`, #151704). An older torch rejects the keyword with a TypeError at
+# the first backward, after the weights are loaded and the first rollout is generated. It is
+# registered for CUDA only, and the head reaches it only under autocast with a 16-bit dtype
+# (`gemm_dtype`), so the floor applies to train.precision=bf16-mixed (or auto, which is
+# bf16-mixed on CUDA) on CUDA; fp32 and pure bf16 run no autocast and take the float32 GEMM
+# (`addmm_`). Not on the CPU: there `add_product` multiplies the bf16-rounded
+# inputs in float32 (`addmm_`, an overload every torch has), so a CPU run, FSDP2 over gloo
+# included, needs nothing 2.8 brought. pyproject.toml asks torch>=2.8 already; this is the guard
+# for an environment installed otherwise (a cluster's own torch build).
+TORCH_FLOOR = "2.8"
+
+
+def validate_torch_floor(train: TrainConfig) -> None:
+    """Refuse a torch older than TORCH_FLOOR when this run trains on CUDA in mixed precision
+    (train.device=cuda, or auto on a machine that sees a GPU; the job checks again where it runs).
+    The release numbers are compared (packaging's `Version.release`), so a local build tag
+    (2.7.1+cu126) or a pre-release (2.8.0rc1) counts as its release: 2.7.1 is refused, 2.8.0rc1
+    and 2.13.0+cpu pass."""
+    cuda = train.device == "cuda" or (train.device == "auto" and torch.cuda.is_available())
+    if not cuda or not resolve_precision(train.precision, torch.device("cuda")).mixed:
+        return
+    installed = Version(torch.__version__)
+    if installed.release >= Version(TORCH_FLOOR).release:
+        return
+    raise ValueError(
+        f"torch {torch.__version__} is installed, but train.device={train.device} with "
+        f"train.precision={train.precision} needs torch >= {TORCH_FLOOR}: the fused LM head's "
+        "backward calls torch.addmm(..., out_dtype=torch.float32) on CUDA (bf16 inputs, float32 "
+        f"output), first released in torch {TORCH_FLOOR} (pytorch/pytorch#150812). Fix: "
+        f"pip install 'torch>={TORCH_FLOOR}' (a build for this node's CUDA driver), or train on "
+        "the CPU (train.device=cpu)"
+    )
 
 
 def validate_attention_layout(train: TrainConfig, name_or_path: str) -> None:
@@ -303,6 +379,91 @@ def check_data_files(cfg: RunConfig) -> None:
     `heldout_path`) and the evaluation's benchmarks (`eval.source=local`)."""
     check_task_files(cfg.task.name, dict(cfg.task.params))
     check_eval_files(cfg.eval, cfg.task)
+    check_heldout_fits(cfg)
+    check_reward_computes(cfg)
+
+
+_COMPOSED_TASKS: dict[str, Any] = {}
+
+
+def _composed_task(cfg: RunConfig) -> Any:
+    """The run's task built here, at compose time, from local files only (once per task config
+    per process: a sweep's jobs share it)."""
+    key = repr((cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params)))
+    if key not in _COMPOSED_TASKS:
+        _COMPOSED_TASKS[key] = make_task(
+            cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params)
+        )
+    return _COMPOSED_TASKS[key]
+
+
+def check_heldout_fits(cfg: RunConfig) -> None:
+    """A local dataset split into held-out and training problems (no `heldout_path`): it must have
+    more usable rows than `task.heldout_size`. Preflight has read every line already
+    (`check_task_files`); building the task here counts its usable rows (empty ones and
+    decontaminated ones dropped) and refuses naming both numbers, before anything is written,
+    instead of 27 s into the job."""
+    params = dict(cfg.task.params)
+    # the user's own file (`task=dataset`); the catalogue's presets have their known sizes
+    if cfg.task.name != "dataset" or not _task_is_local(cfg.task.name, params):
+        return
+    if params.get("heldout_path"):
+        return
+    try:
+        _composed_task(cfg)
+    except ValueError as error:
+        found = re.search(
+            r"task.heldout_size=\d+ leaves no training problems.* has (\d+) usable", str(error)
+        )
+        if found is None:
+            raise
+        rows = int(found.group(1))
+        fix = f"task.heldout_size={rows // 5} (a fifth of them), " if rows >= 5 else ""
+        raise ValueError(
+            f"{error} in task.params.path={params.get('path')}, so the held-out split of "
+            f"task.heldout_size={cfg.task.heldout_size} takes them all. Fix: {fix}more rows, or "
+            "task.params.heldout_path=FILE (a held-out file of its own)"
+        ) from None
+
+
+def _task_is_local(name: str, params: dict) -> bool:
+    """Whether task `name` is built from this machine alone (no Hub download): the generated
+    tasks, the user's own, and datasets read from a local file."""
+    if name in ("arithmetic", "reasoning_gym", "custom"):
+        return True
+    merged = {**DATASET_PRESETS.get(name, {}), **params}
+    return merged.get("source", "local" if merged.get("path") else "hub") == "local"
+
+
+def check_reward_computes(cfg: RunConfig) -> None:
+    """`task.reward`: called once on a problem of the task (its first held-out problem, else one
+    training problem), as training calls it; refused naming the key when it cannot take
+    (completion, answer), raises, or returns NaN or another value that is not a grade
+    (rewards/custom.py `probe_reward`). A task on the Hub is not downloaded for this: there only
+    the signature is checked here, and the run's guard (run/grading.py) stops a run whose
+    completions fail to grade."""
+    if cfg.task.reward is None:
+        return
+    function = load_callable(cfg.task.reward, "task.reward")
+    params = dict(cfg.task.params)
+    if not _task_is_local(cfg.task.name, params):
+        probe = None
+    else:
+        task = _composed_task(cfg)
+        found = task.heldout(1) or task.train_batch(1, random.Random(0))
+        probe = found[0].answer if found else None
+    if probe is None:  # the signature only
+        try:
+            inspect.signature(function).bind("", "")
+        except TypeError as error:
+            raise ValueError(
+                f"task.reward={cfg.task.reward}: it cannot be called as reward(completion, "
+                f"answer) ({error})"
+            ) from None
+        except ValueError:
+            pass
+        return
+    probe_reward(function, "task.reward", cfg.task.reward, probe)
 
 
 def validate_values(cfg: RunConfig, *, task_used: bool = True) -> None:
@@ -339,6 +500,7 @@ def validate_values(cfg: RunConfig, *, task_used: bool = True) -> None:
     validate_attention_kernel(cfg)
     Choice(CPU_MATMULS).check("train.cpu.matmul", cfg.train.cpu.matmul)
     validate_device(cfg.train.device)
+    validate_torch_floor(cfg.train)
     if cfg.train.offload_optimizer and cfg.train.device == "cpu":
         raise ValueError(
             "train.offload_optimizer=true moves AdamW's states from the GPU to host memory between "

@@ -10,6 +10,27 @@ complete real files are marked ``full_data`` (deselected by default) and take `f
 from __future__ import annotations
 
 import os
+
+# Under pytest-xdist (the README's `pytest -n auto`), each worker's torch, and the processes its
+# tests start, get an equal share of the cores as OpenMP threads (2 workers on 2 cores: 1 each), and
+# idle OpenMP threads spin 1,000 times, not libgomp's 300,000, before they sleep (the setting for a
+# machine shared with other CPU jobs: quadrants/cpu/openmp.py); a run that sets train.threads still
+# gets its own count. Set before anything imports torch: libgomp reads both once, when torch loads.
+# Without them every worker runs as many threads as the machine has cores, and their busy-waiting
+# threads take each other's cores. A user's own setting of either wins.
+# The tiny base policy is built with the threads the session started with (tests/e2e/pinned pins
+# runs of it per machine kind): its build gets the environment without these two settings.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    _STARTED_ENVIRONMENT: dict[str, str] | None = dict(os.environ)
+    os.environ.setdefault(
+        "OMP_NUM_THREADS",
+        str(max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))),
+    )
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+else:
+    _STARTED_ENVIRONMENT = None  # subprocesses inherit the session's own
+
 import shutil
 import subprocess
 import sys
@@ -167,7 +188,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     log = Path(tempfile.gettempdir()) / "quadrants-base-policy-build.log"
     with open(log, "w") as out:
         _BACKGROUND["build"] = subprocess.Popen(
-            [sys.executable, "-c", BUILD], stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-c", BUILD],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_STARTED_ENVIRONMENT,
         )
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
@@ -188,8 +212,10 @@ def _stop_background_build() -> None:
 def base_policy() -> str:
     """The warm-started tiny policy, built on first use into the user's cache (a few minutes; the
     build is file-locked, so concurrent sessions build it once) and reused after; returns its dir."""
-    from quadrants.models.warmup import WarmupSettings, ensure_base_policy
+    from quadrants.models.warmup import WarmupSettings, ensure_base_policy, is_built
 
+    if not is_built(WarmupSettings()):  # build it as the background build does (same environment)
+        subprocess.run([sys.executable, "-c", BUILD], env=_STARTED_ENVIRONMENT, check=True)
     return str(ensure_base_policy(WarmupSettings()))
 
 
@@ -210,3 +236,9 @@ def full_data_dir(monkeypatch: pytest.MonkeyPatch) -> Path:
         )
     monkeypatch.setenv(DATA_ENV, started)
     return Path(started)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core this process may use, at most 8 (each holds torch and a model,
+    about 0.7 GB, and some tests start training processes of their own)."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))

@@ -13,7 +13,8 @@ equivalence tests.
   between a quadrant's token entropies and their applied weights: inputs ~1e-5 apart, divided by
   the spread of a few tokens, move it by a few 1e-5 (observed 2.0e-5, GRPO's NLR), and under
   Clip-Cov or KL-Cov a token whose selection flips between the runs changes its weight outright
-  (observed 1.6e-4, Clip-Cov's NLR). It lies in [-1, 1]: abs 1e-3.
+  (observed 1.6e-4, Clip-Cov's NLR; 1.005e-3, ARCA's NLR in the default stage's order on an AMD
+  EPYC without AVX-512, where the same test passes alone). It lies in [-1, 1]: abs 2e-3.
 """
 
 from __future__ import annotations
@@ -28,5 +29,5 @@ def flip_metric_agrees(key: str, got: float, want: float, abs_tol: float) -> boo
     if "/dlogp_signed" in key:
         return got == pytest.approx(want, rel=1e-4, abs=abs_tol)
     if key.endswith("/token_r") or "/entropy_token_r" in key:
-        return got == pytest.approx(want, abs=max(abs_tol, 1e-3))
+        return got == pytest.approx(want, abs=max(abs_tol, 2e-3))
     return None

@@ -12,10 +12,12 @@ N): the table compares only cells evaluated on the same problems (`problem_count
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -340,8 +342,29 @@ def _walk(client: MlflowClient, run_id: str, path: str | None, depth: int) -> li
     return files
 
 
+# MLflow draws a tqdm bar per download ("Downloading artifacts", mlflow/store/artifact/
+# artifact_repo.py `download_artifacts` -> mlflow/utils/file_utils.py `ArtifactProgressBar`) unless
+# this variable is false (mlflow/environment_variables.py; read at every download, MLflow 3.17)
+PROGRESS_BAR_VARIABLE = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+@contextlib.contextmanager
+def quiet_artifact_downloads() -> Iterator[None]:
+    """No MLflow progress bar for the downloads inside (an analysis reads dozens of small files, and
+    a sweep's summary printed a bar for each); a value the user set is left as it is."""
+    if PROGRESS_BAR_VARIABLE in os.environ:
+        yield
+        return
+    os.environ[PROGRESS_BAR_VARIABLE] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(PROGRESS_BAR_VARIABLE, None)
+
+
 def _download(client: MlflowClient, run_id: str, path: str, dst: Path) -> Path:
-    return Path(client.download_artifacts(run_id, path, str(dst)))
+    with quiet_artifact_downloads():
+        return Path(client.download_artifacts(run_id, path, str(dst)))
 
 
 def load_samples(

@@ -7,6 +7,15 @@ of Pass@k is averaged over the common seeds with a Student-t interval over seeds
 is, per seed, the mean difference over the benchmarks (the difference of the avg column), then the
 same interval over seeds. One common seed gives the difference without an interval, and says so.
 
+Each line also carries the tests that answer the question asked of it (`analysis.hypothesis`): the
+two-sided paired t-test p of "no difference" and its Holm adjustment over every line of the
+comparison (one table, one family), the TOST p of "equivalent within ±margin" (default 5 points),
+the exact sign-test p beside the seeds ahead, and the pair's own design figures: the standard
+deviation of its own paired differences, the minimal detectable difference at its seeds from that
+sd (two-sided alpha, power 0.8; `analysis.power`), and the seeds the margin would need. The
+pooled minimal detectable difference of `python -m analysis power` (the spread pooled over every
+arm) is a design quantity of the whole study; it is shown beside, labelled so, and never a verdict.
+
 A benchmark the table did not compare for one of the paired runs (evaluated on fewer problems than
 its column, `ComparisonTable.uncompared`) is left out, with a note: a difference between 5 problems
 and 500 is not a difference between the methods.
@@ -16,24 +25,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
+from quadrants.analysis import hypothesis, power
 from quadrants.analysis.stats import SeedEstimate, seed_estimate
 from quadrants.analysis.tables import row_labels
+
+DEFAULT_MARGIN = 0.05
+"""The equivalence margin of the TOST, on the metric's scale (0.05 = 5 points of Avg@k)."""
 
 
 @dataclass(frozen=True)
 class PairedLine:
-    """One line of the comparison: the mean difference A − B over seeds and the
-    per-seed differences."""
+    """One line of the comparison: the mean difference A − B over seeds, the per-seed
+    differences, and its tests (NaN with one seed).
+
+    Attributes:
+        sd: the sample sd of its own paired differences (ddof 1).
+        detectable: its own minimal detectable difference at its seeds (from `sd`).
+        needed: the seeds at which the paired t-test detects a true difference of the margin with
+            the power asked (None: beyond `power.MAX_SEEDS`, or one seed).
+        t_p, holm_p: the paired t-test's two-sided p, and Holm-adjusted over the comparison's lines.
+        tost_p: the TOST p of equivalence within ±margin.
+        sign_p: the exact two-sided sign-test p.
+    """
 
     benchmark: str
     k: int | None
     metric: str
     estimate: SeedEstimate
     differences: tuple[float, ...]
+    sd: float = math.nan
+    detectable: float = math.nan
+    needed: int | None = None
+    t_p: float = math.nan
+    holm_p: float = math.nan
+    tost_p: float = math.nan
+    sign_p: float = math.nan
 
     @property
     def wins(self) -> int:
@@ -48,6 +79,9 @@ class PairedComparison:
     lines: tuple[PairedLine, ...]
     confidence: float
     notes: tuple[str, ...]
+    margin: float = DEFAULT_MARGIN
+    alpha: float = 0.05
+    power: float = 0.8
 
 
 def paired_comparison(
@@ -60,14 +94,19 @@ def paired_comparison(
     ks: Mapping[str, int | None],
     confidence: float = 0.95,
     uncompared: Collection[tuple[str, str]] = (),
+    margin: float = DEFAULT_MARGIN,
+    alpha: float = 0.05,
+    power_level: float = 0.8,
 ) -> PairedComparison:
     """A − B for the two row labels `a` and `b` (as in the table built with
     the same `rows` and `ks`), leaving out the benchmarks where a paired run is among the table's
-    `uncompared` (run_id, benchmark) pairs.
+    `uncompared` (run_id, benchmark) pairs, with every line's tests (`with_tests`).
 
     Raises:
-        ValueError: an unknown label, no `seed` tag, or no seed that both methods ran.
+        ValueError: an unknown label, no `seed` tag, no seed that both methods ran, or a margin
+            that is not positive.
     """
+    hypothesis.check_margin(margin)
     if "seed" not in runs:
         raise ValueError("a paired comparison pairs runs by their 'seed' tag; these runs have none")
     labels = row_labels(runs, rows)
@@ -154,41 +193,117 @@ def paired_comparison(
                     tuple(per_seed),
                 )
             )
-    return PairedComparison(a, b, tuple(common), tuple(lines), confidence, tuple(notes))
+    return PairedComparison(
+        a,
+        b,
+        tuple(common),
+        with_tests(lines, margin, alpha, power_level),
+        confidence,
+        tuple(notes),
+        margin,
+        alpha,
+        power_level,
+    )
 
 
-def _verdict(est: SeedEstimate, limit: float) -> str:
-    """The minimal-detectable column's word: a difference at least the design's minimal
-    detectable one is 'reached'; a smaller one whose own interval excludes 0 is still told apart
-    (the pair's spread is smaller than the pooled one the design assumes), otherwise it is not."""
-    if abs(est.mean) >= limit:
-        return "reached"
-    if est.has_ci and (est.low > 0 or est.high < 0):
-        return "below, interval excludes 0"
-    return "below: not told apart"
+def with_tests(
+    lines: Sequence[PairedLine], margin: float, alpha: float = 0.05, power_level: float = 0.8
+) -> tuple[PairedLine, ...]:
+    """The lines with their tests filled in; the Holm adjustment runs over all of them (the
+    comparisons of one table). Lines with one seed keep NaN (no spread, no test)."""
+    hypothesis.check_margin(margin)
+    filled = []
+    for line in lines:
+        diffs = line.differences
+        if len(diffs) < 2:
+            filled.append(line)
+            continue
+        sd = float(np.std(diffs, ddof=1))
+        if np.ptp(diffs) <= 1e-12:  # equal differences (to float rounding): a spread of 0 over
+            # few seeds is luck, and a t statistic of rounding noise is no test
+            filled.append(replace(line, sd=0.0, sign_p=hypothesis.sign_test_p(diffs)))
+            continue
+        filled.append(
+            replace(
+                line,
+                sd=sd,
+                detectable=power.minimal_detectable_difference(sd, len(diffs), alpha, power_level),
+                needed=power.seeds_needed(sd, margin, alpha, power_level),
+                t_p=hypothesis.paired_t_p(diffs),
+                tost_p=hypothesis.tost_p(diffs, margin),
+                sign_p=hypothesis.sign_test_p(diffs),
+            )
+        )
+    adjusted = hypothesis.holm([line.t_p for line in filled])
+    return tuple(replace(line, holm_p=p) for line, p in zip(filled, adjusted, strict=True))
+
+
+def reading(line: PairedLine, alpha: float, margin: float) -> str:
+    """What the tests say, in words: a difference (Holm p < alpha), an equivalence within the
+    margin (TOST p < alpha), both (a difference smaller than the margin), or neither."""
+    if len(line.differences) < 2:
+        return "one seed: no test"
+    if math.isnan(line.t_p):
+        return "no spread over the seeds: no test"
+    differs = line.holm_p < alpha
+    equivalent = line.tost_p < alpha
+    bound = f"±{100 * margin:g}"
+    if differs and equivalent:
+        return f"differs, by less than {bound}"
+    if differs:
+        return "differs"
+    if equivalent:
+        return f"equivalent within {bound}"
+    return f"not told apart, not shown within {bound}"
+
+
+def _p(value: float) -> str:
+    if math.isnan(value):
+        return "—"
+    return f"{value:.2g}" if value >= 0.001 else "<0.001"
 
 
 def to_markdown(
     comparison: PairedComparison, detectable: Mapping[tuple[str, str], float] | None = None
 ) -> str:
-    """The comparison as Markdown: difference in points (%), its t-interval over
-    seeds, wins per seed; with `detectable` ({(benchmark, "avg" | "pass"): the minimal detectable
-    paired difference}, `quadrants.analysis.power_report.Pilot.detectable`) a last column says
-    whether each difference reaches it."""
+    """The comparison as Markdown: difference in points (%), its t-interval over seeds, the seeds
+    A is ahead with the sign-test p, the paired t-test p with its Holm adjustment, the TOST p at
+    the margin, the pair's own sd, minimal detectable difference and seeds for the margin, and a
+    reading of the tests. With `detectable` ({(benchmark, "avg" | "pass"): the pooled minimal
+    detectable paired difference}, `quadrants.analysis.power_report.Pilot.detectable`) a last
+    column shows that design quantity, labelled as such."""
     level = round(100 * comparison.confidence)
+    margin, alpha = comparison.margin, comparison.alpha
+    bound = f"±{100 * margin:g}"
     head = (
         f"Paired comparison {comparison.a} − {comparison.b} over seed(s) "
         f"{', '.join(comparison.seeds)}: difference in points (%), mean over seeds with the "
-        f"{level}% Student-t interval; 'A better' counts the seeds where {comparison.a} is higher."
+        f"{level}% Student-t interval; 'A ahead' counts the seeds where {comparison.a} is higher "
+        f"(exact two-sided sign-test p); t p: paired t-test of no difference, Holm p: adjusted "
+        f"over the {len(comparison.lines)} lines of this table; TOST p: equivalence within "
+        f"{bound} points (--margin); own sd, own MDD: the spread of this pair's differences and "
+        f"the difference it detects with power {comparison.power:g} at two-sided alpha "
+        f"{alpha:g} at these seeds; seeds for {bound}: the seeds that would detect a true "
+        f"difference of the margin."
     )
     extra = detectable is not None
-    out = [
-        head,
-        "",
-        f"| benchmark | metric | {comparison.a} − {comparison.b} | {level}% CI | A better |"
-        + (" minimal detectable |" if extra else ""),
-        "|---|---|---|---|---|" + ("---|" if extra else ""),
+    heads = [
+        "benchmark",
+        "metric",
+        f"{comparison.a} − {comparison.b}",
+        f"{level}% CI",
+        "A ahead (sign p)",
+        "t p",
+        "Holm p",
+        f"TOST p ({bound})",
+        "own sd",
+        "own MDD",
+        f"seeds for {bound}",
+        "reading",
     ]
+    if extra:
+        heads.append("design MDD (pooled)")
+    out = [head, "", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for line in comparison.lines:
         est = line.estimate
         metric = (
@@ -197,25 +312,35 @@ def to_markdown(
             else line.metric.capitalize()
         )
         interval = f"[{100 * est.low:+.1f}, {100 * est.high:+.1f}]" if est.has_ci else "— (1 seed)"
-        row = (
-            f"| {line.benchmark} | {metric} | {100 * est.mean:+.1f} | {interval} | "
-            f"{line.wins}/{len(line.differences)} |"
-        )
+        tested = not math.isnan(line.t_p)
+        seeds = len(line.differences) >= 2
+        cells = [
+            line.benchmark,
+            metric,
+            f"{100 * est.mean:+.1f}",
+            interval,
+            f"{line.wins}/{len(line.differences)}" + (f" ({_p(line.sign_p)})" if seeds else ""),
+            _p(line.t_p),
+            _p(line.holm_p),
+            _p(line.tost_p),
+            "—" if not seeds else f"{100 * line.sd:.1f}",
+            "—" if not tested else f"{100 * line.detectable:.1f}",
+            "—"
+            if not tested
+            else (f">{power.MAX_SEEDS}" if line.needed is None else str(line.needed)),
+            reading(line, alpha, margin),
+        ]
         if extra:
             limit = detectable.get((line.benchmark, line.metric))
-            if limit is None:
-                row += " — |"
-            else:
-                row += f" {100 * limit:.1f} ({_verdict(est, limit)}) |"
-        out.append(row)
+            cells.append("—" if limit is None else f"{100 * limit:.1f}")
+        out.append("| " + " | ".join(cells) + " |")
     notes = list(comparison.notes)
     if extra:
         notes.append(
-            "minimal detectable: the paired difference this design (these seeds, the spread of "
-            "the paired differences pooled over every arm) finds with power 0.8 at two-sided "
-            "alpha 0.05 (python -m analysis power). 'below' says a true difference of that size "
-            "would often be missed; whether this pair is told apart is its own interval's call: "
-            "'below, interval excludes 0' is told apart, 'below: not told apart' is not."
+            "design MDD (pooled): the paired difference the study's design detects with power 0.8 "
+            "at two-sided alpha 0.05 when the spread of the paired differences is pooled over "
+            "every arm (python -m analysis power); a planning figure for the whole table, not a "
+            "test of this pair: this pair's own sd and MDD are in their columns"
         )
     if notes:
         out.append("")

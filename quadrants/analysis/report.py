@@ -46,6 +46,7 @@ class ReportOptions:
     base_row: bool = False
     figures: bool = True
     per_seed: bool = False  # figures: each seed's thin line under its method's mean and band
+    margin: float = paired.DEFAULT_MARGIN  # --compare: the TOST's equivalence margin
 
 
 @dataclass(frozen=True)
@@ -404,14 +405,7 @@ def build_report(
     if pilot is not None:
         detectable = pilot.detectable()
         table = tables.mark_below_detectable(table, detectable, len(pilot.seeds), 0.05, 0.8)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = [
-        _write(out_dir / "table.md", tables.to_markdown(table)),
-        _write(out_dir / "table.tex", tables.to_latex(table)),
-    ]
-    tables.to_frame(table).to_csv(out_dir / "table.csv", index=False)
-    files.append(out_dir / "table.csv")
-
+    # every refusal (an unknown --compare row, no common seed) before anything is written
     comparison = None
     if options.compare:
         comparison = paired.paired_comparison(
@@ -422,7 +416,17 @@ def build_report(
             ks=table.ks,
             confidence=options.confidence,
             uncompared=table.uncompared,
+            margin=options.margin,
         )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = [
+        _write(out_dir / "table.md", tables.to_markdown(table)),
+        _write(out_dir / "table.tex", tables.to_latex(table)),
+    ]
+    tables.to_frame(table).to_csv(out_dir / "table.csv", index=False)
+    files.append(out_dir / "table.csv")
+
+    if comparison is not None:
         files.append(_write(out_dir / "paired.md", paired.to_markdown(comparison, detectable)))
 
     if options.figures:

@@ -4,6 +4,7 @@ any set of runs) from an MLflow store.
 python -m analysis                                   # the latest sweep in ./outputs/mlflow.db
 python -m analysis --sweep-id 3f2a... --rows quadrant --compare PHR NHR
 python -m analysis --tracking-uri http://host:5000 --experiment baselines --tag task=arithmetic
+python -m analysis --sweep-id 3f2a... --compare PHR all --margin 0.03  # within ±3 points?
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from quadrants.analysis.hypothesis import check_margin
 from quadrants.analysis.load import Selection, SelectionError, latest_sweep
+from quadrants.analysis.paired import DEFAULT_MARGIN
 from quadrants.analysis.report import ReportOptions, build_report
 
 
@@ -25,6 +28,40 @@ def _default_uri() -> str | None:
         return os.environ["MLFLOW_TRACKING_URI"]
     path = Path("outputs") / "mlflow.db"
     return f"sqlite:///{path.resolve()}" if path.exists() else None
+
+
+def missing_store(uri: str) -> str | None:
+    """Why a read-only command must not open `uri`, or None. MLflow creates a SQLite file (or a
+    file store's folder) on first use, so a query against a path that does not exist would leave
+    an empty store behind: refused before any client is made. Servers (http://...) and other
+    schemes are left to the client."""
+    from urllib.parse import urlparse
+
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///") :])
+        what = "SQLite store"
+    elif uri.startswith("file:"):
+        path = Path(urlparse(uri).path)
+        what = "file store"
+    elif "://" not in uri:
+        path = Path(uri)
+        what = "file store"
+    else:
+        return None
+    if path.exists():
+        return None
+    return (
+        f"no MLflow {what} at {path}: this command only reads runs and does not create a store; "
+        "pass the --tracking-uri the sweep printed (e.g. sqlite:///$PWD/outputs/mlflow.db)"
+    )
+
+
+def margin_of(value: float) -> float:
+    """--margin checked (> 0), or SystemExit naming the flag and the fix."""
+    try:
+        return check_margin(value)
+    except ValueError as error:
+        raise SystemExit(f"analysis: {error}") from None
 
 
 def pairs(values: list[str], what: str) -> dict[str, str]:
@@ -48,6 +85,23 @@ def k_columns(value: str | None) -> int | dict[str, int] | None:
         raise SystemExit(
             f"analysis: --k expects an integer or benchmark=k[,benchmark=k], got {value!r}"
         ) from None
+
+
+def add_selection_args(parser: argparse.ArgumentParser) -> None:
+    """The store and run selection shared by `analysis power` and `analysis export`: --tracking-uri,
+    --experiment, --sweep-id, --parent, --tag (repeatable) and --rows."""
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow store (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db)",
+    )
+    parser.add_argument("--experiment", help="experiment (study) name; default: every experiment")
+    parser.add_argument("--sweep-id", help="the quadrants.sweep_id tag; default: the latest sweep")
+    parser.add_argument("--parent", help="only the children of this run id")
+    parser.add_argument(
+        "--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag filter"
+    )
+    parser.add_argument("--rows", help="comma-separated tags whose values are the arms")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,6 +144,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--compare", nargs=2, metavar=("A", "B"), help="paired comparison A - B of two rows"
     )
     parser.add_argument(
+        "--margin",
+        type=float,
+        default=DEFAULT_MARGIN,
+        help="--compare: the equivalence margin of the TOST, on the metric's scale "
+        f"(default {DEFAULT_MARGIN} = ±5 points of Avg@k); must be > 0",
+    )
+    parser.add_argument(
         "--base-row",
         action="store_true",
         help="add a row for the starting policy (every run's step-0 evaluation)",
@@ -116,6 +177,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    margin = margin_of(args.margin)
     os.environ.setdefault(
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"
     )  # one bar per file otherwise
@@ -127,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
             "--tracking-uri (the sweep printed it)",
             file=sys.stderr,
         )
+        return 2
+    problem = missing_store(uri)
+    if problem:
+        print(f"analysis: {problem}", file=sys.stderr)
         return 2
     tags = tuple(pairs(args.tag, "--tag").items())
     experiment, sweep_id = args.experiment, args.sweep_id
@@ -143,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             k=k_columns(args.k),
             benchmarks=tuple(args.benchmarks.split(",")) if args.benchmarks else None,
             compare=tuple(args.compare) if args.compare else None,
+            margin=margin,
             confidence=args.confidence,
             log_to_parent=not args.no_log,
             base_row=args.base_row,

@@ -24,7 +24,13 @@ from mlflow.tracking import MlflowClient
 from quadrants.analysis import tables
 from quadrants.analysis.load import Selection, SelectionError, latest_sweep
 from quadrants.analysis.power_report import power_study, to_markdown
-from quadrants.launch.analysis import _default_uri, k_columns, pairs
+from quadrants.launch.analysis import (
+    _default_uri,
+    add_selection_args,
+    k_columns,
+    missing_store,
+    pairs,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,18 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow store (default: $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db)",
-    )
-    parser.add_argument("--experiment", help="experiment (study) name; default: every experiment")
-    parser.add_argument("--sweep-id", help="the quadrants.sweep_id tag; default: the latest sweep")
-    parser.add_argument("--parent", help="only the children of this run id")
-    parser.add_argument(
-        "--tag", action="append", default=[], metavar="KEY=VALUE", help="extra tag filter"
-    )
-    parser.add_argument("--rows", help="comma-separated tags whose values are the arms")
+    add_selection_args(parser)
     parser.add_argument("--k", help="k of every column (e.g. 4) or per benchmark (aime24=32)")
     parser.add_argument("--benchmarks", help="comma-separated benchmarks (default: all logged)")
     parser.add_argument(
@@ -95,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             "--tracking-uri (the sweep printed it)",
             file=sys.stderr,
         )
+        return 2
+    problem = missing_store(uri)
+    if problem:  # a read-only query never creates a store
+        print(f"analysis power: {problem}", file=sys.stderr)
         return 2
     tags = tuple(pairs(args.tag, "--tag").items())
     experiment, sweep_id = args.experiment, args.sweep_id

@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quadrants.config import RunConfig
@@ -32,9 +32,13 @@ from quadrants.ops.quadrants import RandomControl, parse_match
 from quadrants.run.counterfactual import (
     ARMS,
     FIRST_ORDER,
+    GRAD_NORM,
     METRICS,
+    NULL,
     QUADRANT_ARMS,
+    UPDATES,
     arm_quadrant,
+    check_update,
     run_quadrant,
 )
 
@@ -59,6 +63,19 @@ class Request:
     out: Path
     run_id: str | None
     mlflow: bool
+    update: str = "adam"
+    eta: float | None = None
+
+    @property
+    def prefix(self) -> str:
+        """The MLflow key prefix and artifact folder name: `counterfactual` for the run's AdamW
+        update (as before the other updates existed), `counterfactual_<update>` otherwise."""
+        return "counterfactual" if self.update == "adam" else f"counterfactual_{self.update}"
+
+    @property
+    def folder(self) -> str:
+        """The output folder's (and the artifacts') name: `step_N`, `step_N_<update>`."""
+        return f"step_{self.step}" if self.update == "adam" else f"step_{self.step}_{self.update}"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,6 +108,19 @@ def parser() -> argparse.ArgumentParser:
         choices=("none", "ht"),
         default=None,
         help="Horvitz-Thompson weights on the control (default: the run's quadrant.reweight)",
+    )
+    p.add_argument(
+        "--update",
+        default="adam",
+        help=f"how each arm steps, one of {', '.join(UPDATES)}: the run's AdamW update from the "
+        "checkpoint's moments (adam, default), one plain SGD step at the run's learning rate "
+        "(sgd), or theta - eta g/||g|| with one eta for every arm (normalized)",
+    )
+    p.add_argument(
+        "--eta",
+        type=float,
+        default=None,
+        help="--update normalized: the step's length (default: lr x ||g_all|| of each batch)",
     )
     p.add_argument("--batches", type=int, default=4, help="rollout batches (>= 2; default 4)")
     p.add_argument(
@@ -127,7 +157,8 @@ def load_run_config(run_dir: Path) -> RunConfig:
     """The run's resolved config (RUN_DIR/config.yaml, written by every sweep job), validated."""
     from omegaconf import OmegaConf
 
-    from quadrants.launch.hydra_setup import to_run_config
+    from quadrants.launch.hydra_setup import check_removed_keys_in, to_run_config
+    from quadrants.tracking.setup import run_outputs
 
     path = run_dir / "config.yaml"
     if not path.is_file():
@@ -135,8 +166,14 @@ def load_run_config(run_dir: Path) -> RunConfig:
             f"{path} is missing: the run's config is unknown. Run the counterfactuals on runs "
             "started by `python -m quadrants.sweep` (it writes config.yaml into the run directory)"
         )
-    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(path))
-    return to_run_config(merged)
+    loaded = OmegaConf.load(path)
+    check_removed_keys_in(OmegaConf.to_container(loaded), str(path))  # a run from before a rename
+    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), loaded)
+    cfg = to_run_config(merged)
+    # its store and folders wherever this command runs: `outputs` as the sweep was given it is
+    # often relative to the directory the sweep ran in
+    outputs = run_outputs(run_dir, cfg.outputs, cfg.study, cfg.sweep_id)
+    return cfg if outputs is None else replace(cfg, outputs=str(outputs))
 
 
 def _checked_identity(cfg: RunConfig, run_dir: Path, step: int) -> None:
@@ -183,6 +220,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     for flag, value in (("--problems", args.problems), ("--samples", args.samples)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} {value}: give at least 1")
+    check_update(args.update)
+    if args.eta is not None:
+        if args.update != "normalized":
+            raise ValueError(
+                f"--eta {args.eta} sets the normalized step's length; pass --update normalized "
+                "with it, or leave --eta out"
+            )
+        if not args.eta > 0:
+            raise ValueError(f"--eta {args.eta}: give a step length > 0 (e.g. --eta 1e-4)")
     args.arms = _arms(args.arms)
     return args
 
@@ -254,7 +300,8 @@ def prepare(argv: list[str]) -> Request:
                 f"the run's MLflow store at {tracking_uri(cfg)} cannot take the results: "
                 f"{problem}; start it, or pass --no-mlflow to write the files only"
             )
-    out = Path(args.out) if args.out else run_dir / "counterfactual" / f"step_{step}"
+    folder = f"step_{step}" if args.update == "adam" else f"step_{step}_{args.update}"
+    out = Path(args.out) if args.out else run_dir / "counterfactual" / folder  # = Request.folder
     return Request(
         run_dir=run_dir,
         cfg=cfg,
@@ -268,6 +315,8 @@ def prepare(argv: list[str]) -> Request:
         out=out,
         run_id=run_id,
         mlflow=mlflow,
+        update=args.update,
+        eta=args.eta,
     )
 
 
@@ -332,6 +381,8 @@ def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outco
                 problems=problems,
                 sampling=sampling,
                 chunk=max(1, size // request.samples),
+                update=request.update,
+                eta=request.eta,
             )
             return run_arms(ctx, arms, plan, progress=log.info)
         finally:
@@ -345,8 +396,14 @@ def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/counterfac
 
     effects, arms, conf = outcomes.effects, list(request.arms), request.confidence
     lines = table.arm_lines(effects, arms, METRICS, conf)
-    baseline = "random" if "random" in arms else None
-    differences = table.difference_lines(effects, arms, baseline, METRICS, conf) if baseline else []
+    differences, shown = [], []
+    # under AdamW every arm also takes the checkpoint's momentum step, which null takes alone:
+    # each arm's own effect is its effect minus null's on the same batch
+    for baseline in ([NULL] if request.update == "adam" and NULL in arms else []) + (
+        ["random"] if "random" in arms else []
+    ):
+        differences += table.difference_lines(effects, arms, baseline, METRICS, conf)
+        shown.append(baseline)
     checks = []
     if set(QUADRANT_ARMS) | {"all"} <= set(arms):
         # the first-order effects add up; the actual step's, shown beside them, need not (AdamW)
@@ -356,14 +413,22 @@ def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/counterfac
             if not any(math.isnan(effects[b][a][m]) for b in effects for a in effects[b])
         ]
     title = (
-        f"{request.run_dir.name} step {request.step}: one-step effects on {request.problems} "
-        f"held-out problems x {request.samples} ({outcomes.correct} of {outcomes.responses} "
-        f"responses correct), {request.batches} batches"
+        f"{request.run_dir.name} step {request.step}, --update {request.update}: one-step effects "
+        f"on {request.problems} held-out problems x {request.samples} ({outcomes.correct} of "
+        f"{outcomes.responses} responses correct), {request.batches} batches"
     )
     before = ", ".join(f"{k} {v:.4f}" for k, v in outcomes.before.items())
-    printed = [title, f"before the update: {before}", "", table.to_text(lines, METRICS, conf, "Δ")]
-    if differences:
-        printed += ["", table.to_text(differences, METRICS, conf, f"paired Δ − Δ {baseline}")]
+    printed = [title, f"before the update: {before}"]
+    if outcomes.etas:
+        printed.append(
+            "normalized step length eta per batch (the same for every arm): "
+            + ", ".join(f"{eta:.3e}" for eta in outcomes.etas.values())
+            + (" (--eta)" if request.eta is not None else " (lr x ||g_all|| of the batch)")
+        )
+    printed += ["", table.to_text(lines, METRICS, conf, f"Δ ({GRAD_NORM}: ‖g_arm‖, not a Δ)")]
+    for baseline in shown:
+        part = [d for d in differences if d.arm.endswith(f" − {baseline}")]
+        printed += ["", table.to_text(part, METRICS, conf, f"paired Δ − Δ {baseline}")]
     if checks:
         printed += ["", table.additivity_text(checks)]
     text = "\n".join(printed)
@@ -388,14 +453,14 @@ def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/counterfac
 
     metrics = {}
     for line in [*lines, *differences]:
-        key = f"counterfactual/{line.arm.replace(' − ', '_minus_')}/{line.metric}"
+        key = f"{request.prefix}/{line.arm.replace(' − ', '_minus_')}/{line.metric}"
         if line.estimate is not None:
             metrics[key] = line.estimate.mean
             if line.estimate.has_ci:
                 metrics[f"{key}_low"] = line.estimate.low
                 metrics[f"{key}_high"] = line.estimate.high
     for check in checks:
-        metrics[f"counterfactual/additivity/{check.metric}_relative_residual"] = check.worst
+        metrics[f"{request.prefix}/additivity/{check.metric}_relative_residual"] = check.worst
     assert request.run_id is not None
     log_to_run(
         tracking_uri(request.cfg),
@@ -403,9 +468,9 @@ def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/counterfac
         metrics,
         request.step,
         files,
-        f"counterfactual/step_{request.step}",
+        f"counterfactual/{request.folder}",
     )
-    print(f"logged to MLflow run {request.run_id}: {len(metrics)} counterfactual/ metrics")
+    print(f"logged to MLflow run {request.run_id}: {len(metrics)} {request.prefix}/ metrics")
 
 
 if __name__ == "__main__":

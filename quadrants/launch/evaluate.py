@@ -56,6 +56,36 @@ def _split_benchmarks(overrides: list[str]) -> tuple[list[str], dict[str, int] |
     return rest, benchmarks
 
 
+HOME_KEYS = ("outputs", "study", "tracking")
+
+
+def in_the_runs_store(
+    cfg: RunConfig, run: dict, target: EvalTarget, overrides: list[str]
+) -> RunConfig:
+    """`cfg` logging where the checkpoint's training run logged: its MLflow store (its
+    `tracking.uri`, else the `mlflow.db` of its outputs folder), its study (experiment) and its
+    outputs folder, so that the new run and its files land beside the run they measure (and its
+    `quadrants.source_run_id` link resolves in the same store), whatever directory the command runs
+    in. An override of `outputs`, `study` or `tracking` keeps the command's own choice."""
+    from quadrants.tracking.setup import run_outputs
+
+    chosen = {item.lstrip("+~").split("=", 1)[0].split(".", 1)[0] for item in overrides}
+    if chosen & set(HOME_KEYS) or target.checkpoint is None:
+        return cfg
+    run_dir = target.checkpoint.parent.parent.parent  # <run_dir>/checkpoints/step_N/state.pt
+    study = str(run.get("study") or cfg.study)
+    outputs = run_outputs(run_dir, str(run.get("outputs") or ""), study, run.get("sweep_id"))
+    if outputs is None:
+        return cfg  # a run directory outside its sweep's layout: the command's defaults
+    uri = (run.get("tracking") or {}).get("uri")
+    return replace(
+        cfg,
+        outputs=str(outputs),
+        study=study,
+        tracking=replace(cfg.tracking, uri=uri if uri else None),
+    )
+
+
 def prepare(
     target: str, overrides: list[str], *, files: bool = True, task_used: bool = False
 ) -> tuple[RunConfig, EvalTarget]:
@@ -72,6 +102,7 @@ def prepare(
         cfg = replace(cfg, eval=replace(cfg.eval, benchmarks=benchmarks))
     if resolved.kind == "checkpoint":
         run = resolved.run_config or {}
+        cfg = in_the_runs_store(cfg, run, resolved, overrides)
         model = ModelConfig(name_or_path=resolved.model, dtype=resolved.dtype or cfg.model.dtype)
         task = run.get("task") or {}
         cfg = replace(

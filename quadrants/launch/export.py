@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from quadrants.eval.target import EvalTarget, load_checkpoint_weights, resolve_target, run_lora
+from quadrants.launch.local_checks import check_writable_dir
 
 EXPORT_FILE = "quadrants_export.json"
 # the check's batch: short texts any tokenizer encodes (the embedded models' characters are
@@ -180,6 +181,9 @@ def main(argv: list[str] | None = None) -> None:
             raise FileExistsError(
                 f"{out_dir} exists and is not an empty directory; name a new folder"
             )
+        # a target that cannot be written (read-only, or under a file) is refused before the
+        # checkpoint loads, not after (launch/local_checks.py `check_writable_dir`)
+        check_writable_dir(f"the export folder {out_dir}", out_dir)
         target = checkpoint_target(args.run, args.step)
     except (FileNotFoundError, FileExistsError, ValueError) as error:
         sys.exit(f"quadrants.export: {error}")

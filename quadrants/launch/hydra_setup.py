@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ def split_hydra_argv(argv: list[str]) -> tuple[list[str], list[str]]:
             or (arg in ("--info", "-i") and following in _HYDRA_INFO_CHOICES)
         )
         if not arg.startswith("-"):
-            overrides.append(arg)
+            overrides.append(expand_home(arg))
         elif takes_value:
             flags += [arg, following]
             index += 1
@@ -122,6 +123,25 @@ def split_hydra_argv(argv: list[str]) -> tuple[list[str], list[str]]:
             flags.append(arg)
         index += 1
     return flags, overrides
+
+
+# `~` where a path starts in an override's value: the value's start, each item of a comma list or
+# of a [list], after a sqlite:/// or file:// scheme; followed by `/`, the end or the next item
+_HOME_IN_VALUE = re.compile(r"(^|[,\[]|sqlite:///|file://)~(?=[/,\]]|$)")
+
+
+def expand_home(override: str) -> str:
+    """`key=~/x` with `~` as the user's home, as the shell expands `VAR=~/x` but not after a
+    dotted key (`task.params.path=~/x` reaches the command as typed), and Hydra's override
+    grammar has no `~` in an unquoted value, so it would fail with a LexerNoViableAltException
+    (facebookresearch/hydra hydra/grammar/OverrideLexer.g4: `UNQUOTED_CHAR` lacks it; `~` is only
+    the delete prefix of a key). A quoted value is left as written (its path is expanded where
+    it is read); `~user` is left to Hydra, whose refusal `_checked` explains."""
+    key, sep, value = override.partition("=")
+    if not sep or key.startswith("~") or "~" not in value:
+        return override
+    home = os.path.expanduser("~")
+    return key + sep + _HOME_IN_VALUE.sub(lambda m: m.group(1) + home, value)
 
 
 def prints_only(argv: list[str]) -> bool:
@@ -218,6 +238,8 @@ def _compose_job(overrides: list[str]) -> DictConfig:
 def compose_run_config(overrides: list[str], *, files: bool = True) -> RunConfig:
     """Compose the tree with `overrides` (one job) and return it as a validated RunConfig;
     ``files=False`` (printing it) does not ask for the data files to exist."""
+    check_removed_keys(overrides)  # named by their replacement, as the sweep names them
+    overrides = [expand_home(o) for o in overrides]
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         return to_run_config(_compose_job(overrides), files=files)
@@ -229,8 +251,21 @@ def to_run_config(cfg: DictConfig, *, files: bool = True) -> RunConfig:
     check_known_keys(cfg, RunConfig())
     run = OmegaConf.to_object(cfg)
     assert isinstance(run, RunConfig)
+    check_home_in_uri(run.tracking.uri)
     validate_config(run, files=files)
     return run
+
+
+def check_home_in_uri(uri: str | None) -> None:
+    """A `~` left in tracking.uri (a quoted value: `expand_home` expands an unquoted one) would
+    reach MLflow as a folder named `~` under the working directory; refused naming the fix."""
+    if uri and re.match(r"(sqlite:///|file://|file:)?~", uri):
+        home = os.path.expanduser("~")
+        raise ValueError(
+            f"tracking.uri={uri}: MLflow does not expand `~` (it would make a folder named `~` in "
+            f"the working directory). Write it unquoted, tracking.uri={uri}, where the command "
+            f"expands `~` to {home}, or give the full path"
+        )
 
 
 def check_known_keys(node: Any, schema: Any, prefix: str = "") -> None:
@@ -277,6 +312,21 @@ def check_removed_keys(argv: list[str]) -> None:
         key = override.split("=", 1)[0].lstrip("+~")
         if key in REMOVED_KEYS:
             raise ValueError(f"{key} was removed; use {REMOVED_KEYS[key]}")
+
+
+def check_removed_keys_in(tree: Any, source: str, prefix: str = "") -> None:
+    """Raise ValueError naming the replacement when a config read from `source` (a run's
+    config.yaml, written before a key was renamed) sets a removed key."""
+    if not isinstance(tree, Mapping):
+        return
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if path in REMOVED_KEYS:
+            raise ValueError(
+                f"{source} sets {path}, which was removed; use {REMOVED_KEYS[path]} (edit that "
+                "line of the file: it was written before the key was renamed)"
+            )
+        check_removed_keys_in(value, source, f"{path}.")
 
 
 def preflight(argv: list[str]) -> int:
@@ -531,6 +581,11 @@ def _checked(job: list[str], fn: Any) -> Any:
         return fn()
     except Exception as err:  # noqa: BLE001 - re-raised with the job named
         message = str(err).split("\nConfig search path:")[0].strip()
+        if "LexerNoViableAlt" in message and any("~" in o.partition("=")[2] for o in job):
+            message += (
+                ". An unquoted value cannot hold `~` but as the home directory at the start of a "
+                "path (key=~/x); quote it, key='~user/x', or give the path in full"
+            )
         cause = err.__cause__
         if cause is not None and str(cause).strip():
             message += f" ({str(cause).strip().splitlines()[0]})"

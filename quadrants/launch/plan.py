@@ -24,6 +24,7 @@ from quadrants.launch.hydra_setup import (
     _compose_job,
     _overrides,
     check_host_memory,
+    check_removed_keys,
     expand_jobs,
     hydra_argv,
     launcher_ranks,
@@ -38,6 +39,7 @@ from quadrants.memory.plan import HOST_MARGIN, GiB, Plan, fits, format_plan, mak
 
 def plan_command(argv: list[str]) -> tuple[str, bool]:
     """(the report, whether every plan fits)."""
+    check_removed_keys(argv)  # cluster.gpu_memory_gb -> cluster.gpu_memory_gib, as the sweep says
     register()
     everything = _overrides(hydra_argv(argv))
     overrides = [o for o in everything if not o.startswith(("hydra.", "hydra/"))]

@@ -35,7 +35,7 @@ from quadrants.launch.local_jobs import (
     use_tied_workers,
 )
 from quadrants.launch.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
-from quadrants.launch.sweep_callbacks import close_open_parent
+from quadrants.launch.sweep_callbacks import close_open_parent, report_pending
 
 register()
 
@@ -82,8 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         end_workers()
         close_open_parent("FAILED" if stopped_by() is None else "KILLED")
+        pending = report_pending()  # runs whose records wait in their spools: named, exit 1
     if stopped_by() is not None:
         sys.exit(128 + stopped_by())
+    if pending:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

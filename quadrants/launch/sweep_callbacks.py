@@ -87,6 +87,39 @@ _open_parent: tuple[str, str] | None = (
 )
 
 
+_sweep_seen: Path | None = None  # the sweep directory of this command (set when it starts)
+
+
+def report_pending() -> bool:
+    """Say which runs of this command's sweep ended with records MLflow has not taken, each with
+    its deliver command; True when there are any (the command then exits non-zero)."""
+    if _sweep_seen is None:
+        return False
+    from quadrants.tracking.redeliver import pending_runs
+    from quadrants.tracking.setup import deliver_command
+
+    try:
+        pending = pending_runs(_sweep_seen)
+    except Exception as err:  # noqa: BLE001 - the report never hides the sweep's own end
+        log.warning("could not check the runs' tracking spools: %s", err)
+        return False
+    if not pending:
+        return False
+    lines = "\n".join(f"  {run.name}: {deliver_command(run)}" for run in pending)
+    print(
+        f"quadrants: {len(pending)} run(s) of sweep {_sweep_seen.name} ended with records not "
+        f"delivered to MLflow (pending; their runs show RUNNING there, steps missing). Send "
+        f"them once the store answers:\n{lines}",
+        flush=True,
+    )
+    return True
+
+
+def _seen(config: DictConfig) -> None:
+    global _sweep_seen
+    _sweep_seen = _sweep_dir(config)
+
+
 def close_open_parent(status: str) -> None:
     """End the parent run this process opened and has not closed (a sweep whose launcher failed)."""
     global _open_parent
@@ -107,6 +140,7 @@ class SweepCallback(Callback):
     """Parent run, base-policy build and summary table around a Hydra run or multirun."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _seen(config)
         _announce(_uri(config))
         _prepare_model(config)
 
@@ -115,6 +149,7 @@ class SweepCallback(Callback):
         _print_links(config, _uri(config), None)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _seen(config)
         uri = _uri(config)
         _announce(uri)
         _prepare_model(config)
@@ -125,15 +160,14 @@ class SweepCallback(Callback):
         parent = record.get("parent_run_id")
         try:
             from quadrants.tracking.mlflow_tracker import start_parent_run
+            from quadrants.tracking.setup import store_artifact_location
 
             parent = start_parent_run(
                 uri,
                 str(config.study),
                 str(config.sweep_id),
                 {"quadrants.study": str(config.study), "quadrants.sweep_id": str(config.sweep_id)},
-                artifact_location=None
-                if config.tracking.uri
-                else (Path(config.outputs).expanduser().resolve() / "mlartifacts").as_uri(),
+                artifact_location=store_artifact_location(uri),
             )
         except Exception as err:  # noqa: BLE001 - tracking trouble never stops a sweep
             log.warning(

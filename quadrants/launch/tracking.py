@@ -70,10 +70,29 @@ def deliver(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
-    ended = f"ended {done.status}" if done.status else "left RUNNING (its process never ended it)"
+    status = done.status or store_status(uri, done.run_id)
+    if status is None:
+        ended = "its status unread" if done.run_id else "not created (nothing was spooled for it)"
+    elif status == "RUNNING":
+        ended = "left RUNNING (its process never ended it: run the training command again)"
+    else:
+        ended = f"{status} in MLflow" if done.status is None else f"ended {status}"
     refused = f"; MLflow refused {done.dropped} record(s) (logged above)" if done.dropped else ""
     print(f"delivered {directory} to {uri}: run {done.run_id}, {ended}{refused}")
     return 0
+
+
+def store_status(uri: str, run_id: str | None) -> str | None:
+    """The run's status as the store has it now (a spool with nothing left to send ended its run
+    in an earlier delivery, or was never ended); None without a run."""
+    if run_id is None:
+        return None
+    from mlflow.tracking import MlflowClient
+
+    try:
+        return MlflowClient(uri).get_run(run_id).info.status
+    except Exception:  # noqa: BLE001 - the delivery itself succeeded; the status is extra
+        return None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -167,12 +167,23 @@ def refusal(cfg: RunConfig, plan: Plan) -> str:
     if state > 0.1 * peak.total and inputs.lora is None:
         full_state = state * inputs.world_size
         room = budget - (peak.total - state)
-        least = f"; at least {math.ceil(full_state / room)}" if room > 0 else ""
-        fixes.append(
-            f"more ranks per run (parameters, gradients and optimizer states, "
-            f"{full_state / 1e9:.1f} GB in all, shard over them{least}): launcher=slurm_ddp "
-            "hydra.launcher.tasks_per_node=8 (and hydra.launcher.nodes for more than one node)"
-        )
+        # only where more ranks than the run has would hold the sharded state (a run that has
+        # them already is told the other fixes): a full node of 8 first (the rest of the peak,
+        # the engine's weights and KV cache, does not shrink with ranks, so the bare count can
+        # fall short: test_plan.py), then twice the nodes
+        least = math.ceil(full_state / room) if room > 0 else None
+        if least is not None and least > inputs.world_size:
+            ranks = 8 if inputs.world_size < 8 else max(2 * inputs.world_size, least)
+            ranks = 8 * math.ceil(ranks / 8)
+            per_node = 8
+            nodes = math.ceil(ranks / per_node)
+            where = f" hydra.launcher.nodes={nodes}" if nodes > 1 else ""
+            fixes.append(
+                f"more ranks per run (parameters, gradients and optimizer states, "
+                f"{full_state / 1e9:.1f} GB in all, shard over them; at least {least}, now "
+                f"{inputs.world_size}): launcher=slurm_ddp hydra.launcher.tasks_per_node="
+                f"{per_node}{where}"
+            )
     if peak.phase == "update" and f.activations > 0.1 * over:
         fixes.append(
             "fewer tokens per micro-batch: train.micro_batch_tokens="

@@ -3,7 +3,10 @@ directory, or a Hugging Face hub id. Shared by the compose-time check and the lo
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 TINY = "tiny"
 TINY_RANDOM = "tiny-random"
@@ -49,3 +52,37 @@ def local_model_config(name_or_path: str):
 
         return AutoConfig.from_pretrained(path, local_files_only=True)
     return None
+
+
+# one short look at the Hub before a job that needs it starts: huggingface_hub itself waits
+# DEFAULT_ETAG_TIMEOUT = 10 s per request (huggingface_hub/constants.py) and retries with
+# exponential backoff, 1 s doubling to 8 s, up to 5 times (huggingface_hub/utils/_http.py
+# `http_backoff`), and transformers asks for several files: 86 s measured on a machine without
+# network before the job failed
+HUB_CHECK_TIMEOUT_S = 3.0
+_TRUE = {"1", "ON", "YES", "TRUE"}  # huggingface_hub/constants.py `_is_true`
+
+
+def hub_offline(environ: os._Environ | dict | None = None) -> bool:
+    """Whether the Hub is switched off, as huggingface_hub reads it (huggingface_hub 2.x,
+    constants.py: `HF_HUB_OFFLINE = _is_true(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)`)."""
+    env = os.environ if environ is None else environ
+    value = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")
+    return value is not None and value.upper() in _TRUE
+
+
+def hub_unreachable(timeout_s: float = HUB_CHECK_TIMEOUT_S) -> str | None:
+    """Why the Hub's endpoint (`HF_ENDPOINT`, else https://huggingface.co) cannot be reached, or
+    None: one TCP connection with a short timeout, no request. Behind a proxy (HTTPS_PROXY,
+    ALL_PROXY) a direct connection says nothing, so None."""
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = urlparse(endpoint)
+    host = url.hostname or "huggingface.co"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as error:
+        return f"{endpoint} did not answer within {timeout_s:.0f} s ({error})"

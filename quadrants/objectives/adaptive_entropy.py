@@ -31,10 +31,29 @@ The coefficient and the on/off flag are the objective's state (`quadrants/object
 the loop advances them once per optimizer step from the step's reduced `entropy_estimate` and stores
 them in every checkpoint (the authors' trainer does not, so their resumed runs restart from c₀).
 Called without a state (a test, one call) the objective uses the initial one.
+
+Three more choices follow the authors' trainer (docs/science.md, recipe table):
+- `minibatch_scale`: `nominal` (theirs): each mini-batch's loss over its nominal size,
+  `loss = policy_loss * (len(data) / self.config.ppo_mini_batch_size)` (SkyworkAI/Skywork-OR1 @
+  64e96af, verl/workers/actor/dp_actor.py `update_policy`), so a mini-batch with dropped groups is
+  scaled by kept / nominal rows (objectives/loss.py `nominal_scale`); `kept`: over its kept rows
+  (the suite's first choice).
+- `skip_unmixed_steps` (with `dynamic_sampling`): a step whose groups are all constant is skipped,
+  no optimizer step and no controller update, logged as `train/skipped_step` (their
+  verl/trainer/ppo/ray_trainer.py `fit`: "No valid samples remain, skip this batch" and
+  `continue`); false steps the optimizer on the empty loss, and the controller, which has no
+  input, holds its state.
+- A mini-batch that keeps no token gives no estimate (NaN, left out of the step's mean), not a 0.
+  Their controller reads `actor/entropy_loss` from the metrics of the first data-parallel worker
+  only (`DataProto.concat` keeps `data[0].meta_info`, verl/protocol.py; the estimate is over that
+  rank's shard of the filtered batch, `get_entropy_metric` before the mini-batch loop); ours is
+  the mean over the step's mini-batches of each whole mini-batch's value, the same on every rank
+  (every rank computes the whole mini-batch's loss).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +72,7 @@ from quadrants.objectives.common import clipped_terms, drop_constant_groups, val
 from quadrants.objectives.registry import check_range, register_objective
 
 ENTROPY_ESTIMATES = ("sampled_nll", "full")
+MINIBATCH_SCALES = ("nominal", "kept")  # as Archer's (objectives/archer.py)
 
 
 class EntropyController:
@@ -70,7 +90,10 @@ class EntropyController:
     def update(
         self, state: Mapping[str, float], metrics: Mapping[str, float], params: Mapping[str, Any]
     ) -> dict[str, float]:
-        below = metrics["entropy_estimate"] < params["target"]
+        estimate = metrics.get("entropy_estimate", float("nan"))
+        if math.isnan(estimate):  # no mini-batch kept a token (a skipped step): no update
+            return dict(state)
+        below = estimate < params["target"]
         coef = state["coef"] + (params["delta"] if below else -params["delta"])
         coef = min(max(coef, params["coef_min"]), params["coef_max"])
         return {"coef": float(coef), "enabled": float(below)}
@@ -87,9 +110,15 @@ def validate_adaptive_entropy(
     clip_high: float,
     entropy_estimate: str,
     clip_ratio_c: float | None = None,
+    minibatch_scale: str = "nominal",
     **_: object,
 ) -> None:
     validate_clip(clip_low=clip_low, clip_high=clip_high, clip_ratio_c=clip_ratio_c)
+    if minibatch_scale not in MINIBATCH_SCALES:
+        raise ValueError(
+            f"minibatch_scale={minibatch_scale!r} is unknown; choose one of "
+            f"{list(MINIBATCH_SCALES)}"
+        )
     if entropy_estimate not in ENTROPY_ESTIMATES:
         raise ValueError(
             f"entropy_estimate={entropy_estimate!r} is unknown; choose one of "
@@ -114,6 +143,10 @@ def validate_adaptive_entropy(
         " is the current entropy of every counted row, which a row without gradient would have to"
         " be run for, so that setting keeps the pass"
     ),
+    nominal_rows=lambda params: params["minibatch_scale"] == "nominal",
+    skips_unmixed_steps=lambda params: (
+        bool(params["skip_unmixed_steps"]) and bool(params["dynamic_sampling"])
+    ),
 )
 def adaptive_entropy(
     batch: TokenBatch,
@@ -129,6 +162,8 @@ def adaptive_entropy(
     clip_ratio_c: float | None = None,
     dynamic_sampling: bool = True,
     entropy_estimate: str = "sampled_nll",
+    minibatch_scale: str = "nominal",
+    skip_unmixed_steps: bool = True,
     state: Mapping[str, float] | None = None,
 ) -> ObjectiveOutput:
     if policy.entropy is None:
@@ -156,8 +191,12 @@ def adaptive_entropy(
     estimate = controller_entropy(
         batch, policy, mask if denominator_mask is None else denominator_mask, entropy_estimate
     )
-    # the controller's input, over every row whichever estimate (EntropyController.reads)
-    metrics["entropy_estimate"] = estimate.over_rows(None)
+    # the controller's input, over every row whichever estimate (EntropyController.reads); NaN
+    # for a mini-batch that keeps no token, which the step's mean leaves out (train/telemetry.py
+    # `mean_metrics`) instead of averaging in a 0
+    value = estimate.over_rows(None)
+    kept = (mask if denominator_mask is None else denominator_mask).bool().any()
+    metrics["entropy_estimate"] = torch.where(kept, value, torch.full_like(value, float("nan")))
     return ObjectiveOutput(
         (terms.per_token_loss - coef * policy.entropy) * mask,
         metrics,

@@ -36,6 +36,10 @@ Open choices, each named:
   sampling; their rule is all-0 or all-1 rewards, which is all-equal for 0/1 rewards).
 - `high_entropy_kl_scale`: the high-entropy tokens' KL weight relative to objective.kl_coef (the
   authors' is an absolute coefficient; both are 0 in their recipe).
+- `minibatch_scale`: `nominal` (the authors'): each mini-batch's loss is divided by its nominal
+  size, so a mini-batch with dropped groups is scaled by kept / nominal rows (their dp_actor.py
+  `loss = policy_loss / self.gradient_accumulation`, a fixed count; objectives/loss.py
+  `nominal_scale`); `kept`: over the kept rows only (the suite's first choice).
 A token exactly at the quantile is low-entropy (the authors' `<=`).
 """
 
@@ -63,6 +67,10 @@ from quadrants.ops.surrogate import clipped_surrogate
 SCOPES = ("response", "mini_batch")
 ENTROPY_SOURCES = ("current", "behaviour")
 KL_NORMALISERS = ("response", "entropy_group", "response_tokens")
+# `nominal` (the authors'): each mini-batch's loss over its nominal row count, so a mini-batch
+# whose constant groups were dropped is scaled by kept / nominal rows; `kept`: over the rows it
+# keeps (the suite's first choice). objectives/loss.py `nominal_scale`
+MINIBATCH_SCALES = ("nominal", "kept")
 
 
 def validate_archer(
@@ -77,10 +85,12 @@ def validate_archer(
     high_clip_low: float,
     high_clip_high: float,
     clip_ratio_c: float | None,
+    minibatch_scale: str = "nominal",
     **_: object,
 ) -> None:
     check_range("quantile", quantile, low=0.0, high=1.0)
     for key, value, allowed in (
+        ("minibatch_scale", minibatch_scale, MINIBATCH_SCALES),
         ("scope", scope, SCOPES),
         ("entropy_source", entropy_source, ENTROPY_SOURCES),
         ("kl_normaliser", kl_normaliser, KL_NORMALISERS),
@@ -128,6 +138,7 @@ def high_entropy_mask(
         "over the mini-batch's tokens and kl_normaliser=entropy_group the mini-batch's token "
         "counts, both batch statistics"
     ),
+    nominal_rows=lambda params: params["minibatch_scale"] == "nominal",
 )
 def archer(
     batch: TokenBatch,
@@ -144,6 +155,7 @@ def archer(
     high_entropy_kl_scale: float = 0.0,
     kl_normaliser: str = "response",
     dynamic_sampling: bool = True,
+    minibatch_scale: str = "nominal",
 ) -> ObjectiveOutput:
     mask = batch.response_mask
     if entropy_source == "current":

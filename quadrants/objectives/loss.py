@@ -137,6 +137,13 @@ def compute_loss(
     per_token, denominator, metrics, policy_metrics = loss_terms(
         spec, params, batch, policy, settings, is_weights
     )
+    if normaliser is None and spec.scales_by_nominal_rows(params):
+        normaliser = loss_normaliser(
+            denominator,
+            settings.loss_agg,  # type: ignore[arg-type]
+            settings.norm_length,
+            per_token.dtype,
+        ) * nominal_scale(spec, params, batch)
     loss = aggregate_loss(
         per_token,
         denominator,
@@ -260,12 +267,42 @@ def mini_batch_normaliser(
     mask = batch.response_mask
     denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     _, denominator = counted_tokens(batch, denominator, settings)
-    return loss_normaliser(
+    normaliser = loss_normaliser(
         denominator,
         settings.loss_agg,  # type: ignore[arg-type]
         settings.norm_length,
         batch.old_logp.dtype,
     )
+    if spec.scales_by_nominal_rows(params):
+        normaliser = normaliser * nominal_scale(spec, params, batch)
+    return normaliser
+
+
+def nominal_scale(spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBatch) -> Tensor:
+    """[] float, rows / kept rows of the mini-batch `batch`: the factor that turns a normaliser
+    over the kept rows into the authors' over the nominal mini-batch (`ObjectiveSpec.nominal_rows`).
+
+    Archer's and Skywork-OR1's verl actors split the filtered batch into mini-batches of the
+    nominal `ppo_mini_batch_size` rows and scale each micro-batch's loss by a fixed count:
+    `loss = policy_loss / self.gradient_accumulation` with gradient_accumulation =
+    ppo_mini_batch_size // ppo_micro_batch_size_per_gpu (wizard-III/ArcherCodeR @ 8a1785b,
+    verl/workers/actor/dp_actor.py `update_policy`), `loss = policy_loss * (len(data) /
+    self.config.ppo_mini_batch_size)` under use_dynamic_bsz (SkyworkAI/Skywork-OR1 @ 64e96af,
+    verl/workers/actor/dp_actor.py `update_policy`). A mini-batch holding fewer kept rows than
+    its nominal size is then scaled by kept / nominal. Here a mini-batch holds `train.
+    mini_batch_size` rows, the dropped ones too (out of the loss): its nominal size is its row
+    count, and its kept rows those with a token in the objective's denominator (read from the
+    objective on the behaviour values, as `mini_batch_normaliser`). 1 when no row is kept (the
+    loss is then 0 whatever the normaliser)."""
+    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
+    device = batch.sequences.device
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        out = spec.fn(batch, standin, **params)
+    mask = batch.response_mask.bool()
+    denominator = mask if out.denominator_mask is None else out.denominator_mask.bool() & mask
+    kept = denominator.any(dim=1).sum()
+    rows = torch.tensor(float(batch.batch_size), device=kept.device)
+    return torch.where(kept > 0, rows / kept.clamp_min(1).float(), torch.ones_like(rows))
 
 
 def kept_tokens(batch: TokenBatch, quadrant: QuadrantSettings) -> Tensor | None:
@@ -282,3 +319,28 @@ def kept_tokens(batch: TokenBatch, quadrant: QuadrantSettings) -> Tensor | None:
             )
         return batch.control_mask
     return None if quadrant.keep is None else batch.quadrants.union(quadrant.keep)
+
+
+def gradient_tokens(spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBatch) -> Tensor:
+    """[B, T] bool, the response tokens that carry gradient under the full objective: inside the
+    loss's denominator and with a non-zero advantage. The count the matched random control matches
+    (train/step.py `draw_control`) and the telemetry logs.
+
+    The denominator is the objective's own (`ObjectiveOutput.denominator_mask`), read from the
+    objective run on the behaviour values (old log-probs, behaviour entropy), as
+    `mini_batch_normaliser` reads it: DAPO's token-mean drops the constant-reward groups (decided
+    on the full rollout batch, so the same in every mini-batch) and, with overlong filtering, the
+    truncated responses; GRPO's seq-mean keeps every response token in its denominator, and its
+    constant groups' tokens are left out here by their zero advantage. A token of zero advantage
+    still carries the gradient of an additive term (a KL penalty, an entropy bonus) where one is
+    on: it is not counted, since the quadrants' question is about the policy-gradient term.
+    `advantages` is the sequence's group advantage (an objective that reshapes it per token, HAPO,
+    EntroAdv, keeps its sign and zeros)."""
+    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
+    device = batch.sequences.device
+    # an objective that draws at random (Clip-Cov) leaves torch's generators as they were
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        out = spec.fn(batch, standin, **params)
+    mask = batch.response_mask.bool()
+    denominator = mask if out.denominator_mask is None else out.denominator_mask.bool() & mask
+    return denominator & (batch.advantages != 0)[:, None]

@@ -60,6 +60,13 @@ class ObjectiveSpec:
         decomposition: why the objective is or is not decomposable, in a sentence (required:
             tests/unit/objectives/test_registry.py reads it for every built-in objective, and
             docs/performance.md lists them).
+        nominal_rows: True, or a predicate of the full params, when the authors divide each
+            mini-batch's loss by its nominal row count, not by the rows it keeps (Archer's and
+            Skywork-OR1's verl trainers): the loss's normaliser is then multiplied by
+            rows / kept rows (objectives/loss.py `nominal_scale`).
+        skips_unmixed_steps: True, or a predicate of the full params, when a step whose groups
+            are all constant is skipped: no optimizer step, no controller update (Skywork-OR1's
+            trainer draws a new batch; train/step.py `train_step`).
     """
 
     name: str
@@ -72,6 +79,16 @@ class ObjectiveSpec:
     controller: ObjectiveController | None = None
     decomposable: bool | Callable[[Mapping[str, Any]], bool] = False
     decomposition: str = ""
+    nominal_rows: bool | Callable[[Mapping[str, Any]], bool] = False
+    skips_unmixed_steps: bool | Callable[[Mapping[str, Any]], bool] = False
+
+    def scales_by_nominal_rows(self, params: Mapping[str, Any]) -> bool:
+        flag = self.nominal_rows
+        return flag(params) if callable(flag) else bool(flag)
+
+    def skips_unmixed(self, params: Mapping[str, Any]) -> bool:
+        flag = self.skips_unmixed_steps
+        return flag(params) if callable(flag) else bool(flag)
 
     def wants_entropy(self, params: Mapping[str, Any]) -> bool:
         return (
@@ -120,6 +137,8 @@ def register_objective(
     controller: ObjectiveController | None = None,
     decomposable: bool | Callable[[Mapping[str, Any]], bool] = False,
     decomposition: str = "",
+    nominal_rows: bool | Callable[[Mapping[str, Any]], bool] = False,
+    skips_unmixed_steps: bool | Callable[[Mapping[str, Any]], bool] = False,
 ) -> Callable[[TokenObjective], TokenObjective]:
     """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
 
@@ -137,6 +156,8 @@ def register_objective(
             controller,
             decomposable,
             decomposition,
+            nominal_rows,
+            skips_unmixed_steps,
         )
         return fn
 

@@ -31,7 +31,14 @@ import torch
 from torch import Tensor
 
 from quadrants.ops.groups import group_token_mean_std
-from quadrants.ops.random_control import REWEIGHTS, Reweight
+from quadrants.ops.random_control import (
+    REWEIGHTS,
+    STRATIFIES,
+    WITHINS,
+    Reweight,
+    Stratify,
+    Within,
+)
 
 
 class Quadrant(str, Enum):
@@ -161,22 +168,45 @@ class RandomControl:
     """`quadrant=random`: the matched random-token control (ops/random_control.py).
 
     Attributes:
-        match: the arm whose kept-token count the control draws each step (a union of quadrants).
+        match: the arm whose count the control draws (a union of quadrants); empty only with
+            `match_fraction`.
         match_sign: draw per advantage sign, among the tokens of the matched arm's sign (its arms
             must share one sign).
         reweight: `none`, or `ht` (Horvitz–Thompson: each drawn token's loss times 1/π).
+        within: where the count is matched: `minibatch` (the arm's gradient-carrying tokens in
+            each mini-batch), `row` (in each row) or `nominal` (the arm's nominal count over the
+            step, the suite's first design); ops/random_control.py WITHINS.
+        stratify: `none`, or `entropy` (the arm's count in each decile of the step's entropy).
+        match_fraction: a budget instead of an arm: this share of the gradient-carrying tokens of
+            every stratum, in (0, 1]; None = the arm's count.
     """
 
     match: tuple[Quadrant, ...]
     match_sign: bool = False
     reweight: Reweight = "none"
+    within: Within = "minibatch"
+    stratify: Stratify = "none"
+    match_fraction: float | None = None
 
     def __post_init__(self) -> None:
-        if not self.match:
+        check_control_options(self.within, self.stratify, self.match_fraction)
+        if not self.match and self.match_fraction is None:
             parse_match([])
         if self.reweight not in REWEIGHTS:
             raise ValueError(
                 f"quadrant.reweight={self.reweight!r} is unknown; choose one of {list(REWEIGHTS)}"
+            )
+        if self.stratify == "entropy" and not self.match:
+            raise ValueError(
+                "quadrant.stratify=entropy draws the matched arm's entropy histogram, but the "
+                "control matches no arm (quadrant.match is null); set quadrant.match=<arm> (e.g. "
+                "quadrant.match=PHR) and quadrant.match_fraction=null, or quadrant.stratify=none"
+            )
+        if self.within == "nominal" and (self.stratify != "none" or self.match_fraction):
+            raise ValueError(
+                "quadrant.within=nominal is the first design (the arm's nominal count over the "
+                "step) and takes no quadrant.stratify or quadrant.match_fraction; use "
+                "quadrant.within=minibatch or row with them"
             )
         signs = {is_positive(q) for q in self.match}
         if self.match_sign and len(signs) > 1:
@@ -187,6 +217,29 @@ class RandomControl:
                 "negative (NHR, NLR) arms; match arms of one sign (e.g. quadrant.match=[PHR,PLR]) "
                 "or set quadrant.match_sign=false"
             )
+
+
+def check_control_options(within: str, stratify: str, match_fraction: float | None) -> None:
+    """Raise ValueError naming the key and the fix for an unknown `quadrant.within` or
+    `quadrant.stratify`, or a `quadrant.match_fraction` outside (0, 1]."""
+    if within not in WITHINS:
+        raise ValueError(
+            f"quadrant.within={within!r} is unknown; choose one of {list(WITHINS)} "
+            "(minibatch: the arm's gradient-carrying count per mini-batch; row: per row; "
+            "nominal: the arm's nominal count per step)"
+        )
+    if stratify not in STRATIFIES:
+        raise ValueError(
+            f"quadrant.stratify={stratify!r} is unknown; choose one of {list(STRATIFIES)}"
+        )
+    if match_fraction is not None and not (
+        isinstance(match_fraction, (int, float)) and 0.0 < float(match_fraction) <= 1.0
+    ):
+        raise ValueError(
+            f"quadrant.match_fraction={match_fraction!r} is outside (0, 1]; give the share of the "
+            "gradient-carrying tokens the control draws (e.g. quadrant.match_fraction=0.5), or "
+            "null to match quadrant.match's count"
+        )
 
 
 def check_denominator(denominator: str) -> None:
@@ -258,11 +311,20 @@ class QuadrantSettings:
                 f"quadrant.reweight={section.reweight!r} is unknown; choose one of "
                 f"{list(REWEIGHTS)}"
             )
+        within = getattr(section, "within", "minibatch")
+        stratify = getattr(section, "stratify", "none")
+        fraction = getattr(section, "match_fraction", None)
+        check_control_options(within, stratify, fraction)
         if is_random(section.keep):
             control = RandomControl(
-                parse_match(section.match),
+                ()
+                if fraction is not None and section.match is None
+                else parse_match(section.match),
                 match_sign=bool(section.match_sign),
                 reweight=section.reweight,
+                within=within,
+                stratify=stratify,
+                match_fraction=None if fraction is None else float(fraction),
             )
             return cls(
                 threshold=section.threshold,
@@ -275,6 +337,12 @@ class QuadrantSettings:
                 f"quadrant.reweight={section.reweight} weights the random control's draw, but "
                 f"quadrant.keep={section.keep!r} draws nothing; use quadrant=random "
                 "quadrant.match=<arm>, or quadrant.reweight=none"
+            )
+        if stratify != "none" or fraction is not None:
+            raise ValueError(
+                f"quadrant.stratify={stratify} / quadrant.match_fraction={fraction} shape the "
+                f"random control's draw, but quadrant.keep={section.keep!r} draws nothing; use "
+                "quadrant=random quadrant.match=<arm>, or leave them at none / null"
             )
         if section.match is not None:
             parse_match(section.match)  # a typo fails here too, though only the control reads it

@@ -15,7 +15,14 @@ one of two ways (docs/probe.md, "How often the intervals cover the truth"):
   per position: worlds as consistent with the observed counts as the frequencies are, in which a
   unanimous branch can still fail now and then, the case that defeats the interval.
 
-Shape legend: **W** worlds · **M** branches · **C** outcome classes · **R** repetitions.
+A pooled coverage (the share of every world and repetition covered) hides where the interval
+fails: `per_position` gives each position's own coverage (over its repetitions, and its posterior
+draws), their distribution (minimum, the shares under 0.8 and 0.6), and keeps the positions whose
+true credit is zero apart. At such a position the interval, clipped at 0, covers the truth
+whenever its lower end is clipped, so it is covered almost for free and lifts a pooled figure.
+
+Shape legend: **W** worlds · **M** branches · **C** outcome classes · **R** repetitions ·
+**P** positions.
 """
 
 from __future__ import annotations
@@ -146,3 +153,78 @@ def simulate_coverage(
         covered.append(((low <= target + 1e-12) & (target <= high + 1e-12)).view(r, w))
         widths.append((high - low).view(r, w))
     return Coverage(truth, torch.cat(estimates), torch.cat(covered), torch.cat(widths))
+
+
+ZERO_CREDIT = 1e-12
+"""A world's true I (nats) at or below this is "no credit" (a position whose branches all end
+alike has exactly 0; float rounding leaves ~1e-16)."""
+
+
+@dataclass(frozen=True)
+class PositionCoverage:
+    """Coverage per position.
+
+    Attributes:
+        position [P] long: the branches.csv keys, sorted.
+        coverage [P] float64: the share of the position's worlds x repetitions covered.
+        zero [P] bool: every world of the position has true I <= `ZERO_CREDIT`.
+        truth [P] float64: the mean true I over the position's worlds.
+    """
+
+    position: Tensor
+    coverage: Tensor
+    zero: Tensor
+    truth: Tensor
+
+    def summary(self, which: str = "credit") -> dict[str, float]:
+        """Of the positions with credit (`which="credit"`), without (`"zero"`) or all (`"all"`):
+        their number, the minimum, quartiles and mean of their coverage, and the shares under 0.8
+        and under 0.6 (NaN figures with no position)."""
+        keep = {"credit": ~self.zero, "zero": self.zero, "all": torch.ones_like(self.zero)}[which]
+        values = self.coverage[keep]
+        n = int(values.numel())
+        if n == 0:
+            nan = float("nan")
+            return dict(positions=0, minimum=nan, q25=nan, median=nan, mean=nan,
+                        under_0_8=nan, under_0_6=nan)  # fmt: skip
+        return dict(
+            positions=n,
+            minimum=float(values.min()),
+            q25=float(values.quantile(0.25)),
+            median=float(values.quantile(0.5)),
+            mean=float(values.mean()),
+            under_0_8=float((values < 0.8).double().mean()),
+            under_0_6=float((values < 0.6).double().mean()),
+        )
+
+
+def per_position(coverage: Coverage, position: Tensor) -> PositionCoverage:
+    """Each position's coverage over its worlds (`position` [W], e.g. `Worlds.position`: several
+    worlds per position under `posterior_draws`) and repetitions."""
+    keys, index = torch.unique(position, sorted=True, return_inverse=True)
+    p = keys.numel()
+    per_world = coverage.covered.double().sum(0)  # [W] covered repetitions
+    covered = torch.zeros(p, dtype=torch.float64).index_add_(0, index, per_world)
+    worlds = torch.zeros(p, dtype=torch.float64).index_add_(0, index, torch.ones_like(per_world))
+    truth = torch.zeros(p, dtype=torch.float64).index_add_(0, index, coverage.truth.double())
+    positive = torch.zeros(p, dtype=torch.float64).index_add_(
+        0, index, (coverage.truth > ZERO_CREDIT).double()
+    )
+    repetitions = coverage.covered.shape[0]
+    return PositionCoverage(keys, covered / (worlds * repetitions), positive == 0, truth / worlds)
+
+
+def summary_text(table: PositionCoverage) -> str:
+    """The per-position distribution as lines: with credit, without, all."""
+    lines = []
+    for which, label in (("credit", "with credit"), ("zero", "zero true credit"), ("all", "all")):
+        s = table.summary(which)
+        if not s["positions"]:
+            lines.append(f"{label}: no position")
+            continue
+        lines.append(
+            f"{label}: {s['positions']} positions, coverage min {s['minimum']:.2f}, quartile "
+            f"{s['q25']:.2f}, median {s['median']:.2f}, mean {s['mean']:.3f}; under 0.8: "
+            f"{100 * s['under_0_8']:.0f} %, under 0.6: {100 * s['under_0_6']:.0f} %"
+        )
+    return "\n".join(lines)

@@ -10,13 +10,22 @@ True is correct (reward 1), False wrong (0), None no answer (0, counted as `no_a
 `Outcome` may be returned as such. `FunctionGrader` calls it for every completion in place of
 math-verify, in training and in the held-out check (not for benchmarks, whose grading is theirs),
 in the training process: it has no worker processes and no deadline, so keep it fast and bounded.
-An exception grades that completion `error` (logged once) and training goes on.
+
+Before anything is written, `probe_reward` calls it once on one problem of the task (its gold, and
+the completion `\\boxed{<gold>}`): a wrong signature, an exception or a value that is not one of
+those (NaN, a number, a string) is refused at compose time naming the key and the error. During
+training an exception grades that completion `error` (logged once); the run's guard
+(run/grading.py) stops the run when a step's completions all fail to grade, or too many of them
+over several steps (`task.max_error_frac`, `task.error_steps`).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
+import math
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,15 +45,44 @@ def load_callable(path: Any, key: str) -> Callable[..., Any]:
     module_name, name = path.split(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
+    except ModuleNotFoundError as error:
+        if error.name is None or not _names_module(module_name, error.name):
+            raise ValueError(_import_failure(key, path, module_name, error)) from None
         raise ValueError(
-            f"{key}={path}: module {module_name!r} cannot be imported ({error}); put its directory "
-            "on PYTHONPATH or install its package"
+            f"{key}={path}: module {module_name!r} is not on the Python path ({error}); put its "
+            "directory on PYTHONPATH or install its package"
         ) from None
+    except Exception as error:  # noqa: BLE001 - the user's module raised while importing
+        raise ValueError(_import_failure(key, path, module_name, error)) from None
     found = getattr(module, name, None)
     if not callable(found):
         raise ValueError(f"{key}={path}: {module_name} has no callable {name!r}")
     return found
+
+
+def _names_module(module_name: str, missing: str) -> bool:
+    """Whether the module Python could not find is `module_name` itself or one of its packages
+    (`a.b.c` not found as `a` or `a.b`): then it is not on the path. Any other missing name is an
+    import inside the user's module, which is found but fails."""
+    return module_name == missing or module_name.startswith(missing + ".")
+
+
+def _import_failure(key: str, path: str, module_name: str, error: BaseException) -> str:
+    """A user's module that was found but raised while importing: its own exception and the line
+    of its code that raised it (the innermost frame outside the import machinery)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if not f.filename.startswith("<frozen importlib")
+    ]
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f" at {error.filename}:{error.lineno}"
+    return (
+        f"{key}={path}: module {module_name!r} was found but raised while importing: "
+        f"{type(error).__name__}: {error}{where}. Fix the module (it is imported as is, so "
+        f"`python -c 'import {module_name}'` shows the same error)"
+    )
 
 
 def _outcome(value: Any) -> Outcome:
@@ -54,7 +92,43 @@ def _outcome(value: Any) -> Outcome:
         return Outcome.no_answer
     if isinstance(value, bool):
         return Outcome.correct if value else Outcome.wrong
+    if isinstance(value, float) and not math.isfinite(value):
+        raise TypeError(
+            f"returned {value!r} (not a finite number); a reward returns True, False, None or an "
+            "Outcome"
+        )
     raise TypeError(f"returned {value!r}; a reward returns True, False, None or an Outcome")
+
+
+def probe_reward(function: Callable[..., Any], key: str, path: str, gold: str) -> Outcome:
+    """Call the reward once as training will, `function("\\boxed{<gold>}", gold)` with the gold of
+    one of the task's problems; ValueError naming `key` when it cannot take (completion, answer),
+    raises, or returns something that is not True/False/None/an Outcome (NaN included). Returns
+    the outcome it gave (any outcome passes: the check is that a reward can be computed)."""
+    completion = f"\\boxed{{{gold}}}"
+    try:
+        inspect.signature(function).bind(completion, gold)
+    except TypeError as error:
+        raise ValueError(
+            f"{key}={path}: it cannot be called as reward(completion, answer) ({error}); a reward "
+            "takes two strings, the completion and the problem's gold answer"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): the call below says
+        pass
+    called = f"{key}={path} on a problem of the task, reward({completion!r}, {gold!r})"
+    try:
+        value = function(completion, gold)
+    except Exception as error:  # noqa: BLE001 - the user's code: refused, its error named
+        frames = traceback.extract_tb(error.__traceback__)[1:]  # from the user's function in
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        raise ValueError(
+            f"{called} raised {type(error).__name__}: {error}{where}. A reward that cannot be "
+            "computed grades every completion 'error' and trains on nothing; fix the function"
+        ) from None
+    try:
+        return _outcome(value)
+    except TypeError as error:
+        raise ValueError(f"{called} {error}") from None
 
 
 class FunctionGrader:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import logging
 import math
 import multiprocessing
 import multiprocessing.forkserver
@@ -93,9 +94,15 @@ Clock = Literal["wall", "cpu"]
 _UNSAFE_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 """C0 controls but tab/newline/CR, DEL, lone surrogates (from ``surrogateescape``; not UTF-8)."""
 
+log = logging.getLogger(__name__)
 _GOLD_CACHE: dict[str, list] = {}  # a worker sees each gold G times per batch; parsing dominates
 _GOLD_CACHE_SIZE = 4096
+# A worker reports ready once math-verify is imported and warm (about 1.3 s of CPU). One that has
+# not by _STARTUP_TIMEOUT_S but is alive is slow, not broken (two gloo ranks and another test
+# lane on 2 cores took over 120 s), so it is waited for, said once, until _STARTUP_LIMIT_S; one that
+# died, or is still not ready then, stops the grading with "failed to start".
 _STARTUP_TIMEOUT_S = 120.0
+_STARTUP_LIMIT_S = 900.0
 _MAX_CHUNK = 64
 _CPU_LIMIT_SLACK_S = (
     2  # RLIMIT_CPU sits this far past the item's CPU budget: only C code ignoring SIGPROF meets it
@@ -407,7 +414,9 @@ class _Worker:
     process: BaseProcess
     conn: Connection
     deadline: float  # monotonic time by which it must next report (start-up, then per item)
+    started: float = 0.0  # monotonic time of its start
     ready: bool = False
+    slow_start_said: bool = False
     pending: deque[_Item] = field(default_factory=deque)  # sent, not yet graded, in order
 
     def kill(self) -> None:
@@ -415,6 +424,31 @@ class _Worker:
         self.process.kill()
         self.process.join(timeout=5.0)
         self.conn.close()
+
+
+@contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """While a worker starts, the parent's `__main__` names no file or module, so the worker does
+    not run it again. A forkserver or spawn child imports the parent's main module before its
+    target (CPython Lib/multiprocessing/spawn.py `get_preparation_data` -> `prepare` ->
+    `_fixup_main_from_path`/`_from_name`); Python 3.11's forkserver never preloads it (its
+    `ensure_running` passes `main_path`, which `get_preparation_data` names
+    `init_main_from_path`), so every worker of a training script re-imported torch, transformers
+    and the trainer: about 9 s per worker, measured with py-spy on tests/distributed/worker.py. The
+    target lives in this module, so the worker needs nothing of `__main__`."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    names = ("__spec__", "__file__")
+    hidden = {name: main.__dict__[name] for name in names if name in main.__dict__}
+    try:
+        main.__spec__ = None
+        main.__dict__.pop("__file__", None)
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(hidden)
 
 
 def _ensure_standard_start_method() -> None:
@@ -520,6 +554,12 @@ class Grader:
             if "forkserver" in multiprocessing.get_all_start_methods()
             else multiprocessing.get_context("spawn")
         )
+        if self._context.get_start_method() == "forkserver":
+            # The forkserver (one per process, started with its first child) imports this module
+            # and math-verify once; every worker forked from it then starts with them imported
+            # (about 1.3 s of CPU each otherwise). Without effect once the forkserver runs
+            # (CPython Lib/multiprocessing/forkserver.py `set_forkserver_preload`).
+            self._context.set_forkserver_preload([__name__])
         self._workers: list[_Worker] = [self._start_worker() for _ in range(num_workers)]
         self._closed = False
 
@@ -598,9 +638,30 @@ class Grader:
             args=(child_conn, self.timeout_s, self.clock, self.memory_mb),
             daemon=True,
         )
-        process.start()
+        with _main_module_hidden():
+            process.start()
         child_conn.close()
-        return _Worker(process, parent_conn, time.monotonic() + _STARTUP_TIMEOUT_S)
+        started = time.monotonic()
+        return _Worker(process, parent_conn, started + _STARTUP_TIMEOUT_S, started=started)
+
+    @staticmethod
+    def _still_starting(worker: _Worker, now: float) -> bool:
+        """Whether `worker`, past its deadline, is alive and still starting within
+        _STARTUP_LIMIT_S (then its deadline moves there, said once), not failed."""
+        if worker.ready or not worker.process.is_alive():
+            return False
+        if now - worker.started >= _STARTUP_LIMIT_S:
+            return False
+        if not worker.slow_start_said:
+            worker.slow_start_said = True
+            log.warning(
+                "a grading worker has not started after %.0f s (importing math-verify; is the "
+                "machine's CPU shared with other jobs?); waiting for it up to %.0f s",
+                now - worker.started,
+                _STARTUP_LIMIT_S,
+            )
+        worker.deadline = worker.started + _STARTUP_LIMIT_S
+        return True
 
     def _grade_in_pool(self, items: list[_Item], outcomes: list[Outcome]) -> None:
         """Grade ``items`` into ``outcomes[index]``, handing chunks to workers as they free up.
@@ -663,5 +724,5 @@ class Grader:
                     worker.deadline = math.inf
             now = time.monotonic()
             for worker in list(self._workers):
-                if worker.deadline <= now:
+                if worker.deadline <= now and not self._still_starting(worker, now):
                     replace(worker, Outcome.timeout)

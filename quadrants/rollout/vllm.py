@@ -31,7 +31,15 @@ What we ask vLLM for, and why:
   (`ModelConfig.logprobs_mode`, vLLM 0.32). So the behaviour log-probs are log softmax(logits / T),
   exactly the trainer's recompute at `top_p = 1` (the training default). With `top_p < 1` they are
   the log-probs of the truncated, renormalised distribution μ that really sampled the token (the HF
-  engine reports them before truncation); the difference shows up in the mismatch metrics.
+  engine reports them before truncation); the difference shows up in the mismatch metrics. Read in
+  vLLM's V2 sampler (the CUDA default of 0.33, vllm-project/vllm
+  vllm/v1/worker/gpu/sample/sampler.py): `Sampler.sample` applies temperature, min-p and
+  `apply_top_k_top_p` (masked to -inf) and returns those logits, which `__call__` hands to
+  `compute_topk_logprobs` under processed_logprobs. So at top-p 0.95 every behaviour log-prob
+  carries -log(nucleus mass) against the trainer's untruncated recompute; a correction built on
+  their ratio (`rollout.mismatch_correction`) is refused at compose time with top_p < 1
+  (quadrants/validation.py `validate_mismatch_truncation`), and the identity guard scores its probe
+  untruncated on both sides (`score`).
 - Weight sync: the trainer's state dict, one tensor at a time
   (quadrants.rollout.weights.full_weights), goes through `LLM.collective_rpc("reload_weights",
   weights_iterator=...)`, vLLM's in-place reload (`vllm.model_executor.model_loader.reload`), which
@@ -362,33 +370,48 @@ class VLLMEngine:
         )
 
     def score(self, sequences: Tensor, attention_mask: Tensor, response_length: int) -> Tensor:
-        """Log-probs [B, T] (float32, CPU) of the last `response_length` tokens of each sequence
-        under the engine's weights at temperature 1 (the identity check's probe,
-        rollout/identity.py): each sequence goes in as a prompt with `prompt_logprobs=0`, whose
-        entry at position i holds the log-prob of the prompt's own token i given the tokens before
-        it (vllm/sampling_params.py `prompt_logprobs`; the first entry is None). One token is
-        generated and ignored. At temperature 1 the processed log-probs the engine is started
-        with equal the raw ones."""
+        """Log-probs [B, T] (float32, CPU) of the response positions (the last `response_length`
+        columns: right-padded, the real ones where `attention_mask` is set) of each sequence under
+        the engine's weights at temperature 1 over the full vocabulary (the identity check's
+        probe, rollout/identity.py); padded positions hold 0. Each sequence's real tokens go in as
+        a prompt with `prompt_logprobs=0`, whose entry at position i holds the log-prob of the
+        prompt's own token i given the tokens before it (vllm/sampling_params.py
+        `prompt_logprobs`; the first entry is None). One token is generated and ignored.
+
+        No truncation, explicitly: the engine runs with `logprobs_mode="processed_logprobs"`, and
+        vLLM's V2 sampler computes those from the logits after temperature, min-p and top-k/top-p
+        (`Sampler.sample` applies `apply_top_k_top_p` before `compute_topk_logprobs` reads them;
+        vllm-project/vllm vllm/v1/worker/gpu/sample/sampler.py), so a probe scored at the run's
+        top-p would carry -log(nucleus mass) on every token that the trainer's recompute has not.
+        At temperature 1 with top_p 1 and top_k off the processed log-probs are the raw ones."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        mask = attention_mask.bool()
+        real_responses = mask[:, -response_length:].sum(dim=1).tolist()
         requests = [
-            TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist())
-            for ids, mask in zip(sequences, attention_mask)
+            TokensPrompt(prompt_token_ids=ids[row_mask].tolist())
+            for ids, row_mask in zip(sequences, mask)
         ]
         params = SamplingParams(
-            n=1, temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False, seed=0
+            n=1,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=-1,
+            max_tokens=1,
+            prompt_logprobs=0,
+            detokenize=False,
+            seed=0,
         )
         self._wake(["weights", "kv_cache"])
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        rows = []
-        for request, out in zip(requests, outputs):
+        scores = torch.zeros(len(requests), response_length, dtype=torch.float32)
+        for row, (request, out, real) in enumerate(zip(requests, outputs, real_responses)):
             tokens = request["prompt_token_ids"]
-            first = len(tokens) - response_length
-            rows.append(
-                [out.prompt_logprobs[i][tokens[i]].logprob for i in range(first, len(tokens))]
-            )
-        return torch.tensor(rows, dtype=torch.float32)
+            first = len(tokens) - real  # the response's real tokens are the last `real` ones
+            values = [out.prompt_logprobs[i][tokens[i]].logprob for i in range(first, len(tokens))]
+            scores[row, :real] = torch.tensor(values, dtype=torch.float32)
+        return scores
 
     def score_dtype(self) -> torch.dtype:
         """The dtype the engine computes in (`rollout.vllm.dtype`)."""

@@ -90,7 +90,11 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     tune_for(device, cfg.train.cpu, [model, ref_model])  # nothing unless device is the CPU
     # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
     # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
-    model, ref_model, engine = prepare_policy(cfg, model, tokenizer, ref_model, dist_env, device)
+    # the task first: the identity guard's probe is sampled from its first held-out prompts
+    task = make_run_task(cfg, tokenizer)
+    model, ref_model, engine = prepare_policy(
+        cfg, model, tokenizer, ref_model, dist_env, device, probe_prompts=probe_prompts(cfg, task)
+    )
     optimizer = torch.optim.AdamW(
         trainable_parameters(model),  # all of them, or under LoRA the adapters only
         lr=cfg.train.lr,
@@ -111,7 +115,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
         ref_model=ref_model,
         engine=engine,
         grader=grader,
-        task=make_run_task(cfg, tokenizer),
+        task=task,
         optimizer=optimizer,
         scheduler=scheduler,
         placement=placement,
@@ -152,6 +156,7 @@ def prepare_policy(
     ref_model: nn.Module | None,
     env: DistEnv,
     device: torch.device | None = None,
+    probe_prompts: list[str] | None = None,
 ) -> tuple[nn.Module, nn.Module | None, RolloutEngine]:
     """Place the policy (and the frozen reference) on `device` (default: `train.device` resolved for
     this rank), shard them over the ranks, and start the rollout engine `rollout.engine` names
@@ -175,7 +180,10 @@ def prepare_policy(
     checkpoint's load) nor the device (a LoRA base) ever holds a float32 copy of the model. The
     replica is taken after
     the cast: the HF engine samples from the trainer's parameters in their stored dtype (under
-    autocast when they are stored in two dtypes, rollout/hf.py)."""
+    autocast when they are stored in two dtypes, rollout/hf.py).
+
+    The engine starts under the rollout identity guard (rollout/identity.py), whose probe it samples
+    from `probe_prompts` (None: the guard's fixed prompts)."""
     check_layout(cfg, env.world_size)
     if cfg.train.attention_layout == "packed":  # a hub id's architecture is known only now
         check_packable(model.config)
@@ -209,7 +217,17 @@ def prepare_policy(
         del full_ref
     engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
     # every weight push checked: the engine scores what the trainer scores (rollout/identity.py)
-    return model, ref_model, identity_checked(engine, cfg, precision, model)
+    return model, ref_model, identity_checked(engine, cfg, precision, model, probe_prompts)
+
+
+def probe_prompts(cfg: RunConfig, task: Any) -> list[str]:
+    """The identity guard's probe prompts: the task's first `rollout.identity_check.probe_size`
+    held-out prompts, rendered as training renders them (fewer or none when the task holds fewer
+    out; none when the check is off)."""
+    settings = cfg.rollout.identity_check
+    if settings.every <= 0:
+        return []
+    return [problem.prompt for problem in task.heldout(settings.probe_size)]
 
 
 @dataclass

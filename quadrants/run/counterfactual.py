@@ -7,9 +7,21 @@ and sampling seeds. What differs between two arms is the mask alone, so their di
 batch is the effect of the mask, without the variance of separate training runs.
 
 An arm is a keep set of the loss (objectives/loss.py): a quadrant (`PHR`, `PLR`, `NHR`, `NLR`),
-`random` (the matched random-token control of ops/random_control.py, drawn on the batch) or
-`all` (the plain objective); the run's threshold rule and normaliser stay as they are. The update
-is the run's own (train/step.py `update_policy`: its epochs, mini-batches, clipping, AdamW step).
+`random` (the matched random-token control of ops/random_control.py, drawn on the batch), `all`
+(the plain objective) or `null` (the empty keep set: no gradient at all); the run's threshold rule
+and normaliser stay as they are. The update is one of `UPDATES`:
+- `adam`: the run's own (train/step.py `update_policy`: its epochs, mini-batches, clipping, AdamW
+  step from the checkpoint's moments). AdamW's first moment carries the run's past gradients
+  (β₁ = 0.9 weights the arm's own gradient by 0.1), so every arm also takes the momentum step;
+  the `null` arm takes that step alone, and an arm's effect minus `null`'s is its own;
+- `sgd`: one plain SGD step θ − lr · g_arm from the checkpoint's weights, g_arm the sum of the
+  update's mini-batch gradients at those weights (`update_gradient`), lr the run's learning rate
+  at the checkpoint; no optimizer state, no clipping, no weight decay;
+- `normalized`: θ − η · g_arm / ‖g_arm‖ with one η for every arm of a batch (`Plan.eta`, or
+  lr · ‖g_all‖ of that batch: the length of the plain objective's SGD step), so the arms differ in
+  their direction alone. An arm without gradient (`null`) does not move.
+Each arm's ‖g_arm‖ (the 2-norm over the trainable parameters, before any clipping) is reported as
+the metric `grad_norm`.
 
 Per arm and batch, on the held-out problems (`HeldoutSet`, sampled once from the checkpoint):
 - `logl`: the change in mean log-likelihood per token of the held-out responses graded correct
@@ -34,7 +46,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -42,6 +54,7 @@ from torch import Tensor, nn
 
 from quadrants import seeds
 from quadrants.models.policy import response_logprobs
+from quadrants.objectives.loss import gradient_tokens
 from quadrants.ops.quadrants import Quadrant, QuadrantSettings, RandomControl
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import SamplingSettings, rollouts_to
@@ -60,10 +73,24 @@ from quadrants.train.step import (
 )
 
 QUADRANT_ARMS: tuple[str, ...] = tuple(q.value for q in Quadrant)
-ARMS: tuple[str, ...] = (*QUADRANT_ARMS, "random", "all")
+NULL = "null"
+ARMS: tuple[str, ...] = (*QUADRANT_ARMS, "random", "all", NULL)
 MEASURED = ("logl", "accuracy", "entropy")
 FIRST_ORDER = ("logl_first_order", "entropy_first_order")
-METRICS: tuple[str, ...] = (*MEASURED, *FIRST_ORDER)
+GRAD_NORM = "grad_norm"
+METRICS: tuple[str, ...] = (*MEASURED, *FIRST_ORDER, GRAD_NORM)
+UPDATES: tuple[str, ...] = ("adam", "sgd", "normalized")
+"""How each arm steps from the checkpoint (the module docstring)."""
+
+
+def check_update(update: str) -> str:
+    """`update` if it is one of `UPDATES`, else ValueError naming the flag and the choices."""
+    if update not in UPDATES:
+        raise ValueError(
+            f"--update {update!r} is unknown; choose one of {', '.join(UPDATES)} (e.g. --update "
+            "sgd for one plain SGD step without the run's optimizer state)"
+        )
+    return update
 
 
 def run_quadrant(section: Any) -> QuadrantSettings:
@@ -80,7 +107,10 @@ def arm_quadrant(
     name: str, run: QuadrantSettings, control: RandomControl | None
 ) -> QuadrantSettings:
     """The run's quadrant settings with the keep set of arm `name`: one quadrant, the random
-    control `control` (`random`) or every token (`all`); threshold and normaliser the run's."""
+    control `control` (`random`), every token (`all`) or none (`null`); threshold and normaliser
+    the run's."""
+    if name == NULL:
+        return replace(run, keep=(), control=None)
     if name == "all":
         return replace(run, keep=None, control=None)
     if name == "random":
@@ -270,6 +300,23 @@ def _grad_on_host(parameter: nn.Parameter) -> Tensor:
     return parameter.grad.detach().float().to("cpu", copy=True)
 
 
+def grad_norm(params: Sequence[nn.Parameter]) -> float:
+    """‖g‖₂ over the parameters' current `.grad` (None counts as zero), in float64."""
+    total = 0.0
+    for parameter in params:
+        if parameter.grad is not None:
+            total += float(parameter.grad.detach().double().pow(2).sum())
+    return math.sqrt(total)
+
+
+@torch.no_grad()
+def gradient_step(params: Sequence[nn.Parameter], scale: float) -> None:
+    """θ ← θ − scale · g for every parameter with a `.grad` (plain SGD with step `scale`)."""
+    for parameter in params:
+        if parameter.grad is not None:
+            parameter.add_(parameter.grad.to(parameter.dtype), alpha=-scale)
+
+
 def directional(params: Sequence[nn.Parameter], direction: Sequence[Tensor]) -> float:
     """Σ_i g_i · d_i over the parameters' current `.grad` g and `direction` d, in float64."""
     total = 0.0
@@ -286,7 +333,8 @@ def directional(params: Sequence[nn.Parameter], direction: Sequence[Tensor]) -> 
 class Plan:
     """What to measure: the checkpoint's `step` (the step the batches are drawn at), the run
     `seed`, `batches` rollout batches, the held-out `problems` sampled as `sampling` in calls of
-    `chunk` problems."""
+    `chunk` problems; each arm steps by `update` (`UPDATES`), `eta` the normalized step's length
+    (None: lr · ‖g_all‖ of each batch)."""
 
     step: int
     seed: int
@@ -294,18 +342,27 @@ class Plan:
     problems: list[Problem]
     sampling: SamplingSettings
     chunk: int
+    update: str = "adam"
+    eta: float | None = None
+
+    def __post_init__(self) -> None:
+        check_update(self.update)
+        if self.eta is not None and not self.eta > 0:
+            raise ValueError(f"--eta {self.eta}: the normalized step's length must be > 0")
 
 
 @dataclass(frozen=True)
 class Outcomes:
     """The checkpoint's held-out values (`before`: logl, entropy, accuracy; `correct` and
     `responses`: how many held-out responses, and how many graded correct) and, per batch and
-    arm, each metric's effect (after − before, or the first-order effect)."""
+    arm, each metric's effect (after − before, or the first-order effect) and the arm's gradient
+    norm; `etas`: the normalized update's step length per batch (empty for the other updates)."""
 
     before: dict[str, float]
     correct: int
     responses: int
     effects: dict[int, dict[str, dict[str, float]]]  # batch -> arm -> metric -> effect
+    etas: dict[int, float] = field(default_factory=dict)
 
 
 def run_arms(
@@ -330,16 +387,38 @@ def run_arms(
         + ", ".join(f"{k} {v:.4f}" for k, v in before.items())
     )
     effects: dict[int, dict[str, dict[str, float]]] = {}
+    etas: dict[int, float] = {}
     for b in range(plan.batches):
         base = seeds.counterfactual_batch(plan.seed, plan.step, b)
         batch, is_weights = score_batch(ctx, base, plan.step)
         update = replace(ctx.update, seed=base)
+        # the control's draw as the run's step draws it: matched on the full objective's
+        # gradient-carrying tokens, per mini-batch of this update (train/step.py train_step)
+        carrying = gradient_tokens(ctx.objective.spec, ctx.objective.params, batch)
+
+        def objective_of(quadrant: QuadrantSettings):  # noqa: ANN202 - objectives.Objective
+            return replace(ctx.objective, loss=replace(ctx.objective.loss, quadrant=quadrant))
+
+        if plan.update == "normalized":
+            if plan.eta is None:  # the plain objective's SGD step length on this batch
+                quadrant = arm_quadrant("all", run_quadrant_of(arms), None)
+                update_gradient(
+                    ctx.model, objective_of(quadrant), ctx.forwards, update,
+                    draw_control(
+                        batch, quadrant, base, plan.step, carrying=carrying, update=update
+                    ),
+                    plan.step, is_weights,
+                )  # fmt: skip
+                etas[b] = lr * grad_norm(params)
+                ctx.optimizer.zero_grad(set_to_none=True)
+            else:
+                etas[b] = plan.eta
         effects[b] = {}
         for arm in arms:
-            objective = replace(
-                ctx.objective, loss=replace(ctx.objective.loss, quadrant=arm.quadrant)
+            objective = objective_of(arm.quadrant)
+            drawn = draw_control(
+                batch, arm.quadrant, base, plan.step, carrying=carrying, update=update
             )
-            drawn = draw_control(batch, arm.quadrant, base, plan.step)
             update_gradient(
                 ctx.model, objective, ctx.forwards, update, drawn, plan.step, is_weights
             )
@@ -349,15 +428,23 @@ def run_arms(
             }
             if math.isnan(before["logl"]):  # no correct held-out response: no likelihood to move
                 first["logl_first_order"] = math.nan
-            update_policy(
-                ctx.model, ctx.optimizer, ctx.scheduler, objective, ctx.forwards, update, drawn,
-                plan.step, is_weights,
-            )  # fmt: skip
+            norm = grad_norm(params)
+            if plan.update == "adam":
+                update_policy(
+                    ctx.model, ctx.optimizer, ctx.scheduler, objective, ctx.forwards, update,
+                    drawn, plan.step, is_weights,
+                )  # fmt: skip
+            elif plan.update == "sgd":
+                gradient_step(params, lr)  # the summed gradient of update_gradient, as is
+            elif norm > 0.0:  # normalized: the same length etas[b] for every arm
+                gradient_step(params, etas[b] / norm)
+            ctx.optimizer.zero_grad(set_to_none=True)
             ctx.engine.sync_weights(ctx.model)
             after = measure(ctx, held)
             effects[b][arm.name] = {
                 **{name: after[name] - before[name] for name in MEASURED},
                 **first,
+                GRAD_NORM: norm,
             }
             snapshot.restore(ctx)
             ctx.engine.sync_weights(ctx.model)
@@ -366,7 +453,12 @@ def run_arms(
                 f"batch {b + 1}/{plan.batches} {arm.name}: "
                 + ", ".join(f"Δ{k} {v:+.5f}" for k, v in shown.items())
             )
-    return Outcomes(before, int(held.correct.sum()), int(held.correct.numel()), effects)
+    return Outcomes(before, int(held.correct.sum()), int(held.correct.numel()), effects, etas)
+
+
+def run_quadrant_of(arms: Sequence[Arm]) -> QuadrantSettings:
+    """The run's threshold rule and normaliser, read off the first arm (every arm carries them)."""
+    return replace(arms[0].quadrant, keep=None, control=None)
 
 
 def score_batch(ctx: StepContext, seed: int, step: int) -> tuple[Any, Tensor | None]:

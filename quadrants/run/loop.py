@@ -33,6 +33,7 @@ from quadrants.rewards.custom import FunctionGrader
 from quadrants.rewards.grader import Grader, grader_workers
 from quadrants.run.build import Run, build_context
 from quadrants.run.checkpoint import has_checkpoint
+from quadrants.run.grading import GradingFailed, GradingGuard
 from quadrants.run.identity import ResumeChange, change_params, check_resume, history_name
 from quadrants.run.preemption import checkpointed_steps
 from quadrants.run.records import (
@@ -155,6 +156,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                 total=total,
                 every=None,
             )
+            # a reward that cannot be computed stops the run (run/grading.py)
+            guard = GradingGuard(cfg.task.max_error_frac, cfg.task.error_steps, cfg.task.reward)
             loop_started = step_started = time.perf_counter()
             for index in checkpointed_steps(
                 bar,
@@ -217,6 +220,13 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
                             write_run_id(run_dir, tracker.run_id)
                     if checkpoint_now:
                         save_step(ctx, run_dir, step, tracker, offload)
+                try:
+                    guard.check(step, metrics)
+                except GradingFailed:
+                    # kept for a resume once the reward is fixed (the same config resumes it)
+                    if run_dir is not None and cfg.checkpoint.every and not checkpoint_now:
+                        save_step(ctx, run_dir, step, tracker, offload)
+                    raise
                 now = time.perf_counter()
                 eta = (now - loop_started) / (step - first) * (total - step)
                 line = _step_line(step, total, metrics, now - step_started, eta)

@@ -182,6 +182,7 @@ def update_settings(cfg: RunConfig) -> UpdateSettings:
         measure_dlogp=train.measure_dlogp,
         dlogp_rows=train.dlogp_rows,
         minibatch_grouping=train.minibatch_grouping,
+        gradient_cosine_every=cfg.quadrant.gradient_cosine_every,
     )
 
 

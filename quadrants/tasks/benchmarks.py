@@ -73,6 +73,7 @@ __all__ = [
     "BenchmarkItem",
     "BenchmarkSpec",
     "HubSource",
+    "check_row",
     "default_data_dir",
     "get_spec",
     "known_benchmarks",
@@ -452,6 +453,13 @@ def load_benchmark(
     if len(set(ids)) != len(ids):
         raise ValueError(f"{name}: problem ids are not unique")
     return Benchmark(name=name, items=items, samples=spec.samples)
+
+
+def check_row(name: str, index: int, row: Mapping[str, Any]) -> None:
+    """Whether row `index` of benchmark `name` makes a problem (a question, a gold the grader
+    reads); ValueError as `load_benchmark` raises it, for `quadrants.data import` to name the
+    row's line in the user's file."""
+    _item(get_spec(name), index, row, None)
 
 
 def _item(

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from quadrants.home import DATA_ENV, default_data_dir
-from quadrants.tasks.benchmarks import HubSource, get_spec, load_benchmark
+from quadrants.tasks.benchmarks import HubSource, check_row, get_spec, load_benchmark
 
 __all__ = [
     "CATALOGUE",
@@ -305,15 +305,32 @@ def check(name: str, data_dir: str | Path | None = None) -> FileStatus:
 # --- writing a copy -----------------------------------------------------------------------------
 
 
-def _validate_rows(entry: DataFile, rows: list[dict[str, Any]], where: str) -> None:
+def _validate_rows(
+    entry: DataFile,
+    rows: list[dict[str, Any]],
+    where: str,
+    lines: Sequence[int] | None = None,
+) -> None:
+    """Every row has the fields the loader reads, and a benchmark's rows make its problems.
+    `lines`: each row's line in the file `where` (1-based, blank lines counted), named by the
+    message; without them (a Hub table, Parquet) a row is named by its 0-based index."""
+
+    def at(index: int) -> str:
+        return f"line {lines[index]} of {where}" if lines is not None else f"row {index} of {where}"
+
     for index, row in enumerate(rows):
         for fields in entry.required:
             if not any(row.get(field) is not None for field in fields):
                 raise ValueError(
-                    f"{entry.name}: row {index} of {where} has none of the fields {list(fields)}; "
+                    f"{entry.name}: {at(index)} has none of the fields {list(fields)}; "
                     f"is this the {entry.name} file ({entry.origin})?"
                 )
     if entry.kind == "benchmark":  # every row must give a problem and a gold the grader reads
+        for index, row in enumerate(rows):
+            try:
+                check_row(entry.name, index, row)
+            except (ValueError, KeyError) as error:
+                raise ValueError(f"{entry.name}: {at(index)} does not load: {error}") from None
         with tempfile.TemporaryDirectory() as scratch:
             target = Path(scratch) / entry.relative
             _write_jsonl(target, rows)
@@ -389,6 +406,43 @@ def write_rows(
         return _install(entry, source, root, origin)
 
 
+def _json_lines(name: str, given: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows of the JSON-lines file `given` and the line each is on (1-based, blank lines
+    skipped but counted, as an editor numbers them); ValueError naming the line that is not
+    UTF-8, not JSON, or not an object. json's own position is within that one line, so its
+    "line 1 column 13" is turned into the file's line and that column."""
+    rows: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    with given.open("rb") as raw:
+        for number, data in enumerate(raw, 1):
+            bad = f"{name}: {given} is not a JSON-lines file: line {number}"
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(
+                    f"{bad} is not UTF-8 text ({error.reason} at byte {error.start} of the line). "
+                    "Nothing was imported."
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{bad}, column {error.colno} is not valid JSON ({error.msg}); a file cut "
+                    "short ends in a partial line. Fix: repair or remove that line. Nothing was "
+                    "imported."
+                ) from None
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{bad} is a JSON {type(row).__name__}, not an object with the problem and "
+                    "answer fields. Fix: one JSON object per line. Nothing was imported."
+                )
+            rows.append(row)
+            numbers.append(number)
+    return rows, numbers
+
+
 def import_file(
     name: str, path: str | Path, data_dir: str | Path | None = None, *, progress: bool = False
 ) -> FileStatus:
@@ -416,17 +470,13 @@ def import_file(
         return write_rows(
             name, rows, root, origin=f"imported from {given}", where=str(given), progress=progress
         )
-    try:
-        with given.open(encoding="utf-8") as lines:
-            rows = [json.loads(line) for line in lines if line.strip()]
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{name}: {given} is not a JSON-lines file ({error})") from None
+    rows, lines = _json_lines(name, given)
     if len(rows) != entry.rows:
         raise ValueError(
             f"{name}: {given} has {len(rows)} rows; the {name} file has {entry.rows}. "
             "Nothing was imported."
         )
-    _validate_rows(entry, rows, str(given))
+    _validate_rows(entry, rows, str(given), lines)
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root) as scratch:
         copy = Path(scratch) / given.name

@@ -22,6 +22,7 @@ adds the benchmarks it evaluates on, logs the count and tags the run `quadrants.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -41,7 +42,7 @@ from quadrants.tasks.benchmarks import (
 )
 from quadrants.tasks.read_log import note_read
 
-__all__ = ["DatasetTask", "lookup", "normalise_text", "read_rows"]
+__all__ = ["DatasetTask", "lookup", "normalise_text", "problem_hash", "read_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,13 @@ def lookup(row: dict[str, Any], key: str) -> Any:
             raise KeyError(f"no key {part!r} in {where} (it has {have})")
         walked.append(part)
     return value
+
+
+def problem_hash(text: str) -> str:
+    """A stable id of a problem without one: `h` + the first 12 hex digits of the SHA-256 of its
+    normalised text (`normalise_text`), so reordering, re-splitting or re-spacing the copy keeps
+    it."""
+    return "h" + hashlib.sha256(normalise_text(text).encode()).hexdigest()[:12]
 
 
 def _files(path: Path) -> list[Path]:
@@ -216,7 +224,11 @@ class DatasetTask:
         path: local file or directory (absolute, or relative to `data_dir` / $QUADRANTS_DATA).
         hub, hub_config, split: the Hub dataset and its training split (when `path` is None).
         problem_key, answer_key: dotted keys of the problem text and the gold answer.
-        id_key: dotted key of a stable row id; None = the row's index in the file.
+        id_key: dotted key of a stable row id; None = the row's index in the file. A row
+            without it (the Hub's DeepScaleR-Preview carries only problem, answer and solution,
+            while our offline subset has `index`) gets `h<12 hex digits>`, a hash of its
+            normalised problem text: stable under any reordering or re-split of the copy, and
+            never equal to a numeric index.
         gold: the gold normalisation, one of `benchmarks.GOLD_RULES`.
         strip_suffix: text removed from the end of every problem (e.g. an
             instruction the file carries).
@@ -311,12 +323,20 @@ class DatasetTask:
         )
 
     def _problems(self, rows: Iterable[dict[str, Any]], where: str) -> list[Problem]:
+        """Every row as a Problem: the one row reader of local files and Hub splits alike."""
         problems = []
+        hashed = 0
+        id_key = self._keys["id_key"]
         for index, row in enumerate(rows):
             try:
                 text = lookup(row, self._keys["problem_key"])
                 answer = lookup(row, self._keys["answer_key"])
-                key = index if self._keys["id_key"] is None else lookup(row, self._keys["id_key"])
+                key: Any = index
+                if id_key is not None:
+                    try:
+                        key = lookup(row, id_key)
+                    except KeyError:
+                        key, hashed = problem_hash(str(text)), hashed + 1
             except KeyError as error:
                 raise KeyError(
                     f"{where}, row {index}: {error.args[0]}; set task.params.problem_key / "
@@ -330,6 +350,14 @@ class DatasetTask:
             if self._strip_suffix and text.endswith(self._strip_suffix.strip()):
                 text = text[: -len(self._strip_suffix.strip())].rstrip()
             problems.append(Problem(id=f"{self.name}/{key}", prompt=text, answer=gold))
+        if hashed:
+            log.info(
+                "%s: %d rows without %r (task.params.id_key): their ids are hashes of their "
+                "problem text",
+                where,
+                hashed,
+                id_key,
+            )
         return problems
 
     def __len__(self) -> int:

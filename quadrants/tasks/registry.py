@@ -37,6 +37,8 @@ from quadrants.tasks.base import Task
 DATASET_PRESETS: dict[str, dict[str, Any]] = {
     # The paper's training set: DeepScaleR-Preview (40,315 problems) on the Hub; offline, the
     # 1,209-problem subset dsr_sub.jsonl (problem text without the data's instruction suffix).
+    # The Hub's rows carry only problem, answer and solution: no `index`, so their ids are hashes
+    # of their problem (tasks/dataset.py `problem_hash`); the offline rows keep their index.
     "deepscaler": dict(
         source="local",
         path="dsr_sub/dsr_sub.jsonl",
@@ -136,6 +138,12 @@ def check_task_files(name: str, params: dict[str, Any]) -> None:
 def _dataset_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The DatasetTask keyword arguments of task `name`: its preset overridden by `params`."""
     merged = {**DATASET_PRESETS.get(name, {}), **params}
+    if not any(merged.get(k) for k in ("source", "path", "hub")):  # task=dataset as it comes
+        raise ValueError(
+            f"task {name} reads its problems from a file or the Hugging Face Hub, and neither is "
+            "set. Fix: task.params.path=FILE (a JSONL or Parquet file, or a directory of them; "
+            "relative to $QUADRANTS_DATA unless it exists here) or task.params.hub=DATASET_ID"
+        )
     source = merged.pop("source", "local" if merged.get("path") else "hub")
     if source not in ("local", "hub"):
         raise ValueError(
@@ -231,8 +239,8 @@ class DatasetKind(TaskKind):
         from quadrants.tasks.dataset import check_rows, resolve_path
 
         merged = _dataset_params(self.name, params)
+        # not the id key: a row without it gets a hash of its problem (tasks/dataset.py)
         fields = [merged.get("problem_key", "problem"), merged.get("answer_key", "answer")]
-        fields += [merged["id_key"]] if merged.get("id_key") else []
         for key in ("path", "heldout_path"):
             if merged.get(key):
                 found = resolve_path(merged[key], merged.get("data_dir"))

@@ -49,6 +49,11 @@ class DelegatingTracker:
     def run_id(self) -> str | None:
         return self._tracker.run_id
 
+    @property
+    def undelivered(self) -> bool:
+        """Whether the wrapped tracker ended with records not delivered (MlflowTracker.finish)."""
+        return bool(getattr(self._tracker, "undelivered", False))
+
     def add_tags(self, tags: Mapping[str, str]) -> None:
         add = getattr(self._tracker, "add_tags", None)
         if add is not None:

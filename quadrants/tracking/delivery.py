@@ -35,6 +35,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from quadrants.tracking import keys
+from quadrants.tracking.disk_full import is_disk_full
 from quadrants.tracking.links import EXPERIMENT_KIND_TAG, TRAINING_KIND
 from quadrants.tracking.spool import Position, Spool, SpoolRecord
 
@@ -140,6 +141,9 @@ class Delivery:
         self._failing_since: float | None = None
         self._late_steps: set[int] = set()
         self.dropped = 0
+        # attempts that failed, and whether the last one failed on a full disk under the store
+        self.failures = 0
+        self.store_disk_full = False
 
     # ---- control (tracker side) -----------------------------------------------------------------
 
@@ -147,10 +151,23 @@ class Delivery:
         self._thread.start()
 
     def wait_delivered(self, target: Position, timeout_s: float | None) -> bool:
-        """Wake the thread and wait until the cursor reaches `target`; False on timeout."""
+        """Wake the thread and wait until the cursor reaches `target`; False on timeout, or as soon
+        as an attempt made after the call fails on a full disk under the store (SQLite's
+        "database or disk is full", ENOSPC): space does not come back while a process ends, so
+        waiting out `timeout_s` only delays the message that says so."""
+        failures = self.failures
         self._wake.set()
         with self._progress:
-            return self._progress.wait_for(lambda: self.spool.cursor >= target, timeout_s)
+            return (
+                self._progress.wait_for(
+                    lambda: (
+                        self.spool.cursor >= target
+                        or (self.store_disk_full and self.failures > failures)
+                    ),
+                    timeout_s,
+                )
+                and self.spool.cursor >= target
+            )
 
     def stop(self, join_s: float) -> None:
         self._stop.set()
@@ -415,6 +432,10 @@ class Delivery:
 
     def _failed(self, error: BaseException) -> None:
         self.last_error = _short(error)
+        with self._progress:
+            self.failures += 1
+            self.store_disk_full = is_store_full(error)
+            self._progress.notify_all()
         if self._failing_since is None:
             self._failing_since = time.monotonic()
             self._late_steps = set()
@@ -481,6 +502,19 @@ def _runs_of_kind(records: list[SpoolRecord]) -> Iterator[tuple[str, list[SpoolR
         group.append(record)
     if group:
         yield group[-1].payload.get("kind", "corrupt"), group
+
+
+def is_store_full(error: BaseException) -> bool:
+    """Whether a store's failure is a full disk: ENOSPC/EDQUOT anywhere in its chain
+    (`disk_full.is_disk_full`), or the words of one that reached us as text: SQLite's SQLITE_FULL
+    ("database or disk is full", which SQLAlchemy and MLflow pass on as their own exceptions) or a
+    tracking server's "No space left on device"."""
+    text = str(error)
+    return (
+        is_disk_full(error)
+        or "database or disk is full" in text
+        or ("No space left on device" in text)
+    )
 
 
 def _short(error: BaseException) -> str:

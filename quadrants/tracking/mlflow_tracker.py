@@ -153,6 +153,8 @@ class MlflowTracker:
         self._copy_limit = copy_artifacts_up_to
         self._delivery: Delivery | None = None
         self._finished = False
+        # set by `finish`: records (or the run's end) still in the spool when this process ended
+        self.undelivered = False
         self._warned: set[str] = set()
         self._valid_keys: set[str] = set()
         atexit.register(_flush_at_exit, weakref.ref(self))
@@ -336,6 +338,7 @@ class MlflowTracker:
                 )
             except DiskFullError as error:  # the end cannot be recorded: the run stays RUNNING
                 self._finished = True
+                self.undelivered = True
                 log.error(
                     "could not record the end of run %s as %s (the disk of %s is full): it stays "
                     "RUNNING in MLflow; run the same command again once there is space, and it "
@@ -350,11 +353,24 @@ class MlflowTracker:
                 return
             self._finished = True
             if self._delivery is None:
+                self.undelivered = True
                 log.warning(
                     "finish() before start(): nothing was sent; the records stay in %s",
                     self.spool_dir,
                 )
             elif not self.flush(timeout_s):
+                self.undelivered = True
+                if self._delivery.store_disk_full:  # flush stopped waiting at once (delivery.py)
+                    log.warning(
+                        "MLflow at %s cannot take the records: the disk under the store is full "
+                        "(%s); run %s stays RUNNING. They are kept in %s, and a tracker started "
+                        "on that directory delivers them once there is space.",
+                        self._request.tracking_uri,
+                        self._delivery.last_error,
+                        self.run_id,
+                        self.spool_dir,
+                    )
+                    return
                 log.warning(
                     "MLflow at %s: records still undelivered after %.0f s (last error: %s); run "
                     "%s stays RUNNING. They are kept in %s, and a tracker started on that "
@@ -366,6 +382,7 @@ class MlflowTracker:
                     self.spool_dir,
                 )
         except Exception as error:  # noqa: BLE001
+            self.undelivered = True
             log.warning("finish() failed: %s", error)
         finally:
             self._finished = True

@@ -119,3 +119,22 @@ def deliver_spool(
             delivery.stop(join_s=10.0)  # the thread closes the spool
         else:
             spool.close()
+
+
+def pending_runs(sweep_dir: Path) -> list[Path]:
+    """The run directories under `sweep_dir` whose spools still hold records MLflow has not taken
+    (a run whose store went away before its end); a spool a live process holds is skipped."""
+    from quadrants.tracking.spool import SpoolBusyError
+
+    found = []
+    for state in sorted(Path(sweep_dir).glob(f"*/{SPOOL_DIR}/{STATE_FILE}")):
+        try:
+            spool = Spool(state.parent)
+        except (SpoolBusyError, OSError, ValueError):
+            continue
+        try:
+            if spool.pending():
+                found.append(state.parent.parent)
+        finally:
+            spool.close()
+    return found

@@ -11,12 +11,21 @@ from quadrants.ops.quadrants import Quadrant, is_random, parse_match
 
 def quadrant_tag(cfg: RunConfig) -> str:
     """The arm: "PHR", "PHR+NHR", "all"; the random control as "random:<match>" with ":sign" and
-    ":ht" when `quadrant.match_sign` and `quadrant.reweight=ht` are on ("random:PHR:sign")."""
+    ":ht" when `quadrant.match_sign` and `quadrant.reweight=ht` are on ("random:PHR:sign"), then
+    how it is matched when that is not the default per-mini-batch count: ":row" or ":nominal"
+    (`quadrant.within`), ":entropy" (`quadrant.stratify`), ":f0.5" (`quadrant.match_fraction`),
+    so that every design of the control is its own arm in the tables."""
     section = cfg.quadrant
     if is_random(section.keep):
-        parts = ["random", "+".join(q.value for q in parse_match(section.match))]
+        parts = ["random"]
+        if section.match is not None:
+            parts.append("+".join(q.value for q in parse_match(section.match)))
         parts += ["sign"] if section.match_sign else []
         parts += ["ht"] if section.reweight == "ht" else []
+        parts += [section.within] if section.within != "minibatch" else []
+        parts += [section.stratify] if section.stratify != "none" else []
+        if section.match_fraction is not None:
+            parts.append(f"f{section.match_fraction:g}")
         return ":".join(parts)
     keep = section.keep
     names = [keep] if isinstance(keep, str) else list(keep)

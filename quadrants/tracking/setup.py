@@ -29,11 +29,42 @@ def tracking_uri(cfg: RunConfig) -> str:
 
 
 def artifact_location(cfg: RunConfig) -> str | None:
-    """Artifacts of the default local store go next to it (not into ./mlruns of whatever the cwd
-    is); a tracking server decides for itself."""
-    if cfg.tracking.uri:
+    """Where the experiments a run creates keep their artifacts (`store_artifact_location` of its
+    store)."""
+    return store_artifact_location(tracking_uri(cfg))
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///PATH` URI (None for any other store)."""
+    if not uri.startswith("sqlite:///"):
         return None
-    return (Path(cfg.outputs).expanduser().resolve() / "mlartifacts").as_uri()
+    return Path(uri[len("sqlite:///") :]).expanduser().resolve()
+
+
+def store_artifact_location(uri: str) -> str | None:
+    """A SQLite store's artifacts go next to it, `<its folder>/mlartifacts`, set on each experiment
+    when it is created. Left to MLflow, a client of a SQLite store puts them under `./mlruns` of
+    whatever directory the command runs in: mlflow/tracking/_tracking_service/utils.py
+    `_get_sqlalchemy_store` passes `DEFAULT_LOCAL_FILE_AND_ARTIFACT_PATH` ("./mlruns",
+    mlflow/store/tracking/__init__.py) as the default artifact root, and
+    mlflow/store/tracking/sqlalchemy_store.py `create_experiment` appends the experiment id to it
+    when no artifact_location is given (mlflow 3.x). A tracking server decides for itself (None)."""
+    path = sqlite_path(uri)
+    return None if path is None else (path.parent / "mlartifacts").as_uri()
+
+
+def run_outputs(run_dir: str | Path, outputs: str, study: str, sweep_id: str | None) -> Path | None:
+    """The outputs folder a run directory was made under, absolute: the ancestor of `run_dir` laid
+    out as ``<outputs>/<study>/<sweep_id>/...`` (`sweep_dir`; found wherever the tree has moved
+    since), else `outputs` itself when it is absolute, else None. A run's config.yaml keeps
+    `outputs` as it was given, often relative to the directory the sweep ran in, so a command that
+    reads the run from another directory would otherwise open a store of its own there."""
+    path = Path(run_dir).expanduser().resolve()
+    for folder in path.parents:
+        if folder.name == sweep_id and folder.parent.name == study and folder.parent != folder:
+            return folder.parent.parent
+    given = Path(outputs).expanduser()
+    return given if given.is_absolute() else None
 
 
 def sweep_dir(cfg: RunConfig) -> Path:
@@ -60,17 +91,24 @@ def slurm_tags() -> dict[str, str]:
 @contextmanager
 def tracked(tracker: Tracker) -> Iterator[None]:
     """End the run FINISHED when the block completes and FAILED when it raises an error. On
-    SystemExit (submitit's preemption/timeout handler, which requeues the job) or Ctrl-C, deliver
-    what was logged and leave the run open: the requeued or re-run job resumes into it."""
+    SystemExit (a signal: SIGTERM, SLURM's preemption or time limit, submitit's requeue) or Ctrl-C,
+    deliver what was logged and end the run KILLED at once, so that MLflow does not show a stopped
+    run as RUNNING; the requeued or re-run job resumes into it and re-opens it as RUNNING
+    (tracking/delivery.py `_open_run`)."""
     try:
         yield
     except Exception:
         tracker.finish("FAILED")
         raise
     except BaseException:
-        tracker.flush()
+        tracker.finish("KILLED")
         raise
     tracker.finish("FINISHED")
+
+
+def deliver_command(run_dir: Path) -> str:
+    """The command that sends a run's stranded records (tracking/redeliver.py)."""
+    return f"python -m quadrants.tracking deliver {run_dir}"
 
 
 def check_delivered(tracker: Tracker, uri: str, spool_dir: Path) -> None:
@@ -82,10 +120,22 @@ def check_delivered(tracker: Tracker, uri: str, spool_dir: Path) -> None:
         raise RuntimeError(
             f"nothing was delivered to the MLflow store at {uri}: no run was created there. The "
             f"run's records are kept in {spool_dir}; send them once the store answers with "
-            f"`python -m quadrants.tracking deliver {spool_dir.parent}` (add --tracking-uri URI "
+            f"`{deliver_command(spool_dir.parent)}` (add --tracking-uri URI "
             "for another store), or run the same command again: it resumes from the newest "
             "checkpoint and delivers them first"
         )
+    if getattr(tracker, "undelivered", False):
+        raise UndeliveredError(
+            f"run {tracker.run_id} trained to its end, but MLflow at {uri} did not take all of its "
+            f"records before the process ended (the run shows RUNNING there, with steps missing). "
+            f"They are kept in {spool_dir}; send them once the store answers with "
+            f"`{deliver_command(spool_dir.parent)}`: it ends the run as this process did"
+        )
+
+
+class UndeliveredError(RuntimeError):
+    """A run whose records are not all in MLflow when its process ends: the process exits non-zero
+    (a run with records stranded is not done) and names the deliver command."""
 
 
 def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:

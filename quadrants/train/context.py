@@ -175,6 +175,9 @@ class UpdateSettings:
     measure_dlogp: bool
     dlogp_rows: int | None
     minibatch_grouping: str  # shuffle | query | balanced (train/step.py update_policy)
+    # every N steps the arm's gradient against the full objective's (`quadrant.
+    # gradient_cosine_every`, train/step.py `gradient_cosine`); None = off, nothing computed
+    gradient_cosine_every: int | None = None
 
 
 @dataclass

@@ -43,6 +43,7 @@ from quadrants.objectives.batch import PolicyOutput, TokenBatch, make_token_batc
 from quadrants.objectives.loss import (
     applied_weights,
     compute_loss,
+    gradient_tokens,
     kept_tokens,
     mini_batch_normaliser,
 )
@@ -51,8 +52,17 @@ from quadrants.ops.groups import grouped_order
 from quadrants.ops.length_buckets import response_spans
 from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_weights
 from quadrants.ops.overlong import overlong_penalty
-from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.ops.random_control import control_generator, control_strata, draw_matched
+from quadrants.ops.quadrants import QuadrantSettings, RandomControl
+from quadrants.ops.random_control import (
+    DECILES,
+    control_generator,
+    control_strata,
+    draw_by_labels,
+    draw_matched,
+    entropy_deciles,
+    ht_relative_noise,
+    matched_counts,
+)
 from quadrants.ops.subsample import auto_rows, sample_rows
 from quadrants.rewards.confound import training_rewards
 from quadrants.rewards.grader import Grader, Outcome
@@ -75,7 +85,12 @@ from quadrants.train.micro_batches import row_lengths, token_groups
 from quadrants.train.placement import Placement
 from quadrants.train.refill import collect_with_refill, hits
 from quadrants.train.signals import token_signals
-from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+from quadrants.train.telemetry import (
+    gradient_figures,
+    mean_metrics,
+    minibatch_count_gap,
+    quadrant_telemetry,
+)
 
 
 @dataclass(frozen=True)
@@ -108,7 +123,10 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
         ctx.model, ctx.ref_model, forwards, ctx.score, objective.quadrant,
         collected.rollouts, collected.rewards, correct,
     )  # fmt: skip
-    batch = draw_control(batch, objective.quadrant, ctx.update.seed, step)
+    carrying = gradient_tokens(objective.spec, objective.params, batch)  # [B, T] bool
+    batch = draw_control(
+        batch, objective.quadrant, ctx.update.seed, step, carrying=carrying, update=ctx.update
+    )
     # the flip diagnostics' baseline: the trainer's own log-probs on the measured rows before the
     # update (the engine's where they are the trainer's, else one no-grad pass over those rows)
     before = (
@@ -121,10 +139,25 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     )  # fmt: skip
     t1 = time.perf_counter()
     is_weights = mismatch_weights(ctx.score, collected.rollouts, batch)
-    # 3. update: mini-batches, micro-batches, optimizer steps
-    objective_metrics, grad_norm = update_policy(
-        ctx.model, ctx.optimizer, ctx.scheduler, objective, forwards, ctx.update, batch, step,
-        is_weights,
+    every = ctx.update.gradient_cosine_every
+    cosine = (
+        gradient_cosine(ctx.model, objective, forwards, ctx.update, batch, step, is_weights)
+        if every and step % every == 0
+        else {}
+    )
+    # 3. update: mini-batches, micro-batches, optimizer steps; an objective that skips a step
+    # without a mixed group (adaptive_entropy, as Skywork-OR1's trainer) takes no optimizer or
+    # scheduler step, and its controller, given no input, holds (objectives/control.py)
+    skipped = objective.spec.skips_unmixed(objective.params) and bool(
+        batch.constant_group_mask.all()
+    )
+    objective_metrics, grad_norm = (
+        ({}, 0.0)
+        if skipped
+        else update_policy(
+            ctx.model, ctx.optimizer, ctx.scheduler, objective, forwards, ctx.update, batch, step,
+            is_weights,
+        )
     )  # fmt: skip
     t2 = time.perf_counter()
     # telemetry, then the engine samples the next step from the updated weights
@@ -147,17 +180,26 @@ def train_step(ctx: StepContext, step: int) -> StepOutput:
     metrics.update(
         quadrant_telemetry(batch, dlogp, dlogp_rows, entropy_after, trained, weights, denominator)
     )
+    metrics.update(control_telemetry(objective, ctx.update, batch, carrying, trained, step))
+    if objective.quadrant.control is not None and objective.quadrant.control.reweight == "ht":
+        with seeded(seeds.update(ctx.update.seed, step), batch.sequences.device):
+            metrics[keys.train("control/ht_relative_noise")] = ht_noise(
+                objective, batch, carrying, is_weights
+            )
     if is_weights is not None:
         weight_mean, capped_frac = is_weight_stats(
             is_weights, batch.response_mask, cap=ctx.score.mismatch_cap
         )
         metrics[keys.train("engine_is_weight_mean")] = weight_mean.item()
         metrics[keys.train("engine_is_capped_frac")] = capped_frac.item()
+    metrics.update(cosine)
     metrics.update(collected.metrics)  # refill rounds and groups, the overlong penalty (when on)
     metrics.update(push_figures(ctx.engine))  # the identity check of this step's weight push
     metrics.update({keys.objective(k): v for k, v in objective_metrics.items()})
     metrics[keys.train("step")] = float(step + 1)
     metrics[keys.train("grad_norm")] = grad_norm
+    if objective.spec.skips_unmixed(objective.params):
+        metrics[keys.train("skipped_step")] = float(skipped)
     metrics[keys.train("lr")] = ctx.optimizer.param_groups[0]["lr"]
     metrics[keys.timing("rollout")] = collected.generate_s
     metrics[keys.timing("reward")] = collected.grade_s
@@ -249,7 +291,11 @@ def collect_round(
         rng = random.Random(seeds.reward(settings.seed, step, round_index))
         confound = torch.tensor(
             training_rewards(
-                settings.reward, outcomes, probability=settings.reward_probability, rng=rng
+                settings.reward,
+                outcomes,
+                probability=settings.reward_probability,
+                rng=rng,
+                texts=[text for item in everything for text in item[0].texts],
             ),
             dtype=torch.float32,
         )
@@ -360,22 +406,141 @@ def reference_logprobs(
     return None
 
 
-def draw_control(batch: TokenBatch, quadrant: QuadrantSettings, seed: int, step: int) -> TokenBatch:
+def draw_control(
+    batch: TokenBatch,
+    quadrant: QuadrantSettings,
+    seed: int,
+    step: int,
+    *,
+    carrying: Tensor | None = None,
+    update: UpdateSettings | None = None,
+) -> TokenBatch:
     """The batch with the matched random control's draw for `step` (`quadrant=random`,
-    ops/random_control.py): as many tokens as `quadrant.match` keeps on this batch (per advantage
-    sign with `match_sign`), from the control's own seed stream, and with `reweight=ht` their
-    Horvitz–Thompson weights. Drawn on the full rollout batch, the same on every rank; the batch
-    unchanged for any other arm."""
+    ops/random_control.py), from the control's own seed stream, and with `reweight=ht` its
+    Horvitz–Thompson weights; the batch unchanged for any other arm. Drawn on the full rollout
+    batch, the same on every rank.
+
+    `quadrant.within` (docs/science.md):
+    - `minibatch`: in each mini-batch of the update's first epoch (the rows `epoch_minibatches`
+      cuts after the step's shuffle, from `update`; without it the whole batch is one), as many of
+      its gradient-carrying tokens (`carrying` [B, T] bool, objectives/loss.py `gradient_tokens`;
+      without it the response tokens of non-zero advantage) as the matched arm has there, per
+      advantage sign with `match_sign`. Every mini-batch of the control then trains exactly the
+      arm's count of gradient-carrying tokens of each sign. (With `train.epochs` > 1 the later
+      epochs cut the rows again: the step's and each row's counts stay the arm's, a later
+      mini-batch's only in expectation.)
+    - `row`: in each row, the arm's count of that row's gradient-carrying tokens.
+    - `nominal`: the first design: the arm's nominal count (every kept response token) over the
+      step, drawn among all response tokens (per sign with `match_sign`; `draw_matched`).
+    `stratify=entropy` splits every stratum further by the decile of the step's gradient-carrying
+    tokens' entropy (`entropy_deciles`); `match_fraction` f draws the share f of each stratum in
+    place of the arm's count."""
     control = quadrant.control
     if control is None:
         return batch
-    draw = draw_matched(
-        batch.quadrants.union(control.match) & batch.response_mask,
-        control_strata(batch.response_mask, batch.advantages, by_sign=control.match_sign),
-        control_generator(seed, step),
-    )
+    if control.within == "nominal":
+        draw = draw_matched(
+            batch.quadrants.union(control.match) & batch.response_mask,
+            control_strata(batch.response_mask, batch.advantages, by_sign=control.match_sign),
+            control_generator(seed, step),
+        )
+    else:
+        if carrying is None:
+            carrying = batch.response_mask.bool() & (batch.advantages != 0)[:, None]
+        labels, strata = control_labels(batch, control, carrying, update, step)
+        reference = batch.quadrants.union(control.match) & carrying
+        wanted = matched_counts(labels, reference, strata, control.match_fraction)
+        draw = draw_by_labels(labels, wanted, control_generator(seed, step))
     weight = draw.weight if control.reweight == "ht" else None
     return replace(batch, control_mask=draw.mask, control_weight=weight)
+
+
+def control_labels(
+    batch: TokenBatch,
+    control: RandomControl,
+    carrying: Tensor,
+    update: UpdateSettings | None,
+    step: int,
+) -> tuple[Tensor, int]:
+    """([B, T] long, S): each gradient-carrying token's stratum of the control's draw (-1 off
+    them) and the number of strata: (mini-batch or row) x (advantage sign, with match_sign) x
+    (entropy decile, with stratify=entropy)."""
+    rows = batch.batch_size
+    device = batch.sequences.device
+    if control.within == "row":
+        unit, units = torch.arange(rows, device=device), rows
+    else:
+        unit = torch.zeros(rows, dtype=torch.long, device=device)
+        parts = first_epoch_minibatches(batch, update, step) if update is not None else []
+        for index, part in enumerate(parts):
+            unit[part] = index
+        units = max(len(parts), 1)
+    signs = 2 if control.match_sign and control.within != "row" else 1
+    sign = (batch.advantages < 0).long() if signs == 2 else torch.zeros_like(unit)
+    bins = 1
+    label = (unit * signs + sign)[:, None].expand_as(carrying)  # [B, T]
+    if control.stratify == "entropy":
+        values = batch.entropy if batch.attention_entropy is None else batch.attention_entropy
+        bins = DECILES
+        label = label * bins + entropy_deciles(values, carrying).clamp_min(0)
+    return torch.where(carrying.bool(), label, -1), units * signs * bins
+
+
+def first_epoch_minibatches(batch: TokenBatch, settings: UpdateSettings, step: int) -> list[Tensor]:
+    """The rows of each mini-batch of `step`'s first epoch: the order `step_minibatches` draws
+    (a fresh generator of the step's shuffle seed), cut the same way."""
+    generator = torch.Generator().manual_seed(seeds.shuffle(settings.seed, step))
+    return epoch_minibatches(batch, settings, generator)
+
+
+def control_telemetry(
+    objective: Objective,
+    settings: UpdateSettings,
+    batch: TokenBatch,
+    carrying: Tensor,
+    trained: Tensor | None,
+    step: int,
+) -> dict[str, float]:
+    """What the run's keep set trains (train/telemetry.py `gradient_figures`: gradient-carrying
+    tokens per sign, rows, Σ|A|), and under `quadrant=random` the same for the arm it matches on
+    this batch (`train/matched/...`) and, matched per mini-batch, the largest count difference over
+    the first epoch's mini-batches (`train/control/minibatch_count_gap`, 0 when exact)."""
+    out = gradient_figures(trained, carrying, batch.advantages, "")
+    control = objective.quadrant.control
+    if control is None or not control.match:
+        return out
+    arm = batch.quadrants.union(control.match) & carrying
+    out.update(gradient_figures(arm, carrying, batch.advantages, "matched/"))
+    if control.within == "minibatch" and control.match_fraction is None and trained is not None:
+        out[keys.train("control/minibatch_count_gap")] = minibatch_count_gap(
+            trained & carrying,
+            arm,
+            batch.advantages,
+            first_epoch_minibatches(batch, settings, step),
+            by_sign=control.match_sign,
+        )
+    return out
+
+
+def ht_noise(
+    objective: Objective, batch: TokenBatch, carrying: Tensor, is_weights: Tensor | None
+) -> float:
+    """The Horvitz–Thompson control's relative gradient noise E‖g_HT − g_full‖² / ‖g_full‖² on
+    this batch, in the per-token log-prob coordinates (ops/random_control.py
+    `ht_relative_noise`): c_t the full objective's applied weight on each gradient-carrying token
+    (objectives/loss.py `applied_weights`, the keep set and the HT weights removed), π_t the
+    draw's inclusion probability k_s / n_s, the inverse of the batch's HT weight."""
+    weight = batch.control_weight
+    assert weight is not None  # reweight=ht
+    quadrant = replace(objective.quadrant, control=None)
+    full = replace(batch, control_mask=None, control_weight=None)
+    coefficients, _ = applied_weights(
+        objective.spec, objective.params, full, replace(objective.loss, quadrant=quadrant),
+        is_weights,
+    )  # fmt: skip
+    reachable = weight > 0
+    inclusion = torch.where(reachable, 1.0 / weight.clamp_min(1e-30), 0.0)
+    return float(ht_relative_noise(coefficients * carrying, inclusion, reachable))
 
 
 def mismatch_weights(
@@ -487,6 +652,51 @@ def update_gradient(
         parameter.grad = None
     for mini, mini_weights in step_minibatches(batch, settings, step, is_weights):
         backward_minibatch(model, objective, forwards, settings, mini, mini_weights)
+
+
+def gradient_cosine(
+    model: nn.Module,
+    objective: Objective,
+    forwards: Forwards,
+    settings: UpdateSettings,
+    batch: TokenBatch,
+    step: int,
+    is_weights: Tensor | None = None,
+) -> dict[str, float]:
+    """The arm's gradient against the full objective's on the same batch, at the current weights
+    before the update (`quadrant.gradient_cosine_every`): `train/gradient/cosine` =
+    ⟨g_arm, g_full⟩ / (‖g_arm‖ ‖g_full‖) and `train/gradient/norm_ratio` = ‖g_arm‖ / ‖g_full‖,
+    each g the sum of the update's mini-batch gradients (`update_gradient`: the same epochs, order
+    and draws, no clipping, no step), g_full with no keep set and no control. The parameters'
+    `.grad` is left None, as update_policy's zero_grad would. Sharded, each rank holds its rows'
+    part of the gradient: the figures are then the rank's (the diagnostic is meant for one
+    process)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    update_gradient(model, objective, forwards, settings, batch, step, is_weights)
+    arm = [torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in params]
+    quadrant = replace(objective.quadrant, keep=None, control=None)
+    full = replace(objective, loss=replace(objective.loss, quadrant=quadrant))
+    plain = replace(batch, control_mask=None, control_weight=None)
+    update_gradient(model, full, forwards, settings, plain, step, is_weights)
+    dot = arm_sq = full_sq = 0.0
+    for p, a in zip(params, arm, strict=True):
+        g = torch.zeros_like(p) if p.grad is None else p.grad.detach()
+        dot += float((a.double() * g.double()).sum())
+        arm_sq += float((a.double() ** 2).sum())
+        full_sq += float((g.double() ** 2).sum())
+        p.grad = None
+    return cosine_and_ratio(dot, arm_sq, full_sq)
+
+
+def cosine_and_ratio(dot: float, arm_sq: float, full_sq: float) -> dict[str, float]:
+    """`train/gradient/cosine` ⟨a, f⟩ / (‖a‖ ‖f‖) and `train/gradient/norm_ratio` ‖a‖ / ‖f‖ from
+    ⟨a, f⟩, ‖a‖² and ‖f‖² (NaN where a norm is 0)."""
+    nan = float("nan")
+    scale = (arm_sq * full_sq) ** 0.5
+    return {
+        keys.train("gradient/cosine"): dot / scale if scale > 0 else nan,
+        keys.train("gradient/norm_ratio"): (arm_sq / full_sq) ** 0.5 if full_sq > 0 else nan,
+    }
 
 
 def backward_minibatch(

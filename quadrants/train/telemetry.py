@@ -185,3 +185,47 @@ def mean_metrics(per_update: list[dict[str, Tensor]]) -> dict[str, float]:
         for name in names
     }
     return {name: value for name, value in means.items() if not math.isnan(value)}
+
+
+def gradient_figures(
+    kept: Tensor | None, carrying: Tensor, advantages: Tensor, prefix: str
+) -> dict[str, float]:
+    """What a keep set trains on one step: `prefix` + grad_tokens_pos / grad_tokens_neg (its
+    tokens that carry gradient, objectives/loss.py `gradient_tokens`, of positive / negative
+    advantage), grad_rows (the rows holding one) and grad_adv_mass (Σ|A| over those tokens).
+
+    Args:
+        kept: [B, T] bool, the tokens the loss keeps (None = every response token).
+        carrying: [B, T] bool, the tokens that carry gradient under the full objective.
+        advantages: [B] float, the sequence advantages.
+    """
+    trained = carrying if kept is None else carrying & kept  # [B, T]
+    per_row = trained.sum(1)  # [B]
+    positive = advantages > 0
+    return {
+        keys.train(f"{prefix}grad_tokens_pos"): float(per_row[positive].sum()),
+        keys.train(f"{prefix}grad_tokens_neg"): float(per_row[~positive].sum()),
+        keys.train(f"{prefix}grad_rows"): float((per_row > 0).sum()),
+        keys.train(f"{prefix}grad_adv_mass"): float((per_row * advantages.abs()).sum()),
+    }
+
+
+def minibatch_count_gap(
+    control: Tensor, arm: Tensor, advantages: Tensor, minibatches: list[Tensor], *, by_sign: bool
+) -> float:
+    """The largest |control − arm| difference of gradient-carrying token counts over the step's
+    first-epoch mini-batches (and, `by_sign`, the two advantage signs): 0 when every mini-batch
+    matches.
+
+    Args:
+        control, arm: [B, T] bool, the gradient-carrying tokens each trains.
+        advantages: [B] float.
+        minibatches: the rows of each mini-batch ([b] long each).
+    """
+    gap = 0.0
+    diff = control.sum(1) - arm.sum(1)  # [B]
+    for rows in minibatches:
+        sign = advantages[rows] > 0
+        for side in (sign, ~sign) if by_sign else (torch.ones_like(sign),):
+            gap = max(gap, abs(float(diff[rows][side].sum())))
+    return gap

@@ -25,9 +25,17 @@ class Worker:
     """Run the training worker and read its outputs (the `worker` fixture of tests/distributed)."""
 
     @staticmethod
-    def run(out_dir: Path, cases: list[str], *, ranks: int, timeout: float = 600) -> None:
+    def run(
+        out_dir: Path,
+        cases: list[str],
+        *,
+        ranks: int,
+        timeout: float = 600,
+        checkpoints: bool = True,
+    ) -> None:
         """Train `cases` ("name" or "name:steps") with `ranks` processes (1: plain python, no process
-        group; >1: torchrun --standalone, gloo)."""
+        group; >1: torchrun --standalone, gloo). `checkpoints=False`: no checkpoint is written
+        (checkpoint.every=0), for runs whose readers read only what was logged."""
         launcher = (
             [sys.executable, str(WORKER)]
             if ranks == 1
@@ -48,7 +56,12 @@ class Worker:
             "TOKENIZERS_PARALLELISM": "false",
         }
         done = subprocess.run(
-            [*launcher, str(out_dir), ",".join(cases)],
+            [
+                *launcher,
+                str(out_dir),
+                ",".join(cases),
+                *([] if checkpoints else ["no-checkpoints"]),
+            ],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -97,7 +97,7 @@ class RecordingTracker(NullTracker):
         self.history[step] = {k: float(v) for k, v in metrics.items()}
 
 
-def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
+def case_config(case: str, run_dir: Path, steps: int, checkpoints: bool = True) -> RunConfig:
     """`case` is a name of CASES, optionally prefixed "always-": train.behaviour_pass=always, or
     "packed-": that and train.attention_layout=packed; either optionally after "bf16-":
     train.precision=bf16-mixed (else fp32)."""
@@ -137,6 +137,8 @@ def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
         setattr(cfg.eval, key, value)
     if "eval" in spec:
         cfg.eval.max_new_tokens, cfg.checkpoint.every = 40, 0
+    if not checkpoints:
+        cfg.checkpoint.every = 0
     if spec.get("engine") == "vllm":
         cfg.rollout.engine = "vllm"
         cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.enforce_eager = 0.25, True
@@ -146,13 +148,15 @@ def case_config(case: str, run_dir: Path, steps: int) -> RunConfig:
 
 def main(argv: list[str]) -> None:
     out_dir, cases = Path(argv[0]), argv[1].split(",")
+    checkpoints = argv[2:] != ["no-checkpoints"]
     torch.set_num_threads(1)
     env = init_distributed("gloo")
     try:
         for item in cases:
             case, _, steps = item.partition(":")
             tracker = RecordingTracker()
-            result = run_training(case_config(case, out_dir / case, int(steps or 2)), tracker)
+            cfg = case_config(case, out_dir / case, int(steps or 2), checkpoints)
+            result = run_training(cfg, tracker)
             if env.is_main:
                 record = {
                     "world_size": env.world_size,

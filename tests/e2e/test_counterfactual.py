@@ -1,6 +1,10 @@
 """`python -m quadrants.counterfactual` as a user runs it, on a checkpoint of a tiny sweep run: the
 table printed with intervals over batches, its files written, and its records added to the run in
-MLflow at the checkpoint's step without touching the run's own step metrics."""
+MLflow at the checkpoint's step without touching the run's own step metrics. It runs, with the
+probe, an evaluation and an export of the same run, from a scratch working directory that is not
+the one the sweep ran in (its config.yaml says `outputs: outputs`): every record lands in the run's
+own store and folders, and nothing at all in the scratch directory (issue 61, "Nothing outside the
+run's folders")."""
 
 from __future__ import annotations
 
@@ -23,14 +27,16 @@ def test_counterfactual_of_a_sweep_checkpoint(tmp_path):
     (run,) = runs_of(tmp_path)  # one run, no sweep parent
     run_id = run.info.run_id
     before = steps_of(tmp_path, run_id, "tracking/step_logged")
+    scratch = tmp_path / "scratch"  # the commands run here; the sweep ran in tmp_path
+    scratch.mkdir()
 
     # bad input first: refused before anything is loaded, naming the flag
-    refused = commands.run("quadrants.counterfactual", str(run_dir), "--step", "7", cwd=tmp_path)
+    refused = commands.run("quadrants.counterfactual", str(run_dir), "--step", "7", cwd=scratch)
     assert refused.returncode != 0
     assert "--step 7:" in refused.stderr and "checkpoints are of steps 2" in refused.stderr
 
     arms = ["--arms", "PHR,NHR,random,all", "--match", "PHR", "--batches", "2"]
-    done = commands.run("quadrants.counterfactual", str(run_dir), *arms, cwd=tmp_path)
+    done = commands.run("quadrants.counterfactual", str(run_dir), *arms, cwd=scratch)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert "one-step effects on 2 held-out problems x 1" in out and "2 batches" in out
@@ -58,3 +64,28 @@ def test_counterfactual_of_a_sweep_checkpoint(tmp_path):
     files = {a.path for a in mlflow.list_artifacts(run_id, "counterfactual/step_2")}
     assert "counterfactual/step_2/effects.csv" in files
     assert "counterfactual/step_2/counterfactual.png" in files
+
+    # the probe and an evaluation of the run, from the same scratch directory: their runs in the
+    # training run's store and study, linked to it, their files under the run's outputs folder
+    probe = ["probe.prompts=2", "probe.positions=2", "probe.continuations=2", "probe.resamples=20"]
+    small = ["rollout.group_size=2", "rollout.max_new_tokens=8", "train.threads=1"]
+    done = commands.run("quadrants.probe", str(run_dir), *probe, *small, cwd=scratch)
+    assert done.returncode == 0, done.stderr[-3000:]
+    bench = ["eval.benchmarks={arithmetic:1}", "eval.limit=2", "train.threads=1"]
+    done = commands.run("quadrants.evaluate", str(run_dir), *bench, cwd=scratch)
+    assert done.returncode == 0, done.stderr[-3000:]
+    roles = {
+        r.data.tags.get("quadrants.role"): r for r in runs_of(tmp_path) if r.info.run_id != run_id
+    }
+    assert set(roles) == {"probe", "eval"}, roles
+    for role, linked in roles.items():
+        assert linked.info.status == "FINISHED", role
+        assert linked.data.tags["quadrants.source_run_id"] == run_id, role
+    assert list((tmp_path / "outputs" / "quadrants" / "probe").glob("*/*/results/credit.csv"))
+    assert list((tmp_path / "outputs" / "quadrants" / "eval").iterdir())
+    # export writes only where it is told (OUT_DIR, here outside the scratch directory)
+    exported = tmp_path / "exported"
+    done = commands.run("quadrants.export", str(run_dir), str(exported), "--no-check", cwd=scratch)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (exported / "config.json").is_file()
+    assert sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*")) == []

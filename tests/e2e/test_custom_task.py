@@ -71,6 +71,11 @@ def test_a_users_task_and_reward_train_without_editing_the_package(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     pairs = [json.loads(line) for line in graded.read_text().splitlines()]
+    # the compose-time call (validation.py `check_reward_computes`): the held-out problem's gold,
+    # boxed; no 8-token completion of the model can be that 11-character text
+    probes = [pair for pair in pairs if pair == ["\\boxed{red}", "red"]]
+    pairs = [pair for pair in pairs if pair not in probes]
+    assert 1 <= len(probes) <= 2  # the sweep's preflight, and the job's own check unless cached
     # 2 steps x 2 prompts x 2 samples in training; the held-out 'red' once before training and once
     # at the end (eval.samples=1)
     assert len(pairs) == 10

@@ -222,9 +222,13 @@ def test_job_killed_without_a_signal_resumes_when_the_sweep_is_submitted_again(
         lambda: (Path(job["run_dir"]) / "checkpoints" / "step_0000004").exists(),
         120,
     )
-    slurm_cluster.run(
-        "scancel", "--signal=KILL", "--full", job["job_id"]
-    )  # no handler runs: a node failure
+    # No handler runs, as on a node failure: SIGKILL to the job's step (the srun task that runs
+    # the trainer), not to the job. `scancel --signal=KILL <job>` cancels the job, and a cancelled
+    # job's tasks get SIGTERM first and SIGKILL only KillWait (5 s) later (slurmd
+    # _rpc_terminate_job), so the trainer's SIGTERM handler closed its run KILLED whenever it
+    # finished within 5 s (CI at dc37dd5: 'KILLED' == 'FAILED'). A step's SIGKILL is delivered as
+    # SIGKILL (slurmstepd's terminate: SIGCONT, then SIGKILL to the step's processes).
+    slurm_cluster.run("scancel", "--signal=KILL", f"{job['job_id']}.0")
 
     def job_state() -> str:
         return slurm_cluster.sacct_states(job["job_id"]).get(job["job_id"], "").split(" ")[0]

@@ -121,7 +121,8 @@ def test_a_choice_owned_elsewhere_reads_the_same():
     with pytest.raises(ValueError) as error:
         validate_config(cfg, files=False)
     assert str(error.value) == (
-        "reward.name='coin' is unknown; choose one of ['verifier', 'random', 'format_only'] "
+        "reward.name='coin' is unknown; choose one of ['verifier', 'random', 'random_solve_rate', "
+        "'format_only', 'box_only_format'] "
         "(e.g. reward=random)"
     )
 

@@ -30,7 +30,16 @@ def run_dir(tmp_path: Path, steps=(2, 4), config: bool = True) -> Path:
     ("args", "says"),
     [
         (["--batches", "1"], "--batches 1: the paired interval over batches needs at least 2"),
-        (["--arms", "PHR,XYZ"], "unknown arm(s) ['XYZ']; choose among PHR,PLR,NHR,NLR,random,all"),
+        (
+            ["--arms", "PHR,XYZ"],
+            "unknown arm(s) ['XYZ']; choose among PHR,PLR,NHR,NLR,random,all,null",
+        ),
+        (
+            ["--update", "rmsprop"],
+            "--update 'rmsprop' is unknown; choose one of adam, sgd, normalized",
+        ),
+        (["--eta", "0.1"], "--eta 0.1 sets the normalized step's length; pass --update normalized"),
+        (["--update", "normalized", "--eta", "0"], "--eta 0.0: give a step length > 0"),
         (["--arms", "PHR,phr"], "--arms names PHR more than once"),
         (["--samples", "0"], "--samples 0: give at least 1"),
         (["--confidence", "1.5"], "--confidence 1.5: give a level in (0, 1)"),

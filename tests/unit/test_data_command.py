@@ -2,11 +2,13 @@
 
 Printing a configuration (`--cfg job`, `--help`) needs no data for any preset; launching a run that
 needs a missing file is refused at compose time, before a model loads, naming the file and the
-`quadrants.data` command. Real subprocesses, each with an empty data home.
+`quadrants.data` command. Real subprocesses, each with an empty data home (the prints of every
+preset share one: `run_in_one_process`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,12 +25,19 @@ EXPERIMENTS = sorted(p.stem for p in (REPO / "sweeps" / "experiment").glob("*.ya
 
 
 def run(args: list[str], data_home: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python -m ARGS` with `data_home` as the data home."""
+    return python(["-m", *args], data_home, **env)
+
+
+def python(
+    args: list[str], data_home: Path, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", *args],
+        [sys.executable, *args],
         cwd=data_home.parent,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         env={**os.environ, "QUADRANTS_DATA": str(data_home), **env},
     )
 
@@ -86,18 +95,61 @@ def test_download_offline_says_which_command_to_run_where(tmp_path: Path):
     assert not (tmp_path / "home" / "aime24").exists()
 
 
+# Runs each (module, args) of argv[1] (JSON) as `python -m MODULE ARGS` would, one after another in
+# this one process (runpy, sys.argv set, stdout and stderr captured), and prints one JSON line per
+# call: its args, exit status and output. The commands differ only in what they print, so they share
+# one interpreter's start-up and imports (about 10 s of CPU each) instead of paying it per preset.
+ONE_PROCESS = """
+import contextlib, io, json, runpy, sys
+for module, args in json.loads(sys.argv[1]):
+    sys.argv = [module, *args]
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as ended:
+            code = ended.code if isinstance(ended.code, int) else int(ended.code is not None)
+    print(json.dumps([args, code, out.getvalue(), err.getvalue()]))
+"""
+
+
+def run_in_one_process(
+    calls: list[tuple[str, list[str]]], data_home: Path
+) -> list[tuple[int, str, str]]:
+    """(exit status, stdout, stderr) of each `python -m MODULE ARGS` of `calls`, run in turn in one
+    subprocess (ONE_PROCESS) with `data_home` as the data home."""
+    done = python(["-c", ONE_PROCESS, json.dumps(calls)], data_home, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [args for args, *_ in lines] == [args for _, args in calls]
+    return [(code, out, err) for _, code, out, err in lines]
+
+
 @pytest.mark.integration  # runs the command as a subprocess
 def test_printing_every_preset_needs_no_data(tmp_path: Path):
+    """Every preset's `python -m quadrants.sweep --cfg job experiment=NAME`, the sweep's `--help`
+    and `python -m quadrants.evaluate tiny eval=paper --cfg`, with an empty data home: each exits 0
+    and prints its config, and nothing is written into the data home. They run in one subprocess
+    (ONE_PROCESS); that it prints what a fresh process prints is checked on the last preset, which
+    follows every other composition of that process, against its own `python -m` command."""
     empty = tmp_path / "no-data"
-    for experiment in EXPERIMENTS:
-        done = run(["quadrants.sweep", "--cfg", "job", f"experiment={experiment}"], empty)
-        assert done.returncode == 0, f"{experiment}: {done.stderr[-2000:]}"
-        assert "eval:" in done.stdout
-    done = run(["quadrants.sweep", "--help"], empty)
-    assert done.returncode == 0 and "experiment" in done.stdout
-    done = run(["quadrants.evaluate", "tiny", "eval=paper", "--cfg"], empty)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "aime24: 32" in done.stdout
+    calls = [("quadrants.sweep", ["--cfg", "job", f"experiment={e}"]) for e in EXPERIMENTS]
+    calls += [
+        ("quadrants.sweep", ["--help"]),
+        ("quadrants.evaluate", ["tiny", "eval=paper", "--cfg"]),
+    ]
+    results = run_in_one_process(calls, empty)
+    for experiment, (code, out, err) in zip(EXPERIMENTS, results):
+        assert code == 0, f"{experiment}: {err[-2000:]}"
+        assert "eval:" in out
+    code, out, _ = results[len(EXPERIMENTS)]
+    assert code == 0 and "experiment" in out
+    code, out, err = results[-1]
+    assert code == 0, err[-2000:]
+    assert "aime24: 32" in out
+    alone = run(["quadrants.sweep", "--cfg", "job", f"experiment={EXPERIMENTS[-1]}"], empty)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    assert alone.stdout == results[len(EXPERIMENTS) - 1][1]  # the same print as its own process
     assert not empty.exists()  # nothing was written into the data home
 
 

@@ -43,10 +43,14 @@ def test_differences(comparison, bench, metric, diffs, mean, half):
 def test_markdown_and_wins(comparison):
     text = paired.to_markdown(comparison)
     assert comparison.seeds == ("0", "1") and comparison.notes == ()
-    # 15.0 +- 63.5 -> [-48.5, +78.5]; wins: seeds with a positive difference
-    assert "| aime24 | Avg@4 | +15.0 | [-48.5, +78.5] | 2/2 |" in text
-    assert "| aime24 | Pass@4 | +5.0 | [-58.5, +68.5] | 1/2 |" in text
-    assert "| math500 | Avg@4 | -5.0 | [-5.0, -5.0] | 0/2 |" in text
+    # 15.0 +- 63.5 -> [-48.5, +78.5]; wins: seeds with a positive difference, with the exact
+    # sign-test p: 2 of 2 ahead -> 2 x (1/2)^2 = 0.5; 1 of 2 -> 1
+    assert "| aime24 | Avg@4 | +15.0 | [-48.5, +78.5] | 2/2 (0.5) |" in text
+    assert "| aime24 | Pass@4 | +5.0 | [-58.5, +68.5] | 1/2 (1) |" in text
+    # math500 Avg: both differences -0.05: no spread over 2 seeds, so no t-test, TOST or MDD
+    assert "| math500 | Avg@4 | -5.0 | [-5.0, -5.0] | 0/2 (0.5) | — | — | — | 0.0 | — | — |" in text
+    assert "no spread over the seeds: no test" in text
+    assert "reached" not in text
 
 
 def test_unpaired_seed_and_unknown_row(study_frames):
@@ -73,19 +77,43 @@ def test_unpaired_seed_and_unknown_row(study_frames):
         )
 
 
-def test_the_detectable_column_separates_power_from_the_pairs_own_test():
-    # the words of the minimal-detectable column (paired._verdict), by hand:
-    # differences 0.10, 0.14 (2 seeds): mean 0.12, sd 0.0283, se 0.02, t(0.975, 1) = 12.706,
-    # interval 0.12 ± 0.254 = [-0.134, 0.374] holds 0: below a limit of 0.327 and not told apart
-    from quadrants.analysis.paired import _verdict
-    from quadrants.analysis.stats import seed_estimate
+def test_every_line_carries_its_own_tests(comparison):
+    """aime24 Avg: differences 0.10, 0.20 (2 seeds): mean 0.15, sd 0.0707, se 0.05, t = 3 on 1
+    degree of freedom: two-sided p = 1 - 2 atan(3)/pi = 0.2048 (Cauchy). TOST at ±0.05: the
+    one-sided t's are (0.15 + 0.05)/0.05 = 4 (p = 1/2 - atan(4)/pi = 0.0780) and
+    (0.15 - 0.05)/0.05 = 2 toward +margin (p = 1/2 + atan(2)/pi = 0.8524): the larger, 0.8524.
+    Five lines with a spread (math500 Avg has none), one family: Holm multiplies the smallest p
+    by 5."""
+    line = next(li for li in comparison.lines if li.benchmark == "aime24" and li.metric == "avg")
+    assert line.sd == pytest.approx(math.sqrt(0.005), rel=1e-12)
+    assert line.t_p == pytest.approx(1 - 2 * math.atan(3) / math.pi, rel=1e-9)
+    assert line.tost_p == pytest.approx(0.5 + math.atan(2) / math.pi, rel=1e-9)
+    assert line.sign_p == 0.5
+    tested = [li for li in comparison.lines if not math.isnan(li.t_p)]
+    assert comparison.margin == 0.05 and len(comparison.lines) == 6 and len(tested) == 5
+    smallest = min(tested, key=lambda li: li.t_p)
+    assert smallest.holm_p == pytest.approx(min(1.0, 5 * smallest.t_p), rel=1e-12)
+    assert all(li.holm_p >= li.t_p for li in tested)
+    # its own MDD at 2 seeds, from its own sd (analysis.power), and the seeds ±5 points need
+    from quadrants.analysis import power
 
-    assert _verdict(seed_estimate([0.10, 0.14]), 0.327) == "below: not told apart"
-    # differences 0.12, 0.14, 0.16, 0.15, 0.17 (5 seeds): mean 0.148, sd 0.01924, se 0.00860,
-    # t(0.975, 4) = 2.776, interval 0.148 ± 0.0239 = [0.124, 0.172]: excludes 0, so below a
-    # pooled limit of 0.186 it is still told apart
-    five = seed_estimate([0.12, 0.14, 0.16, 0.15, 0.17])
-    assert abs(five.low - 0.1241) < 1e-3 and abs(five.high - 0.1719) < 1e-3
-    assert _verdict(five, 0.186) == "below, interval excludes 0"
-    # at or above the limit: reached (sign does not matter)
-    assert _verdict(seed_estimate([-0.2, -0.22]), 0.2) == "reached"
+    assert line.detectable == pytest.approx(
+        power.minimal_detectable_difference(math.sqrt(0.005), 2), rel=1e-12
+    )
+    assert line.needed == power.seeds_needed(math.sqrt(0.005), 0.05)
+
+
+def test_a_margin_that_is_not_positive_is_refused(study_frames):
+    runset, points = study_frames
+    for margin in (0.0, -0.05, math.nan):
+        with pytest.raises(ValueError, match=r"--margin .*must be a positive .*--margin 0\.05"):
+            paired.paired_comparison(
+                runset.runs, points, "PHR", "NHR", rows=("quadrant",), ks={"aime24": 4},
+                margin=margin,
+            )  # fmt: skip
+
+
+def test_the_pooled_figure_is_labelled_a_design_quantity(comparison):
+    text = paired.to_markdown(comparison, {("aime24", "avg"): 0.327})
+    assert "design MDD (pooled)" in text and "not a test of this pair" in text
+    assert "reached" not in text

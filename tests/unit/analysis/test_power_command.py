@@ -186,10 +186,13 @@ def test_the_analysis_report_marks_the_pilots_table_and_paired_comparison(pilot,
     report = build_report(load.Selection(pilot, None, "sw1"), tmp_path / "out", options)
     assert report.table.cells[("NHR", "arithmetic", "avg")].below_detectable
     paired_md = (tmp_path / "out" / "paired.md").read_text()
-    assert "| minimal detectable |" in paired_md
+    assert "| design MDD (pooled) |" in paired_md and "reached" not in paired_md
+    # differences (0.10, 0.14): t = 0.12 / 0.02 = 6 on 1 degree of freedom, p = 1 - 2 atan(6)/pi
+    # = 0.105; TOST at +-0.05: the one-sided p toward +0.05 is 1/2 + atan(3.5)/pi = 0.91
     assert "| arithmetic | Avg@4 | +12.0 |" in paired_md
-    assert "| 2/2 | 32.7 (below: not told apart) |" in paired_md
-    # math500 Pass@4 has equal differences (no spread): no detectable difference to compare with
-    assert "| math500 | Pass@4 | +0.0 | [+0.0, +0.0] | 0/2 | — |" in paired_md
+    assert "| 2/2 (0.5) | 0.11 |" in paired_md and "| 0.91 | 2.8 |" in paired_md
+    assert "| not told apart, not shown within ±5 | 32.7 |" in paired_md
+    # math500 Pass@4 has equal differences (no spread): no test, no detectable difference
+    assert "| math500 | Pass@4 | +0.0 | [+0.0, +0.0] | 0/2 (1) | — |" in paired_md
     csv = (tmp_path / "out" / "table.csv").read_text()
     assert "below_detectable" in csv.splitlines()[0]

@@ -33,7 +33,8 @@ def test_report_writes_and_logs_everything(study_store, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "analysis: latest sweep sw1 of experiment study" in printed
     assert "| PHR | **55.0 ± 63.5** / **85.0 ± 63.5** |" in printed
-    assert "| aime24 | Avg@4 | +15.0 | [-48.5, +78.5] | 2/2 |" in printed
+    # 2 of 2 seeds ahead: sign-test p 2 x (1/2)^2 = 0.5
+    assert "| aime24 | Avg@4 | +15.0 | [-48.5, +78.5] | 2/2 (0.5) |" in printed
     assert "| base (step 0) | 10.0 ± 0.0 / 10.0 ± 0.0 |" in printed
     assert f"logged under artifacts/analysis of run {parent}" in printed
     expected = {
@@ -150,7 +151,7 @@ def test_base_row_from_the_step_zero_evaluations(study_store, tmp_path):
     )
     assert not any(cell.best for (row, _, _), cell in table.cells.items() if row == "base (step 0)")
     assert (
-        "| aime24 | Avg@4 | +45.0 | [-18.5, +108.5] | 2/2 |"
+        "| aime24 | Avg@4 | +45.0 | [-18.5, +108.5] | 2/2 (0.5) |"
         in (tmp_path / "out" / "paired.md").read_text()
     )
     assert not (tmp_path / "out" / "figures").exists()

@@ -260,3 +260,34 @@ def test_every_task_seeing_all_of_the_nodes_gpus_is_the_default_and_binding_pass
     assert preflight(common) == 4
     binding = ["hydra.launcher.gpus_per_task=1", "hydra.launcher.gpus_per_node=null"]
     assert preflight([*common, *binding]) == 4
+
+
+@pytest.mark.slow
+def test_the_suggested_ranks_pass_the_check_and_a_run_with_them_is_not_told_more():
+    """Every fix the memory refusal suggests is valid for the run that got it: the 7B preset on
+    one rank is told a number of ranks (launcher=slurm_ddp hydra.launcher.tasks_per_node=N), and
+    the run with that override passes the same check; a run refused with 8 ranks already is not
+    told "tasks_per_node=8"."""
+    import re
+
+    with pytest.raises(ValueError) as refused:
+        preflight(["-m", "experiment=paper_quadrants_qwen7b", "launcher=slurm", SQLITE])
+    found = re.search(r"launcher=slurm_ddp hydra.launcher.tasks_per_node=(\d+)", str(refused.value))
+    assert found, str(refused.value)
+    suggested = ["launcher=slurm_ddp", f"hydra.launcher.tasks_per_node={found.group(1)}"]
+    assert preflight(["-m", "experiment=paper_quadrants_qwen7b", *suggested, SQLITE]) == 8
+    # 8 ranks on a GPU far too small: the state no longer dominates the fixes about ranks
+    with pytest.raises(ValueError) as again:
+        preflight(
+            [
+                "-m",
+                "experiment=paper_quadrants_qwen7b",
+                "launcher=slurm_ddp",
+                "hydra.launcher.tasks_per_node=8",
+                "cluster.gpu_memory_gib=20",
+                SQLITE,
+            ]
+        )
+    # the run has 8 ranks on one node: a ranks fix, if any, asks for more nodes, never its own 8
+    told = re.findall(r"tasks_per_node=8( hydra.launcher.nodes=\d+)?", str(again.value))
+    assert all(nodes for nodes in told), str(again.value)

@@ -139,14 +139,20 @@ def test_constant_groups_leave_the_batch_by_hand():
     # group 1 (rewards 1, 1) is constant: A = 0, surrogate 0 on its 8 tokens.
     # seq-mean-token-mean, ratios 1: group 0 alone gives (-2 + 2) / 2 = 0 -- so shift the ratios of
     # response 0 to 1.1 (unclipped, -2 * 1.1 = -2.2 per token): (-2.2 + 2) / 2 = -0.1.
-    # dropped (the default): -0.1 over 2 responses; kept: (-2.2 + 2 + 0 + 0) / 4 = -0.05
+    # dropped, over the kept responses (minibatch_scale=kept): -0.1 over 2 responses; over the
+    # nominal 4 rows of the mini-batch (the default, the authors' fixed gradient_accumulation):
+    # -0.2 / 4 = -0.05; group 1 kept (no dynamic sampling): (-2.2 + 2 + 0 + 0) / 4 = -0.05
     tb = _ragged(rewards=(2.0, -2.0, 1.0, 1.0), groups=(0, 0, 1, 1))
     ratios = [[1.1] * 5, [1.0] * 5, [1.0] * 5, [1.0] * 5]
     logp = logp_for_ratios(tb, ratios)
     entropy = t(RAGGED_ENTROPY * 2)
-    loss, metrics = run("archer", tb, logp, entropy, loss_agg="seq-mean-token-mean")
+    loss, metrics = run(
+        "archer", tb, logp, entropy, loss_agg="seq-mean-token-mean", minibatch_scale="kept"
+    )
     close(loss, -0.1)
     close(metrics["kept_group_frac"], 0.5)
+    loss, _ = run("archer", tb, logp, entropy, loss_agg="seq-mean-token-mean")
+    close(loss, -0.05)
     loss, _ = run(
         "archer", tb, logp, entropy, loss_agg="seq-mean-token-mean", dynamic_sampling=False
     )
@@ -265,9 +271,12 @@ def test_matches_the_authors_recipe_as_their_script_accumulates_it():
     keeps the groups whose rewards are not all equal (dapo/dapo_ray_trainer.py; all-0 / all-1
     for these 0/1 rewards); `ppo_micro_batch_size_per_gpu=1` with `use_dynamic_bsz=False` runs
     each kept sequence as its own micro-batch and back-propagates policy_loss /
-    gradient_accumulation (dp_actor.py), here the number of kept sequences (the filtered batch is
-    one mini-batch). Ours: the YAML's defaults (seq-mean-token-mean, kl_normaliser=response,
-    dynamic_sampling) through compute_loss. Seeds 0, 2 and 3 hold a constant group."""
+    gradient_accumulation (dp_actor.py), gradient_accumulation = ppo_mini_batch_size // 1, the
+    nominal mini-batch: here the batch's B rows, of which the kept ones are a part (a partly
+    filled mini-batch, scaled by kept / B). Ours: the YAML's defaults (seq-mean-token-mean,
+    kl_normaliser=response, dynamic_sampling, minibatch_scale=nominal) through compute_loss; with
+    minibatch_scale=kept the filtered batch is the whole mini-batch (divided by the kept count).
+    Seeds 0, 2 and 3 hold a constant group."""
     fns = archer_functions("compute_policy_loss", "agg_loss", "kl_penalty")
     worst, dropped = 0.0, 0
     for seed in range(4):
@@ -275,9 +284,17 @@ def test_matches_the_authors_recipe_as_their_script_accumulates_it():
         logp_a = logp.detach().clone().requires_grad_(True)
         kept = [int(i) for i in torch.nonzero(~tb.constant_group_mask).flatten()]
         dropped += tb.batch_size - len(kept)
-        theirs = sum(_their_loss(fns, tb, logp_a, entropy, [i])[0] / len(kept) for i in kept)
+        nominal = tb.batch_size  # their gradient_accumulation: the nominal mini-batch's rows
+        theirs = sum(_their_loss(fns, tb, logp_a, entropy, [i])[0] / nominal for i in kept)
         ours, _ = run("archer", tb, logp, entropy, loss_agg="seq-mean-token-mean", kl_coef=0.001)
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+        over_kept, _ = run(
+            "archer", tb, logp.detach(), entropy, loss_agg="seq-mean-token-mean", kl_coef=0.001,
+            minibatch_scale="kept",
+        )  # fmt: skip
+        torch.testing.assert_close(
+            over_kept, theirs.detach() * nominal / len(kept), atol=1e-6, rtol=0
+        )
         g_ours, g_theirs = grad_of(ours, logp), grad_of(theirs, logp_a)
         torch.testing.assert_close(g_ours, g_theirs, rtol=0, atol=1e-7)
         # the batch-level function (token-mean, every group) is a different loss on these batches

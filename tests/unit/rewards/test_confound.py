@@ -9,7 +9,12 @@ import random
 import pytest
 
 from quadrants import seeds
-from quadrants.rewards.confound import format_rewards, random_rewards, training_rewards
+from quadrants.rewards.confound import (
+    box_only_content,
+    format_rewards,
+    random_rewards,
+    training_rewards,
+)
 from quadrants.rewards.grader import grade_one
 from quadrants.rewards.outcome import Outcome
 
@@ -48,7 +53,7 @@ def test_random_reward_is_reproducible_from_its_stream():
 
     def draw(seed: int, step: int, round_index: int) -> list[float]:
         rng = random.Random(seeds.reward(seed, step, round_index))
-        return training_rewards("random", outcomes, rng=rng)
+        return training_rewards("random_solve_rate", outcomes, rng=rng)
 
     first = draw(0, 3, 0)
     assert draw(0, 3, 0) == first  # the same (seed, step, round): the same rewards
@@ -60,6 +65,58 @@ def test_random_reward_is_reproducible_from_its_stream():
     # the draw is random.Random(seed).random() < p per response, in order
     rng = random.Random(seeds.reward(0, 3, 0))
     assert first == [float(rng.random() < 0.375) for _ in range(32)]
+
+
+def test_random_is_the_papers_random_one_half_whatever_the_outcomes():
+    """reward=random without a probability draws at 0.5 on an all-correct and an all-wrong round
+    alike (Spurious Rewards' random0.5: `int(random.random() < rate)`, the completion unused); the
+    same generator state gives the same draw as a bare `random() < 0.5`."""
+    for outcomes in ([C] * 8, [W] * 8):
+        rng = random.Random(seeds.reward(0, 1, 0))
+        got = training_rewards("random", outcomes, rng=rng)
+        check = random.Random(seeds.reward(0, 1, 0))
+        assert got == [float(check.random() < 0.5) for _ in range(8)]
+    # the rate over 40,000 all-wrong responses: 0.5 within 4 se (se = sqrt(0.25 / 40,000) = 0.0025)
+    draws = training_rewards("random", [W] * 40_000, rng=random.Random(7))
+    assert abs(sum(draws) / 40_000 - 0.5) < 4 * 0.0025
+    # reward.probability changes it; the solve-rate variant refuses one
+    assert training_rewards("random", [W] * 5, probability=1.0, rng=random.Random(1)) == [1.0] * 5
+    with pytest.raises(ValueError, match="random_solve_rate draws at the round's solve rate"):
+        training_rewards("random_solve_rate", [W], probability=0.5, rng=random.Random(1))
+
+
+@pytest.mark.parametrize(
+    ("completion", "content"),
+    [
+        # the authors' extract_answer_box_only (ruixin31/Spurious_Rewards
+        # code/ttrl/verifier/qwen/qwen_math_parser.py): the last "boxed", its braces matched
+        ("the answer is \\boxed{13}", "13"),
+        ("\\boxed{\\frac{24}{2}}", "\\frac{24}{2}"),
+        ("\\boxed{12", "12"),  # unclosed: to the end of the text
+        ("\\boxed 12$ done", "12"),  # no brace: up to the next $
+        ("\\boxed{}", ""),
+        ("\\boxed{  }", ""),
+        ("\\boxed{7} and then \\boxed{}", ""),  # the last box counts
+        ("put your answer in \\boxed", ""),
+        ("the answer is 12", ""),
+        ("\\boxed{\\text{twelve}}", "\\text{twelve}"),
+    ],
+)
+def test_box_only_content_reads_the_last_box_as_the_authors_do(completion, content):
+    assert box_only_content(completion) == content
+    reward = training_rewards("box_only_format", [N], texts=[completion])
+    assert reward == [float(bool(content))]
+
+
+@pytest.mark.slow
+def test_format_only_is_stricter_than_the_papers_box_rule():
+    """An unclosed box and a box math-verify cannot parse (graded no_answer by the real grader):
+    the paper's rule pays both, format_only (a closed box math-verify parses) neither."""
+    for completion in ("the answer is \\boxed{12", "\\boxed{\\ldots}"):
+        outcome = grade_one(completion, "12", timeout_s=5.0)
+        assert outcome is N, completion
+        assert training_rewards("format_only", [outcome]) == [0.0], completion
+        assert training_rewards("box_only_format", [outcome], texts=[completion]) == [1.0]
 
 
 def test_random_reward_needs_its_generator():

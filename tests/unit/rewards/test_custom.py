@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 import textwrap
 
 import pytest
 
-from quadrants.rewards.custom import FunctionGrader, load_callable
+from quadrants.rewards.custom import FunctionGrader, load_callable, probe_reward
 from quadrants.rewards.outcome import Outcome
 from quadrants.tasks import make_task, validate_task
 
@@ -82,7 +83,7 @@ def test_an_outcome_is_kept_and_a_raising_reward_grades_error_once_logged(user_m
     ("path", "said"),
     [
         ("my_rewards.exact", "is not a 'module:function' path"),
-        ("no_such_module:exact", "module 'no_such_module' cannot be imported"),
+        ("no_such_module:exact", "module 'no_such_module' is not on the Python path"),
         ("my_rewards:missing", "my_rewards has no callable 'missing'"),
     ],
 )
@@ -109,3 +110,73 @@ def test_a_bad_custom_task_is_refused_at_compose_time_naming_the_key(user_module
         validate_task("custom", 1, {"target": f"{user_module}:make_echo", "colours": ["a"]})
     with pytest.raises(TypeError, match=r"returned int, which has no \['name', 'train_batch'"):
         make_task("custom", 1, {"target": f"{user_module}:not_a_task"})
+
+
+PROBED = """
+def nan(completion, answer):
+    return float("nan")
+
+
+def number(completion, answer):
+    return 1.0
+
+
+def raises(completion, answer):
+    raise LookupError("no table for " + answer)
+
+
+def two_keywords(*, completion, answer):
+    return True
+
+
+def fine(completion, answer):
+    return completion == "\\\\boxed{" + answer + "}"
+"""
+
+BROKEN_IMPORT = """
+import os
+
+VALUE = {"a": 1}["b"]
+"""
+
+
+@pytest.fixture
+def probed(tmp_path, monkeypatch):
+    (tmp_path / "probed.py").write_text(textwrap.dedent(PROBED))
+    (tmp_path / "broken_at_import.py").write_text(textwrap.dedent(BROKEN_IMPORT))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("probed", "broken_at_import"):  # this test's files, not an earlier test's
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("nan", "returned nan (not a finite number)"),
+        ("number", "returned 1.0; a reward returns True, False, None or an Outcome"),
+        ("raises", "raised LookupError: no table for 7 at "),
+        ("two_keywords", "cannot be called as reward(completion, answer)"),
+    ],
+)
+def test_the_compose_time_call_refuses_a_reward_that_cannot_be_computed(probed, name, said):
+    function = load_callable(f"probed:{name}", "task.reward")
+    with pytest.raises(ValueError, match=re.escape(said)) as refused:
+        probe_reward(function, "task.reward", f"probed:{name}", "7")
+    assert f"task.reward=probed:{name}" in str(refused.value)
+    if name == "raises":  # the user's line: 11 of the file, `raise LookupError(...)`
+        assert str(probed / "probed.py") + ":11" in str(refused.value)
+
+
+def test_the_compose_time_call_passes_any_grade(probed):
+    function = load_callable("probed:fine", "task.reward")
+    assert probe_reward(function, "task.reward", "probed:fine", "7") is Outcome.correct
+
+
+def test_a_module_that_fails_at_import_shows_its_own_error_and_line(probed):
+    with pytest.raises(ValueError) as refused:
+        load_callable("broken_at_import:reward", "task.reward")
+    said = str(refused.value)
+    assert "module 'broken_at_import' was found but raised while importing: KeyError: 'b'" in said
+    assert f"{probed / 'broken_at_import.py'}:4" in said  # line 4: VALUE = ... (line 1 is blank)
+    assert "PYTHONPATH" not in said

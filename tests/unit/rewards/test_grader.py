@@ -336,7 +336,11 @@ def test_worker_killed_by_its_cpu_limit_counts_as_timeout() -> None:
         pid = worker.process.pid
 
         def send_sigxcpu() -> None:
-            time.sleep(2.0)  # the slow item is being graded by then
+            # once the worker has started and holds the slow item (its start-up takes longer than
+            # 2 s on a loaded machine, and a signal then would be a failed start, not a timeout)
+            while not (worker.ready and worker.pending):
+                time.sleep(0.05)
+            time.sleep(1.0)  # the slow item is being graded by then
             os.kill(pid, signal.SIGXCPU)
 
         killer = threading.Thread(target=send_sigxcpu)
@@ -521,3 +525,61 @@ def test_an_unreadable_answer_equals_only_itself() -> None:
 )
 def test_percent_is_its_number(answer: str, gold: str, outcome: Outcome) -> None:
     assert grade_one(f"\\boxed{{{answer}}}", gold, timeout_s=5.0) is outcome
+
+
+@pytest.mark.subprocess
+def test_a_worker_slow_to_start_is_waited_for_and_said_once(monkeypatch, caplog) -> None:
+    # A start-up deadline of 0 s: the worker (a real process, ~0.1-3 s to report ready) is past it
+    # at the first check while alive, as a worker on a machine whose cores other jobs hold is past
+    # the real 120 s; it is waited for (up to the limit) and grades, with one warning.
+    import quadrants.rewards.grader as grader_module
+
+    monkeypatch.setattr(grader_module, "_STARTUP_TIMEOUT_S", 0.0)
+    with caplog.at_level("WARNING", logger=grader_module.__name__):
+        with Grader(num_workers=1, timeout_s=30.0, memory_mb=None) as grader:
+            batch = grader.grade(["\\boxed{5}", "\\boxed{4}"], ["5", "5"])
+    assert batch.outcomes == [Outcome.correct, Outcome.wrong]
+    assert grader.restarts == 0
+    said = [r for r in caplog.records if "has not started after" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.subprocess
+def test_a_worker_not_started_by_the_limit_fails_to_start(monkeypatch) -> None:
+    # Both bounds 0 s: past the limit at the first check, the worker counts as not started, and
+    # grading stops with the error that names it (an input is never blamed for a start-up).
+    import quadrants.rewards.grader as grader_module
+
+    monkeypatch.setattr(grader_module, "_STARTUP_TIMEOUT_S", 0.0)
+    monkeypatch.setattr(grader_module, "_STARTUP_LIMIT_S", 0.0)
+    with Grader(num_workers=1, timeout_s=30.0, memory_mb=None) as grader:
+        with pytest.raises(RuntimeError, match="grading worker failed to start"):
+            grader.grade(["\\boxed{5}"], ["5"])
+
+
+@pytest.mark.subprocess
+def test_a_worker_does_not_run_the_parents_main_script_again(tmp_path) -> None:
+    # A forkserver/spawn child imports its parent's main module before its target (CPython
+    # multiprocessing/spawn.py `prepare`); for a training script that was torch, transformers and
+    # the trainer again, about 9 s per worker. The script below appends a line to `ran` each time
+    # its top level runs: once in the parent, never in the worker; and the grading still works.
+    import subprocess
+    import sys
+
+    ran = tmp_path / "ran"
+    script = tmp_path / "main_script.py"
+    script.write_text(
+        "import os\n"
+        f"with open({str(ran)!r}, 'a') as out:\n"
+        "    out.write(f'{os.getpid()}\\n')\n"
+        "from quadrants.rewards.grader import Grader\n"
+        "if __name__ == '__main__':\n"
+        "    with Grader(num_workers=1, timeout_s=30.0, memory_mb=None) as grader:\n"
+        "        print(grader.grade(['\\\\boxed{5}'], ['5']).outcomes[0].value)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "correct", done.stdout
+    assert len(ran.read_text().split()) == 1, ran.read_text()  # the parent's run only

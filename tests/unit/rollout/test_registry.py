@@ -156,6 +156,10 @@ def test_vllm_is_started_with_the_run_settings(monkeypatch):
         ranks=2,  # one independent engine per trainer rank
     )
     cfg.model.name_or_path = "Qwen/Qwen2.5-Math-1.5B"
+    # a hub id goes to vLLM as it is with network; with HF_HUB_OFFLINE=1 (an offline cluster, or
+    # the README's test command run so) an uncached one is refused instead (models/loading.py
+    # `_resolve_pretrained`), which test_loading covers: here, the online case
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     probe = kind.sampler(cfg, model, None)  # one process, the checkpoint's weights synced in
     assert probe.model_source == "Qwen/Qwen2.5-Math-1.5B" and probe.settings.ranks == 1
     assert probe.synced == [model]

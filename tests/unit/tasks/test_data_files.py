@@ -176,7 +176,7 @@ def test_import_refuses_a_wrong_file_and_writes_nothing(tmp_path: Path, toy: Dat
     fields = tmp_path / "fields.jsonl"
     fields.write_text('{"question": "1+1?", "answer": "2"}\n{"problem": "2+2?", "answer": "4"}\n')
     with pytest.raises(
-        ValueError, match=r"row 1 of .*fields.jsonl has none of the fields \['question'\]"
+        ValueError, match=r"line 2 of .*fields.jsonl has none of the fields \['question'\]"
     ):
         import_file("toy", fields, home)
     binary = tmp_path / "binary.jsonl"
@@ -194,7 +194,9 @@ def test_import_checks_that_a_benchmark_loads(tmp_path: Path, monkeypatch):
     rows[1]["answer"] = " "  # a blank gold: no answer could ever match it
     brought = tmp_path / "aime25.jsonl"
     brought.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    with pytest.raises(ValueError, match=r"aime25: .* does not load: aime25 row 1: empty gold"):
+    with pytest.raises(
+        ValueError, match=r"aime25: line 2 of .* does not load: aime25 row 1: empty gold"
+    ):
         import_file("aime25", brought, tmp_path / "home")
 
 

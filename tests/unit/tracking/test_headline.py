@@ -46,3 +46,11 @@ def test_headline_copies_the_last_steps_values_it_finds():
     }
     # evaluation off (eval.problems=0): the entropy alone
     assert headline({"train/entropy": 2.0}, sources) == {"final/entropy": 2.0}
+
+
+def test_the_copies_are_rounded_for_the_table_and_the_sources_are_not_touched():
+    sources = headline_sources({}, "arithmetic", 4)
+    last = {"eval/arithmetic/avg_at_4": 1 / 3, "train/entropy": 0.6931471805599453}
+    # 1/3 = 0.33333333 -> 0.3333; ln 2 = 0.69314718 -> 0.6931 (4 places)
+    assert headline(last, sources) == {"final/avg_at_4": 0.3333, "final/entropy": 0.6931}
+    assert last["train/entropy"] == 0.6931471805599453

@@ -19,6 +19,15 @@ from quadrants.tracking.run_info import flat_params, quadrant_tag, run_tags
             {"keep": "random", "match": ["PHR", "PLR"], "match_sign": True, "reweight": "ht"},
             "random:PHR+PLR:sign:ht",
         ),
+        # the default within=minibatch adds nothing; every other design of the control is named
+        ({"keep": "random", "match": "PHR", "within": "row"}, "random:PHR:row"),
+        ({"keep": "random", "match": "PHR", "within": "nominal"}, "random:PHR:nominal"),
+        ({"keep": "random", "match": "PHR", "stratify": "entropy"}, "random:PHR:entropy"),
+        ({"keep": "random", "reweight": "ht", "match_fraction": 0.5}, "random:ht:f0.5"),
+        (
+            {"keep": "random", "match": "PHR", "reweight": "ht", "match_fraction": 0.08},
+            "random:PHR:ht:f0.08",
+        ),
     ],
 )
 def test_quadrant_tag(section, tag):

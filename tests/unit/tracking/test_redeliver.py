@@ -74,6 +74,12 @@ def test_a_stranded_spool_goes_to_another_store_named_on_the_command_line(tmp_pa
     again = deliver_spool(run_dir / "tracking", f"sqlite:///{db}")
     assert again.complete and again.run_id == run.info.run_id
     assert len(client.search_runs([run.info.experiment_id])) == 1
+    # and the command says the run's true status, read from the store (not "left RUNNING")
+    with pytest.raises(SystemExit) as exit_:
+        main(["deliver", str(run_dir), "--tracking-uri", f"sqlite:///{db}"])
+    assert exit_.value.code == 0
+    said = capsys.readouterr().out
+    assert "FINISHED in MLflow" in said and "RUNNING" not in said
 
 
 def test_the_recorded_store_once_it_answers_and_a_killed_run_stays_running(tmp_path, capsys):

@@ -43,7 +43,7 @@ def test_a_step_trains_on_the_random_reward_and_logs_the_true_solve_rate(base_po
             pad_id=int(ctx.tokenizer.pad_token_id),
         )
         output = train_step(ctx, 0)
-    # the rewards are the stream's Bernoulli draw at p = the round's true solve rate
+    # the rewards are the stream's Bernoulli draw at p = 0.5 (reward=random's default)
     rng = random.Random(seeds.reward(cfg.seed, 0, 0))
     expected = training_rewards("random", first.outcomes, rng=rng)
     assert first.rewards.tolist() == expected
