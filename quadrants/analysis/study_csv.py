@@ -2,12 +2,14 @@
 
 `python -m analysis export --sweep-id S --out study.csv` writes one line per (run, benchmark) of a
 sweep from MLflow (`study_frame`): the arm (the table's row label), the seed, the step-0 and final
-Avg@k and Pass@k with their steps, the problem count, the final evaluation's per-problem correct
-counts (when the evaluation runner logged its `counts.csv`), the final training entropy, the mean
-over steps of each quadrant's `shared_frac`, and the mean over steps of every logged
-`train/...tokens` count (the kept and gradient-carrying token counts). Committed next to a doc, it
-is the data every number of the doc's study tables is recomputed from (`recompute`;
-tests/unit/analysis/test_study_csv.py checks a doc's tables against it, table by table).
+Avg@k and Pass@k with their steps, the final Avg@k's standard error, the problem count, the final
+evaluation's per-problem correct counts (when the evaluation runner logged its `counts.csv`), the
+final training entropy, the mean over steps of each quadrant's `shared_frac`, and the mean over
+steps of every logged figure of what the run trains (`TRAINED`: kept and gradient-carrying
+tokens, rows, advantage mass; a control's also of the arm it matches, its per-mini-batch count gap
+and HT noise). Committed next to a doc, it is the data every number of the doc's study tables is
+recomputed from (`recompute`; tests/unit/analysis/test_study_csv.py checks a doc's tables against
+it, table by table).
 
 The recomputation uses the same statistics as `python -m analysis` (`analysis.stats`,
 `analysis.hypothesis`, `analysis.power`), on the CSV alone.
@@ -29,6 +31,13 @@ from quadrants.analysis.stats import SeedEstimate, seed_estimate
 
 QUADRANTS = ("PHR", "PLR", "NHR", "NLR")
 ENTROPY = "train/entropy"
+# what a run trains, per step (train/telemetry.py `gradient_figures`, train/step.py
+# `control_telemetry`): its kept and gradient-carrying tokens (per sign), rows and advantage mass;
+# under a random control the same of the arm it matches (`matched/`), the largest per-mini-batch
+# count gap and the HT estimator's relative noise (`control/`)
+TRAINED = re.compile(
+    r"train/((matched/)?(kept_tokens|grad_tokens|grad_rows|grad_adv_mass)[a-z_]*|control/[a-z_]+)$"
+)
 COLUMNS = (
     "arm",
     "seed",
@@ -40,6 +49,7 @@ COLUMNS = (
     "final_step",
     "final_avg",
     "final_pass",
+    "final_avg_stderr",
     "problems",
     "samples",
     "correct_counts",
@@ -75,12 +85,11 @@ def study_frame(
         if k is not None
         for kind in ("avg", "pass")
     ]
-    early = load.histories(client, runset.run_ids, eval_keys)
+    stderr_keys = [f"eval/{bench}/avg_at_{k}_stderr" for bench, k in table.ks.items() if k]
+    early = load.histories(client, runset.run_ids, [*eval_keys, *stderr_keys])
     shared = [f"train/quadrant/{q}/shared_frac" for q in QUADRANTS]
     token_keys = [
-        key
-        for key in load.metric_keys(client, runset.run_ids, "train/")
-        if key.endswith("tokens") and key.count("/") == 1
+        key for key in load.metric_keys(client, runset.run_ids, "train/") if TRAINED.match(key)
     ]
     history = load.histories(client, runset.run_ids, [ENTROPY, *shared, *token_keys])
     records = []
@@ -106,6 +115,11 @@ def study_frame(
                 ]
                 first = part[part["step"] == 0]
                 start[kind] = float(first["value"].iloc[-1]) if len(first) else math.nan
+            stderr = early[
+                (early["run_id"] == run_id)
+                & (early["key"] == f"eval/{bench}/avg_at_{k}_stderr")
+                & (early["step"] == step)
+            ]["value"]
             problems = counts[
                 (counts["run_id"] == run_id)
                 & (counts["benchmark"] == bench)
@@ -124,6 +138,7 @@ def study_frame(
                 "final_step": step,
                 "final_avg": float(final["avg"].value) if "avg" in final else math.nan,
                 "final_pass": float(final["pass"].value) if "pass" in final else math.nan,
+                "final_avg_stderr": float(stderr.iloc[-1]) if len(stderr) else math.nan,
                 "problems": int(problems.iloc[0]) if len(problems) else None,
                 "samples": ";".join(map(str, problem_table[1]["n"])) if exact else "",
                 "correct_counts": ";".join(map(str, problem_table[1]["c"])) if exact else "",
@@ -235,18 +250,27 @@ def pooled_split(
 ) -> power.VarianceSplit:
     """The variance split of one column over `arms` at the seeds they all ran, with each run's
     evaluation-sampling variance from its per-problem counts (Avg@k: k = 1; Pass@k: the CSV's k)
-    where the CSV has them."""
+    where the CSV has them, else for Avg@k from its logged standard error
+    (`power.sampling_variance_from_stderr`, as `python -m analysis power` does)."""
     values = values_of(frame, column, benchmark)
     seeds = sorted(set.intersection(*(set(values[a]) for a in arms)))
     chosen = {a: {s: values[a][s] for s in seeds} for a in arms}
     sampling: dict[tuple[str, int], float] = {}
     part = frame if benchmark is None else frame[frame["benchmark"] == benchmark]
     for row in part.itertuples(index=False):
-        if row.arm in chosen and int(row.seed) in seeds and row.correct_counts:
+        if row.arm not in chosen or int(row.seed) not in seeds:
+            continue
+        if row.correct_counts:
             ns = [int(v) for v in str(row.samples).split(";")]
             cs = [int(v) for v in str(row.correct_counts).split(";")]
             k = 1 if column.endswith("avg") else int(row.k)
             sampling[(row.arm, int(row.seed))] = power.sampling_variance(ns, cs, k)
+        elif column == "final_avg" and not math.isnan(row.final_avg_stderr) and row.problems:
+            # no per-problem counts (an in-training evaluation logs none): Avg@k's from its
+            # logged standard error over the problems, every problem with k answers
+            sampling[(row.arm, int(row.seed))] = power.sampling_variance_from_stderr(
+                float(row.final_avg), float(row.final_avg_stderr), int(row.problems), int(row.k)
+            )
     return power.variance_split(chosen, sampling)
 
 

@@ -201,3 +201,36 @@ def test_export_then_recompute_on_a_real_sweep(tmp_path):
     mean = arms[0][1].split(" ± ")[0]
     written.write_text(doc.getvalue().replace(f"| {mean} ±", f"| {float(mean) + 0.1:.1f} ±", 1))
     assert len(check_case(csv, written, "Arms of", "Pairs of")) == 1
+
+
+def test_sampling_share_from_the_logged_stderr_when_no_counts_are_logged():
+    """An in-training evaluation logs no per-problem counts, so the CSV's Avg@k sampling variance
+    comes from its logged standard error (`power.sampling_variance_from_stderr`).
+
+    One run: Avg@4 m = 0.5 over P = 4 problems of n = 4 answers with a logged se = 0.25:
+    sum p_i (1 - p_i) = P m (1 - m) - (P - 1) P se² = 4 x 0.25 - 3 x 4 x 0.0625 = 1 - 0.75 = 0.25;
+    the variance is 0.25 / (P² (n - 1)) = 0.25 / 48 = 1/192. Every run here has the same figures, so
+    the split's mean sampling variance is 1/192 and its training part is the within variance minus
+    that."""
+    records = [
+        {"arm": arm, "seed": seed, "run_name": f"{arm},{seed}", "benchmark": "b", "k": 4,
+         "step0_avg": 0.4, "step0_pass": 0.7, "final_step": 60, "final_avg": value,
+         "final_pass": 0.9, "final_avg_stderr": 0.25, "problems": 4, "samples": "",
+         "correct_counts": "", "final_entropy": 0.1}
+        for arm, seed, value in [("A", 0, 0.5), ("A", 1, 0.6), ("B", 0, 0.4), ("B", 1, 0.45)]
+    ]  # fmt: skip
+    buffer = io.StringIO()
+    pd.DataFrame(records).to_csv(buffer, index=False)
+    buffer.seek(0)
+    frame = study_csv.read_study(buffer)
+    split = study_csv.pooled_split(frame, "final_avg", ["A", "B"])
+    # the estimate is made from each run's own Avg@4 (0.5, 0.6, 0.4, 0.45), not from 0.5 alone:
+    # P m (1 - m) - 0.75 = 4 m (1 - m) - 0.75 -> 0.25, 0.21, 0.21, 0.24 (/ 48 each)
+    expected = [(4 * m * (1 - m) - 0.75) / 48 for m in (0.5, 0.6, 0.4, 0.45)]
+    assert split.sampling == pytest.approx(sum(expected) / 4, rel=1e-12)
+    assert expected[0] == pytest.approx(1 / 192)
+    # within: arm A's values 0.5, 0.6 (var 0.005), B's 0.4, 0.45 (var 0.00125), pooled 0.003125
+    assert split.within == pytest.approx(0.003125)
+    assert split.training == pytest.approx(0.003125 - split.sampling)
+    # Pass@k has no such fallback: without per-problem counts its sampling part is unknown (NaN)
+    assert math.isnan(study_csv.pooled_split(frame, "final_pass", ["A", "B"]).sampling)
