@@ -327,6 +327,23 @@ def arm_rows(frame: pd.DataFrame, confidence: float = 0.95) -> list[list[str]]:
     return out
 
 
+def base_row(frame: pd.DataFrame, confidence: float = 0.95) -> list[str]:
+    """The arms table's row of the starting policy: every seed's step-0 evaluation (the same in
+    each arm of a seed: one value per seed), as the docs print it."""
+    if (frame.groupby("seed")[["step0_avg", "step0_pass"]].nunique() > 1).any().any():
+        raise ValueError("the arms of a seed differ at step 0: not one starting evaluation")
+    first = frame.groupby("seed")[["step0_avg", "step0_pass"]].first()
+    a = seed_estimate(list(first["step0_avg"]), confidence)
+    p = seed_estimate(list(first["step0_pass"]), confidence)
+    return [
+        "base (step 0)",
+        f"{100 * a.mean:.1f} ± {100 * a.half_width:.1f}",
+        f"{100 * p.mean:.1f} ± {100 * p.half_width:.1f}",
+        "(each seed's step-0 evaluation)",
+        "",
+    ]
+
+
 def difference_rows(
     frame: pd.DataFrame, pairs: Sequence[tuple[str, str]], margin: float = 0.05
 ) -> list[list[str]]:

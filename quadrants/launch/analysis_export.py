@@ -1,7 +1,7 @@
 """`python -m analysis export`: a study's per-run table from MLflow to a small CSV.
 
-python -m analysis export --sweep-id toy5 --out docs/toy5_runs.csv
-python -m analysis export --sweep-id toy5 --rows quadrant --out study.csv
+python -m analysis export --sweep-id controls5 --out docs/controls5_runs.csv
+python -m analysis export --sweep-id controls5 --rows quadrant --out study.csv
 
 One line per (run, benchmark): arm, seed, step-0 and final Avg@k / Pass@k, the final evaluation's
 per-problem correct counts (when logged), final entropy, shared_frac per quadrant, the token counts

@@ -2,13 +2,12 @@
 
 Two ways in:
 - a per-run CSV written by `python -m analysis export` from MLflow, and a doc whose tables are
-  checked against it (`CASES`: (CSV, doc, heading of the arms table, heading of the paired table,
-  the pairs)). The toy study's CSV is not committed yet (its runs are not on this machine: issue 60
-  item 9 re-runs the study and adds its case here); the integration test below exercises the
-  same machinery end to end on a small real sweep it runs itself;
-- docs/results.md's toy-study tables, whose Avg@4 numbers are recomputed from the per-seed Avg@4
-  column the doc prints (means, t half-widths, paired differences, their intervals, seeds ahead,
-  own MDD, TOST p, Holm p over the table, sign p).
+  checked against it (`CASES`: (CSV, doc, heading of the arms table, heading of the paired table)):
+  docs/controls5_runs.csv and docs/results.md's toy study (every mean, interval, per-seed value,
+  entropy range, the base row, paired difference, seeds ahead, own MDD, TOST p, Holm p over the
+  table, sign p);
+- the figures the text and the README quote beside those tables, recomputed from the same CSV;
+  the integration test below exercises the export end to end on a small real sweep it runs.
 """
 
 from __future__ import annotations
@@ -25,96 +24,75 @@ from quadrants.analysis import study_csv
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "docs" / "results.md"
 ARMS_HEADING = "Final held-out evaluation, mean and 95 % t-interval half-width over the 5 seeds"
-PAIRS_HEADING = "t-test p Holm-adjusted over the eight comparisons of this table"
+PAIRS_HEADING = "t-test p Holm-adjusted over the eleven comparisons of this table"
+CONTROLS5 = ROOT / "docs" / "controls5_runs.csv"
 
-CASES: list[tuple[Path, Path, str, str]] = []
+CASES: list[tuple[Path, Path, str, str]] = [(CONTROLS5, RESULTS, ARMS_HEADING, PAIRS_HEADING)]
 """(CSV, doc, arms-table heading, paired-table heading) pairs committed with their study."""
-
-
-def doc_frame(doc: str) -> pd.DataFrame:
-    """A study frame from a doc's arms table alone: one line per (arm, seed) with the per-seed
-    Avg@4 the doc prints (points -> rate); the other columns unknown."""
-    records = []
-    for row in study_csv.markdown_table(doc, ARMS_HEADING):
-        seeds = study_csv.numbers(row[3])
-        if "/" not in row[3]:  # the base row prints no per-seed values
-            continue
-        for seed, value in enumerate(seeds):
-            records.append({"arm": row[0], "seed": seed, "benchmark": "arithmetic",
-                            "final_avg": value / 100})  # fmt: skip
-    return pd.DataFrame(records)
 
 
 def pairs_of(rows: list[list[str]]) -> list[tuple[str, str]]:
     return [tuple(row[0].split(" − ")) for row in rows]  # type: ignore[misc]
 
 
-def test_results_md_avg4_recomputes_from_its_per_seed_column():
-    doc = RESULTS.read_text()
-    frame = doc_frame(doc)
-    assert sorted(set(frame["arm"])) == sorted(
-        [
-            "all",
-            "PHR",
-            "NHR",
-            "PLR",
-            "NLR",
-            "random:PHR:sign",
-            "random:NHR:sign",
-            "random:PHR",
-            "random:NHR",
-            "random:PHR:ht",
-        ]
-    )  # fmt: skip  (ten trained arms: the pooled figures are over ten, not eleven)
-    avg = study_csv.values_of(frame, "final_avg")
+def test_results_md_text_figures_recompute_from_the_csv():
+    """The figures docs/results.md's text and the README quote beside the tables, recomputed from
+    the committed CSV: the pooled design MDD over the thirteen trained arms (and with the base row,
+    as `python -m analysis --base-row` prints it), the variance split, each pair's seeds for 5
+    points, the base row, what the controls trained, and the README's table and sentences."""
+    from quadrants.analysis import power
     from quadrants.analysis.stats import seed_estimate
 
-    printed_arms = [r for r in study_csv.markdown_table(doc, ARMS_HEADING) if r[0] in avg]
-    fresh_arms = []
-    for row in printed_arms:
-        est = seed_estimate([avg[row[0]][s] for s in sorted(avg[row[0]])])
-        fresh_arms.append([row[0], f"{100 * est.mean:.1f} ± {100 * est.half_width:.1f}"])
-    # the doc's means and intervals come from the unrounded data, the per-seed column is rounded
-    # to 0.1 point: each value is off by at most 0.05, so the mean by 0.05 and the sd by at most
-    # 0.05 sqrt(n / (n - 1)) = 0.056, the half-width by 2.776 x 0.056 / sqrt 5 = 0.07: one printed
-    # unit (0.1) of slack; a paired difference of two rounded values is off by 0.1, its interval
-    # ends by 0.1 + 0.14: 0.2 of slack there
-    assert study_csv.mismatches([r[:2] for r in printed_arms], fresh_arms, slack=0.1) == []
-
-    printed = study_csv.markdown_table(doc, PAIRS_HEADING)
-    found = study_csv.family(
-        [study_csv.difference(avg, a, b, margin=0.05) for a, b in pairs_of(printed)]
-    )
-    fresh = []
-    for d in found:
-        e = d.estimate
-        fresh.append(
-            [
-                f"{d.a} − {d.b}",
-                f"{100 * e.mean:+.1f} [{100 * e.low:+.1f}, {100 * e.high:+.1f}]",
-                f"{d.ahead}/{len(d.differences)}",
-                f"{100 * d.detectable:.1f}",
-                f"{d.tost_p:.3f}",
-                f"{d.holm_p:.3f}",
-                f"{d.sign_p:.4f}",
-            ]
+    frame = study_csv.read_study(CONTROLS5)
+    doc, readme = RESULTS.read_text(), (ROOT / "README.md").read_text()
+    avg, pas = study_csv.values_of(frame, "final_avg"), study_csv.values_of(frame, "final_pass")
+    assert len(avg) == 13 and all(len(seeds) == 5 for seeds in avg.values())
+    mdd = [power.minimal_detectable_difference(power.variance_split(v).diff_sd, 5) for v in
+           (avg, pas)]  # fmt: skip
+    assert f"MDD of {100 * mdd[0]:.1f} Avg@4\npoints and {100 * mdd[1]:.1f} Pass@4" in doc
+    base = frame.groupby("seed")[["step0_avg", "step0_pass"]].first()
+    with_base = [
+        power.minimal_detectable_difference(
+            power.variance_split({**v, "base": base[col].to_dict()}).diff_sd, 5
         )
-    # the doc's columns that Avg@4 alone decides: difference [CI], the Avg part of "ahead", MDD,
-    # TOST, Holm, sign (Pass@4's per-seed values are not in the doc)
-    shown = [[r[0], r[1], r[3].split(",")[0], *r[4:8]] for r in printed]
-    assert study_csv.mismatches([r[:2] for r in shown], [r[:2] for r in fresh], slack=0.2) == []
-    # the tests themselves were computed from the per-seed column as printed: no slack
-    rest = [[r[0], *r[2:]] for r in shown]
-    assert study_csv.mismatches(rest, [[r[0], *r[2:]] for r in fresh]) == []
-    # the pooled design figure of the text: 17.1 points over the ten arms, 18.6 over eight
-    from quadrants.analysis import power
-
-    ten = power.variance_split({a: avg[a] for a in avg})
-    eight = power.variance_split({a: avg[a] for a in avg if a not in ("all", "random:PHR:ht")})
-    assert round(100 * power.minimal_detectable_difference(ten.diff_sd, 5), 1) == 17.1
-    assert round(100 * power.minimal_detectable_difference(eight.diff_sd, 5), 1) == 18.6
-    assert "ten trained arms" in doc and "eight arms" in doc
-    assert "eleven" not in doc and "nine arms" not in doc
+        for v, col in ((avg, "step0_avg"), (pas, "step0_pass"))
+    ]
+    assert f"prints {100 * with_base[0]:.1f} and\n{100 * with_base[1]:.1f}" in doc
+    split = study_csv.pooled_split(frame, "final_avg", sorted(avg))
+    share = split.sampling / split.within
+    assert (
+        f"varies by {1e4 * split.within:.1f} points² over seeds, of which the evaluation's "
+        in " ".join(doc.split())
+    )
+    assert f"is {1e4 * split.sampling:.1f} ({100 * share:.0f} %)" in " ".join(doc.split())
+    needed = {
+        (a, b): study_csv.difference(avg, a, b).needed
+        for a, b in [("PHR", "random:PHR:sign:entropy"), ("PHR", "all"),
+                     ("PHR", "random:PHR:sign"), ("NHR", "random:NHR")]
+    }  # fmt: skip
+    assert list(needed.values()) == [5, 6, 9, 39]  # the text's "5 ..., 6 ..., 9 ..., 39 ..."
+    a, p = seed_estimate(list(base["step0_avg"])), seed_estimate(list(base["step0_pass"]))
+    row = f"| base (step 0) | {100 * a.mean:.1f} ± {100 * a.half_width:.1f} | "
+    assert row + f"{100 * p.mean:.1f} ± {100 * p.half_width:.1f} |" in doc
+    # what the controls trained: every per-mini-batch control matched its arm's count exactly, the
+    # row control its rows and advantage mass; HT's relative noise at the two budgets
+    controls = frame[frame["control/minibatch_count_gap_mean"].notna()]
+    assert len(controls) == 30 and (controls["control/minibatch_count_gap_mean"] == 0).all()
+    row_arm = frame[frame["arm"] == "random:PHR:row"]
+    assert (row_arm["grad_rows_mean"] == row_arm["matched/grad_rows_mean"]).all()
+    means = frame.groupby("arm").mean(numeric_only=True)
+    assert f"({means.loc['random:PHR:row', 'grad_rows_mean']:.1f} rows, Σ|A| " in doc
+    noise = means["control/ht_relative_noise_mean"]
+    assert f"averaged {noise['random:PHR:ht']:.1f}\nat PHR's count" in doc
+    assert f"{noise['random:PHR:ht:f0.5']:.1f} at half of them" in doc
+    # the README's row: each arm's Avg@4 mean as results.md's table has it
+    arms = {r[0]: r for r in study_csv.arm_rows(frame)}
+    cells = readme.split("| all | PHR | NHR |")[1].splitlines()[2].split(" | ")
+    order = ["all", "PHR", "NHR", "PLR", "NLR", "random:PHR:sign:entropy", "random:PHR:row",
+             "random:PHR:sign", "random:PHR:ht", "random:PHR:ht:f0.5"]  # fmt: skip
+    for cell, arm in zip([c.strip("| ") for c in cells], order, strict=False):
+        assert arms[arm][1].startswith(cell.split(" ± ")[0]), (arm, cell)
+    assert f"| {100 * a.mean:.1f} |" in readme  # the base
 
 
 def test_a_changed_number_is_caught():
@@ -135,14 +113,15 @@ def check_case(csv: Path, doc: Path, arms_heading: str, pairs_heading: str) -> l
     frame = study_csv.read_study(csv)
     text = doc.read_text()
     printed = study_csv.markdown_table(text, pairs_heading)
+    fresh = study_csv.arm_rows(frame) + [study_csv.base_row(frame)]
     return study_csv.mismatches(
-        study_csv.markdown_table(text, arms_heading), study_csv.arm_rows(frame)
+        study_csv.markdown_table(text, arms_heading), fresh
     ) + study_csv.mismatches(printed, study_csv.difference_rows(frame, pairs_of(printed)))
 
 
 @pytest.mark.parametrize(("csv", "doc", "arms_heading", "pairs_heading"), CASES)
 def test_committed_study_tables_recompute(csv, doc, arms_heading, pairs_heading):
-    """Empty until a study's CSV is committed (pytest reports the empty parameter set)."""
+    """Each committed study's two tables, number by number."""
     assert check_case(csv, doc, arms_heading, pairs_heading) == []
 
 
