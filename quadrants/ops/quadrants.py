@@ -146,8 +146,8 @@ def parse_match(match: str | Sequence[str] | None) -> tuple[Quadrant, ...]:
     fix = "give one or more of PHR, PLR, NHR, NLR (e.g. quadrant.match=PHR)"
     if match is None:
         raise ValueError(
-            "quadrant=random needs quadrant.match=<arm>, the arm whose per-step token count the "
-            f"control draws; {fix}"
+            "quadrant=random needs quadrant.match=<arm>, the arm whose gradient-carrying tokens "
+            f"the control matches (quadrant.within: per mini-batch by default); {fix}"
         )
     names = (
         [k.strip() for k in match.split(",")] if isinstance(match, str) else [str(k) for k in match]
