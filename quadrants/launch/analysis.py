@@ -30,6 +30,26 @@ def _default_uri() -> str | None:
     return f"sqlite:///{path.resolve()}" if path.exists() else None
 
 
+def store_to_read(given: str | None, command: str) -> str | None:
+    """The store a read-only analysis command reads: `given` (--tracking-uri), else
+    $MLFLOW_TRACKING_URI, else ./outputs/mlflow.db; None after printing why to stderr (`command`
+    names the command: "analysis", "analysis export", ...) when there is none or it does not
+    exist (`missing_store`: a read-only query never creates a store)."""
+    uri = given or _default_uri()
+    if uri is None:
+        print(
+            f"{command}: no MLflow store given and ./outputs/mlflow.db does not exist; pass "
+            "--tracking-uri (the sweep printed it)",
+            file=sys.stderr,
+        )
+        return None
+    problem = missing_store(uri)
+    if problem:
+        print(f"{command}: {problem}", file=sys.stderr)
+        return None
+    return uri
+
+
 def missing_store(uri: str) -> str | None:
     """Why a read-only command must not open `uri`, or None. MLflow creates a SQLite file (or a
     file store's folder) on first use, so a query against a path that does not exist would leave
@@ -182,17 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"
     )  # one bar per file otherwise
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    uri = args.tracking_uri or _default_uri()
+    uri = store_to_read(args.tracking_uri, "analysis")
     if uri is None:
-        print(
-            "analysis: no MLflow store given and ./outputs/mlflow.db does not exist; pass "
-            "--tracking-uri (the sweep printed it)",
-            file=sys.stderr,
-        )
-        return 2
-    problem = missing_store(uri)
-    if problem:
-        print(f"analysis: {problem}", file=sys.stderr)
         return 2
     tags = tuple(pairs(args.tag, "--tag").items())
     experiment, sweep_id = args.experiment, args.sweep_id

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 
 from quadrants.analysis.load import Selection, SelectionError, latest_sweep
 from quadrants.analysis.study_csv import study_frame
-from quadrants.launch.analysis import _default_uri, add_selection_args, missing_store, pairs
+from quadrants.launch.analysis import add_selection_args, pairs, store_to_read
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,17 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    uri = args.tracking_uri or _default_uri()
+    uri = store_to_read(args.tracking_uri, "analysis export")
     if uri is None:
-        print(
-            "analysis export: no MLflow store given and ./outputs/mlflow.db does not exist; pass "
-            "--tracking-uri (the sweep printed it)",
-            file=sys.stderr,
-        )
-        return 2
-    problem = missing_store(uri)
-    if problem:
-        print(f"analysis export: {problem}", file=sys.stderr)
         return 2
     tags = tuple(pairs(args.tag, "--tag").items())
     experiment, sweep_id = args.experiment, args.sweep_id

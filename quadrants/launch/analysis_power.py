@@ -25,11 +25,10 @@ from quadrants.analysis import tables
 from quadrants.analysis.load import Selection, SelectionError, latest_sweep
 from quadrants.analysis.power_report import power_study, to_markdown
 from quadrants.launch.analysis import (
-    _default_uri,
     add_selection_args,
     k_columns,
-    missing_store,
     pairs,
+    store_to_read,
 )
 
 
@@ -83,17 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis power: {problem}", file=sys.stderr)
         return 2
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one bar per file
-    uri = args.tracking_uri or _default_uri()
+    uri = store_to_read(args.tracking_uri, "analysis power")
     if uri is None:
-        print(
-            "analysis power: no MLflow store given and ./outputs/mlflow.db does not exist; pass "
-            "--tracking-uri (the sweep printed it)",
-            file=sys.stderr,
-        )
-        return 2
-    problem = missing_store(uri)
-    if problem:  # a read-only query never creates a store
-        print(f"analysis power: {problem}", file=sys.stderr)
         return 2
     tags = tuple(pairs(args.tag, "--tag").items())
     experiment, sweep_id = args.experiment, args.sweep_id
