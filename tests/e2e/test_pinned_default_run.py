@@ -1,6 +1,6 @@
-"""The one-seed default-run table in docs/results.md is what the command prints, pinned per machine kind.
+"""The one-seed default-run table of the dated record benchmarks/results/2026-11_cpu-intel-avx512.md is what the command prints, pinned per machine kind.
 
-docs/results.md prints the summary table of ``python -m quadrants.sweep -m quadrant=PHR,NHR,PLR,NLR``
+That record (linked from docs/results.md) prints the summary table of ``python -m quadrants.sweep -m quadrant=PHR,NHR,PLR,NLR``
 (60 steps, seed 0, held-out check on 100 problems) and names the machine kind and the commit it was
 measured on. ``pinned/default_run.json`` holds, per machine kind (the same key as
 ``pinned/behaviour.json``: torch's CPU capability, the CPU matmul backend ``train.cpu_matmul=auto``
@@ -19,7 +19,8 @@ every value in that table, read back from MLflow the way the sweep's summary rea
 
 The 60-step values are not in ``behaviour.json`` (its runs are 2 steps), so they have their own pin.
 Regenerate it for an intended behaviour change, together with ``behaviour.json``, and paste the
-printed table into docs/results.md with the kind and commit:
+printed table into a dated record under benchmarks/results/ with the kind and commit
+(and point DOC at it):
     QUADRANTS_PIN_WRITE=1 QUADRANTS_PIN_COMMIT=<commit> \\
         python -m pytest --stage=pinned tests/e2e/test_pinned_default_run.py -k values
 """
@@ -42,7 +43,7 @@ from quadrants.tracking.summary import sweep_runs
 from .test_pinned_behaviour import cpu_capability
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "results.md"
+DOC = ROOT / "benchmarks" / "results" / "2026-11_cpu-intel-avx512.md"
 PIN_FILE = Path(__file__).with_name("pinned") / "default_run.json"
 WRITE = os.environ.get("QUADRANTS_PIN_WRITE") == "1"
 COMMAND = ["-m", "quadrant=PHR,NHR,PLR,NLR"]
@@ -83,7 +84,7 @@ def as_printed(value: str) -> str:
 
 
 def doc_table() -> tuple[str, str, dict[str, dict[str, str]]]:
-    """(machine kind, commit, table) of the one-seed default-run table in docs/results.md: the first
+    """(machine kind, commit, table) of the one-seed default-run table in DOC: the first
     code block after the sentence naming `machine kind `...`` and `commit `...``."""
     text = DOC.read_text()
     match = re.search(
@@ -112,7 +113,7 @@ def test_the_docs_table_is_the_pinned_one():
     kinds = pins()["kinds"]
     if kind not in kinds:
         pytest.skip(
-            f"docs/results.md's table was measured on {kind!r}, not pinned ({sorted(kinds)})"
+            f"{DOC.name}'s table was measured on {kind!r}, not pinned ({sorted(kinds)})"
         )
     pin = kinds[kind]
     assert commit == pin["commit"], f"docs name commit {commit}, the pin {pin['commit']}"

@@ -3,7 +3,8 @@
 Two ways in:
 - a per-run CSV written by `python -m analysis export` from MLflow, and a doc whose tables are
   checked against it (`CASES`: (CSV, doc, heading of the arms table, heading of the paired table)):
-  docs/controls5_runs.csv and docs/results.md's toy study (every mean, interval, per-seed value,
+  docs/controls5_runs.csv and the toy study's dated record,
+  benchmarks/results/2026-12_cpu-intel-avx512.md (every mean, interval, per-seed value,
   entropy range, the base row, paired difference, seeds ahead, own MDD, TOST p, Holm p over the
   table, sign p);
 - the figures the text and the README quote beside those tables, recomputed from the same CSV;
@@ -22,7 +23,8 @@ import pytest
 from quadrants.analysis import study_csv
 
 ROOT = Path(__file__).resolve().parents[3]
-RESULTS = ROOT / "docs" / "results.md"
+# the study's figures are a dated record; docs/results.md says how to read and rerun it
+RESULTS = ROOT / "benchmarks" / "results" / "2026-12_cpu-intel-avx512.md"
 ARMS_HEADING = "Final held-out evaluation, mean and 95 % t-interval half-width over the 5 seeds"
 PAIRS_HEADING = "t-test p Holm-adjusted over the eleven comparisons of this table"
 CONTROLS5 = ROOT / "docs" / "controls5_runs.csv"
@@ -36,7 +38,7 @@ def pairs_of(rows: list[list[str]]) -> list[tuple[str, str]]:
 
 
 def test_results_md_text_figures_recompute_from_the_csv():
-    """The figures docs/results.md's text and the README quote beside the tables, recomputed from
+    """The figures the study record's text and the README quote beside the tables, recomputed from
     the committed CSV: the pooled design MDD over the thirteen trained arms (and with the base row,
     as `python -m analysis --base-row` prints it), the variance split, each pair's seeds for 5
     points, the base row, what the controls trained, and the README's table and sentences."""
