@@ -112,9 +112,7 @@ def test_the_docs_table_is_the_pinned_one():
     kind, commit, table = doc_table()
     kinds = pins()["kinds"]
     if kind not in kinds:
-        pytest.skip(
-            f"{DOC.name}'s table was measured on {kind!r}, not pinned ({sorted(kinds)})"
-        )
+        pytest.skip(f"{DOC.name}'s table was measured on {kind!r}, not pinned ({sorted(kinds)})")
     pin = kinds[kind]
     assert commit == pin["commit"], f"docs name commit {commit}, the pin {pin['commit']}"
     assert sorted(table) == sorted(pin["runs"]), "the docs' runs differ from the pinned ones"
