@@ -17,7 +17,9 @@ facets of its own, so the link carries the key alone. The tag's value is a "save
 `{"name", "createdAt", "updatedAt", "state": <the state as a JSON string>}` (3448.*.chunk.js, module
 53787; utils/savedViewEnvelope.ts upstream): the page reads it first and names it in its
 saved-views menu. The format is the UI's, not a documented API:
-tests/browser/test_dashboard.py checks it against the pinned MLflow.
+tests/browser/test_dashboard.py checks it against the pinned MLflow, and the view is stored only
+when the installed MLflow is a version so checked (links.verified_ui; with another, the link is
+the experiment's plain page, which reads no view, and nothing is written to the experiment).
 
 A column key is MLflow's canonical sort key, `<metrics|params|tags>.` + the name in backquotes.
 A key no run has logged yet is simply not shown until one does.
@@ -30,7 +32,7 @@ import logging
 import time
 from collections.abc import Iterable
 
-from quadrants.tracking.links import RUN_NAME_SORT_KEY, sweep_filter
+from quadrants.tracking.links import RUN_NAME_SORT_KEY, sweep_filter, verified_ui
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,10 @@ def publish_view(
     tracking_uri: str, experiment_id: str, sweep_id: str, metric_columns: Iterable[str]
 ) -> str | None:
     """Store the sweep's view on the experiment (overwriting an earlier one); its share key, or
-    None when the store refused (the caller links the plain filter instead)."""
+    None when the store refused (the caller links the plain filter instead) or the installed
+    MLflow's UI was not checked with views (verified_ui: nothing stored, the link is plain)."""
+    if not verified_ui():
+        return None
     try:
         from mlflow.tracking import MlflowClient
 

@@ -275,3 +275,33 @@ def test_parent_run_link_opens_the_rendered_report(server, sweep, page, shots):
     assert frame.locator("img[src^='data:image/png;base64,']").count() >= 3
     assert frame.locator("table td").filter(has_text=re.compile(r"^PHR$")).count() >= 1
     page.screenshot(path=shots / "parent_report.png", full_page=True)
+
+
+def test_the_plain_pages_open_in_a_browser_with_no_state(server, sweep, page, shots, monkeypatch):
+    """The links an MLflow whose UI was not checked gets (links.verified_ui false; simulated by the
+    version string, the check being what decides) open the parent run and the experiment here too,
+    in a browser context with none of the state the links above left (mode, columns)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from quadrants.tracking.links import experiment_url, run_url
+
+    monkeypatch.setattr(mlflow, "__version__", "0.0.0")
+    experiment = MlflowClient(server).get_experiment_by_name("quadrants").experiment_id
+    parent = re.search(r"/runs/([0-9a-f]+)\?", _printed(sweep, "parent run")).group(1)
+    plain_run = run_url(server, experiment, parent)
+    assert plain_run == f"{server}/#/experiments/{experiment}/runs/{parent}"
+    context = page.context.browser.new_context(viewport={"width": 1600, "height": 1000})
+    fresh = context.new_page()
+    fresh.set_default_timeout(60_000)
+    _open(fresh, plain_run)
+    fresh.get_by_text("Figures: artifacts", exact=False).first.wait_for()  # the parent's summary
+    fresh.screenshot(path=shots / "plain_run.png")
+    plain_experiment = experiment_url(server, experiment, "any-sweep", view="any-view")
+    assert plain_experiment == f"{server}/#/experiments/{experiment}"
+    _open(fresh, plain_experiment)
+    # the experiment's name: in 3.17.2 a fresh browser shows its GenAI overview there (no workflowType)
+    fresh.get_by_text("quadrants", exact=True).first.wait_for()
+    assert fresh.get_by_text("Page not found").count() == 0
+    fresh.screenshot(path=shots / "plain_experiment.png")
+    context.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -30,3 +31,21 @@ def store_uri(template_db: Path, tmp_path: Path) -> str:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def unverified_mlflow(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    """An installed MLflow whose UI the links were not checked with (3.18.0 here), and the log.
+
+    Setting `mlflow.__version__` is an honest stand-in for installing another MLflow: what is tested
+    is the version check, and links.verified_ui reads that attribute at each call; the URL
+    functions use nothing else of mlflow. The once-per-process notice is reset before and after."""
+    import mlflow
+
+    from quadrants.tracking import links
+
+    monkeypatch.setattr(mlflow, "__version__", "3.18.0")
+    links._warn_plain_links.cache_clear()
+    caplog.set_level(logging.WARNING, logger=links.__name__)
+    yield caplog
+    links._warn_plain_links.cache_clear()

@@ -57,3 +57,14 @@ def test_the_view_is_stored_once_per_sweep_and_found_again(tmp_path):
     assert stored_view(uri, experiment, "other") is None
     # the store refuses (no such experiment): no view, no exception (the caller links the filter)
     assert publish_view(uri, "999", "s1a2", []) is None
+
+
+def test_an_unchecked_mlflow_gets_no_view(store_uri, unverified_mlflow):
+    """With MLflow 3.18.0 (simulated: conftest.unverified_mlflow) the view's format, the UI's own, is
+    not written to the experiment: no tag, no key (the link is the experiment's plain page)."""
+    client = MlflowClient(store_uri)
+    experiment = client.create_experiment("study")
+    assert publish_view(store_uri, experiment, "s1a2", ["final/entropy"]) is None
+    tags = client.get_experiment(experiment).tags
+    assert not [key for key in tags if key.startswith("mlflow.sharedViewState.")]
+    assert len(unverified_mlflow.records) == 1  # the notice, once
