@@ -5,9 +5,10 @@ The same `run_suite` serves both callers:
 - training (`in_training.evaluate_policy`, when ``eval.benchmarks`` is set): the live policy, at
   step 0, every ``eval.every`` steps and at the end; tables and samples go to
   ``<run_dir>/eval/step_<N>/`` and to the run's MLflow artifacts under ``eval/step_<N>``;
-- `python -m quadrants.evaluate` (`run_evaluation`): a checkpoint, a model directory, the embedded
-  ``tiny`` or a hub id, in its own MLflow run (same store as training), metrics at the checkpoint's
-  step, files under ``<outputs>/<study>/eval/<target>/<time>/``.
+- `python -m quadrants.evaluate` (`quadrants.launch.evaluate.run_evaluation`): a checkpoint, a model
+  directory, the embedded ``tiny`` or a hub id, in its own MLflow run (same store as training; its
+  tags and parameters: `eval_tags`, `eval_params`), metrics at the checkpoint's step, files under
+  ``<outputs>/<study>/eval/<target>/<time>/``.
 
 Sampling is the config's (``eval.temperature``, ``eval.top_p``, ``eval.max_new_tokens``); each
 generate call holds about ``eval.batch_size`` sequences (prompts x n; unset: a rank's whole share
@@ -22,12 +23,10 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quadrants import seeds
-from quadrants.cpu import tune_for
 from quadrants.distributed.collectives import DistEnv, dealt, run_dealt
 from quadrants.eval.plan import BenchmarkPlan, build_plans
 from quadrants.eval.results import (
@@ -39,33 +38,29 @@ from quadrants.eval.results import (
     write_benchmark,
 )
 from quadrants.eval.sizing import call_size
-from quadrants.eval.target import EvalTarget, load_target_policy
+from quadrants.eval.target import EvalTarget
 from quadrants.progress import Progress
-from quadrants.rewards.grader import Grader, grader_workers
+from quadrants.rewards.grader import Grader
 from quadrants.rewards.rules import AnswerRule
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
 from quadrants.tasks.base import Problem
-from quadrants.tasks.read_log import files_read
-from quadrants.tracking import keys, provenance
+from quadrants.tracking import keys
 from quadrants.tracking.base import Tracker
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
     from quadrants.config import EvalConfig, PromptConfig, RunConfig, TaskConfig
 
 __all__ = [
-    "GRADER_TIMEOUT_S",
     "SuiteReport",
     "evaluate_in_training",
+    "eval_params",
+    "eval_tags",
     "format_table",
-    "run_evaluation",
     "run_suite",
     "too_long_params",
 ]
 
 log = logging.getLogger("quadrants.eval")
-
-GRADER_TIMEOUT_S = 5.0
-"""Per-answer grading budget of a standalone evaluation (the trainer's grader uses the same)."""
 
 
 @dataclass
@@ -374,15 +369,7 @@ def _table_line(
     return line
 
 
-# --- standalone: python -m quadrants.evaluate ---------------------------------------------------
-
-
-def eval_dir(cfg: RunConfig, target: EvalTarget) -> Path:
-    """``<outputs>/<study>/eval/<target label>/<UTC time>``: one directory
-    (and MLflow run) per command."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    label = "".join(ch if ch.isalnum() or ch in "-_.@=" else "_" for ch in target.label)
-    return Path(cfg.outputs).expanduser().resolve() / cfg.study / "eval" / label / stamp
+# --- python -m quadrants.evaluate (launch/evaluate.py): its run's tags and parameters -----------
 
 
 def eval_tags(cfg: RunConfig, target: EvalTarget) -> dict[str, str]:
@@ -430,101 +417,3 @@ def eval_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
 
     params.update({f"eval.benchmarks.{name}": n for name, n in suite(cfg.eval, cfg.task).items()})
     return params
-
-
-def _make_tracker(cfg: RunConfig, target: EvalTarget, directory: Path) -> Tracker:
-    from quadrants.tracking.mlflow_tracker import MlflowTracker
-    from quadrants.tracking.setup import artifact_location, tracking_uri
-
-    return MlflowTracker(
-        tracking_uri(cfg),
-        cfg.study,
-        run_name=f"eval {target.label}",
-        tags=eval_tags(cfg, target),
-        spool_dir=directory / "tracking",
-        artifact_location=artifact_location(cfg),
-    )
-
-
-def _grader_workers(requested: int = 0) -> int:
-    """task.grader_workers, or one per CPU the task holds less one
-    (`rewards.grader.grader_workers`)."""
-    return grader_workers(requested)
-
-
-def run_evaluation(
-    cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None
-) -> SuiteReport:
-    """Evaluate `target` as `cfg.eval` says, in its own MLflow run
-    (`cfg.tracking`); returns the report.
-
-    `cfg` must be validated (`validate_config`) and `target` resolved (`resolve_target`) first: both
-    fail before anything is loaded. Pass `tracker` to log elsewhere (tests use `RecordingTracker`).
-    """
-    import torch
-
-    from quadrants.device import resolve_device
-    from quadrants.eval.generation import TextEngine
-    from quadrants.tracking.mlflow_tracker import MlflowTracker
-    from quadrants.tracking.setup import tracking_uri
-
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    directory = eval_dir(cfg, target)
-    directory.mkdir(parents=True, exist_ok=True)
-    own_tracker = tracker is None
-    tracker = tracker if tracker is not None else _make_tracker(cfg, target, directory)
-    run_id = tracker.start()
-    if isinstance(tracker, MlflowTracker):
-        print(
-            f"quadrants: evaluating {target.label} ({target.kind}); MLflow run "
-            f"{run_id} at {tracking_uri(cfg)}",
-            flush=True,
-        )
-    tracker.log_params(eval_params(cfg, target))
-    tracker.log_params(provenance.params(files_read()))
-    try:
-        model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
-        device = resolve_device(cfg.train.device)
-        tune_for(device, cfg.train.cpu, [model])  # nothing unless device is the CPU
-        model = model.to(device)  # generation on train.device; results on the CPU
-        with Grader(
-            num_workers=_grader_workers(cfg.task.grader_workers),
-            timeout_s=GRADER_TIMEOUT_S,
-            extraction=cfg.task.answer_extraction,
-        ) as grader:
-            report = run_suite(
-                TextEngine(model, tokenizer),
-                grader,
-                cfg.eval,
-                cfg.task,
-                tokenizer=tokenizer,
-                prompt_cfg=cfg.prompt,
-                seed=cfg.seed,
-                out_dir=directory / "results",
-            )
-        tracker.log_metrics(report.metrics, step=target.step)
-        tracker.log_params(too_long_params(report))
-        tracker.log_params(provenance.params(files_read(), environment=False))  # the benchmarks
-        tracker.log_artifact(directory / "results", "eval")
-    except BaseException:
-        if own_tracker:
-            tracker.finish("FAILED")
-        raise
-    if own_tracker:
-        tracker.finish("FINISHED")
-    print(format_table(report), flush=True)
-    print(
-        f"quadrants: {len(report.results)} benchmark(s) in {report.seconds:.1f} s; files "
-        f"in {directory / 'results'}",
-        flush=True,
-    )
-    if isinstance(tracker, MlflowTracker):
-        from quadrants.tracking.links import experiment_id_of, link_lines
-
-        uri = tracking_uri(cfg)
-        for line in link_lines(
-            uri, experiment_id_of(uri, cfg.study), runs={"eval run": tracker.run_id}
-        ):
-            print(line, flush=True)
-    return report

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from quadrants.config import RunConfig
+from quadrants.launch.loaded_run import grader, use_threads
 from quadrants.ops.quadrants import RandomControl, parse_match
 from quadrants.run.counterfactual import (
     ARMS,
@@ -335,26 +336,20 @@ def main(argv: list[str] | None = None) -> None:
 
 def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outcomes
     """Build the run's step from its config, restore the checkpoint, and run the arms."""
-    import torch
-
     from quadrants.distributed.collectives import DistEnv
     from quadrants.eval.sizing import call_size
     from quadrants.objectives.control import restore_state
-    from quadrants.rewards.grader import Grader, grader_workers
     from quadrants.rollout.engine import SamplingSettings
     from quadrants.run.build import build_context
     from quadrants.run.checkpoint import load_step, restore
     from quadrants.run.counterfactual import Arm, Plan, run_arms
 
     cfg = request.cfg
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    use_threads(cfg)
     checkpoint = load_step(request.run_dir, request.step)
     assert checkpoint is not None
-    workers = grader_workers(cfg.task.grader_workers)
-    extraction = cfg.task.answer_extraction
-    with Grader(num_workers=workers, timeout_s=5.0, extraction=extraction) as grader:
-        ctx = build_context(cfg, grader)
+    with grader(cfg) as answers:
+        ctx = build_context(cfg, answers)  # the model on train.device, the CPU tuned for it
         try:
             restore(checkpoint, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler)
             restore_state(ctx.objective.params, checkpoint.state.get("objective_state"))

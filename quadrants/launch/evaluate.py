@@ -24,10 +24,16 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from quadrants.config import ModelConfig, PromptConfig, RunConfig, TaskConfig
 from quadrants.eval.target import EvalTarget, resolve_target
+from quadrants.launch.loaded_run import grader, load_policy, own_run, refusal, target_parser
 from quadrants.validation import validate_config
+
+if TYPE_CHECKING:
+    from quadrants.eval.runner import SuiteReport
+    from quadrants.tracking.base import Tracker
 
 
 def _quoted(value: str) -> str:
@@ -130,22 +136,15 @@ def prepare(
 def parser() -> argparse.ArgumentParser:
     """The command line (`main`); `prepare` checks what it names (tests/unit/test_docs_commands.py
     parses every documented command with both)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m quadrants.evaluate",
-        description="Evaluate a run, a checkpoint, a model directory, 'tiny' or a hub id on "
-        "benchmarks (Avg@n, Pass@k with standard errors, logged to MLflow).",
+    return target_parser(
+        "python -m quadrants.evaluate",
+        "Evaluate a run, a checkpoint, a model directory, 'tiny' or a hub id on benchmarks "
+        "(Avg@n, Pass@k with standard errors, logged to MLflow).",
+        "Hydra overrides of the sweeps/ tree, e.g. eval=paper eval.limit=10",
         epilog="presets: eval=quick (seconds, toy + two real benchmarks), eval=paper (the paper's "
         "protocol), eval=paper_ood (GPQA, MMLU-Pro, GraphWiz), eval=toy (the task's held-out "
         "split). See docs/evaluation.md.",
     )
-    parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        help="Hydra overrides of the sweeps/ tree, e.g. eval=paper eval.limit=10",
-    )
-    parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,10 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg, target = prepare(args.target, list(args.overrides), files=not args.cfg)
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
-        message = str(err).split("\nConfig search path:")[0].strip()
-        if err.__cause__ is not None and str(err.__cause__).strip():
-            message += f" ({str(err.__cause__).strip().splitlines()[0]})"
-        sys.exit(f"quadrants: invalid evaluation, nothing was generated.\n  {message}")
+        sys.exit(refusal("evaluation", err))
     if args.cfg:
         from omegaconf import OmegaConf
 
@@ -165,9 +161,68 @@ def main(argv: list[str] | None = None) -> None:
     note = prompt_note(target, list(args.overrides))
     if note:
         print(note, file=sys.stderr)
-    from quadrants.eval.runner import run_evaluation
-
     run_evaluation(cfg, target)
+
+
+def run_evaluation(
+    cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None
+) -> SuiteReport:
+    """Evaluate `target` as `cfg.eval` says, in its own MLflow run (`cfg.tracking`; `own_run`);
+    returns the report.
+
+    `cfg` must be validated (`validate_config`) and `target` resolved (`resolve_target`) first
+    (`prepare`): both fail before anything is loaded. Pass `tracker` to log elsewhere (tests use
+    `RecordingTracker`)."""
+    from quadrants.eval.generation import TextEngine
+    from quadrants.eval.runner import (
+        eval_params,
+        eval_tags,
+        format_table,
+        run_suite,
+        too_long_params,
+    )
+    from quadrants.tracking.mlflow_tracker import MlflowTracker
+    from quadrants.tracking.setup import tracking_uri
+
+    with own_run(
+        cfg,
+        target,
+        role="eval",
+        doing="evaluating",
+        tags=eval_tags(cfg, target),
+        params=eval_params(cfg, target),
+        tracker=tracker,
+    ) as (tracker, directory):
+        # generation on train.device; results on the CPU
+        model, tokenizer = load_policy(cfg, target)
+        with grader(cfg) as answers:
+            report = run_suite(
+                TextEngine(model, tokenizer),
+                answers,
+                cfg.eval,
+                cfg.task,
+                tokenizer=tokenizer,
+                prompt_cfg=cfg.prompt,
+                seed=cfg.seed,
+                out_dir=directory / "results",
+            )
+        tracker.log_metrics(report.metrics, step=target.step)
+        tracker.log_params(too_long_params(report))
+    print(format_table(report), flush=True)
+    print(
+        f"quadrants: {len(report.results)} benchmark(s) in {report.seconds:.1f} s; files "
+        f"in {directory / 'results'}",
+        flush=True,
+    )
+    if isinstance(tracker, MlflowTracker):
+        from quadrants.tracking.links import experiment_id_of, link_lines
+
+        uri = tracking_uri(cfg)
+        for line in link_lines(
+            uri, experiment_id_of(uri, cfg.study), runs={"eval run": tracker.run_id}
+        ):
+            print(line, flush=True)
+    return report
 
 
 def _sets_prompt(overrides: list[str]) -> bool:

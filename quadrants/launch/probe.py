@@ -25,21 +25,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from quadrants.cpu import tune_for
+from quadrants.launch.loaded_run import grader, load_policy, own_run, refusal, target_parser
 from quadrants.probe.measure import ProbeResult, probe_policy
 from quadrants.probe.report import (
     format_summary,
     probe_key,
 )
-from quadrants.rewards.grader import Grader
-from quadrants.tasks.read_log import files_read
-from quadrants.tracking import provenance
 from quadrants.tracking.base import Tracker
 
 log = logging.getLogger("quadrants.probe")
@@ -50,14 +45,6 @@ if TYPE_CHECKING:
 
 
 # --- standalone: python -m quadrants.probe ------------------------------------------------------
-
-
-def probe_dir(cfg: RunConfig, target: EvalTarget) -> Path:
-    """``<outputs>/<study>/probe/<target label>/<UTC time>``: one directory
-    (and MLflow run) per command."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    label = "".join(ch if ch.isalnum() or ch in "-_.@=" else "_" for ch in target.label)
-    return Path(cfg.outputs).expanduser().resolve() / cfg.study / "probe" / label / stamp
 
 
 def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
@@ -80,70 +67,34 @@ def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
 
 
 def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> ProbeResult:
-    """Probe `target` as `cfg.probe` says, in its own MLflow run; `cfg` validated and
+    """Probe `target` as `cfg.probe` says, in its own MLflow run (`own_run`); `cfg` validated and
     `target` resolved first."""
-    from quadrants.device import resolve_device
-    from quadrants.eval.runner import GRADER_TIMEOUT_S, _grader_workers, eval_tags
-    from quadrants.eval.target import load_target_policy
+    from quadrants.eval.runner import eval_tags
     from quadrants.rollout.registry import get_engine
     from quadrants.run.build import make_run_task
-    from quadrants.tracking.mlflow_tracker import MlflowTracker
-    from quadrants.tracking.setup import artifact_location, tracking_uri
 
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    directory = probe_dir(cfg, target)
-    directory.mkdir(parents=True, exist_ok=True)
-    own_tracker = tracker is None
-    if tracker is None:
-        tags = {**eval_tags(cfg, target), "quadrants.role": "probe"}
-        tracker = MlflowTracker(
-            tracking_uri(cfg),
-            cfg.study,
-            run_name=f"probe {target.label}",
-            tags=tags,
-            spool_dir=directory / "tracking",
-            artifact_location=artifact_location(cfg),
-        )
-    run_id = tracker.start()
-    if isinstance(tracker, MlflowTracker):
-        print(
-            f"quadrants: probing {target.label} ({target.kind}); MLflow run {run_id} "
-            f"at {tracking_uri(cfg)}",
-            flush=True,
-        )
-    tracker.log_params(probe_params(cfg, target))
-    tracker.log_params(provenance.params(files_read()))
-    try:
+    with own_run(
+        cfg,
+        target,
+        role="probe",
+        doing="probing",
+        tags={**eval_tags(cfg, target), "quadrants.role": "probe"},
+        params=probe_params(cfg, target),
+        tracker=tracker,
+    ) as (tracker, directory):
         torch.manual_seed(cfg.seed)
-        model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
-        device = resolve_device(cfg.train.device)
-        tune_for(device, cfg.train.cpu, [model])  # nothing unless device is the CPU
-        model = model.to(device)
-        task = make_run_task(
-            cfg, tokenizer
-        )  # the run's task in the run's prompt format, as training renders it
+        model, tokenizer = load_policy(cfg, target)
+        # the run's task in the run's prompt format, as training renders it
+        task = make_run_task(cfg, tokenizer)
         engine = get_engine(cfg.rollout.engine).sampler(cfg, model, tokenizer)
         try:
-            with Grader(
-                num_workers=_grader_workers(cfg.task.grader_workers),
-                timeout_s=GRADER_TIMEOUT_S,
-                extraction=cfg.task.answer_extraction,
-            ) as grader:
+            with grader(cfg) as answers:
                 result = probe_policy(
-                    model, tokenizer, engine, grader, task, cfg, out_dir=directory / "results"
+                    model, tokenizer, engine, answers, task, cfg, out_dir=directory / "results"
                 )
         finally:
             engine.close()
         tracker.log_metrics(result.metrics, step=target.step)
-        tracker.log_params(provenance.params(files_read(), environment=False))  # the task's data
-        tracker.log_artifact(directory / "results", "probe")
-    except BaseException:
-        if own_tracker:
-            tracker.finish("FAILED")
-        raise
-    if own_tracker:
-        tracker.finish("FINISHED")
     print(format_summary(result.metrics), flush=True)
     print(
         f"quadrants: probe took {result.seconds:.1f} s "
@@ -161,20 +112,12 @@ def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = N
 def parser() -> argparse.ArgumentParser:
     """The command line (`main`); its target and overrides are checked by
     `quadrants.launch.evaluate.prepare`, as `python -m quadrants.evaluate` checks them."""
-    parser = argparse.ArgumentParser(
-        prog="python -m quadrants.probe",
-        description="Measure the hindsight credit I(o_t; r | s_t) of response tokens by "
-        "branching rollouts; logs an MLflow run (quadrants.role=probe), credit.csv and "
-        "figures. See docs/probe.md.",
+    return target_parser(
+        "python -m quadrants.probe",
+        "Measure the hindsight credit I(o_t; r | s_t) of response tokens by branching rollouts; "
+        "logs an MLflow run (quadrants.role=probe), credit.csv and figures. See docs/probe.md.",
+        "Hydra overrides, e.g. probe.positions=16 probe.continuations=8",
     )
-    parser.add_argument("target", help="run dir | checkpoint dir | model dir | tiny | hub id")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        help="Hydra overrides, e.g. probe.positions=16 probe.continuations=8",
-    )
-    parser.add_argument("--cfg", action="store_true", help="print the composed config and exit")
-    return parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,8 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cfg, target = prepare(args.target, list(args.overrides), task_used=True)
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
-        message = str(err).split("\nConfig search path:")[0].strip()
-        sys.exit(f"quadrants: invalid probe, nothing was generated.\n  {message}")
+        sys.exit(refusal("probe", err))
     if args.cfg:
         from omegaconf import OmegaConf
 

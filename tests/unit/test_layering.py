@@ -5,7 +5,9 @@ function (lazy imports), under `if TYPE_CHECKING:`, absolute and relative. A mod
 component, read from its place alone (no per-module exception): its subpackage
 (`quadrants/eval/runner.py` -> `eval`); for a module at the top level, its own name
 (`quadrants/config.py` -> `config`; the `python -m quadrants.<command>` aliases are each their own
-component, allowed to import `launch` only); a package's `__main__.py` is `entry`. `ALLOWED` below is the layering: which components a
+component, allowed to import `launch` only); a package's `__main__.py` is `entry`. The console
+script `quadrants/cli.py` imports its commands by name (`importlib`, so that `quadrants --help`
+loads none of them): its verb table's modules are its edges (`console_script_edges`). `ALLOWED` below is the layering: which components a
 component may import besides itself. It is itself acyclic (checked), so it orders the components.
 
 The one cycle allowed is the objective registry's self-registration: `registry.get_objective` imports
@@ -108,6 +110,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "entry": frozenset({"launch"}),
     # the top-level `python -m quadrants.<command>` aliases, which nothing imports
     **{command: frozenset({"launch"}) for command in ENTRY_COMMANDS},
+    # the console script `quadrants VERB`: each verb runs a command line of launch/, as an alias does
+    "cli": frozenset({"launch"}),
     "root": frozenset(),  # quadrants/__init__.py
 }
 
@@ -164,6 +168,26 @@ def import_graph(package: Path) -> dict[str, dict[str, int]]:
                 if resolved is not None and resolved != name:
                     edges.setdefault(resolved, node.lineno)
         graph[name] = edges
+    return graph
+
+
+def console_script_edges(package: Path = PACKAGE) -> dict[str, int]:
+    """The imports of `quadrants.cli` that the walk cannot see: each verb's module, named as a
+    string in its `VERBS` table and imported by `importlib` when the verb runs (line: where the
+    table names it)."""
+    from quadrants.cli import VERBS
+
+    lines = (package / "cli.py").read_text().splitlines()
+    return {
+        verb.module: next(n for n, line in enumerate(lines, 1) if f'"{verb.module}"' in line)
+        for verb in VERBS.values()
+    }
+
+
+def package_graph() -> dict[str, dict[str, int]]:
+    """The package's import graph (`import_graph`) with the console script's edges."""
+    graph = import_graph(PACKAGE)
+    graph["quadrants.cli"] = {**graph["quadrants.cli"], **console_script_edges()}
     return graph
 
 
@@ -250,7 +274,7 @@ def layering_problems(
 
 @pytest.mark.slow
 def test_the_package_has_no_cycle_and_no_upward_import():
-    graph = import_graph(PACKAGE)
+    graph = package_graph()
     assert len(graph) > 100  # the walk found the package
     assert layering_problems(graph) == []
 
@@ -312,6 +336,11 @@ def test_the_walk_sees_lazy_relative_and_type_checking_imports(tmp_path):
             ("quadrants.eval.metrics", "quadrants.train.telemetry"),
             ["quadrants.eval.metrics (line 1) imports quadrants.train.telemetry: eval -> train"],
         ),
+        # the console script running a command that is not a command line of launch/
+        (
+            ("quadrants.cli", "quadrants.run.loop"),
+            ["quadrants.cli (line 1) imports quadrants.run.loop: cli -> run"],
+        ),
         # a new top-level module nobody placed in the layering
         (
             ("quadrants.new_thing", "quadrants.ops.groups"),
@@ -324,7 +353,7 @@ def test_the_walk_sees_lazy_relative_and_type_checking_imports(tmp_path):
 )
 def test_a_planted_violation_fails(planted, expected):
     """The real graph plus one planted edge: exactly the planted problems are reported."""
-    graph = {module: dict(targets) for module, targets in import_graph(PACKAGE).items()}
+    graph = {module: dict(targets) for module, targets in package_graph().items()}
     source, target = planted
     graph.setdefault(source, {})[target] = 1
     problems = layering_problems(graph)
@@ -337,7 +366,7 @@ def test_a_planted_violation_fails(planted, expected):
 def test_the_exception_covers_only_the_registrys_self_registration():
     """Without the named exception, the only cycle (if any: builtin.py may import the objectives
     dynamically) is the objective registry's self-registration, inside objectives/."""
-    for cycle in cycles(import_graph(PACKAGE), frozenset()):
+    for cycle in cycles(package_graph(), frozenset()):
         assert {"quadrants.objectives.registry", "quadrants.objectives.builtin"} <= set(cycle)
         assert all(module.startswith("quadrants.objectives.") for module in cycle)
 
@@ -346,8 +375,9 @@ def test_the_exception_covers_only_the_registrys_self_registration():
 def test_entry_modules_are_thin_aliases():
     """Every `python -m` target inside the package (the top-level commands and the packages'
     `__main__`) is an alias: one `from quadrants.launch.<x> import main` and the `__main__` guard,
-    so that each command line lives in launch/; and no module imports one."""
-    graph = import_graph(PACKAGE)
+    so that each command line lives in launch/; and no module imports one (the console script
+    neither: its verbs run the launch modules themselves)."""
+    graph = package_graph()
     entries = {m for m in graph if component(m) == "entry" or component(m) in ENTRY_COMMANDS}
     # the ten top-level commands and the three packages' `__main__` (probe, analysis, tracking)
     assert {f"quadrants.{c}" for c in ENTRY_COMMANDS} | {
@@ -373,6 +403,19 @@ def test_entry_modules_are_thin_aliases():
     assert importers == []
 
 
+def test_the_console_script_reaches_its_commands_only_through_its_verbs():
+    """`quadrants/cli.py` imports nothing of the package as code (the walk finds no edge): each verb
+    names a command line of launch/ that defines `main`, and those names are its edges here."""
+    assert import_graph(PACKAGE)["quadrants.cli"] == {}
+    edges = console_script_edges()
+    assert len(edges) == 12  # the twelve commands (tests/unit/test_cli.py: one verb each)
+    files = module_files(PACKAGE)
+    for module in edges:
+        assert component(module) == "launch", module
+        tree = ast.parse(files[module][0].read_text())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), module
+
+
 def test_the_architecture_doc_states_this_table():
     """docs/architecture.md's layer table is this test's `ALLOWED`, row for row: its first column
     names the component (`ops/`, `config.py`; "entry modules" for the entries and the `python -m`
@@ -388,9 +431,10 @@ def test_the_architecture_doc_states_this_table():
         names = frozenset(part.strip().strip("`") for part in last.split(",") if "`" in part)
         assert names or last == "nothing", f"{first}: say `nothing` or list the layers"
         stated[name] = names
-    entries = {"entry", *ENTRY_COMMANDS}
+    # the console script is an entry module too (it imports `launch` only)
+    entries = {"entry", "cli", *ENTRY_COMMANDS}
     expected = {k: v for k, v in ALLOWED.items() if k not in entries and k != "root"}
     expected["entry modules"] = ALLOWED["entry"]
     assert {k: stated.get(k) for k in expected} == expected
     assert set(stated) == set(expected), "rows the layering test does not know"
-    assert all(ALLOWED[name] == ALLOWED["entry"] for name in ENTRY_COMMANDS)
+    assert all(ALLOWED[name] == ALLOWED["entry"] for name in (*ENTRY_COMMANDS, "cli"))
