@@ -110,11 +110,12 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
             advance_state(ctx.spec, ctx.params, metrics, prefix=keys.objective(""))
             evaluation.maybe(step, metrics)
             probe.maybe(step, metrics)
-            with checkpoints.recording(step, metrics):  # then the step's checkpoint, when due
+            # the step's records, then its checkpoint when due; a full disk: saved, stopped
+            with checkpoints.recording(step, metrics):
                 tracker.log_metrics(metrics, step=step)
                 result.last_step = metrics
                 samples.maybe(step, output)
-            with checkpoints.kept_if_grading_fails(step):
+            with checkpoints.kept_if_grading_fails(step):  # the stop saves the step
                 grading.check(step, metrics)
             progress.done(step, metrics)
         result.final_eval = evaluation.final(result.last_step)
