@@ -27,7 +27,7 @@ from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.run.settings import build_step
 from quadrants.train.context import Objective
-from quadrants.train.step import update_policy
+from quadrants.train.update import update_policy
 
 
 def main() -> None:

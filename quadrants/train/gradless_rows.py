@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from quadrants.objectives.batch import PolicyOutput, TokenBatch
-from quadrants.objectives.loss import LossSettings, kept_tokens
+from quadrants.objectives.loss import LossSettings, kept_tokens, objective_output, unread_draws
 from quadrants.objectives.registry import ObjectiveSpec
 
 
@@ -49,7 +49,8 @@ def rows_with_gradient(
     if spec is not None and spec.denominator_from_batch(params):
         standin = PolicyOutput(mini.old_logp, mini.entropy if spec.wants_entropy(params) else None)
         with torch.no_grad():
-            denominator = spec.fn(mini, standin, **params).denominator_mask
+            draws = unread_draws(mini.sequences.device)
+            denominator = objective_output(spec, params, mini, standin, draws).denominator_mask
         if denominator is not None:
             tokens, known = tokens & denominator, True
     if spec is not None and settings.kl_coef == 0 and spec.inert_at_zero_advantage(params):

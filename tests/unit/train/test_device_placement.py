@@ -37,8 +37,8 @@ from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_
 from quadrants.ops.quadrants import Quadrant, QuadrantMasks, QuadrantSettings
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts, rollouts_to
-from quadrants.train.step import rollout_metrics
-from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+from quadrants.train.telemetry import quadrant_telemetry, rollout_metrics
+from quadrants.train.update import mean_metrics
 from quadrants.validation import validate_config
 
 META = torch.device("meta")
