@@ -3,9 +3,9 @@ with grad into a mini-batch's detached values (`splice_rows`).
 
 A row carries no gradient when none of its response tokens is both in a kept quadrant and in the
 objective's denominator, or, for objectives that are inert there and without KL, when its
-advantage is exactly 0. The update (train/step.py `backward_minibatch`) runs such rows once without
-grad, for their values, and only the other rows with grad; sharded ranks add idle rows to the grad
-pass until both passes split evenly over the ranks (`equal_shares`).
+advantage is exactly 0. The update (train/update.py `backward_minibatch`) runs such rows once
+without grad, for their values, and only the other rows with grad; sharded ranks add idle rows to
+the grad pass until both passes split evenly over the ranks (`equal_shares`).
 
 Pure torch over a TokenBatch and the objective's spec: no model, no config.
 """

@@ -90,7 +90,7 @@ def objective_generator(
     settings: UpdateSettings, step: int, device: torch.device
 ) -> torch.Generator:
     """The generator of the objective's own draws at `step` (Clip-Cov's random subset,
-    objectives/clip_cov.py): a fresh one on `device`, seeded from stream `update` of the step
+    objectives/clip_cov.py): a fresh one on `device`, its seed stream `update` of the step
     (quadrants/seeds.py). The update makes one and hands it down through its mini-batches in
     order; `update_gradient` and the telemetry's whole-batch losses each make their own. So the
     draws are a function of the run seed and the step alone: every rank computes the whole
