@@ -139,11 +139,19 @@ def objective_output(
     return spec.fn(batch, policy, **params)
 
 
-def unread_draws(device: torch.device) -> torch.Generator:
-    """A fresh generator on `device` for an objective call whose drawn values nothing reads (its
-    denominator mask, read on the behaviour values: Clip-Cov, the one objective that draws, has
-    none): the run's streams and torch's default generators are left as they were."""
-    return torch.Generator(device=device)
+def behaviour_output(
+    spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBatch
+) -> ObjectiveOutput:
+    """The objective run without grad on the behaviour values (old log-probs, behaviour entropy),
+    for what it decides from the batch alone (its denominator mask). Its drawn values are read by
+    no one (Clip-Cov, the one objective that draws, has no denominator mask): an objective that
+    draws is handed a fresh generator, so that the run's streams and torch's default generators
+    are left as they were."""
+    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
+    device = batch.sequences.device
+    draws = torch.Generator(device=device) if draws_at_random(spec) else None
+    with torch.no_grad():
+        return objective_output(spec, params, batch, standin, draws)
 
 
 def compute_loss(
@@ -311,9 +319,7 @@ def mini_batch_normaliser(
     batch's alone (ObjectiveSpec.decomposable): read from the objective run on the behaviour
     values (old log-probs, behaviour entropy) before any forward, as train/gradless_rows.py reads
     its denominator. Handed to `compute_loss` for each micro-batch of the batch."""
-    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
-    with torch.no_grad():
-        out = objective_output(spec, params, batch, standin, unread_draws(batch.sequences.device))
+    out = behaviour_output(spec, params, batch)
     mask = batch.response_mask
     denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     _, denominator = counted_tokens(batch, denominator, settings)
@@ -344,9 +350,7 @@ def nominal_scale(spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBa
     count, and its kept rows those with a token in the objective's denominator (read from the
     objective on the behaviour values, as `mini_batch_normaliser`). 1 when no row is kept (the
     loss is then 0 whatever the normaliser)."""
-    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
-    with torch.no_grad():
-        out = objective_output(spec, params, batch, standin, unread_draws(batch.sequences.device))
+    out = behaviour_output(spec, params, batch)
     mask = batch.response_mask.bool()
     denominator = mask if out.denominator_mask is None else out.denominator_mask.bool() & mask
     kept = denominator.any(dim=1).sum()
@@ -385,9 +389,7 @@ def gradient_tokens(spec: ObjectiveSpec, params: Mapping[str, Any], batch: Token
     on: it is not counted, since the quadrants' question is about the policy-gradient term.
     `advantages` is the sequence's group advantage (an objective that reshapes it per token, HAPO,
     EntroAdv, keeps its sign and zeros)."""
-    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
-    with torch.no_grad():
-        out = objective_output(spec, params, batch, standin, unread_draws(batch.sequences.device))
+    out = behaviour_output(spec, params, batch)
     mask = batch.response_mask.bool()
     denominator = mask if out.denominator_mask is None else out.denominator_mask.bool() & mask
     return denominator & (batch.advantages != 0)[:, None]

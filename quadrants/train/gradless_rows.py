@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quadrants.objectives.batch import PolicyOutput, TokenBatch
-from quadrants.objectives.loss import LossSettings, kept_tokens, objective_output, unread_draws
+from quadrants.objectives.batch import TokenBatch
+from quadrants.objectives.loss import LossSettings, behaviour_output, kept_tokens
 from quadrants.objectives.registry import ObjectiveSpec
 
 
@@ -47,10 +47,7 @@ def rows_with_gradient(
     if kept is not None:
         tokens, known = tokens & kept, True
     if spec is not None and spec.denominator_from_batch(params):
-        standin = PolicyOutput(mini.old_logp, mini.entropy if spec.wants_entropy(params) else None)
-        with torch.no_grad():
-            draws = unread_draws(mini.sequences.device)
-            denominator = objective_output(spec, params, mini, standin, draws).denominator_mask
+        denominator = behaviour_output(spec, params, mini).denominator_mask
         if denominator is not None:
             tokens, known = tokens & denominator, True
     if spec is not None and settings.kl_coef == 0 and spec.inert_at_zero_advantage(params):
