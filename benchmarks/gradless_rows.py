@@ -38,7 +38,7 @@ from quadrants.objectives.batch import PolicyOutput
 from quadrants.objectives.loss import compute_loss
 from quadrants.train.context import StepContext
 from quadrants.train.gradless_rows import rows_with_gradient
-from quadrants.train.step import backward_minibatch
+from quadrants.train.update import backward_minibatch
 
 
 def one_call(ctx: StepContext, batch) -> None:

@@ -31,7 +31,7 @@ from common import (  # benchmarks/ is the script's directory
 
 import quadrants.models.policy as policy
 import quadrants.ops.fused_head as fused
-from quadrants.train.step import backward_minibatch
+from quadrants.train.update import backward_minibatch
 
 
 def head_rows(ctx, batch) -> tuple[int, int]:

@@ -35,7 +35,7 @@ def child(micro: int, rows: int, prompt: int, length: int, hidden: int, out_path
     from quadrants.models.policy import behaviour_pass
     from quadrants.models.tiny import random_tiny_policy
     from quadrants.objectives.batch import make_token_batch
-    from quadrants.train.step import backward_minibatch
+    from quadrants.train.update import backward_minibatch
 
     torch.set_num_threads(2)
     model, _ = random_tiny_policy(

@@ -2,8 +2,9 @@
 
 A "step" here is the whole update phase the objective takes part in: policy forward with grad over
 the batch (with the current entropy only when the objective asks for it), the objective and the
-aggregation, backward, gradient clipping and the AdamW step — `quadrants.train.step.update_policy`,
-the function training runs. Rollouts and grading are the same for every objective and left out.
+aggregation, backward, gradient clipping and the AdamW step —
+`quadrants.train.update.update_policy`, the function training runs. Rollouts and grading are the
+same for every objective and left out.
 
 The machines are noisy, so objectives are interleaved round by round and each ratio is the median of
 per-round ratios against the GRPO time measured in the same round.
@@ -27,7 +28,7 @@ from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.run.settings import build_step
 from quadrants.train.context import Objective
-from quadrants.train.step import update_policy
+from quadrants.train.update import update_policy
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ The streams (`STREAMS`; a name not in it is an error, not a new stream), with th
 - training step `step`, refill round `round` (train/refill.py; 0 = the step's ordinary batch),
   generation block `block` (train/blocks.py): `prompts(seed, step, round)` draws the round's
   prompts, `rollout(seed, step, round, block)` seeds the block's generate call;
-- the update (train/step.py): `shuffle(seed, step)` orders the mini-batches, `update(seed, step)`
-  seeds torch's default generators for the update's own draws (Clip-Cov's subset);
+- the update (train/update.py): `shuffle(seed, step)` orders the mini-batches, `update(seed, step)`
+  seeds the generator of the objective's own draws (Clip-Cov's subset), handed down to the loss;
   `telemetry(seed, step)` draws the rows of the |Δ log-prob| pass; `random_control(seed, step)`
   the matched random-token control (ops/random_control.py); `reward(seed, step, round)` the
   `reward=random` confound's rewards of refill round `round` (rewards/confound.py);
@@ -104,7 +104,8 @@ def shuffle(seed: int, step: int) -> int:
 
 
 def update(seed: int, step: int) -> int:
-    """torch's default generators during the update at `step` (Clip-Cov's random subset)."""
+    """The objective's own draws in the update at `step` (Clip-Cov's random subset; the generator
+    train/update.py `objective_generator` hands down to the loss)."""
     return stream_seed(seed, "update", step)
 
 

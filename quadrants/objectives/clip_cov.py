@@ -6,11 +6,17 @@ max(floor(fraction · N), 1) tokens (N = response tokens in the mini-batch; fewe
 are drawn uniformly at random and get zero gradient. Everything else is the clipped surrogate.
 `fraction` is a fraction (2e-4), not a percent; fraction = 0 turns the detaching off
 (plain clipped surrogate). Scope: the mini-batch, as in the reference implementation
-(it runs per micro-batch). The draw uses torch's global generator, which the update seeds per
-step (train/step.py `seeded`), so every rank draws the same tokens of the whole mini-batch.
+(it runs per micro-batch). The draw comes from the `generator` the loss is given
+(objectives/loss.py `compute_loss`), never from torch's default generators: the update hands it a
+generator of the step's `update` stream (quadrants/seeds.py; train/update.py
+`objective_generator`), so every rank draws the same tokens of the whole mini-batch, as one process
+and a resumed run do. verl's Clip-Cov (verl/trainer/ppo/core_algos.py
+`compute_policy_loss_clip_cov`) draws from the global generator, over the rank's own micro-batch.
 """
 
 from __future__ import annotations
+
+import torch
 
 from quadrants.objectives.batch import (
     ObjectiveOutput,
@@ -53,6 +59,7 @@ def validate_clip_cov(
 def clip_cov(
     batch: TokenBatch,
     policy: PolicyOutput,
+    generator: torch.Generator | None = None,
     *,
     fraction: float = 2e-4,
     cov_lb: float = 1.0,
@@ -61,6 +68,14 @@ def clip_cov(
     clip_high: float = 0.2,
     clip_ratio_c: float | None = None,
 ) -> ObjectiveOutput:
+    """`generator`: where the random subset is drawn from (not a hyper-parameter: the registry's
+    keys are the keyword-only parameters); required."""
+    if generator is None:
+        raise ValueError(
+            "clip_cov draws its subset from the generator it is given: call it through "
+            "objectives/loss.py compute_loss(..., generator=torch.Generator(device).manual_seed(s))"
+            " (the update hands it the step's `update` stream: train/update.py objective_generator)"
+        )
     mask = batch.response_mask
     adv = token_advantages(batch)
     terms, policy_metrics = clipped_terms(
@@ -74,7 +89,7 @@ def clip_cov(
     cov = token_covariance(adv, policy.logp, mask)  # [B, T]
     candidates = mask & ~terms.clipped_mask & (cov > cov_lb) & (cov < cov_ub)
     k = selection_count(fraction, int(mask.sum()))
-    detached = random_subset_mask(candidates, k)  # [B, T]
+    detached = random_subset_mask(candidates, k, generator)  # [B, T]
     # both follow the current log-probs (the covariance, the clipped tokens)
     policy_metrics["selected_frac"] = token_share(detached, mask)
     policy_metrics["candidate_frac"] = token_share(candidates, mask)

@@ -14,12 +14,20 @@ The matched random control (`quadrant=random`, ops/random_control.py) is one mor
 step's draw (`TokenBatch.control_mask`) in place of a union of quadrants, under the same
 normaliser; with `quadrant.reweight=ht` each drawn token's loss is multiplied by its
 Horvitz–Thompson weight 1/π (`TokenBatch.control_weight`).
+
+An objective that draws at random (Clip-Cov's subset) takes a `generator` parameter beside the batch
+and the policy output (`draws_at_random`; not keyword-only, so not a hyper-parameter of the
+registry's schema) and draws from it alone: the loss's entry points hand it the `generator` they are
+given (the update's: train/update.py `objective_generator`), and torch's default generators are
+never touched.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import torch
@@ -27,6 +35,7 @@ from torch import Tensor
 
 from quadrants.config_ranges import NON_NEGATIVE
 from quadrants.objectives.batch import (
+    ObjectiveOutput,
     PolicyMetric,
     PolicyOutput,
     TokenBatch,
@@ -34,7 +43,7 @@ from quadrants.objectives.batch import (
     token_mean,
 )
 from quadrants.objectives.batch import fraction as token_fraction
-from quadrants.objectives.registry import ObjectiveSpec
+from quadrants.objectives.registry import ObjectiveSpec, TokenObjective
 from quadrants.ops.aggregation import (
     LOSS_AGGREGATIONS,
     aggregate_loss,
@@ -103,6 +112,48 @@ def loss_settings(
     )
 
 
+def draws_at_random(spec: ObjectiveSpec) -> bool:
+    """True when the objective draws at random (Clip-Cov's subset): its function takes a
+    `generator` parameter (module docstring)."""
+    return takes_generator(spec.fn)
+
+
+@cache
+def takes_generator(fn: TokenObjective) -> bool:
+    """True when `fn` has a parameter named `generator` (read once per function)."""
+    return "generator" in inspect.signature(fn).parameters
+
+
+def objective_output(
+    spec: ObjectiveSpec,
+    params: Mapping[str, Any],
+    batch: TokenBatch,
+    policy: PolicyOutput,
+    generator: torch.Generator | None,
+) -> ObjectiveOutput:
+    """The objective's output on (batch, policy): `spec.fn(batch, policy, **params)`, with
+    `generator` handed to an objective that draws at random (`draws_at_random`), which refuses
+    None; the others never see it."""
+    if draws_at_random(spec):
+        return spec.fn(batch, policy, generator=generator, **params)
+    return spec.fn(batch, policy, **params)
+
+
+def behaviour_output(
+    spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBatch
+) -> ObjectiveOutput:
+    """The objective run without grad on the behaviour values (old log-probs, behaviour entropy),
+    for what it decides from the batch alone (its denominator mask). Its drawn values are read by
+    no one (Clip-Cov, the one objective that draws, has no denominator mask): an objective that
+    draws is handed a fresh generator, so that the run's streams and torch's default generators
+    are left as they were."""
+    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
+    device = batch.sequences.device
+    draws = torch.Generator(device=device) if draws_at_random(spec) else None
+    with torch.no_grad():
+        return objective_output(spec, params, batch, standin, draws)
+
+
 def compute_loss(
     spec: ObjectiveSpec,
     params: Mapping[str, Any],
@@ -112,6 +163,7 @@ def compute_loss(
     is_weights: Tensor | None = None,
     normaliser: Tensor | None = None,
     rows: Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The scalar loss of one (mini-)batch and its detached metrics.
 
@@ -130,12 +182,15 @@ def compute_loss(
             (ObjectiveSpec.decomposable): the loss is then these rows' share of the mini-batch's,
             and the metrics are these rows' own. None = this batch's own normaliser.
         rows: [B] bool, the rows the policy metrics are over; None = every row.
+        generator: what an objective that draws at random draws from (`objective_output`; None
+            is refused by such an objective, ignored by the others). A loss computed again over
+            the same mini-batch draws the same tokens from a generator in the same state.
 
     Returns:
         (loss [] float with grad, metrics name -> detached [] tensor).
     """
     per_token, denominator, metrics, policy_metrics = loss_terms(
-        spec, params, batch, policy, settings, is_weights
+        spec, params, batch, policy, settings, is_weights, generator
     )
     if normaliser is None and spec.scales_by_nominal_rows(params):
         normaliser = loss_normaliser(
@@ -161,12 +216,13 @@ def loss_terms(
     policy: PolicyOutput,
     settings: LossSettings,
     is_weights: Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor, dict[str, Tensor], dict[str, PolicyMetric]]:
     """`compute_loss` before the aggregation: (per-token loss [B, T], 0 off the kept tokens of the
     denominator; the denominator mask [B, T] bool, the tokens the normaliser counts; the metrics
     that read the batch only, detached scalars; those that read the policy output, not yet
-    reduced: the objective's and the KL's `kl_ref`)."""
-    out = spec.fn(batch, policy, **params)
+    reduced: the objective's and the KL's `kl_ref`). `generator`: as `compute_loss`'s."""
+    out = objective_output(spec, params, batch, policy, generator)
     mask = batch.response_mask
     per_token = out.per_token_loss  # [B, T]
     if is_weights is not None:
@@ -210,6 +266,7 @@ def applied_weights(
     batch: TokenBatch,
     settings: LossSettings,
     is_weights: Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Each token's applied weight w_t = −|D| · ∂loss/∂log π_t at the behaviour policy (ratio 1),
     and the loss's denominator D: the per-token weight the update's gradient actually carries.
@@ -223,6 +280,7 @@ def applied_weights(
     batch's), with the current log-probs replaced by the behaviour ones, a leaf the gradient is
     taken against; the entropy, where the objective reads it, is the behaviour entropy, held
     fixed (an entropy bonus's own gradient is not a weight on log π of the sampled token).
+    `generator`: as `compute_loss`'s (the step hands a fresh one of its `update` stream).
 
     Returns:
         (w [B, T] float32, 0 off D; D [B, T] bool).
@@ -231,7 +289,7 @@ def applied_weights(
     entropy = batch.entropy.detach().float() if spec.wants_entropy(params) else None
     with torch.enable_grad():
         per_token, denominator, _, _ = loss_terms(
-            spec, params, batch, PolicyOutput(logp, entropy), settings, is_weights
+            spec, params, batch, PolicyOutput(logp, entropy), settings, is_weights, generator
         )
         loss = aggregate_loss(per_token, denominator, settings.loss_agg, settings.norm_length)
         (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
@@ -261,9 +319,7 @@ def mini_batch_normaliser(
     batch's alone (ObjectiveSpec.decomposable): read from the objective run on the behaviour
     values (old log-probs, behaviour entropy) before any forward, as train/gradless_rows.py reads
     its denominator. Handed to `compute_loss` for each micro-batch of the batch."""
-    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
-    with torch.no_grad():
-        out = spec.fn(batch, standin, **params)
+    out = behaviour_output(spec, params, batch)
     mask = batch.response_mask
     denominator = mask if out.denominator_mask is None else out.denominator_mask & mask
     _, denominator = counted_tokens(batch, denominator, settings)
@@ -294,10 +350,7 @@ def nominal_scale(spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBa
     count, and its kept rows those with a token in the objective's denominator (read from the
     objective on the behaviour values, as `mini_batch_normaliser`). 1 when no row is kept (the
     loss is then 0 whatever the normaliser)."""
-    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
-    device = batch.sequences.device
-    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        out = spec.fn(batch, standin, **params)
+    out = behaviour_output(spec, params, batch)
     mask = batch.response_mask.bool()
     denominator = mask if out.denominator_mask is None else out.denominator_mask.bool() & mask
     kept = denominator.any(dim=1).sum()
@@ -310,12 +363,12 @@ def kept_tokens(batch: TokenBatch, quadrant: QuadrantSettings) -> Tensor | None:
     random control's draw; None = every response token (no isolation).
 
     Raises ValueError when the settings ask for the control and the batch holds no draw (the step
-    draws it, train/step.py `draw_control`)."""
+    draws it, train/matched_control.py `draw_control`)."""
     if quadrant.control is not None:
         if batch.control_mask is None:
             raise ValueError(
                 "quadrant=random needs the step's draw, but TokenBatch.control_mask is None "
-                "(train/step.py draw_control sets it)"
+                "(train/matched_control.py draw_control sets it)"
             )
         return batch.control_mask
     return None if quadrant.keep is None else batch.quadrants.union(quadrant.keep)
@@ -324,7 +377,7 @@ def kept_tokens(batch: TokenBatch, quadrant: QuadrantSettings) -> Tensor | None:
 def gradient_tokens(spec: ObjectiveSpec, params: Mapping[str, Any], batch: TokenBatch) -> Tensor:
     """[B, T] bool, the response tokens that carry gradient under the full objective: inside the
     loss's denominator and with a non-zero advantage. The count the matched random control matches
-    (train/step.py `draw_control`) and the telemetry logs.
+    (train/matched_control.py `draw_control`) and the telemetry logs.
 
     The denominator is the objective's own (`ObjectiveOutput.denominator_mask`), read from the
     objective run on the behaviour values (old log-probs, behaviour entropy), as
@@ -336,11 +389,7 @@ def gradient_tokens(spec: ObjectiveSpec, params: Mapping[str, Any], batch: Token
     on: it is not counted, since the quadrants' question is about the policy-gradient term.
     `advantages` is the sequence's group advantage (an objective that reshapes it per token, HAPO,
     EntroAdv, keeps its sign and zeros)."""
-    standin = PolicyOutput(batch.old_logp, batch.entropy if spec.wants_entropy(params) else None)
-    device = batch.sequences.device
-    # an objective that draws at random (Clip-Cov) leaves torch's generators as they were
-    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        out = spec.fn(batch, standin, **params)
+    out = behaviour_output(spec, params, batch)
     mask = batch.response_mask.bool()
     denominator = mask if out.denominator_mask is None else out.denominator_mask.bool() & mask
     return denominator & (batch.advantages != 0)[:, None]

@@ -53,10 +53,10 @@ def topk_mask(scores: Tensor, candidates: Tensor, k: int) -> Tensor:
     return out.reshape(scores.shape)
 
 
-def random_subset_mask(
-    candidates: Tensor, k: int, generator: torch.Generator | None = None
-) -> Tensor:
-    """[B, T] bool with k candidate tokens drawn uniformly without replacement (all if fewer)."""
+def random_subset_mask(candidates: Tensor, k: int, generator: torch.Generator) -> Tensor:
+    """[B, T] bool with k candidate tokens drawn uniformly without replacement (all if fewer), by
+    one `randperm` of the candidates from `generator` (on the candidates' device); torch's default
+    generators are not touched."""
     idx = candidates.reshape(-1).nonzero().squeeze(-1)
     out = torch.zeros(candidates.numel(), dtype=torch.bool, device=candidates.device)
     if idx.numel() > 0 and k > 0:

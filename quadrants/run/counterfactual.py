@@ -60,17 +60,12 @@ from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import SamplingSettings, rollouts_to
 from quadrants.tasks.base import Problem
 from quadrants.train.blocks import concat_rollouts
+from quadrants.train.collect import collect_rollouts
 from quadrants.train.context import StepContext
+from quadrants.train.forwards import no_grad_pass
 from quadrants.train.refill import correctness
-from quadrants.train.step import (
-    build_batch,
-    collect_rollouts,
-    draw_control,
-    mismatch_weights,
-    no_grad_pass,
-    update_gradient,
-    update_policy,
-)
+from quadrants.train.score import build_batch, draw_control, mismatch_weights
+from quadrants.train.update import update_gradient, update_policy
 
 QUADRANT_ARMS: tuple[str, ...] = tuple(q.value for q in Quadrant)
 NULL = "null"

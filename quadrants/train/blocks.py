@@ -1,7 +1,7 @@
 """Prompts in blocks: a step's prompts are generated in blocks (one generate call each), dealt to
-ranks and gathered in block order (train/step.py `collect_rollouts`); refill rounds add more blocks
-(train/refill.py). Block b keeps a seed of its own (quadrants/seeds.py `rollout`), so the same
-blocks, seeds and global order come out for any number of ranks; `concat_rollouts` joins the
+ranks and gathered in block order (train/collect.py `collect_rollouts`); refill rounds add more
+blocks (train/refill.py). Block b keeps a seed of its own (quadrants/seeds.py `rollout`), so the
+same blocks, seeds and global order come out for any number of ranks; `concat_rollouts` joins the
 blocks' rollouts.
 
 Pure torch: no config, no model. Shape legend: **B** sequences · **P** prompt tokens · **T**

@@ -134,7 +134,7 @@ class ScoreSettings:
             `engine_numbers_may_stand_in`).
         engine_is_trainer: the engine's numbers are the trainer's own (it samples from the
             trainer's module in the trainer's precision: the HF engine), so the flip telemetry may
-            take them as its before-update baseline; else it runs its own pass (train/step.py
+            take them as its before-update baseline; else it runs its own pass (train/telemetry.py
             `trainer_logp_before`).
         reference_from_adapters: the KL reference is the policy with its LoRA adapters switched off
             (objective.kl_coef > 0 under model.lora).
@@ -174,9 +174,9 @@ class UpdateSettings:
     max_grad_norm: float
     measure_dlogp: bool
     dlogp_rows: int | None
-    minibatch_grouping: str  # shuffle | query | balanced (train/step.py update_policy)
+    minibatch_grouping: str  # shuffle | query | balanced (train/update.py update_policy)
     # every N steps the arm's gradient against the full objective's (`quadrant.
-    # gradient_cosine_every`, train/step.py `gradient_cosine`); None = off, nothing computed
+    # gradient_cosine_every`, train/update.py `gradient_cosine`); None = off, nothing computed
     gradient_cosine_every: int | None = None
 
 

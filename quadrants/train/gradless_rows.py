@@ -3,9 +3,9 @@ with grad into a mini-batch's detached values (`splice_rows`).
 
 A row carries no gradient when none of its response tokens is both in a kept quadrant and in the
 objective's denominator, or, for objectives that are inert there and without KL, when its
-advantage is exactly 0. The update (train/step.py `backward_minibatch`) runs such rows once without
-grad, for their values, and only the other rows with grad; sharded ranks add idle rows to the grad
-pass until both passes split evenly over the ranks (`equal_shares`).
+advantage is exactly 0. The update (train/update.py `backward_minibatch`) runs such rows once
+without grad, for their values, and only the other rows with grad; sharded ranks add idle rows to
+the grad pass until both passes split evenly over the ranks (`equal_shares`).
 
 Pure torch over a TokenBatch and the objective's spec: no model, no config.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from quadrants.objectives.batch import PolicyOutput, TokenBatch
-from quadrants.objectives.loss import LossSettings, kept_tokens
+from quadrants.objectives.batch import TokenBatch
+from quadrants.objectives.loss import LossSettings, behaviour_output, kept_tokens
 from quadrants.objectives.registry import ObjectiveSpec
 
 
@@ -47,9 +47,7 @@ def rows_with_gradient(
     if kept is not None:
         tokens, known = tokens & kept, True
     if spec is not None and spec.denominator_from_batch(params):
-        standin = PolicyOutput(mini.old_logp, mini.entropy if spec.wants_entropy(params) else None)
-        with torch.no_grad():
-            denominator = spec.fn(mini, standin, **params).denominator_mask
+        denominator = behaviour_output(spec, params, mini).denominator_mask
         if denominator is not None:
             tokens, known = tokens & denominator, True
     if spec is not None and settings.kl_coef == 0 and spec.inert_at_zero_advantage(params):

@@ -21,7 +21,7 @@ mixed correctness are collected, and trains on those. Here:
   is on; without it the rewards are the correctness), so the top-up groups are exactly the ones the
   loss drops, and a length penalty alone never makes a group mixed.
 - Each round is collected by the caller's `collect_round`, which with several ranks deals its
-  prompts in blocks to the ranks and gathers them (train/step.py `collect_round`): every rank
+  prompts in blocks to the ranks and gathers them (train/collect.py `collect_round`): every rank
   sees the same rounds and keeps the same groups.
 
 verl raises an error when its cap is reached without a full batch; we train on the shorter batch and

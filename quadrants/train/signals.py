@@ -3,7 +3,7 @@ when `quadrant.axis=attention_entropy` splits the quadrants by it, and the LoRA 
 when the objective is ARCA or `model.lora.residual_telemetry` logs it per quadrant.
 
 `SignalSettings` (train/context.py, part of the score phase's settings) says which; one
-call, `token_signals`, from the step's batch builder (train/step.py `build_batch`) returns
+call, `token_signals`, from the step's batch builder (train/score.py `build_batch`) returns
 `make_token_batch`'s keyword arguments. Each signal is a no-grad pass over the rows
 (models/token_signals.py), in chunks of `train.forward_tokens` tokens when set (else
 `train.mini_batch_size` rows), under the step's autocast, over this rank's share of the rows,

@@ -1,16 +1,23 @@
 """Per-step telemetry: per-quadrant statistics of a TokenBatch, reduced to floats for the tracker.
 
-This is where tensors become Python floats (`.item()`), once per step, after the update.
+This is where tensors become Python floats (`.item()`), once per step, after the update: the
+rollout batch's figures (`rollout_metrics`), the quadrants' (`quadrant_telemetry`), the |Δ log-prob|
+and flips on a subsample of rows measured before and after the update (`telemetry_rows`,
+`trainer_logp_before`, `measure_dlogp`), what the keep set trains (`gradient_figures`) and, under
+`quadrant=random`, what the matched control trains and its noise (`control_telemetry`,
+`ht_noise`).
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass, replace
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from quadrants import seeds
 from quadrants.objectives.batch import TokenBatch
+from quadrants.objectives.loss import applied_weights
 from quadrants.ops.cancellation import flipped, shared_tokens, signed_tokens, unique_tokens
 from quadrants.ops.entropy_change import (
     covariance_by_set,
@@ -20,9 +27,16 @@ from quadrants.ops.entropy_change import (
     state_term,
     token_correlation,
 )
+from quadrants.ops.mismatch import logp_abs_diff
 from quadrants.ops.quadrants import Quadrant
-from quadrants.ops.subsample import ratio_mean_se
+from quadrants.ops.random_control import ht_relative_noise
+from quadrants.ops.subsample import auto_rows, ratio_mean_se, sample_rows
+from quadrants.rewards.grader import Outcome
+from quadrants.rollout.engine import Rollouts
 from quadrants.tracking import keys
+from quadrants.train.context import Forwards, Objective, UpdateSettings
+from quadrants.train.forwards import no_grad_pass
+from quadrants.train.update import first_epoch_minibatches
 
 
 def quadrant_telemetry(
@@ -173,20 +187,6 @@ def flip_telemetry(
     return out
 
 
-def mean_metrics(per_update: list[dict[str, Tensor]]) -> dict[str, float]:
-    """Average each objective metric over the mini-batch updates of a step, leaving out the NaN
-    of a mini-batch that had nothing to measure (objectives/batch.py `PolicyMetric.over_rows`: no
-    row carried gradient); a metric with nothing to measure in the whole step is not logged."""
-    if not per_update:
-        return {}
-    names = sorted({name for m in per_update for name in m})
-    means = {
-        name: torch.stack([m[name].float() for m in per_update if name in m]).nanmean().item()
-        for name in names
-    }
-    return {name: value for name, value in means.items() if not math.isnan(value)}
-
-
 def gradient_figures(
     kept: Tensor | None, carrying: Tensor, advantages: Tensor, prefix: str
 ) -> dict[str, float]:
@@ -229,3 +229,160 @@ def minibatch_count_gap(
         for side in (sign, ~sign) if by_sign else (torch.ones_like(sign),):
             gap = max(gap, abs(float(diff[rows][side].sum())))
     return gap
+
+
+def telemetry_rows(
+    forwards: Forwards, settings: UpdateSettings, batch: TokenBatch, step: int
+) -> Tensor:
+    """The rows [n] long of the |Δ log-prob| and flip telemetry at `step`: `dlogp_rows` sequences
+    drawn with the step's `telemetry` seed (None = ops.subsample.auto_rows, 0 = all; sharded:
+    rounded up to a multiple of the ranks)."""
+    generator = torch.Generator().manual_seed(seeds.telemetry(settings.seed, step))
+    world = forwards.placement.world_size
+    wanted = settings.dlogp_rows
+    if wanted is None:  # auto: 1/16 of the rows, at least 2 and at least one per rank
+        wanted = auto_rows(batch.batch_size, minimum=max(2, world))
+    # each rank runs an equal share of the pass's rows (placement.share; the token packing needs
+    # whole units of W rows): a count that does not split over the ranks is rounded up to one that
+    # does, at most every row (B splits: check_layout)
+    wanted = min(-(-wanted // world) * world, batch.batch_size)
+    return sample_rows(batch.batch_size, wanted, generator).to(batch.sequences.device)
+
+
+@dataclass(frozen=True)
+class Before:
+    """The telemetry's baseline, taken before the update: the measured `rows` [n] long and the
+    trainer's own log-probs `logp` [n, T] on them."""
+
+    rows: Tensor
+    logp: Tensor
+
+
+def trainer_logp_before(
+    model: nn.Module,
+    forwards: Forwards,
+    settings: UpdateSettings,
+    batch: TokenBatch,
+    step: int,
+    *,
+    reuse: bool,
+) -> Before:
+    """The measured rows (`telemetry_rows`) and the trainer's log-probs on them before the update.
+
+    `reuse` (train_step passes `trainer_numbers`): the batch's old log-probs are the trainer's own
+    (its behaviour pass, or the HF engine's numbers from the trainer's module in its precision,
+    equal to the pass's within float32 summation order), so they are taken as they are and nothing
+    changes. Otherwise (an engine whose numbers stood in but are not the trainer's: its kernels or
+    precision differ by 0.01-0.2 nats under vLLM in bf16, which the diagnostic would count as
+    moves and flips) one no-grad pass over just the measured rows gives the trainer's own."""
+    rows = telemetry_rows(forwards, settings, batch, step)
+    if reuse:
+        return Before(rows, batch.old_logp[rows])
+    logp, _ = no_grad_pass(
+        forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
+    )
+    return Before(rows, logp * batch.response_mask[rows])
+
+
+def measure_dlogp(
+    model: nn.Module, forwards: Forwards, batch: TokenBatch, before: Before
+) -> tuple[Tensor, Tensor, Tensor]:
+    """log π_after − log π_before per token on the rows of `before` (signed; the telemetry takes
+    |Δ| and the flips from it), π_before the trainer's own before the update
+    (`trainer_logp_before`), and the updated policy's entropy: one extra no-grad pass over those
+    rows after the update. ([n, T], [n, T], rows [n] long)."""
+    rows = before.rows
+    after, entropy = no_grad_pass(
+        forwards, model, batch.sequences[rows], batch.attention_mask[rows], batch.response_length
+    )
+    return (after - before.logp) * batch.response_mask[rows], entropy, rows
+
+
+def rollout_metrics(
+    rollouts: Rollouts, rewards: Tensor, outcomes: list[Outcome], batch: TokenBatch
+) -> dict[str, float]:
+    """Reward, solve rates, lengths, entropy and grading outcome fractions of one rollout batch."""
+    groups = rollouts.group_ids
+    correct = torch.tensor(
+        [o == Outcome.correct for o in outcomes], dtype=torch.float32, device=groups.device
+    )
+    num_groups = int(groups.max()) + 1 if groups.numel() else 0
+    per_group = torch.zeros(num_groups, device=groups.device).index_add_(0, groups, correct)
+    sizes = torch.zeros(num_groups, device=groups.device).index_add_(
+        0, groups, torch.ones_like(correct)
+    )
+    mask = batch.response_mask
+    out = {
+        keys.train("reward_mean"): rewards.mean().item(),
+        keys.train("solve_rate"): correct.mean().item(),
+        keys.train("prompt_solve_rate"): (per_group > 0).float().mean().item(),
+        keys.train("groups_all_correct_frac"): (per_group == sizes).float().mean().item(),
+        keys.train("groups_all_wrong_frac"): (per_group == 0).float().mean().item(),
+        keys.train("response_length"): mask.sum(-1).float().mean().item(),
+        keys.train("truncated_frac"): (~rollouts.finished).float().mean().item(),
+        keys.train("entropy"): ((batch.entropy * mask).sum() / mask.sum().clamp_min(1)).item(),
+    }
+    # train–inference mismatch, always logged: |log μ_engine − log π_old| over response tokens
+    diff_mean, diff_max = logp_abs_diff(rollouts.behaviour_logp, batch.old_logp, mask)
+    out[keys.train("engine_logp_abs_diff")] = diff_mean.item()
+    out[keys.train("engine_logp_abs_diff_max")] = diff_max.item()
+    for outcome in Outcome:
+        out[keys.train(f"outcome/{outcome.value}_frac")] = sum(
+            o == outcome for o in outcomes
+        ) / max(len(outcomes), 1)
+    return out
+
+
+def control_telemetry(
+    objective: Objective,
+    settings: UpdateSettings,
+    batch: TokenBatch,
+    carrying: Tensor,
+    trained: Tensor | None,
+    step: int,
+) -> dict[str, float]:
+    """What the run's keep set trains (`gradient_figures`: gradient-carrying
+    tokens per sign, rows, Σ|A|), and under `quadrant=random` the same for the arm it matches on
+    this batch (`train/matched/...`) and, matched per mini-batch, the largest count difference over
+    the first epoch's mini-batches (`train/control/minibatch_count_gap`, 0 when exact)."""
+    out = gradient_figures(trained, carrying, batch.advantages, "")
+    control = objective.quadrant.control
+    if control is None or not control.match:
+        return out
+    arm = batch.quadrants.union(control.match) & carrying
+    out.update(gradient_figures(arm, carrying, batch.advantages, "matched/"))
+    if control.within == "minibatch" and control.match_fraction is None and trained is not None:
+        out[keys.train("control/minibatch_count_gap")] = minibatch_count_gap(
+            trained & carrying,
+            arm,
+            batch.advantages,
+            first_epoch_minibatches(batch, settings, step),
+            by_sign=control.match_sign,
+        )
+    return out
+
+
+def ht_noise(
+    objective: Objective,
+    batch: TokenBatch,
+    carrying: Tensor,
+    is_weights: Tensor | None,
+    generator: torch.Generator,
+) -> float:
+    """The Horvitz–Thompson control's relative gradient noise E‖g_HT − g_full‖² / ‖g_full‖² on
+    this batch, in the per-token log-prob coordinates (ops/random_control.py
+    `ht_relative_noise`): c_t the full objective's applied weight on each gradient-carrying token
+    (objectives/loss.py `applied_weights`, the keep set and the HT weights removed), π_t the
+    draw's inclusion probability k_s / n_s, the inverse of the batch's HT weight. `generator`: the
+    objective's draws (train/update.py `objective_generator`)."""
+    weight = batch.control_weight
+    assert weight is not None  # reweight=ht
+    quadrant = replace(objective.quadrant, control=None)
+    full = replace(batch, control_mask=None, control_weight=None)
+    coefficients, _ = applied_weights(
+        objective.spec, objective.params, full, replace(objective.loss, quadrant=quadrant),
+        is_weights, generator,
+    )  # fmt: skip
+    reachable = weight > 0
+    inclusion = torch.where(reachable, 1.0 / weight.clamp_min(1e-30), 0.0)
+    return float(ht_relative_noise(coefficients * carrying, inclusion, reachable))

@@ -32,7 +32,7 @@ def measured(rows: int, forward_tokens: int) -> dict[str, torch.Tensor]:
     from quadrants.distributed.collectives import current, shard_model
     from quadrants.distributed.placement import Sharded
     from quadrants.models.loading import load_policy
-    from quadrants.train.step import measure_dlogp, trainer_logp_before
+    from quadrants.train.telemetry import measure_dlogp, trainer_logp_before
     from tests.unit.train.test_accumulate import context, seeded_batch
 
     model, _ = load_policy("tiny-random", seed=0)

@@ -75,9 +75,9 @@ def no_grad_pass_by_tokens(sharded: bool) -> dict[str, torch.Tensor]:
     from quadrants.distributed.placement import Sharded
     from quadrants.models.loading import load_policy
     from quadrants.train.context import Forwards, PassSettings
+    from quadrants.train.forwards import no_grad_pass
     from quadrants.train.micro_batches import row_lengths, token_groups
     from quadrants.train.placement import SingleProcess
-    from quadrants.train.step import no_grad_pass
     from tests.unit.train.test_accumulate import seeded_batch
 
     model, _ = load_policy("tiny-random", seed=0)

@@ -76,12 +76,14 @@ def run(
     norm_length: int | None = None,
     kl_coef: float = 0.0,
     kl_estimator: str = "k3",
+    generator: torch.Generator | None = None,
     **params: object,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """resolve_objective + compute_loss, the way the train step calls them.
 
     `keep` / `quadrant_denominator` go to QuadrantSettings, `loss_agg` / `kl_*` to LossSettings;
-    the rest are objective params.
+    `generator`: an objective's draws (Clip-Cov's; None: a generator seeded 0, the same draw
+    every call, as the step always hands one), the rest are objective params.
     """
     spec, full = resolve_objective(name, params)
     settings = LossSettings(
@@ -91,7 +93,9 @@ def run(
         kl_coef=kl_coef,
         kl_estimator=kl_estimator,
     )
-    return compute_loss(spec, full, tb, PolicyOutput(logp=logp, entropy=entropy), settings)
+    policy = PolicyOutput(logp=logp, entropy=entropy)
+    draws = torch.Generator().manual_seed(0) if generator is None else generator
+    return compute_loss(spec, full, tb, policy, settings, generator=draws)
 
 
 def grad_of(loss: Tensor, leaf: Tensor) -> Tensor:

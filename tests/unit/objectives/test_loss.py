@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from quadrants.objectives.batch import PolicyOutput
-from quadrants.objectives.loss import LossSettings, compute_loss
+from quadrants.objectives.loss import LossSettings, compute_loss, objective_output
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS, aggregate_loss
 from quadrants.ops.quadrants import Quadrant, QuadrantSettings, parse_keep
@@ -197,8 +197,12 @@ def _loss(name, params, tb, logp, entropy, keep, loss_agg, kl_coef):
     settings = LossSettings(
         quadrant=QuadrantSettings(keep=keep), loss_agg=loss_agg, kl_coef=kl_coef
     )
-    torch.manual_seed(1234)  # clip_cov draws from the global RNG: the same draw for every call
-    return compute_loss(spec, full, tb, policy, settings)
+    # clip_cov draws from the generator it is given: the same draw for every call
+    return compute_loss(spec, full, tb, policy, settings, generator=draws())
+
+
+def draws() -> torch.Generator:
+    return torch.Generator().manual_seed(1234)
 
 
 def test_every_registered_objective_is_covered():
@@ -276,8 +280,7 @@ def test_tokens_outside_the_denominator_carry_no_loss(name, params, loss_agg):
     for seed in (0, 3):
         tb, logp, entropy = random_batch(seed)
         policy = PolicyOutput(logp=logp, entropy=entropy if spec.wants_entropy(full) else None)
-        torch.manual_seed(1234)
-        out = spec.fn(tb, policy, **full)
+        out = objective_output(spec, full, tb, policy, draws())
         denominator = (
             tb.response_mask
             if out.denominator_mask is None

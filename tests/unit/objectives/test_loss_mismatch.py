@@ -25,8 +25,8 @@ def _weighted(name, params, tb, logp, entropy, keep, weights, kl_coef=0.0, loss_
     settings = LossSettings(
         quadrant=QuadrantSettings(keep=keep), loss_agg=loss_agg, kl_coef=kl_coef
     )
-    torch.manual_seed(1234)  # clip_cov draws from the global RNG, as in test_loss._loss
-    return compute_loss(spec, full, tb, policy, settings, is_weights=weights)
+    draws = torch.Generator().manual_seed(1234)  # clip_cov's draw, as in test_loss._loss
+    return compute_loss(spec, full, tb, policy, settings, is_weights=weights, generator=draws)
 
 
 def test_token_weights_multiply_the_per_token_loss_by_hand():

@@ -105,8 +105,10 @@ def test_policy_metrics_are_those_that_read_the_policy(name, params):
     seen_batch: list[dict[str, torch.Tensor]] = []
     seen_policy: list[dict[str, torch.Tensor]] = []
     for policy in policies(batch, spec.wants_entropy(resolved)):
-        torch.manual_seed(0)  # Clip-Cov's draw
-        _, _, metrics, policy_metrics = loss_terms(spec, resolved, batch, policy, settings)
+        draws = torch.Generator().manual_seed(0)  # Clip-Cov's draw, the same at every policy
+        _, _, metrics, policy_metrics = loss_terms(
+            spec, resolved, batch, policy, settings, generator=draws
+        )
         assert not set(LOSS_FIGURES) & set(policy_metrics)
         seen_batch.append(metrics)
         seen_policy.append(reduce_policy_metrics(policy_metrics))

@@ -14,7 +14,7 @@ from quadrants.objectives.batch import PolicyOutput, make_token_batch
 from quadrants.objectives.control import STATE_KEY, advance_state, with_initial_state
 from quadrants.objectives.loss import LossSettings, compute_loss, mini_batch_normaliser
 from quadrants.objectives.registry import resolve_objective
-from quadrants.train.telemetry import mean_metrics
+from quadrants.train.update import mean_metrics
 
 
 def dropped_groups_batch():

@@ -15,12 +15,12 @@ from quadrants.config import RunConfig
 from quadrants.models.loading import load_policy
 from quadrants.models.policy import behaviour_pass, response_logprobs
 from quadrants.objectives.batch import PolicyOutput, make_token_batch
-from quadrants.objectives.loss import compute_loss
+from quadrants.objectives.loss import compute_loss, objective_output
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.run.settings import build_step
 from quadrants.train.context import StepContext
 from quadrants.train.gradless_rows import equal_shares, rows_with_gradient
-from quadrants.train.step import backward_minibatch, generator_state, replaying
+from quadrants.train.update import backward_minibatch
 
 # Clip-Cov with a covariance window that holds candidates here (~46 % of the tokens, 29 % drawn): its
 # random draw must be the same in every grad pass of a mini-batch (the defaults select none here)
@@ -67,14 +67,22 @@ def context(objective: str, micro: int, model, keep="all", kl_coef=0.0) -> StepC
     return build_step(cfg, model)
 
 
-def backward(ctx: StepContext, batch, is_weights=None):
-    """`backward_minibatch` with the context's objective, forwards and update settings."""
-    return backward_minibatch(ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, is_weights)
+def draws() -> torch.Generator:
+    """The objective's draws (Clip-Cov's subset): the same generator state in every path."""
+    return torch.Generator().manual_seed(0)
+
+
+def backward(ctx: StepContext, batch, is_weights=None, generator=None):
+    """`backward_minibatch` with the context's objective, forwards and update settings, and a
+    generator of `draws()` unless one is given."""
+    return backward_minibatch(
+        ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, is_weights,
+        draws() if generator is None else generator,
+    )  # fmt: skip
 
 
 def gradients(objective: str, micro: int, model, batch, keep="all", kl_coef=0.0):
     model = copy.deepcopy(model)
-    torch.manual_seed(0)  # the same draws as the reference's (Clip-Cov)
     loss, metrics = backward(context(objective, micro, model, keep, kl_coef), batch)
     return (
         loss,
@@ -112,19 +120,19 @@ def test_micro_batches_accumulate_the_unsplit_gradient(objective):
 def test_micro_batches_hold_rows_of_similar_length(monkeypatch):
     """Rows are dealt by response length (stable): lengths 5 3 5 2 4 5 -> rows 3 1 | 4 0 | 2 5,
     so each micro-batch's forward is cut after its own longest row (2+3, 4+5, 5+5 positions)."""
-    import quadrants.train.step as step_module
+    import quadrants.train.update as update_module
 
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
     seen = []
-    real = step_module.policy_output
+    real = update_module.policy_output
 
     def spy(forwards, model, mini, with_entropy):
         if torch.is_grad_enabled():
             seen.append(mini.response_mask.sum(1).tolist())
         return real(forwards, model, mini, with_entropy)
 
-    monkeypatch.setattr(step_module, "policy_output", spy)
+    monkeypatch.setattr(update_module, "policy_output", spy)
     gradients("w_reinforce", 2, model, batch)  # every row carries gradient under W-REINFORCE
     assert seen == [[2, 3], [4, 5], [5, 5]]
 
@@ -134,7 +142,6 @@ def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
     read the policy over the rows that carry gradient (`rows_with_gradient`), as every path of the
     update logs them."""
     model = copy.deepcopy(model)
-    torch.manual_seed(0)
     ctx = context(objective, 0, model, keep, kl_coef)
     logp, entropy = response_logprobs(
         model,
@@ -148,7 +155,7 @@ def one_call_gradients(objective: str, model, batch, keep, kl_coef=0.0):
     spec, params, settings = ctx.objective.spec, ctx.objective.params, ctx.objective.loss
     rows = rows_with_gradient(batch, settings, spec, params)
     loss, metrics = compute_loss(
-        spec, params, batch, PolicyOutput(logp, entropy), settings, rows=rows
+        spec, params, batch, PolicyOutput(logp, entropy), settings, rows=rows, generator=draws()
     )
     loss.backward()
     return loss.detach(), metrics, {n: p.grad.clone() for n, p in model.named_parameters()}
@@ -239,7 +246,7 @@ def test_zero_advantage_inert_is_true_of_the_objective(objective):
     for shift in (-1.5, 0.0, 1.5):
         logp = (batch.old_logp + shift).clone().requires_grad_(True)
         entropy = batch.entropy.clone().requires_grad_(True) if spec.wants_entropy(params) else None
-        out = spec.fn(batch, PolicyOutput(logp, entropy), **params)
+        out = objective_output(spec, params, batch, PolicyOutput(logp, entropy), draws())
         inputs = [logp] if entropy is None else [logp, entropy]
         grads = torch.autograd.grad(out.per_token_loss.sum(), inputs, allow_unused=True)
         inert = bool((out.per_token_loss[zero] == 0).all()) and all(
@@ -331,18 +338,18 @@ def test_rows_without_gradient_get_no_grad_forward(monkeypatch):
     four (lengths 5, 5, 2, 5) run once without grad. With micro-batches of 1 every row runs
     without grad first and rows 1 and 4 then one at a time, shortest first. GRPO and DAPO
     decompose over rows: the same rows run with grad, and no forward runs without grad."""
-    import quadrants.train.step as step_module
+    import quadrants.train.update as update_module
 
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
     seen = {True: [], False: []}
-    real = step_module.policy_output
+    real = update_module.policy_output
 
     def spy(forwards, model, mini, with_entropy):
         seen[torch.is_grad_enabled()].append(mini.response_mask.sum(1).tolist())
         return real(forwards, model, mini, with_entropy)
 
-    monkeypatch.setattr(step_module, "policy_output", spy)
+    monkeypatch.setattr(update_module, "policy_output", spy)
     gradients("clip_cov", 0, model, batch, ["NHR", "NLR"])
     assert seen == {True: [[3, 4]], False: [[5, 5, 2, 5]]}
     seen = {True: [], False: []}
@@ -403,16 +410,32 @@ def test_equal_shares_by_hand():
             assert int(shares.sum()) - int(carried.sum()) < max(world, 1) + (not carried.any())
 
 
-def test_later_grad_passes_replay_the_first_pass_draws():
-    """Inside `replaying(state)` the generator draws what it drew from `state` (the first grad
-    pass's loss); after it, it continues exactly where it was, so a forward between passes draws
-    fresh numbers."""
-    torch.manual_seed(5)
-    state = generator_state(torch.device("cpu"))
-    first = torch.randperm(10)  # the first pass's draw
-    fresh = torch.rand(3)  # what the generator gives next without any replay
-    torch.manual_seed(5)
-    torch.randperm(10)
-    with replaying(state, torch.device("cpu")):
-        assert torch.equal(torch.randperm(10), first)
-    assert torch.equal(torch.rand(3), fresh)
+def test_every_grad_pass_draws_what_one_call_draws():
+    """Clip-Cov split into micro-batches of 2 rows (its 4 rows with gradient by length: 1 4 | 0 5;
+    rows 2 and 3, of advantage 0, run without grad): each grad pass computes the whole mini-batch's loss and must detach the same tokens as the unsplit
+    call, so every pass starts from the generator's state before the first, and the generator
+    ends where the one call leaves it (the next mini-batch draws on from there). The first pass's
+    draw without that replay would be another one: the second pass then detaches other tokens."""
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    one, split = draws(), draws()
+    backward(context("clip_cov", 0, copy.deepcopy(model)), batch, generator=one)
+    backward(context("clip_cov", 2, copy.deepcopy(model)), batch, generator=split)
+    assert torch.equal(split.get_state(), one.get_state())
+    assert not torch.equal(one.get_state(), draws().get_state())  # the call drew
+
+
+def test_the_update_leaves_the_default_generators_alone():
+    """The objective draws from the generator it is given only: torch's default generator is
+    where it was after a Clip-Cov update, split or not, and two generators in the same state
+    give the same loss and gradient."""
+    model, _ = load_policy("tiny-random", seed=0)
+    batch = seeded_batch(model)
+    torch.manual_seed(7)
+    state = torch.get_rng_state()
+    for micro in (0, 2):
+        backward(context("clip_cov", micro, copy.deepcopy(model)), batch)
+    assert torch.equal(torch.get_rng_state(), state)
+    first, second = (gradients("clip_cov", 2, model, batch) for _ in range(2))
+    assert float(first[0]) == float(second[0])
+    assert all(torch.equal(first[2][name], second[2][name]) for name in first[2])

@@ -181,7 +181,7 @@ def logged_step(objective, model, batch, keep, monkeypatch, *, decomposable=None
     at lr 0.5 (the policy moves between mini-batches: ratios off 1 on later ones), no gradient
     clipping. Returns each mini-batch's (loss, metrics) as `backward_minibatch` gave them, and
     the model after the step."""
-    import quadrants.train.step as step_module
+    import quadrants.train.update as update_module
 
     model = copy.deepcopy(model)
     ctx = context(objective, 0, model, keep)
@@ -192,19 +192,19 @@ def logged_step(objective, model, batch, keep, monkeypatch, *, decomposable=None
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     logged = []
-    real = step_module.backward_minibatch
+    real = update_module.backward_minibatch
 
     def spy(*args, **kwargs):
         loss, metrics = real(*args, **kwargs)
         logged.append((loss, dict(metrics)))
         return loss, metrics
 
-    monkeypatch.setattr(step_module, "backward_minibatch", spy)
+    monkeypatch.setattr(update_module, "backward_minibatch", spy)
     torch.manual_seed(0)
-    step_module.update_policy(
+    update_module.update_policy(
         model, optimizer, scheduler, ctx.objective, ctx.forwards, update, batch, 0
     )
-    monkeypatch.setattr(step_module, "backward_minibatch", real)
+    monkeypatch.setattr(update_module, "backward_minibatch", real)
     return logged, model
 
 

@@ -37,8 +37,8 @@ from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_
 from quadrants.ops.quadrants import Quadrant, QuadrantMasks, QuadrantSettings
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts, rollouts_to
-from quadrants.train.step import rollout_metrics
-from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+from quadrants.train.telemetry import quadrant_telemetry, rollout_metrics
+from quadrants.train.update import mean_metrics
 from quadrants.validation import validate_config
 
 META = torch.device("meta")
@@ -131,12 +131,14 @@ def test_objectives_that_need_values_say_so_on_meta(name):
         name, {"fraction": 0.2} if name in ("clip_cov", "kl_cov") else {}
     )
     # .item() (clip_cov, kl_cov); torch.unique has no meta kernel (ktae)
+    draws = torch.Generator()  # Clip-Cov's: it fails at its count first
     with pytest.raises(
         (RuntimeError, NotImplementedError), match=r"cannot be called on meta tensors|Meta tensors"
     ):
         compute_loss(
-            spec, params, batch_to(cpu_batch(), META), policy_on(META, False), LossSettings()
-        )
+            spec, params, batch_to(cpu_batch(), META), policy_on(META, False), LossSettings(),
+            generator=draws,
+        )  # fmt: skip
 
 
 def test_ops_on_meta_inputs_stay_on_meta():
@@ -227,8 +229,11 @@ def test_every_objective_makes_no_device_less_tensors(name, settings):
         policy_on(CPU, spec.wants_entropy(params)),
         torch.ones(B, T),
     )
+    draws = torch.Generator()  # Clip-Cov's, on the batch's device (made before the meta default)
     with torch.device("meta"):
-        loss, metrics = compute_loss(spec, params, batch, policy, settings, is_weights=is_weights)
+        loss, metrics = compute_loss(
+            spec, params, batch, policy, settings, is_weights=is_weights, generator=draws
+        )
         loss.backward()
         reduced = mean_metrics([metrics, metrics])
     assert loss.device == CPU and policy.logp.grad is not None and policy.logp.grad.device == CPU

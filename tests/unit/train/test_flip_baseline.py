@@ -13,8 +13,12 @@ import torch
 
 from quadrants.models.loading import load_policy
 from quadrants.tracking import keys
-from quadrants.train.step import measure_dlogp, no_grad_pass, trainer_logp_before
-from quadrants.train.telemetry import quadrant_telemetry
+from quadrants.train.forwards import no_grad_pass
+from quadrants.train.telemetry import (
+    measure_dlogp,
+    quadrant_telemetry,
+    trainer_logp_before,
+)
 from tests.unit.train.test_accumulate import context, seeded_batch
 
 FLIP_KEYS = ("flip_frac", "dlogp_signed", "flip_frac_shared", "dlogp_signed_unique")

@@ -27,7 +27,7 @@ from quadrants.ops.precision import resolve_precision, store_parameters
 from quadrants.run.checkpoint import load_latest
 from quadrants.run.loop import run_training
 from quadrants.tracking.base import RecordingTracker
-from quadrants.train.step import reference_logprobs
+from quadrants.train.forwards import reference_logprobs
 from quadrants.validation import check_lora_ranks, validate_config
 from tests.unit.train.test_accumulate import PARAMS, backward, context, seeded_batch
 
@@ -151,8 +151,7 @@ def test_more_than_one_rank_is_refused():
 
 
 def adapter_gradients(objective, model, batch, *, micro=0, tokens=0, keep="all", kl_coef=0.0):
-    model = copy.deepcopy(model)
-    torch.manual_seed(0)  # the same draws as the reference's (Clip-Cov)
+    model = copy.deepcopy(model)  # Clip-Cov's draws: `backward`'s generator, the same each call
     ctx = context(objective, micro, model, keep, kl_coef)
     ctx.update = dataclasses.replace(ctx.update, micro_batch_tokens=tokens)
     loss, _ = backward(ctx, batch)

@@ -26,14 +26,14 @@ from quadrants.ops.quadrants import Quadrant, QuadrantSettings, RandomControl
 from quadrants.ops.random_control import entropy_deciles, ht_relative_noise
 from quadrants.run.settings import build_step
 from quadrants.train.context import UpdateSettings
-from quadrants.train.step import (
+from quadrants.train.score import draw_control
+from quadrants.train.telemetry import gradient_figures
+from quadrants.train.update import (
     cosine_and_ratio,
-    draw_control,
     first_epoch_minibatches,
     gradient_cosine,
     update_gradient,
 )
-from quadrants.train.telemetry import gradient_figures
 from tests.unit.train.test_accumulate import seeded_batch
 
 PHR = (Quadrant.PHR,)

@@ -16,8 +16,8 @@ from quadrants.models.loading import load_policy
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.registry import known_objectives
 from quadrants.train.context import Forwards, PassSettings
+from quadrants.train.forwards import no_grad_pass
 from quadrants.train.micro_batches import pack_by_tokens, pack_for_ranks, row_lengths, token_groups
-from quadrants.train.step import no_grad_pass
 from quadrants.validation import validate_config
 from tests.unit.train.test_accumulate import backward, context, seeded_batch
 
@@ -65,8 +65,7 @@ def test_row_lengths_count_the_prompt_width_and_the_last_real_token():
 
 
 def gradients_by_tokens(objective, tokens, model, batch, keep="all", forward_tokens=0):
-    model = copy.deepcopy(model)
-    torch.manual_seed(0)  # the same draws as the reference's (Clip-Cov)
+    model = copy.deepcopy(model)  # Clip-Cov's draws: `backward`'s generator, the same each call
     ctx = context(objective, 0, model, keep)
     ctx.update = dataclasses.replace(
         ctx.update, micro_batch_tokens=tokens, forward_tokens=forward_tokens
@@ -116,12 +115,12 @@ def test_grad_passes_keep_to_the_budget(monkeypatch):
     """GRPO: rows 2 and 3 (a constant group, advantage 0) carry no gradient and run without grad
     only; the others, 1 (7 tokens), 4 (8), 0 (9), 5 (9), are packed by 16: [1, 4] (2 x 8 = 16),
     [0] (2 x 9 = 18 > 16), [5]; no grad pass exceeds 16 padded tokens."""
-    import quadrants.train.step as step_module
+    import quadrants.train.update as update_module
 
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)
     seen = []
-    real = step_module.policy_output
+    real = update_module.policy_output
 
     def spy(forwards, model, mini, with_entropy):
         if torch.is_grad_enabled():
@@ -129,7 +128,7 @@ def test_grad_passes_keep_to_the_budget(monkeypatch):
             seen.append((len(lengths), max(lengths)))
         return real(forwards, model, mini, with_entropy)
 
-    monkeypatch.setattr(step_module, "policy_output", spy)
+    monkeypatch.setattr(update_module, "policy_output", spy)
     gradients_by_tokens("grpo", 16, model, batch)
     assert seen == [(2, 8), (1, 9), (1, 9)]
     assert all(rows * longest <= 16 for rows, longest in seen)
@@ -174,7 +173,7 @@ def test_token_budget_settings_are_checked_at_compose_time():
 def test_gradients_are_freed_after_the_last_update():
     """update_policy's last optimizer step is followed by zero_grad(set_to_none=True): no .grad
     is held through the next rollout (with two mini-batches of 3 rows, two updates)."""
-    from quadrants.train.step import update_policy
+    from quadrants.train.update import update_policy
 
     model, _ = load_policy("tiny-random", seed=0)
     batch = seeded_batch(model)

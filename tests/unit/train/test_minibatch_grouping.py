@@ -9,7 +9,7 @@ import torch
 
 from quadrants.models.loading import load_policy
 from quadrants.ops.balance import balanced_counts
-from quadrants.train import step as step_module
+from quadrants.train import update as update_module
 from tests.unit.train.test_accumulate import context, seeded_batch
 
 
@@ -22,15 +22,15 @@ def mini_batch_groups(grouping: str, monkeypatch, steps: int = 8) -> list[list[i
     settings = dataclasses.replace(ctx.update, mini_batch_size=2, minibatch_grouping=grouping)
     seen: list[list[int]] = []
 
-    def record(model, objective, forwards, settings, mini, is_weights):
+    def record(model, objective, forwards, settings, mini, is_weights, generator):
         seen.append(mini.group_ids.tolist())
         return torch.zeros(()), {}
 
-    monkeypatch.setattr(step_module, "backward_minibatch", record)
+    monkeypatch.setattr(update_module, "backward_minibatch", record)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     for step in range(steps):
-        step_module.update_policy(
+        update_module.update_policy(
             model, optimizer, scheduler, ctx.objective, ctx.forwards, settings, batch, step
         )
     return seen
@@ -60,15 +60,15 @@ def test_balanced_grouping_gives_each_mini_batch_the_batchs_sign_proportion(monk
     settings = dataclasses.replace(ctx.update, mini_batch_size=2, minibatch_grouping="balanced")
     seen: list[tuple[int, int, int]] = []
 
-    def record(model, objective, forwards, settings, mini, is_weights):
+    def record(model, objective, forwards, settings, mini, is_weights, generator):
         adv = mini.advantages
         seen.append((int((adv > 0).sum()), int((adv < 0).sum()), int((adv == 0).sum())))
         return torch.zeros(()), {}
 
-    monkeypatch.setattr(step_module, "backward_minibatch", record)
+    monkeypatch.setattr(update_module, "backward_minibatch", record)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    step_module.update_policy(
+    update_module.update_policy(
         model, optimizer, scheduler, ctx.objective, ctx.forwards, settings, batch, 0
     )
     adv = batch.advantages

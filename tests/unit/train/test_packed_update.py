@@ -43,7 +43,8 @@ from quadrants.objectives.registry import known_objectives
 from quadrants.ops.precision import resolve_precision
 from quadrants.run.settings import build_step
 from quadrants.train.context import Forwards, PassSettings
-from quadrants.train.step import backward_minibatch, no_grad_pass
+from quadrants.train.forwards import no_grad_pass
+from quadrants.train.update import backward_minibatch
 from tests.unit.train.test_accumulate import PARAMS
 
 PROMPTS = (8, 8, 1, 1, 4, 4)  # real prompt tokens, left-padded to 8 (a group shares its prompt)
@@ -92,9 +93,9 @@ def update(objective: str, layout: str, model, batch, *, keep="all", tokens=0, p
     cfg.train.attention_layout = layout
     ctx = build_step(cfg, model)
     assert ctx.forwards.passes.layout == layout
-    torch.manual_seed(0)  # the same draws in both layouts (Clip-Cov)
+    draws = torch.Generator().manual_seed(0)  # the same draws in both layouts (Clip-Cov)
     loss, metrics = backward_minibatch(
-        ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, None
+        ctx.model, ctx.objective, ctx.forwards, ctx.update, batch, None, draws
     )
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return loss, metrics, grads

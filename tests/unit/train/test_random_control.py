@@ -17,7 +17,7 @@ from quadrants.objectives.loss import LossSettings, compute_loss
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.ops.quadrants import Quadrant, QuadrantSettings, RandomControl
 from quadrants.train.gradless_rows import rows_with_gradient
-from quadrants.train.step import draw_control
+from quadrants.train.score import draw_control
 from tests.unit.ops.test_random_control import hand_batch
 from tests.unit.train.test_accumulate import PARAMS, seeded_batch
 
@@ -118,10 +118,12 @@ def test_a_control_drawing_the_phr_tokens_is_the_phr_arm(objective):
     controlled = dataclasses.replace(batch, control_mask=batch.quadrants.PHR)
     results = []
     for settings, tb in ((arm, batch), (control, controlled)):
-        torch.manual_seed(0)  # Clip-Cov's draw
+        draws = torch.Generator().manual_seed(0)  # Clip-Cov's draw, the same in both
         logp = (tb.old_logp + 0.05).requires_grad_(True)
         entropy = tb.entropy.clone().requires_grad_(True) if spec.wants_entropy(params) else None
-        loss, metrics = compute_loss(spec, params, tb, PolicyOutput(logp, entropy), settings)
+        loss, metrics = compute_loss(
+            spec, params, tb, PolicyOutput(logp, entropy), settings, generator=draws
+        )
         (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
         rows = rows_with_gradient(tb, settings, spec, params)
         results.append((loss.detach(), metrics, grad, rows))

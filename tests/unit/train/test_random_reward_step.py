@@ -15,7 +15,8 @@ from quadrants.rewards.confound import training_rewards
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.run.build import build_context
 from quadrants.tracking import keys
-from quadrants.train.step import collect_rollouts, train_step
+from quadrants.train.collect import collect_rollouts
+from quadrants.train.step import train_step
 from tests.worlds import small_world
 
 

@@ -8,8 +8,8 @@ import torch
 
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts
+from quadrants.train.context import Collected
 from quadrants.train.refill import collect_with_refill, mixed_groups
-from quadrants.train.step import Collected
 
 C, W = Outcome.correct, Outcome.wrong
 PAD = 0

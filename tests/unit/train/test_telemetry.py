@@ -9,7 +9,8 @@ import torch
 
 from quadrants.objectives.batch import make_token_batch
 from quadrants.tracking import keys
-from quadrants.train.telemetry import mean_metrics, quadrant_telemetry
+from quadrants.train.telemetry import quadrant_telemetry
+from quadrants.train.update import mean_metrics
 
 
 def batch(rewards: list[float]):
