@@ -34,7 +34,7 @@ order, every prompt left-padded to the whole step's widest. Without the problems
 `--rows` rows of `--seq-len` tokens, the last `--response` of them the response.
 
 The no-grad pass (`--gradless-pass`). Where a mini-batch is split into more than one micro-batch,
-train/step.py `backward_minibatch` runs a no-grad forward over every row first, for an objective
+train/update.py `backward_minibatch` runs a no-grad forward over every row first, for an objective
 that does not decompose over rows (Clip-Cov, KL-Cov, KTAE, STEER, ...); a decomposable one (DAPO,
 GRPO: the quadrant study) skips it (`backward_by_rows`). By default the script times the skipped
 path; `--gradless-pass` adds that forward: every row, without grad, in groups of at most
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = timed_rows(args)
     budget = args.micro_batch_tokens
     micro_batches = pack_by_tokens(rows.budget_lengths(args.packed), budget, packed=args.packed)
-    valued: list[list[int]] = []  # the no-grad pass's groups (train/step.py backward_minibatch)
+    valued: list[list[int]] = []  # the no-grad pass's groups (train/update.py backward_minibatch)
     if args.gradless_pass and len(micro_batches) > 1:
         forward = args.forward_tokens or budget
         valued = pack_by_tokens(rows.budget_lengths(args.packed), forward, packed=args.packed)

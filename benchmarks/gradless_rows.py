@@ -3,7 +3,7 @@ against every row in one forward with grad, interleaved.
 
 Under `quadrant=PHR` (or PLR) no row with a negative advantage holds a kept token, and under NHR (or
 NLR) no row with a non-negative one: those rows add nothing to the loss or its gradient, so
-quadrants/train/step.py (`backward_minibatch`) computes their values (for the loss and the metrics)
+train/update.py (`backward_minibatch`) computes their values (for the loss and the metrics)
 in a no-grad forward and runs the forward with grad and the backward over the other rows only. This
 script times that (`backward_minibatch`) against the one-call update (every row's forward with grad,
 the loss, its backward), on a rollout the model samples itself with the HF engine's fast decode,

@@ -9,7 +9,7 @@ lengths are those of a real rollout of it: `--model tiny` is the tiny workload's
 benchmarks/vs_trl.py, `--model smollm2` SmolLM2-135M. Prints the buckets, the share of positions
 computed, each median and the ratio (buckets / one call). With `--micro M`, also the update as
 micro-batches of M rows (`train.micro_batch_size`, each micro-batch's forward with buckets), the
-rows dealt by response length (what quadrants/train/step.py `backward_minibatch` does) against
+rows dealt by response length (what quadrants/train/update.py `backward_minibatch` does) against
 dealt in row order.
 
     python benchmarks/length_buckets.py [--model tiny] [--rounds 6] [--threads 2] [--micro 8]

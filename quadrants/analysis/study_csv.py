@@ -31,7 +31,7 @@ from quadrants.analysis.stats import SeedEstimate, seed_estimate
 
 QUADRANTS = ("PHR", "PLR", "NHR", "NLR")
 ENTROPY = "train/entropy"
-# what a run trains, per step (train/telemetry.py `gradient_figures`, train/step.py
+# what a run trains, per step (train/telemetry.py `gradient_figures`, train/telemetry.py
 # `control_telemetry`): its kept and gradient-carrying tokens (per sign), rows and advantage mass;
 # under a random control the same of the arm it matches (`matched/`), the largest per-mini-batch
 # count gap and the HT estimator's relative noise (`control/`)

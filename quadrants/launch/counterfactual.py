@@ -8,7 +8,7 @@ run's checkpoint (docs/counterfactual.md).
 
 From the checkpoint, each of `--batches` rollout batches (the run's engine, task and grader, built
 from the run's config.yaml by run/build.py) trains one copy of the same weights and optimizer
-state per arm with the run's own update (train/step.py), and each arm's effect on the held-out
+state per arm with the run's own update (train/update.py), and each arm's effect on the held-out
 problems is measured (quadrants/run/counterfactual.py). The table (CSV and printed), the per-batch
 values and a figure go to `RUN_DIR/counterfactual/step_<N>/`, and to the run in MLflow: artifacts
 under `counterfactual/step_<N>`, metrics `counterfactual/<arm>/<metric>` (mean, `_low`, `_high`)

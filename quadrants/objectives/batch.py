@@ -147,7 +147,7 @@ class PolicyMetric:
     registered objective. (The share a fixed-share selection takes, a quantile's or a top-k's,
     does not move: its parameter sets it, so it is a batch metric.) Rows without gradient
     (train/gradless_rows.py) add nothing to the update, and the update that skips their forward
-    (train/step.py `backward_by_rows`) never measures them, so such a metric describes the tokens
+    (train/update.py `backward_by_rows`) never measures them, so such a metric describes the tokens
     the update trains, in every path.
 
     Attributes:

@@ -56,7 +56,7 @@ class ObjectiveSpec:
             of the rows present) enters the per-token loss, and the denominator mask is the
             batch's alone (`batch_denominator`, or None). The update then runs each micro-batch
             as a loss of its own over the mini-batch's normaliser, and the rows that carry no
-            gradient need no forward at all (train/step.py `backward_minibatch`).
+            gradient need no forward at all (train/update.py `backward_minibatch`).
         decomposition: why the objective is or is not decomposable, in a sentence (required:
             tests/unit/objectives/test_registry.py reads it for every built-in objective, and
             docs/performance.md lists them).

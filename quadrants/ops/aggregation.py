@@ -17,7 +17,7 @@ sets sum to the loss of their union. Each divides by one scalar of the whole bat
 (`loss_normaliser`: Σ D for token-mean, |S| for the seq-mean modes, |S| · norm_length for the last);
 given it, the loss of a set of rows is aggregated over those rows alone, and the losses of disjoint
 row sets sum to the batch's (`normaliser=` of `aggregate_loss`: the update's micro-batches,
-train/step.py).
+train/update.py).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from quadrants import seeds
 Reweight = Literal["none", "ht"]
 REWEIGHTS: tuple[str, ...] = get_args(Reweight)
 
-# Where the control's count is matched (train/step.py `draw_control`, docs/science.md):
+# Where the control's count is matched (train/score.py `draw_control`, docs/science.md):
 # - `minibatch` (default): the arm's gradient-carrying tokens (in the loss's denominator, non-zero
 #   advantage), counted in each mini-batch of the update (per sign with match_sign), drawn among
 #   that mini-batch's gradient-carrying tokens;

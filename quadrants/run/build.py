@@ -83,7 +83,7 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     model, tokenizer = load_policy(cfg.model.name_or_path, lora=cfg.model.lora, **load)
     ref_model = None
     # the KL reference: a frozen copy of the base, or under LoRA the policy itself with its
-    # adapters switched off (train/step.py `reference_logprobs`)
+    # adapters switched off (train/forwards.py `reference_logprobs`)
     if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled:
         ref_model, _ = load_policy(cfg.model.name_or_path, **load)
         ref_model.requires_grad_(False).eval()

@@ -10,7 +10,7 @@ An arm is a keep set of the loss (objectives/loss.py): a quadrant (`PHR`, `PLR`,
 `random` (the matched random-token control of ops/random_control.py, drawn on the batch), `all`
 (the plain objective) or `null` (the empty keep set: no gradient at all); the run's threshold rule
 and normaliser stay as they are. The update is one of `UPDATES`:
-- `adam`: the run's own (train/step.py `update_policy`: its epochs, mini-batches, clipping, AdamW
+- `adam`: the run's own (train/update.py `update_policy`: its epochs, mini-batches, clipping, AdamW
   step from the checkpoint's moments). AdamW's first moment carries the run's past gradients
   (β₁ = 0.9 weights the arm's own gradient by 0.1), so every arm also takes the momentum step;
   the `null` arm takes that step alone, and an arm's effect minus `null`'s is its own;

@@ -17,7 +17,7 @@ mixed correctness are collected, and trains on those. Here:
 - "Mixed" means mixed correctness (some responses graded correct, some not; under a confound
   reward, reward=random or format_only, mixed in that 0/1 reward instead), as DAPO filters and
   verl's DAPO recipe does (`filter_groups.metric=acc`). It is the same test the objectives' dynamic
-  sampling uses to drop a group (train/step.py hands it the correctness when the overlong penalty
+  sampling uses to drop a group (train/collect.py hands it the correctness when the overlong penalty
   is on; without it the rewards are the correctness), so the top-up groups are exactly the ones the
   loss drops, and a length penalty alone never makes a group mixed.
 - Each round is collected by the caller's `collect_round`, which with several ranks deals its

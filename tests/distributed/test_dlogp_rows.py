@@ -1,4 +1,4 @@
-"""The |Δ log-prob| telemetry pass (train/step.py `measure_dlogp`) on 2 gloo ranks when the rows it
+"""The |Δ log-prob| telemetry pass (train/telemetry.py `measure_dlogp`) on 2 gloo ranks when the rows it
 draws do not split evenly over the ranks.
 
 Each rank runs its contiguous 1/W of a pass's rows and the shares are all-gathered, so a pass over n

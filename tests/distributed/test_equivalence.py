@@ -23,8 +23,8 @@ run without grad there too, and the grad passes split evenly over the ranks.
 global norm's on every rank (torch/nn/utils/clip_grad.py over DTensor gradients), so the parameters
 still match. `clip_cov_draw` is Clip-Cov with ~1 token in 3 a candidate and 2 % of the tokens drawn
 from them at random: every rank computes the whole mini-batch's loss, so every rank must draw the
-tokens the one process draws. Before the update seeded its own draws (train/step.py `seeded`), each
-rank drew from torch's global generator as its HF engine had left it (reseeded per generation
+tokens the one process draws. Before the update seeded its draws per step (today a generator of
+the `update` stream, train/update.py `objective_generator`), each rank drew from torch's global generator as its HF engine had left it (reseeded per generation
 block, and the ranks generate different blocks): measured, loss -1.6e-3 on 2 ranks against -9.3e-5
 in one process, gradient norm 0.5277 against 0.5293.
 """

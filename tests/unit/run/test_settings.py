@@ -72,7 +72,7 @@ def test_the_engine_numbers_stand_in_only_where_exact():
 
 
 def test_the_engines_numbers_are_the_trainers_only_for_the_hf_engine_in_storage_precision():
-    """The flip telemetry's baseline (train/step.py `trainer_logp_before`) reuses the engine's
+    """The flip telemetry's baseline (train/telemetry.py `trainer_logp_before`) reuses the engine's
     numbers only where they are the trainer's own: the HF engine (the trainer's module) with the
     trainer computing in its parameters' dtype; vLLM or bf16-mixed: a pass of its own."""
     model = random_tiny_policy(seed=0)[0]

@@ -1,5 +1,5 @@
 """Objectives whose loss decomposes over rows (ObjectiveSpec.decomposable) run no forward without
-grad in the update (train/step.py `backward_by_rows`), and log the loss, metrics and gradients of the
+grad in the update (train/update.py `backward_by_rows`), and log the loss, metrics and gradients of the
 path that does (the spec marked non-decomposable here, the update before this change); objectives
 that need a mini-batch statistic (Clip-Cov) keep their no-grad pass.
 

@@ -1,4 +1,4 @@
-"""The flip diagnostics' baseline is the trainer's own before-update log-probs (train/step.py
+"""The flip diagnostics' baseline is the trainer's own before-update log-probs (train/telemetry.py
 `trainer_logp_before`): where the batch's old log-probs are another engine's (offset from the
 trainer's), the flips and signed Δ log-prob do not move with the offset; where they are the
 trainer's own (the behaviour pass, the HF engine), they are reused and nothing changes."""

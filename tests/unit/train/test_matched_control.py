@@ -1,4 +1,4 @@
-"""The random control matched on the tokens that train (train/step.py `draw_control`,
+"""The random control matched on the tokens that train (train/score.py `draw_control`,
 ops/random_control.py `draw_by_labels`): the first design's excess on a batch with constant-reward
 groups, and the exact per-mini-batch, per-row and per-entropy-bin counts of the new draws; the
 Horvitz–Thompson noise's closed form against enumeration; the gradient-cosine diagnostic."""

@@ -1,4 +1,4 @@
-"""The random control through the loss (train/step.py `draw_control`, objectives/loss.py): with
+"""The random control through the loss (train/score.py `draw_control`, objectives/loss.py): with
 Horvitz–Thompson weights, the average gradient of many draws on one fixed batch is the full
 objective's; without them it is π times it."""
 

@@ -1,4 +1,4 @@
-"""The step's other per-token signals on toy runs (train/signals.py, hooked in train/step.py
+"""The step's other per-token signals on toy runs (train/signals.py, hooked in train/score.py
 `build_batch`): ARCA under LoRA logs the adapter residual per quadrant next to the entropy;
 `quadrant.axis=attention_entropy` splits the quadrants by the attention entropy.
 
