@@ -113,7 +113,7 @@ def heldout_metrics(
     """
     chunks = [problems[i : i + batch_prompts] for i in range(0, len(problems), batch_prompts)]
 
-    def seeded(c: int) -> SamplingSettings:
+    def chunk_sampling(c: int) -> SamplingSettings:
         """Chunk c's seed: stream `heldout` of (c,) of `sampling.seed` (quadrants/seeds.py), so no
         two samples of the split share a seed, also with vLLM, where equal seeds draw equal noise
         (one seed for every chunk coupled problem r of each chunk with problem r of every other)."""
@@ -123,7 +123,7 @@ def heldout_metrics(
 
     counts = run_dealt(
         len(chunks),
-        lambda c: grade_chunk(engine, grader, chunks[c], seeded(c)),
+        lambda c: grade_chunk(engine, grader, chunks[c], chunk_sampling(c)),
         dist or DistEnv(),
     )
     return summarize(counts, sampling.n, name, extra_ks)

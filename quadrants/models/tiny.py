@@ -55,12 +55,9 @@ def random_tiny_policy(
         eos_token_id=tokenizer.eos_token_id,
         **overrides,
     )
-    generator_state = torch.random.get_rng_state()
-    try:
+    with torch.random.fork_rng(devices=[]):  # the caller's CPU generator left as it was
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
