@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from quadrants.run_plan import RunPlan
+
 
 @dataclass(frozen=True)
 class SampledRollout:
@@ -85,7 +87,7 @@ def update_context(model, objective: str = "dapo", *, keep="all", micro: int = 0
     cfg.objective.name = objective
     cfg.quadrant.keep = keep
     cfg.train.micro_batch_size = micro
-    return build_step(cfg, model)
+    return build_step(RunPlan.unchecked(cfg), model)
 
 
 def half_rewarded_batch(rollout: SampledRollout, group: int, constant: int = 0):

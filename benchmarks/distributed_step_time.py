@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from quadrants.run_plan import RunPlan
+
 PHASES = ("rollout", "reward", "old_logp", "update", "telemetry")
 
 
@@ -54,7 +56,7 @@ def worker(out: str, steps: int, prompts: int, threads: int) -> None:
     cfg.checkpoint.every = 0
     tracker = Timings()
     try:
-        run_training(cfg, tracker)
+        run_training(RunPlan.parse(cfg), tracker)
     finally:
         shutdown()
     if env.is_main:

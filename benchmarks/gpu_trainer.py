@@ -107,17 +107,17 @@ def run_steps(cfg, steps: int, inspect: Callable | None = None) -> dict:
     """`steps` training steps of `cfg` through `build_context` and `train_step`: the figures."""
     from quadrants.rewards.grader import Grader
     from quadrants.run.build import build_context
+    from quadrants.run_plan import RunPlan
     from quadrants.train.step import train_step
-    from quadrants.validation import validate_config
 
-    validate_config(cfg)
+    plan = RunPlan.parse(cfg)
     torch.manual_seed(cfg.seed)
     device = cfg.train.device
     if device == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     with Grader(num_workers=2, timeout_s=5.0) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(plan, grader)
         trainable = [p for p in ctx.model.parameters() if p.requires_grad]
         before = [p.detach().clone() for p in trainable]
         seconds, metrics = [], []
@@ -258,6 +258,7 @@ def objectives(args) -> dict[str, dict]:
 
 def learn(args) -> dict[str, dict]:
     from quadrants.run.loop import run_training
+    from quadrants.run_plan import RunPlan
     from quadrants.tracking.base import RecordingTracker
 
     steps = 6 if args.smoke else 30
@@ -275,7 +276,7 @@ def learn(args) -> dict[str, dict]:
         def one(over=over) -> dict:
             tracker = RecordingTracker()
             started = time.perf_counter()
-            run_training(config(args.device, over), tracker)
+            run_training(RunPlan.parse(config(args.device, over)), tracker)
             rewards = [
                 m["train/reward_mean"] for _, m in tracker.history if "train/reward_mean" in m
             ]
@@ -301,6 +302,7 @@ def learn(args) -> dict[str, dict]:
 
 def resume(args) -> dict[str, dict]:
     import quadrants.run.loop as loop
+    from quadrants.run_plan import RunPlan
     from quadrants.tracking.base import RecordingTracker
 
     total, stop_after, every = (6, 4, 2) if args.smoke else (16, 13, 5)
@@ -327,7 +329,7 @@ def resume(args) -> dict[str, dict]:
 
             loop.train_step = stopping
         try:
-            loop.run_training(cfg, tracker)
+            loop.run_training(RunPlan.parse(cfg), tracker)
         except KeyboardInterrupt:
             pass
         finally:

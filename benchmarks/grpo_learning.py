@@ -14,6 +14,7 @@ import time
 
 from quadrants.config import RunConfig
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
 
@@ -43,7 +44,7 @@ def main() -> None:
     cfg.eval.every = 0
     tracker = RecordingTracker()
     start = time.perf_counter()
-    result = run_training(cfg, tracker)
+    result = run_training(RunPlan.parse(cfg), tracker)
     minutes = (time.perf_counter() - start) / 60
     name = keys.evaluation("arithmetic", keys.avg_at(cfg.eval.samples))
     before, after = result.initial_eval[name], result.final_eval[name]

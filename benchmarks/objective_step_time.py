@@ -27,6 +27,7 @@ from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.loss import LossSettings
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.run.settings import build_step
+from quadrants.run_plan import RunPlan
 from quadrants.train.context import Objective
 from quadrants.train.update import update_policy
 
@@ -72,7 +73,13 @@ def main() -> None:
         spec, params = resolve_objective(name, {})
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-        ctx = build_step(cfg, model, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler)
+        ctx = build_step(
+            RunPlan.unchecked(cfg),
+            model,
+            tokenizer=tokenizer,
+            optimizer=optimizer,
+            scheduler=scheduler,
+        )
         objective = Objective(spec, params, LossSettings())  # each objective, default loss settings
         start = time.perf_counter()
         update_policy(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from quadrants.launch.hydra_setup import compose_run_config
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
 
@@ -34,7 +35,7 @@ def main(overrides: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     tracker = RecordingTracker()
     started = time.perf_counter()
-    result = run_training(cfg, tracker)
+    result = run_training(RunPlan.parse(cfg), tracker)
     minutes = (time.perf_counter() - started) / 60
     task = tracker.params.get("task", cfg.task.name)
     name = next(k.split("/")[1] for k in result.initial_eval if k.startswith("eval/"))

@@ -24,6 +24,7 @@ from typing import Any
 
 from quadrants.config import ObjectiveConfig, RunConfig
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.mlflow_tracker import MlflowTracker
 
 
@@ -100,7 +101,7 @@ def tracking_share(model: str, steps: int, workdir: Path) -> tuple[float, float,
         )
     )
     start = time.perf_counter()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     total = time.perf_counter() - start
     tracker.finish()
     return tracker.seconds, total, steps

@@ -45,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from quadrants.run_plan import RunPlan
+
 # The environment as the user started the script: each child starts from it, as a user's own
 # process would, so both keep libgomp's default spin count unless it names one, and quadrants'
 # child adds the variables `python -m quadrants.sweep` starts a CPU run with (none with
@@ -182,7 +184,7 @@ def quadrants_child(
             parsed = type(current)(value)
         setattr(node, leaf, parsed)
     start = time.perf_counter()
-    run_training(cfg, Timing())
+    run_training(RunPlan.parse(cfg), Timing())
     step_s = [b - a for a, b in zip([start, *ends[:-1]], ends)]
     return {"step_s": step_s, "phases": phases, "constant_groups": max(constant)}
 

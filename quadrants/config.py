@@ -7,7 +7,7 @@ from them (tests/unit/sweep/test_defaults_once.py checks both). Hydra composes i
 registers these classes with its ConfigStore (quadrants/launch/hydra_setup.py), so a misspelled key
 or a wrong type fails at compose time. Each leaf key is declared with `checked` beside its default:
 its allowed range, or why it has none (quadrants/config_ranges.py, the one module it imports);
-`validate_config` (quadrants/validation.py) checks those ranges and the names owned by other
+`RunPlan.parse` (quadrants/run_plan) checks those ranges and the names owned by other
 packages before anything is built.
 """
 
@@ -74,7 +74,7 @@ class ModelConfig:
     # train.attention_layout=packed on CUDA where flash-attn is installed (models/loading.py
     # `packed_attention`): a flash kernel runs packed rows varlen, without the N x N mask
     attention: str | None = checked(
-        None, why="a kernel name or null, checked by validate_config (models/loading.py ATTENTIONS)"
+        None, why="a kernel name or null, checked by the run plan (models/loading.py ATTENTIONS)"
     )
     lora: LoraConfig = field(default_factory=LoraConfig)
 
@@ -87,7 +87,7 @@ class TaskConfig:
     heldout_size: int = checked(
         200,
         Range(
-            0, why="0 = no held-out split, refused where the evaluation needs one (validate_config)"
+            0, why="0 = no held-out split, refused where the evaluation needs one (the run plan)"
         ),
     )
     params: dict[str, Any] = checked(
@@ -96,12 +96,12 @@ class TaskConfig:
     # how the final answer is read, in training and evaluation: boxed (the last \boxed{}) |
     # boxed_or_last_number (the last box, else the last number written; rewards/extract.py)
     answer_extraction: str = checked(
-        "boxed", why="a name, checked against rewards.extract.EXTRACTIONS (validate_config)"
+        "boxed", why="a name, checked against rewards.extract.EXTRACTIONS (the run plan)"
     )
     # your own reward in place of math-verify, "package.module:function" (rewards/custom.py): called
     # with (completion, gold answer), returns True / False / None (no answer); None = math-verify
     reward: str | None = checked(
-        None, why="a 'module:function' path, imported by validate_config (rewards/custom.py)"
+        None, why="a 'module:function' path, imported by the run plan (rewards/custom.py)"
     )
     # a reward that cannot be computed stops the run (quadrants/run/grading.py): a step whose
     # completions are all graded `error` (an exception of task.reward, a gold math-verify cannot
@@ -136,7 +136,7 @@ class VLLMConfig:
     # the colocated vLLM engine (rollout.engine=vllm;
     # quadrants/rollout/vllm.py)
     # the engine's weights and compute dtype, independent of the trainer's (the weight push casts)
-    dtype: str = checked("bfloat16", why="a dtype name, checked by validate_config")
+    dtype: str = checked("bfloat16", why="a dtype name, checked by the run plan")
     # of GPU memory, weights + KV cache
     gpu_memory_utilization: float = checked(0.5, Range(0, 1, low_open=True))
     # None = sized from gpu_memory_utilization (give a size on CPU)
@@ -224,11 +224,9 @@ class RolloutConfig:
 class ObjectiveConfig:
     # a registered objective (quadrants/objectives); its hyper-parameters' defaults are its
     # function's keyword defaults, and `params` overrides them (sweeps/objective/<name>.yaml)
-    name: str = checked(
-        "dapo", why="a name, checked against the objective registry (validate_config)"
-    )
+    name: str = checked("dapo", why="a name, checked against the objective registry (the run plan)")
     loss_agg: str = checked(
-        "token-mean", why="a name, checked against ops.aggregation (validate_config)"
+        "token-mean", why="a name, checked against ops.aggregation (the run plan)"
     )
     params: dict[str, Any] = checked(
         why="the objective's keyword arguments, each checked by its objective (resolve_objective)",
@@ -255,7 +253,7 @@ class QuadrantConfig:
     # all_response_tokens | kept_tokens
     denominator: str = checked(
         "all_response_tokens",
-        why="a name, checked against ops.quadrants.DENOMINATORS (validate_config)",
+        why="a name, checked against ops.quadrants.DENOMINATORS (the run plan)",
     )
     # the per-token value the split thresholds: token_entropy (the next-token distribution's) or
     # attention_entropy (the attention rows', averaged over heads and `attention_layers`;
@@ -316,7 +314,7 @@ class RewardConfig:
     # non-empty last box). The verifier grades every response whichever it is: train/solve_rate
     # stays the true solve rate, evaluation is always graded
     name: str = checked(
-        "verifier", why="a name, checked against rewards.confound.CONFOUNDS by validate_config"
+        "verifier", why="a name, checked against rewards.confound.CONFOUNDS by the run plan"
     )
     # reward=random: the success probability, whatever the policy does (sweeps/reward/random.yaml
     # sets Spurious Rewards' 0.5; null = 0.5 too). Only reward=random reads it:
@@ -341,7 +339,7 @@ class CpuConfig:
     # float32 CPU matrix multiplies (decode, update, no-grad passes): torch (MKL) | onednn | auto
     # (oneDNN on x86 processors that are not Intel's, where MKL skips its AVX-512 kernels;
     # quadrants/cpu/matmul.py)
-    matmul: str = checked("auto", why="a choice of auto, torch, onednn, checked by validate_config")
+    matmul: str = checked("auto", why="a choice of auto, torch, onednn, checked by the run plan")
     # glibc keeps freed blocks up to this many MiB in the trainer process instead of returning them
     # to the OS at every step (quadrants/cpu/allocator.py); 0 = glibc's own thresholds
     retain_freed_mb: int = checked(
@@ -376,7 +374,7 @@ class TrainConfig:
     # fp32 (parameters, optimizer states and compute in float32) | bf16-mixed (fp32 parameters and
     # optimizer states, bf16 compute) | bf16 (pure: bf16 parameters and AdamW states) | auto
     # (bf16-mixed on CUDA, fp32 elsewhere)
-    precision: str = checked("fp32", why="a name, checked by validate_config")
+    precision: str = checked("fp32", why="a name, checked by the run plan")
     # pure bf16 with AdamW rounds every small update away; refused unless this is true
     allow_pure_bf16: bool = checked(False, why="a flag")
     # recompute each decoder layer in backward
@@ -384,7 +382,7 @@ class TrainConfig:
     # AdamW's states to host memory between optimizer steps (rollouts, evaluation, behaviour pass,
     # forward and backward), back for the step (quadrants/run/offload.py); GPU runs only
     offload_optimizer: bool = checked(
-        False, why="a flag; refused with train.device=cpu (validate_config)"
+        False, why="a flag; refused with train.device=cpu (the run plan)"
     )
     epochs: int = checked(1, AT_LEAST_ONE)  # passes over each rollout batch
     # how each pass orders the rows before cutting mini-batches: shuffle (every row at random) |
@@ -428,7 +426,7 @@ class TrainConfig:
     # per-row position ids, attention kept within each row; token budgets count real tokens;
     # Llama/Mistral/Qwen2/Qwen3 models only: quadrants/ops/packing.py, docs/performance.md)
     attention_layout: str = checked(
-        "padded", why="a layout name, checked by validate_config (models/policy.py LAYOUTS)"
+        "padded", why="a layout name, checked by the run plan (models/policy.py LAYOUTS)"
     )
     # auto (cuda:<LOCAL_RANK> if CUDA is available, else cpu) | cpu | cuda
     device: str = checked(
@@ -539,7 +537,7 @@ class TrackingConfig:
     # trackers beside MLflow, fed the same records (tracking/sinks.py): tensorboard (event files in
     # <run_dir>/tensorboard), wandb (offline unless WANDB_MODE says otherwise); MLflow is always on
     sinks: list[str] = checked(
-        why="names, checked by tracking.sinks.check_sinks (validate_config)", factory=list
+        why="names, checked by tracking.sinks.check_sinks (the run plan)", factory=list
     )
 
 

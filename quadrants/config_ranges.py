@@ -12,7 +12,7 @@ its rule), so its default and its allowed values sit on one line of quadrants/co
 registry, a flag, a value whose bounds depend on another key and are checked there).
 tests/unit/test_config_ranges.py walks every leaf key of `RunConfig` and fails for a key with
 neither, so a new key cannot arrive unchecked. `check_ranges` (which walks the fields) runs first
-in `validate_config`.
+in `RunPlan.parse` (quadrants/run_plan).
 
 A list value (`train.betas`, `eval.ks`) is checked element by element; `null=True` allows None.
 """

@@ -49,17 +49,13 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
 from quadrants.ops.precision import Precision
-from quadrants.rollout.registry import get_engine
-
-if TYPE_CHECKING:
-    from quadrants.config import RunConfig
 
 log = logging.getLogger("quadrants.distributed")
 
@@ -245,93 +241,6 @@ def init_distributed(
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
-
-# --- layout checks
-# ---------------------------------------------------------------------------------
-
-
-def generation_block(cfg: RunConfig, world_size: int) -> int:
-    """Prompts per generate call: the configured block, or prompts_per_step / world_size."""
-    block = cfg.distributed.prompts_per_generate
-    return int(block) if block else cfg.train.prompts_per_step // max(world_size, 1)
-
-
-def check_layout(cfg: RunConfig, world_size: int) -> None:
-    """Fail before anything is built when the batch does not divide over the ranks evenly, or when
-    the rollout engine cannot run one per rank.
-
-    Every rank must run the same number of forward passes (FSDP gathers parameters in each one), so
-    prompts, sequences, every mini-batch and every micro-batch must split into equal shares. Also
-    run at compose time for a multi-rank launcher (hydra_setup.preflight, launcher=slurm_ddp)."""
-    prompts = cfg.train.prompts_per_step
-    block = cfg.distributed.prompts_per_generate
-    if block is not None and (block <= 0 or prompts % block):
-        raise ValueError(
-            f"distributed.prompts_per_generate={block} must be > 0 and divide "
-            f"train.prompts_per_step={prompts}"
-        )
-    rows = prompts * cfg.rollout.group_size
-    mini = min(cfg.train.mini_batch_size, rows)
-    if rows % mini:  # uneven mini-batches would weigh the last one's tokens more: not supported
-        divisors = [d for d in range(rows - 1, 0, -1) if rows % d == 0][:3]
-        raise ValueError(
-            f"train.mini_batch_size={cfg.train.mini_batch_size} does not divide the {rows} "
-            "sequences of a step (train.prompts_per_step x rollout.group_size), so the last "
-            f"mini-batch would hold {rows % mini}; use a divisor of {rows} (e.g. "
-            f"{', '.join(map(str, divisors))}) or >= {rows} for one update per epoch"
-        )
-    get_engine(cfg.rollout.engine).validate(cfg, world_size)  # the engine's own layout checks
-    if world_size == 1:
-        return
-    if prompts % world_size:
-        raise ValueError(
-            f"train.prompts_per_step={prompts} does not deal evenly to {world_size} ranks; "
-            f"use a multiple of {world_size}"
-        )
-    blocks = prompts // generation_block(cfg, world_size)
-    if blocks % world_size:
-        raise ValueError(
-            f"train.prompts_per_step={prompts} in blocks of {generation_block(cfg, world_size)} "
-            f"(distributed.prompts_per_generate) does not deal evenly to {world_size} ranks; "
-            f"use a multiple of {world_size} blocks"
-        )
-    if mini % world_size:
-        raise ValueError(
-            f"train.mini_batch_size={cfg.train.mini_batch_size} with {rows} sequences per step "
-            f"leaves a mini-batch that does not split into {world_size} equal shares; use a "
-            f"mini-batch size that is a multiple of {world_size} and divides {rows}"
-        )
-    micro = cfg.train.micro_batch_size
-    if 0 < micro < mini and micro % world_size:
-        fits = list(range(world_size, mini, world_size))[:3]
-        raise ValueError(
-            f"train.micro_batch_size={micro} does not split into {world_size} equal shares: a "
-            f"micro-batch counts the sequences of all ranks, each rank taking 1/{world_size}; use "
-            f"a multiple of {world_size} below the mini-batch of {mini}"
-            + (f" (e.g. {', '.join(map(str, fits))})" if fits else "")
-            + " or 0 for none"
-        )
-
-
-def validate_distributed_config(cfg: RunConfig) -> None:
-    """Static checks of the `distributed` group (world-size checks are in `check_layout`)."""
-    d = cfg.distributed
-    if d.backend not in BACKENDS:
-        raise ValueError(
-            f"distributed.backend={d.backend!r} is unknown; choose one of {list(BACKENDS)}"
-        )
-    if d.backend == "nccl" and cfg.train.device == "cpu":
-        raise ValueError(
-            "distributed.backend=nccl moves CUDA tensors only, but train.device=cpu; "
-            "use distributed.backend=gloo or auto, or train.device=auto or cuda"
-        )
-    if d.prompts_per_generate is not None and d.prompts_per_generate <= 0:
-        raise ValueError(
-            f"distributed.prompts_per_generate={d.prompts_per_generate} is out of range; "
-            f"allowed: null or > 0"
-        )
-    check_layout(cfg, 1)
 
 
 # --- the model

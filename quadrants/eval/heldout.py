@@ -62,7 +62,7 @@ def summarize(
     problems (in chunk order).
 
     Raises ValueError when the chunks hold no problem: a mean over none is no score, and logging it
-    as 0 would read as a policy that solves nothing (`validate_config` refuses the config that
+    as 0 would read as a policy that solves nothing (`RunPlan.parse` refuses the config that
     leads here, ``task.heldout_size=0``, before anything runs)."""
     correct_per_problem = [f for chunk in chunks for f in chunk.correct_fraction]
     correct_counts = [c for chunk in chunks for c in chunk.correct_count]

@@ -9,7 +9,7 @@ the run's own task, ``eval.problems`` problems x ``eval.samples``. ``eval.limit`
 problems of each benchmark, and of each group of a grouped one (so that a quick run sees every
 domain and task).
 
-`validate_eval` runs inside `quadrants.validation.validate_config`, so a sweep's pre-flight and
+`validate_eval` runs inside `RunPlan.parse` (quadrants/run_plan), so a sweep's pre-flight and
 `python -m quadrants.evaluate` both reject an unknown benchmark (listing the known ones), a missing
 data file (naming the path and the fix), or a k larger than a benchmark's n, before a model loads.
 """

@@ -158,7 +158,7 @@ def load_run_config(run_dir: Path) -> RunConfig:
     """The run's resolved config (RUN_DIR/config.yaml, written by every sweep job), validated."""
     from omegaconf import OmegaConf
 
-    from quadrants.launch.hydra_setup import check_removed_keys_in, to_run_config
+    from quadrants.launch.hydra_setup import check_removed_keys_in, to_run_plan
     from quadrants.tracking.setup import run_outputs
 
     path = run_dir / "config.yaml"
@@ -170,7 +170,7 @@ def load_run_config(run_dir: Path) -> RunConfig:
     loaded = OmegaConf.load(path)
     check_removed_keys_in(OmegaConf.to_container(loaded), str(path))  # a run from before a rename
     merged = OmegaConf.merge(OmegaConf.structured(RunConfig), loaded)
-    cfg = to_run_config(merged)
+    cfg = to_run_plan(merged).cfg
     # its store and folders wherever this command runs: `outputs` as the sweep was given it is
     # often relative to the directory the sweep ran in
     outputs = run_outputs(run_dir, cfg.outputs, cfg.study, cfg.sweep_id)
@@ -343,13 +343,15 @@ def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outco
     from quadrants.run.build import build_context
     from quadrants.run.checkpoint import load_step, restore
     from quadrants.run.counterfactual import Arm, Plan, run_arms
+    from quadrants.run_plan import RunPlan
 
     cfg = request.cfg
     use_threads(cfg)
     checkpoint = load_step(request.run_dir, request.step)
     assert checkpoint is not None
     with grader(cfg) as answers:
-        ctx = build_context(cfg, answers)  # the model on train.device, the CPU tuned for it
+        # the model on train.device, the CPU tuned for it
+        ctx = build_context(RunPlan.parse(cfg, files=False), answers)
         try:
             restore(checkpoint, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler)
             restore_state(ctx.objective.params, checkpoint.state.get("objective_state"))

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from quadrants.device import require_usable_device
 from quadrants.distributed.collectives import init_distributed, shutdown
 from quadrants.launch.hydra_setup import (
-    compose_run_config,
+    compose_run_plan,
     name_runs_by_swept_keys,
     split_hydra_argv,
     with_sweep_id,
@@ -47,12 +47,13 @@ def main(argv: list[str] | None = None) -> None:
     show = _shown_config(flags)
     overrides = name_runs_by_swept_keys(with_sweep_id(argv))
     try:
-        cfg = compose_run_config(overrides)
+        plan = compose_run_plan(overrides)
     except ValueError as err:
         sys.exit(f"quadrants: invalid configuration, nothing was launched.\n  {err}")
     if show:  # --cfg job: print the run's composed config (resolved, as the run stores it) and stop
-        print(OmegaConf.to_yaml(OmegaConf.structured(cfg)), end="")
+        print(OmegaConf.to_yaml(OmegaConf.structured(plan.cfg)), end="")
         return
+    cfg = plan.cfg
     require_usable_device(cfg.train.device)  # no usable GPU for train.device=cuda: stop now
     env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
     logging.basicConfig(
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         log.info("run %s over %d rank(s)", run_dir, env.world_size)
     try:
         with tracked(tracker):
-            result = run_training(cfg, tracker)
+            result = run_training(plan, tracker)
     finally:
         shutdown()
     if env.is_main:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from quadrants.config import ModelConfig, PromptConfig, RunConfig, TaskConfig
 from quadrants.eval.target import EvalTarget, resolve_target
 from quadrants.launch.loaded_run import grader, load_policy, own_run, refusal, target_parser
-from quadrants.validation import validate_config
+from quadrants.run_plan import RunPlan
 
 if TYPE_CHECKING:
     from quadrants.eval.runner import SuiteReport
@@ -98,7 +98,7 @@ def prepare(
     """Compose and validate the config and resolve the target; raises before anything is loaded.
     ``files=False`` (``--cfg``) does not ask for the benchmark files to exist. ``task_used``: the
     command rolls out the task's prompts whatever the suite (the probe); an evaluation uses the task
-    only when its suite names it (`validate_config`)."""
+    only when its suite names it (`RunPlan.parse`)."""
     from quadrants.launch.hydra_setup import compose_run_config
 
     resolved = resolve_target(target)
@@ -129,8 +129,8 @@ def prepare(
             )
     else:
         cfg = replace(cfg, model=replace(cfg.model, name_or_path=resolved.model))
-    validate_config(cfg, files=files, task_used=task_used)
-    return cfg, resolved
+    plan = RunPlan.parse(cfg, files=files, task_used=task_used)
+    return plan.cfg, resolved
 
 
 def parser() -> argparse.ArgumentParser:
@@ -170,7 +170,7 @@ def run_evaluation(
     """Evaluate `target` as `cfg.eval` says, in its own MLflow run (`cfg.tracking`; `own_run`);
     returns the report.
 
-    `cfg` must be validated (`validate_config`) and `target` resolved (`resolve_target`) first
+    `cfg` must be validated (`RunPlan.parse`) and `target` resolved (`resolve_target`) first
     (`prepare`): both fail before anything is loaded. Pass `tracker` to log elsewhere (tests use
     `RecordingTracker`)."""
     from quadrants.eval.generation import TextEngine

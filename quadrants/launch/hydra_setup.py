@@ -32,15 +32,14 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from quadrants.config import RunConfig
 from quadrants.cpu.openmp import spin_environment
-from quadrants.distributed.collectives import check_layout
 from quadrants.launch.local_checks import check_launcher_jobs, check_local_job, runs_here
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
 from quadrants.memory.plan import HOST_MARGIN, GiB, Plan
 from quadrants.rollout.registry import get_engine
 from quadrants.run.identity import OUTSIDE_THE_RUN, check_resume, may_change
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.setup import tracking_uri
-from quadrants.validation import check_lora_ranks, validate_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "sweeps"  # the repository's sweeps/
 _HYDRA_FLAGS_WITHOUT_JOBS = (
@@ -235,25 +234,35 @@ def _compose_job(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def compose_run_config(overrides: list[str], *, files: bool = True) -> RunConfig:
-    """Compose the tree with `overrides` (one job) and return it as a validated RunConfig;
-    ``files=False`` (printing it) does not ask for the data files to exist."""
+def compose_run_plan(
+    overrides: list[str], *, files: bool = True, task_used: bool = True
+) -> RunPlan:
+    """Compose the tree with `overrides` (one job) and parse it into its `RunPlan` (raises
+    ValueError naming the key); ``files=False`` (printing it) does not ask for the data files to
+    exist, ``task_used`` as `RunPlan.parse` says."""
     check_removed_keys(overrides)  # named by their replacement, as the sweep names them
     overrides = [expand_home(o) for o in overrides]
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return to_run_config(_compose_job(overrides), files=files)
+        return to_run_plan(_compose_job(overrides), files=files, task_used=task_used)
 
 
-def to_run_config(cfg: DictConfig, *, files: bool = True) -> RunConfig:
-    """A composed job config as a RunConfig instance, validated (raises
-    ValueError naming the key)."""
+def compose_run_config(overrides: list[str], *, files: bool = True) -> RunConfig:
+    """The checked configuration of `compose_run_plan` (what a printed or exported config is)."""
+    return compose_run_plan(overrides, files=files).cfg
+
+
+def to_run_plan(
+    cfg: DictConfig, *, files: bool = True, world_size: int = 1, task_used: bool = True
+) -> RunPlan:
+    """A composed job config parsed into its `RunPlan` (quadrants/run_plan: every value checked,
+    the batch's layout over `world_size` ranks, the data files unless ``files=False``); raises
+    ValueError naming the key."""
     check_known_keys(cfg, RunConfig())
     run = OmegaConf.to_object(cfg)
     assert isinstance(run, RunConfig)
     check_home_in_uri(run.tracking.uri)
-    validate_config(run, files=files)
-    return run
+    return RunPlan.parse(run, world_size=world_size, files=files, task_used=task_used)
 
 
 def check_home_in_uri(uri: str | None) -> None:
@@ -362,14 +371,18 @@ def preflight(argv: list[str]) -> int:
         here = runs_here(base.hydra.launcher, multirun)
         for job in jobs:
             composed = _checked(job, lambda job=job: _compose_job([*job, *hydra_only]))
-            # the values first (wrong anywhere), then paths, device, engine and packages of a job
-            # that runs on this machine, then the data files (a GPU preset on a CPU machine is
-            # refused for its device before it looks for data): validate_config checks only the
-            # files the second time (each check once per process, validation.py)
-            run = _checked(job, lambda composed=composed: to_run_config(composed, files=False))
+            # the values first (wrong anywhere; the batch over a multi-rank launcher's ranks), then
+            # paths, device, engine and packages of a job that runs on this machine, then the data
+            # files (a GPU preset on a CPU machine is refused for its device before it looks for
+            # data): the plan is parsed once, its files checked the second time
+            plan = _checked(
+                job,
+                lambda composed=composed: to_run_plan(composed, files=False, world_size=ranks),
+            )
             if here:
                 _checked_plain(job, lambda composed=composed: check_local_job(composed))
-            _checked(job, lambda run=run: validate_config(run, files=True))
+            plan = _checked(job, lambda plan=plan: plan.with_data_files())
+            run = plan.cfg
             uris.add(tracking_uri(run))
             # a run directory with a checkpoint of another config (run/identity.py)
             _checked_plain(job, lambda run=run: check_resume(run))
@@ -377,16 +390,13 @@ def preflight(argv: list[str]) -> int:
                 _checked_plain(job, lambda run=run: check_tracking_store(run, base.hydra.launcher))
             if multirun:  # a run planned for GPUs asks SLURM for one GPU per rank
                 _checked_plain(job, lambda run=run: check_gpu_request(run, base.hydra.launcher))
-            if (
-                ranks > 1
-            ):  # a multi-rank launcher (slurm_ddp): the batch must deal evenly to its ranks
-                _checked(job, lambda run=run: check_layout(run, ranks))
-                _checked(job, lambda run=run: check_lora_ranks(run, ranks))
             # the memory plan against cluster.gpu_memory_gib (jobs that differ only in seed,
             # objective or quadrant share one trace), its host memory against sbatch --mem
-            plan = _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
+            memory = _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
             if multirun:
-                _checked_plain(job, lambda plan=plan: check_host_memory(plan, base.hydra.launcher))
+                _checked_plain(
+                    job, lambda memory=memory: check_host_memory(memory, base.hydra.launcher)
+                )
     for uri in sorted(uris):
         check_tracking_server(uri)
     return len(jobs)

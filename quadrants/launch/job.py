@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from quadrants.device import require_usable_device
 from quadrants.distributed.collectives import init_distributed
-from quadrants.launch.hydra_setup import to_run_config
+from quadrants.launch.hydra_setup import to_run_plan
 from quadrants.run.checkpoint import latest_path
 from quadrants.run.identity import check_resume, history_name
 from quadrants.run.loop import run_training
@@ -30,7 +30,8 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
     """Run one composed job; returns a summary dict (Hydra keeps it as the job's return value).
 
     `parent_run_id`: the sweep's MLflow parent run (default: read from the sweep's sweep.json)."""
-    cfg = to_run_config(job_cfg)
+    plan = to_run_plan(job_cfg)  # parsed once: the loop starts from this plan
+    cfg = plan.cfg
     # a log record that cannot be written (the run directory's disk is full) is dropped, not
     # answered with a traceback on stderr that repeats the error being logged (the logging
     # module's own advice for production code: docs.python.org/3/library/logging.html,
@@ -53,7 +54,7 @@ def run_job(job_cfg: DictConfig, parent_run_id: str | None = None) -> dict[str, 
     tracker = make_tracker(cfg, run_dir, parent_run_id) if env.is_main else NullTracker()
     log.info("run %s: tracking to %s", run_dir, tracking_uri(cfg))
     with tracked(tracker):
-        result = run_training(cfg, tracker)
+        result = run_training(plan, tracker)
     if env.is_main:  # a run that tracked nothing fails (exit non-zero)
         check_delivered(tracker, tracking_uri(cfg), run_dir / "tracking")
     return {"run_dir": str(run_dir), "run_id": result.run_id, **result.final_eval}

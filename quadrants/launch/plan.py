@@ -30,7 +30,7 @@ from quadrants.launch.hydra_setup import (
     launcher_ranks,
     launcher_ranks_per_node,
     register,
-    to_run_config,
+    to_run_plan,
 )
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import plan_inputs, refusal
@@ -55,7 +55,7 @@ def plan_command(argv: list[str]) -> tuple[str, bool]:
         per_node = launcher_ranks_per_node(base.hydra.launcher)
         groups: dict[str, tuple[list[list[str]], object]] = {}
         for job in jobs:
-            run = _checked(job, lambda job=job: to_run_config(_compose_job(job), files=False))
+            run = _checked(job, lambda job=job: to_run_plan(_compose_job(job), files=False).cfg)
             inputs = plan_inputs(run, ranks, per_node)
             key = repr(
                 (

@@ -47,7 +47,7 @@ from quadrants.launch.hydra_setup import (
     prints_only,
     register,
     split_hydra_argv,
-    to_run_config,
+    to_run_plan,
     with_sweep_id,
 )
 from quadrants.launch.slurm_host import SLURM_LAUNCHER, no_slurm_message, slurm_problem
@@ -131,7 +131,7 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
         planned, first = [], None
         for job in _checked(task, lambda: expand_jobs(task, params)):
             cfg = _checked(job, lambda job=job: _compose_job([*hydra_overrides, *job]))
-            run = _checked(job, lambda cfg=cfg: to_run_config(cfg))
+            run = _checked(job, lambda cfg=cfg: to_run_plan(cfg).cfg)
             planned.append(PlannedJob(list(job), Path(str(run.run_dir)).name, str(run.run_dir)))
             first = first or run
     assert first is not None
@@ -182,7 +182,7 @@ class DetachedJob(submitit.helpers.Checkpointable):
         register()
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             job_cfg = _compose_job(overrides)
-            run = to_run_config(job_cfg)
+            run = to_run_plan(job_cfg).cfg
             _log_to(Path(str(run.run_dir)) / "quadrants.log")
             try:
                 result = run_job(job_cfg, parent_run_id=self.parent_run_id)

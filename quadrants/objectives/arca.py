@@ -14,8 +14,9 @@ state), the normalisation (mean weight 1 per response), `mix` and `max_weight`
 (ops/adapter_credit.py, docs/science.md). A response with r = 0 everywhere (peft's B = 0 before the
 first update) gets w = 1: plain GRPO until the adapter has moved.
 
-Requires `model.lora.enabled=true` (checked at compose time, quadrants/validation.py). A batch
-without the residual (`TokenBatch.adapter_residual` None: no adapters) is the r = 0 case.
+Requires `model.lora.enabled=true`, which the objective declares (`needs=("adapter_residual",)`,
+checked at compose time by the run plan, quadrants/run_plan/composition.py). A batch without the
+residual (`TokenBatch.adapter_residual` None: no adapters) is the r = 0 case.
 
 Metrics: the weights' effective-token ratio and Gini per response, averaged (the paper's
 degeneracy diagnostics), and their max.
@@ -47,6 +48,7 @@ def validate_arca(
 @register_objective(
     "arca",
     validate=validate_arca,
+    needs=("adapter_residual",),  # the credit is the LoRA adapter's residual
     zero_advantage_inert=True,
     decomposable=True,
     decomposition="credit weights from each response's own adapter residual (per-row mean)",

@@ -17,6 +17,12 @@ from quadrants.config_ranges import Range
 from quadrants.objectives.batch import ObjectiveOutput, PolicyOutput, TokenBatch
 from quadrants.objectives.control import STATE_KEY, ObjectiveController
 
+# The per-token signals an objective may declare in `needs=`, each with what a run needs to give
+# it (the run plan names this in its refusal):
+# - adapter_residual: ||h_adapted - h_base|| per token (objectives/batch.py `TokenBatch`), the LoRA
+#   adapters' residual at `model.lora.residual_layer` (models/token_signals.py).
+SIGNALS: dict[str, str] = {"adapter_residual": "model.lora.enabled=true"}
+
 
 class TokenObjective(Protocol):
     def __call__(
@@ -67,6 +73,10 @@ class ObjectiveSpec:
         skips_unmixed_steps: True, or a predicate of the full params, when a step whose groups
             are all constant is skipped: no optimizer step, no controller update (Skywork-OR1's
             trainer draws a new batch; train/step.py `train_step`).
+        needs: the per-token signals beyond log-probs and entropy that the objective reads from
+            its `TokenBatch`, each a name of `SIGNALS` (ARCA's `adapter_residual`): the run plan
+            refuses a configuration that cannot give them (quadrants/run_plan) and the step
+            computes them (run/settings.py `signal_settings`).
     """
 
     name: str
@@ -81,6 +91,14 @@ class ObjectiveSpec:
     decomposition: str = ""
     nominal_rows: bool | Callable[[Mapping[str, Any]], bool] = False
     skips_unmixed_steps: bool | Callable[[Mapping[str, Any]], bool] = False
+    needs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.needs) - set(SIGNALS))
+        if unknown:
+            raise ValueError(
+                f"objective {self.name!r} needs unknown signal(s) {unknown}; known: {list(SIGNALS)}"
+            )
 
     def scales_by_nominal_rows(self, params: Mapping[str, Any]) -> bool:
         flag = self.nominal_rows
@@ -139,6 +157,7 @@ def register_objective(
     decomposition: str = "",
     nominal_rows: bool | Callable[[Mapping[str, Any]], bool] = False,
     skips_unmixed_steps: bool | Callable[[Mapping[str, Any]], bool] = False,
+    needs: tuple[str, ...] = (),
 ) -> Callable[[TokenObjective], TokenObjective]:
     """Decorator: register `fn` under `name`. A second registration of the same name is an error."""
 
@@ -158,6 +177,7 @@ def register_objective(
             decomposition,
             nominal_rows,
             skips_unmixed_steps,
+            tuple(needs),
         )
         return fn
 

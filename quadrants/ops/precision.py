@@ -15,7 +15,7 @@ dtype its forward computes in, and how that is arranged in one process and under
 - `bf16`: pure bfloat16: parameters and AdamW's moments in bf16. An Adam step moves a weight by
   about lr (1e-6 in the paper), while bf16 spaces the numbers near a weight w by 2^(e-7) with
   2^e <= |w| < 2^(e+1): any |w| >= 2^-11 ~ 4.9e-4 has spacing >= 2^-18 ~ 3.8e-6, half of it
-  (1.9e-6) above the update, which rounds away. validate_config refuses it unless
+  (1.9e-6) above the update, which rounds away. the run plan refuses it unless
   `train.allow_pure_bf16=true`.
 - `auto`: bf16-mixed on CUDA, fp32 elsewhere.
 

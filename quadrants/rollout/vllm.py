@@ -38,8 +38,8 @@ What we ask vLLM for, and why:
   `compute_topk_logprobs` under processed_logprobs. So at top-p 0.95 every behaviour log-prob
   carries -log(nucleus mass) against the trainer's untruncated recompute; a correction built on
   their ratio (`rollout.mismatch_correction`) is refused at compose time with top_p < 1
-  (quadrants/validation.py `validate_mismatch_truncation`), and the identity guard scores its probe
-  untruncated on both sides (`score`).
+  (quadrants/run_plan/composition.py `validate_mismatch_truncation`), and the identity guard
+  scores its probe untruncated on both sides (`score`).
 - Weight sync: the trainer's state dict, one tensor at a time
   (quadrants.rollout.weights.full_weights), goes through `LLM.collective_rpc("reload_weights",
   weights_iterator=...)`, vLLM's in-place reload (`vllm.model_executor.model_loader.reload`), which

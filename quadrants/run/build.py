@@ -15,13 +15,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from quadrants.config import RunConfig
 from quadrants.cpu import tune_for
 from quadrants.device import resolve_device
 from quadrants.distributed.agreement import exchange
 from quadrants.distributed.collectives import (
     DistEnv,
-    check_layout,
     fill_from_rank0,
     fill_replica,
     rollout_replica,
@@ -43,13 +41,13 @@ from quadrants.rollout.engine import RolloutEngine
 from quadrants.rollout.identity import identity_checked
 from quadrants.rollout.registry import get_engine
 from quadrants.run.settings import build_step
+from quadrants.run_plan import RunPlan
 from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.prompt_length import LengthLimitedTask, prompt_token_counter
 from quadrants.tasks.prompts import make_renderer
 from quadrants.train.context import StepContext
 from quadrants.train.placement import SingleProcess
-from quadrants.validation import check_lora_ranks
 
 log = logging.getLogger("quadrants.train")
 
@@ -66,50 +64,51 @@ def fused_optimizer_applies(model: torch.nn.Module) -> bool:
     )
 
 
-def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
+def build_context(plan: RunPlan, grader: Grader) -> StepContext:
     """Load everything a step needs (model, reference, engine, task, optimizer, objective), the
     modules on `train.device` (resolved first: train.device=cuda without CUDA
-    fails before any load), and build the step from them (run/settings.py `build_step`)."""
+    fails before any load), and build the step from them (run/settings.py `build_step`). The
+    plan is checked for the ranks found here first (`RunPlan.for_ranks`)."""
     dist_env = (
         current_dist()
     )  # world 1 without a process group; FSDP2-sharded under torchrun / srun
-    device = resolve_device(cfg.train.device, dist_env.local_rank)
-    check_lora_ranks(cfg, dist_env.world_size)
+    plan = plan.for_ranks(dist_env.world_size)
+    device = resolve_device(plan.train.device, dist_env.local_rank)
     # sharded: only rank 0 reads the weights, the others build the model on the meta device and
     # receive their shards from rank 0 (prepare_policy): one host copy per job, not one per rank
     weights = dist_env.is_main or not dist_env.sharded
-    attention = attention_kernel(cfg, device, dist_env)
-    load = dict(dtype=cfg.model.dtype, seed=cfg.seed, weights=weights, attention=attention)
-    model, tokenizer = load_policy(cfg.model.name_or_path, lora=cfg.model.lora, **load)
+    attention = attention_kernel(plan, device, dist_env)
+    load = dict(dtype=plan.model.dtype, seed=plan.seed, weights=weights, attention=attention)
+    model, tokenizer = load_policy(plan.model.name_or_path, lora=plan.model.lora, **load)
     ref_model = None
     # the KL reference: a frozen copy of the base, or under LoRA the policy itself with its
     # adapters switched off (train/forwards.py `reference_logprobs`)
-    if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled:
-        ref_model, _ = load_policy(cfg.model.name_or_path, **load)
+    if plan.objective.kl_coef > 0 and not plan.model.lora.enabled:
+        ref_model, _ = load_policy(plan.model.name_or_path, **load)
         ref_model.requires_grad_(False).eval()
-    tune_for(device, cfg.train.cpu, [model, ref_model])  # nothing unless device is the CPU
+    tune_for(device, plan.train.cpu, [model, ref_model])  # nothing unless device is the CPU
     # the parameters now in train.precision's storage dtype (float32 under fp32 and bf16-mixed):
     # AdamW's moments are allocated like them (torch/optim/adamw.py: zeros_like(param))
     # the task first: the identity guard's probe is sampled from its first held-out prompts
-    task = make_run_task(cfg, tokenizer)
+    task = make_run_task(plan, tokenizer)
     model, ref_model, engine = prepare_policy(
-        cfg, model, tokenizer, ref_model, dist_env, device, probe_prompts=probe_prompts(cfg, task)
+        plan, model, tokenizer, ref_model, dist_env, device, probe_prompts=probe_prompts(plan, task)
     )
     optimizer = torch.optim.AdamW(
         trainable_parameters(model),  # all of them, or under LoRA the adapters only
-        lr=cfg.train.lr,
-        weight_decay=cfg.train.weight_decay,
-        betas=tuple(cfg.train.betas),
+        lr=plan.train.lr,
+        weight_decay=plan.train.weight_decay,
+        betas=tuple(plan.train.betas),
         fused=fused_optimizer_applies(model) or None,
     )
-    warmup = cfg.train.warmup_steps
+    warmup = plan.train.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
     )
     # data parallelism behind one placement: a plain process never builds the sharded one
     placement = Sharded(dist_env) if dist_env.sharded else SingleProcess()
     return build_step(
-        cfg,
+        plan,
         model,
         tokenizer=tokenizer,
         ref_model=ref_model,
@@ -123,23 +122,23 @@ def build_context(cfg: RunConfig, grader: Grader) -> StepContext:
     )
 
 
-def attention_kernel(cfg: RunConfig, device: torch.device, env: DistEnv) -> str | None:
+def attention_kernel(plan: RunPlan, device: torch.device, env: DistEnv) -> str | None:
     """The attention kernel the run's models load with: `model.attention`, or where it is null
     the one models/loading.py `packed_attention` picks for this machine (flash_attention_2 for
     packed rows on CUDA where flash-attn is installed; else transformers' default), agreed by
     every rank (`agreed_attention`: one exchange, the same error on every rank)."""
-    kernel = cfg.model.attention
+    kernel = plan.model.attention
     if kernel is None:
         kernel = packed_attention(
-            layout=cfg.train.attention_layout,
+            layout=plan.forward.layout,
             device_type=device.type,
-            compute_dtype=resolve_precision(cfg.train.precision, device).compute_dtype,
+            compute_dtype=resolve_precision(plan.train.precision, device).compute_dtype,
             flash=flash_installed(),
-            samples_from_policy=get_engine(cfg.rollout.engine).replica_for_ranks,
+            samples_from_policy=get_engine(plan.rollout.engine).replica_for_ranks,
         )
         if kernel is not None:
             log.info("model.attention=null: %s for the packed rows (flash-attn installed)", kernel)
-        elif cfg.train.attention_layout == "packed" and device.type == "cuda":
+        elif plan.forward.packed and device.type == "cuda":
             log.warning(
                 "train.attention_layout=packed with SDPA: transformers masks the packed sequence "
                 "with an N x N block-diagonal mask per forward (docs/performance.md). For the "
@@ -150,7 +149,7 @@ def attention_kernel(cfg: RunConfig, device: torch.device, env: DistEnv) -> str 
 
 
 def prepare_policy(
-    cfg: RunConfig,
+    plan: RunPlan,
     model: nn.Module,
     tokenizer: Any,
     ref_model: nn.Module | None,
@@ -184,19 +183,19 @@ def prepare_policy(
 
     The engine starts under the rollout identity guard (rollout/identity.py), whose probe it samples
     from `probe_prompts` (None: the guard's fixed prompts)."""
-    check_layout(cfg, env.world_size)
-    if cfg.train.attention_layout == "packed":  # a hub id's architecture is known only now
+    plan = plan.for_ranks(env.world_size)
+    if plan.forward.packed:  # a hub id's architecture is known only now
         check_packable(model.config)
-    kind = get_engine(cfg.rollout.engine)
-    device = resolve_device(cfg.train.device, env.local_rank) if device is None else device
-    precision = resolve_precision(cfg.train.precision, device)
+    kind = get_engine(plan.rollout.engine)
+    device = resolve_device(plan.train.device, env.local_rank) if device is None else device
+    precision = resolve_precision(plan.train.precision, device)
     # moved and cast one tensor at a time (ops/precision.py): no float32 copy on the host
     model = store_parameters(model, precision, device)
     if ref_model is not None:  # frozen: the policy's dtype, so that its forward is the policy's
         ref_model = cast_on_device(ref_model, device, lambda _: precision.param_dtype)
     options = dict(
         precision=precision,
-        reshard_after_forward=cfg.distributed.reshard_after_forward,
+        reshard_after_forward=plan.distributed.reshard_after_forward,
         device=device,
     )
     # rank 0's full tensors, to fill every rank's shards from (the other ranks: on the meta device)
@@ -204,7 +203,7 @@ def prepare_policy(
     full_ref = ref_model.state_dict() if env.sharded and env.is_main and ref_model else {}
     replica = rollout_replica(model, env) if kind.replica_for_ranks else None
     model = shard_model(
-        model, env, activation_checkpointing=cfg.train.activation_checkpointing, **options
+        model, env, activation_checkpointing=plan.train.activation_checkpointing, **options
     )
     if env.sharded:
         fill_from_rank0(model, full, env, device)
@@ -215,16 +214,16 @@ def prepare_policy(
         ref_model = shard_model(ref_model, env, **options)
         fill_from_rank0(ref_model, full_ref, env, device)
         del full_ref
-    engine = kind.start(cfg, model, tokenizer, replica=replica, world_size=env.world_size)
+    engine = kind.start(plan.cfg, model, tokenizer, replica=replica, world_size=env.world_size)
     # every weight push checked: the engine scores what the trainer scores (rollout/identity.py)
-    return model, ref_model, identity_checked(engine, cfg, precision, model, probe_prompts)
+    return model, ref_model, identity_checked(engine, plan.cfg, precision, model, probe_prompts)
 
 
-def probe_prompts(cfg: RunConfig, task: Any) -> list[str]:
+def probe_prompts(plan: RunPlan, task: Any) -> list[str]:
     """The identity guard's probe prompts: the task's first `rollout.identity_check.probe_size`
     held-out prompts, rendered as training renders them (fewer or none when the task holds fewer
     out; none when the check is off)."""
-    settings = cfg.rollout.identity_check
+    settings = plan.rollout.identity_check
     if settings.every <= 0:
         return []
     return [problem.prompt for problem in task.heldout(settings.probe_size)]
@@ -232,11 +231,11 @@ def probe_prompts(cfg: RunConfig, task: Any) -> list[str]:
 
 @dataclass
 class Run:
-    """What the loop works with: the step's context, the run's config and its rank layout (the
+    """What the loop works with: the step's context, the run's plan and its rank layout (the
     step itself reads neither)."""
 
     step: StepContext
-    cfg: RunConfig
+    plan: RunPlan
     dist: DistEnv
 
     model = property(lambda self: self.step.model)
@@ -251,20 +250,20 @@ class Run:
     params = property(lambda self: self.step.objective.params)
 
 
-def make_run_task(cfg: RunConfig, tokenizer: Any) -> LengthLimitedTask:
+def make_run_task(plan: RunPlan, tokenizer: Any) -> LengthLimitedTask:
     """The run's task with its prompts rendered in the run's prompt format (the function evaluation
     uses too), none longer than task.max_prompt_tokens (tasks/prompt_length.py); a dataset task
     also drops the problems of the benchmarks this run evaluates on."""
-    params = dict(cfg.task.params)
+    params = dict(plan.task.params)
     if params.get("decontaminate") is not None:  # None = every known benchmark already
-        evaluated = [name for name in cfg.eval.benchmarks if name in known_benchmarks()]
+        evaluated = [name for name in plan.eval.benchmarks if name in known_benchmarks()]
         params["decontaminate"] = sorted({*params["decontaminate"], *evaluated})
-    task = make_task(cfg.task.name, cfg.task.heldout_size, params)
+    task = make_task(plan.task.name, plan.task.heldout_size, params)
     render = make_renderer(
-        cfg.prompt.format,
+        plan.prompt.format,
         tokenizer=tokenizer,
-        instruction=cfg.prompt.instruction,
+        instruction=plan.prompt.instruction,
         task_format=getattr(task, "prompt_format", None),
     )
     rendered = RenderedTask(task, render)
-    return LengthLimitedTask(rendered, prompt_token_counter(tokenizer), cfg.task.max_prompt_tokens)
+    return LengthLimitedTask(rendered, prompt_token_counter(tokenizer), plan.task.max_prompt_tokens)

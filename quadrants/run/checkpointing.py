@@ -39,8 +39,8 @@ class Checkpointing:
         self, ctx: Run, run_dir: Path | None, tracker: Tracker, offload: OptimizerOffload | None
     ) -> None:
         self.ctx, self.run_dir, self.tracker, self.offload = ctx, run_dir, tracker, offload
-        self.every = ctx.cfg.checkpoint.every if run_dir is not None else 0
-        self.total = ctx.cfg.train.steps
+        self.every = ctx.plan.checkpoint.every if run_dir is not None else 0
+        self.total = ctx.plan.train.steps
         # how a signal checkpoints the last completed step (None: checkpoints are off)
         self.on_signal: SaveFn | None = signal_save(ctx, run_dir, tracker, offload)
 

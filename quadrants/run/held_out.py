@@ -24,9 +24,9 @@ class HeldOutEvaluation:
 
     def __init__(self, ctx: Run, tracker: Tracker) -> None:
         self.ctx, self.tracker = ctx, tracker
-        self.every, self.total = ctx.cfg.eval.every, ctx.cfg.train.steps
+        self.every, self.total = ctx.plan.eval.every, ctx.plan.train.steps
         self.sources = headline_sources(
-            ctx.cfg.eval.benchmarks, ctx.task.name, ctx.cfg.eval.samples
+            ctx.plan.eval.benchmarks, ctx.task.name, ctx.plan.eval.samples
         )
 
     def due(self, step: int) -> bool:
@@ -63,7 +63,14 @@ class HeldOutEvaluation:
         """Held-out metrics of the live policy (eval/in_training.py; {} on ranks other than 0)."""
         ctx = self.ctx
         return evaluate_policy(
-            ctx.engine, ctx.grader, ctx.task, ctx.tokenizer, ctx.cfg, ctx.dist, step, self.tracker
+            ctx.engine,
+            ctx.grader,
+            ctx.task,
+            ctx.tokenizer,
+            ctx.plan.cfg,
+            ctx.dist,
+            step,
+            self.tracker,
         )
 
 

@@ -1,8 +1,8 @@
-"""`run_training(cfg)`: the whole training run as an ordinary function (Hydra
+"""`run_training(plan)`: the whole training run as an ordinary function (Hydra
 calls it, tests call it).
 
 Reads as the run's story: set up (threads, seeds, model, task, grader, engine, optimizer) -> resume
-from the newest checkpoint in `cfg.run_dir` if there is one -> start the tracker's run -> evaluate
+from the newest checkpoint in `plan.run_dir` if there is one -> start the tracker's run -> evaluate
 the starting policy -> for each step: the step, its metrics to the tracker, and the components ->
 finish (the final held-out metrics, a summary).
 
@@ -33,7 +33,6 @@ from pathlib import Path
 
 import torch
 
-from quadrants.config import RunConfig
 from quadrants.distributed.collectives import current as current_dist
 from quadrants.models.loading import attention_of
 from quadrants.objectives.control import advance_state
@@ -49,12 +48,12 @@ from quadrants.run.probing import Probing
 from quadrants.run.records import log_task, optimizer_offload, resume, task_tags, write_run_id
 from quadrants.run.sample_artifacts import SampleArtifacts
 from quadrants.run.step_progress import StepProgress
+from quadrants.run_plan import RunPlan
 from quadrants.tasks.read_log import files_read
 from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import NullTracker, Tracker
 from quadrants.tracking.run_info import flat_params
 from quadrants.train.step import train_step
-from quadrants.validation import validate_config
 
 log = logging.getLogger("quadrants.train")
 
@@ -72,17 +71,22 @@ class TrainingResult:
     seconds: float = 0.0
 
 
-def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResult:
-    """Train one policy as `cfg` says, logging every step to `tracker`; resume if
-    `cfg.run_dir` has a checkpoint."""
-    validate_config(cfg)
+def run_training(plan: RunPlan, tracker: Tracker | None = None) -> TrainingResult:
+    """Train one policy as `plan` says (quadrants/run_plan: parsed and checked, its data files
+    too), logging every step to `tracker`; resume if `plan.run_dir` has a checkpoint."""
+    if not plan.values_checked:
+        raise ValueError(
+            "run_training needs a checked plan: parse the configuration with RunPlan.parse(cfg) "
+            "(RunPlan.unchecked is for tests of one part of the step)"
+        )
+    plan = plan.with_data_files()  # a plan parsed with files=False: checked here, on this machine
     # before anything is written or tracked: a resume under another config is refused
-    change = check_resume(cfg)
+    change = check_resume(plan.cfg)
     tracker = tracker or NullTracker()
-    run_dir = _set_up_process(cfg)
+    run_dir = _set_up_process(plan)
     started = time.perf_counter()
     result = TrainingResult()
-    with _built(cfg) as ctx:
+    with _built(plan) as ctx:
         first, known_id, unlogged = resume(ctx, run_dir)
         offload = optimizer_offload(ctx)  # train.offload_optimizer: states to the host
         result.resumed_from = first
@@ -93,8 +97,8 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
         samples = SampleArtifacts(ctx, run_dir, tracker)
         checkpoints = Checkpointing(ctx, run_dir, tracker, offload)
         # a reward that cannot be computed stops the run (run/grading.py)
-        grading = GradingGuard(cfg.task.max_error_frac, cfg.task.error_steps, cfg.task.reward)
-        progress = StepProgress(first, cfg.train.steps)
+        grading = GradingGuard(plan.task.max_error_frac, plan.task.error_steps, plan.task.reward)
+        progress = StepProgress(first, plan.train.steps)
         for index in checkpointed_steps(  # a signal checkpoints the last completed step
             progress.bar,
             optimizer=ctx.optimizer,
@@ -127,34 +131,36 @@ def run_training(cfg: RunConfig, tracker: Tracker | None = None) -> TrainingResu
     return result
 
 
-def _set_up_process(cfg: RunConfig) -> Path | None:
+def _set_up_process(plan: RunPlan) -> Path | None:
     """This process's threads and torch seed, and the run directory (None: a run without one)."""
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
-    torch.manual_seed(cfg.seed)
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else None
+    if plan.train.threads:
+        torch.set_num_threads(plan.train.threads)
+    torch.manual_seed(plan.seed)
+    run_dir = Path(plan.run_dir) if plan.run_dir else None
     if run_dir is not None:
         run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
 @contextmanager
-def _built(cfg: RunConfig) -> Iterator[Run]:
+def _built(plan: RunPlan) -> Iterator[Run]:
     """The run's parts (run/build.py) around its grader: task.reward (the user's function,
     rewards/custom.py) or math-verify on the CPUs this task holds, less one. The engine is closed
     on the way out, also on a preemption exit (a vLLM engine under torchrun ends the process group
     with it)."""
     grading = (
-        FunctionGrader(cfg.task.reward)
-        if cfg.task.reward is not None
+        FunctionGrader(plan.task.reward)
+        if plan.task.reward is not None
         else Grader(
-            num_workers=grader_workers(cfg.task.grader_workers),
+            num_workers=grader_workers(plan.task.grader_workers),
             timeout_s=5.0,
-            extraction=cfg.task.answer_extraction,
+            extraction=plan.task.answer_extraction,
         )
     )
     with grading as grader:
-        ctx = Run(build_context(cfg, grader), cfg, current_dist())
+        dist = current_dist()
+        plan = plan.for_ranks(dist.world_size)
+        ctx = Run(build_context(plan, grader), plan, dist)
         try:
             yield ctx
         finally:
@@ -184,7 +190,7 @@ def _start_tracking(
     for logged_step, step_metrics in sorted(unlogged.items()):  # a full disk kept them from it
         tracker.log_metrics(step_metrics, step=logged_step)
     if first == 0:
-        tracker.log_params(flat_params(ctx.cfg))
+        tracker.log_params(flat_params(ctx.plan.cfg))
         # the kernel the policy runs, model.attention=null resolved (run/build.py)
         tracker.log_params({"model.attention_ran": attention_of(ctx.model)})
         log_task(ctx, tracker, run_dir)

@@ -23,8 +23,8 @@ unless fused or capturable). The copies are exact, so training is bit-identical 
 offloading (tests/unit/run/test_offload.py).
 
 On a CPU run there is nothing to free (the states already live in host memory): the setting is
-refused at compose time with train.device=cpu (quadrants/validation.py) and does nothing when
-train.device=auto resolves to the CPU.
+refused at compose time with train.device=cpu (quadrants/run_plan/composition.py) and does
+nothing when train.device=auto resolves to the CPU.
 """
 
 from __future__ import annotations

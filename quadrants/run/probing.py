@@ -14,7 +14,7 @@ class Probing:
 
     def __init__(self, ctx: Run, tracker: Tracker) -> None:
         self.ctx, self.tracker = ctx, tracker
-        self.every = ctx.cfg.probe.every
+        self.every = ctx.plan.probe.every
 
     def due(self, step: int) -> bool:
         """Every `probe.every` steps (0: never)."""
@@ -34,7 +34,7 @@ class Probing:
                 ctx.engine,
                 ctx.grader,
                 ctx.task,
-                ctx.cfg,
+                ctx.plan.cfg,
                 ctx.dist,
                 step,
                 self.tracker,

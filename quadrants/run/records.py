@@ -52,7 +52,7 @@ def log_task(ctx: Run, tracker: Tracker, run_dir: Path | None) -> None:
             task.decontaminated,
         )
     if run_dir is not None and ctx.dist.is_main:
-        (problem,) = task.train_batch(1, random.Random(ctx.cfg.seed))
+        (problem,) = task.train_batch(1, random.Random(ctx.plan.seed))
         path = run_dir / "prompt_example.txt"
         path.write_text(problem.prompt)
         tracker.log_artifact(path, "prompt")
@@ -121,7 +121,7 @@ def stop_if_disk_full(
             raise
         path = _full_path(error, run_dir)
         saved = "checkpoints are off"
-        if run_dir is not None and ctx.cfg.checkpoint.every:
+        if run_dir is not None and ctx.plan.checkpoint.every:
             try:
                 save_step(ctx, run_dir, step, tracker, offload, unlogged_metrics={step: metrics})
                 saved = f"step {step} is checkpointed with its metrics"
@@ -190,9 +190,9 @@ def save_step(
             optimizer=ctx.optimizer,
             scheduler=ctx.scheduler,
             run_id=tracker.run_id,
-            keep=ctx.cfg.checkpoint.keep,
+            keep=ctx.plan.checkpoint.keep,
             objective_state=ctx.params.get(STATE_KEY),
-            identity=identity_record(ctx.cfg),
+            identity=identity_record(ctx.plan.cfg),
             **extra,
         )
 
@@ -200,8 +200,8 @@ def save_step(
 def signal_save(ctx: Run, run_dir: Path | None, tracker: Tracker, offload: OptimizerOffload | None):
     """How a SLURM signal / SIGTERM checkpoints the last completed step (None:
     checkpoints are off)."""
-    cfg = ctx.cfg
-    if run_dir is None or not cfg.checkpoint.every:
+    plan = ctx.plan
+    if run_dir is None or not plan.checkpoint.every:
         return None
 
     def save(step: int, rng: Any) -> None:
@@ -214,7 +214,7 @@ def optimizer_offload(ctx: Run) -> OptimizerOffload | None:
     """train.offload_optimizer on an accelerator: the optimizer's states offloaded now (after a
     resume restored them to the device) and between its steps (quadrants/run/offload.py). A run
     whose device resolved to the CPU (train.device=auto without a GPU) has nothing to free."""
-    if not ctx.cfg.train.offload_optimizer:
+    if not ctx.plan.train.offload_optimizer:
         return None
     if ctx.device.type == "cpu":
         log.info("train.offload_optimizer: the states already live in host memory on the CPU")

@@ -19,7 +19,7 @@ class SampleArtifacts:
 
     def __init__(self, ctx: Run, run_dir: Path | None, tracker: Tracker) -> None:
         self.ctx, self.run_dir, self.tracker = ctx, run_dir, tracker
-        self.every, self.total = ctx.cfg.tracking.log_samples_every, ctx.cfg.train.steps
+        self.every, self.total = ctx.plan.tracking.log_samples_every, ctx.plan.train.steps
 
     def due(self, step: int) -> bool:
         """Every `log_samples_every` steps and the last step, on rank 0 of a run with a run

@@ -1,7 +1,8 @@
-"""The step's settings read from the `RunConfig`: `build_step` is the one constructor of the step's
-`StepContext` (train/context.py). It resolves the objective and reads each phase's frozen settings
-from the config once, by the `*_settings` functions below, so that the step never sees the config
-and a default lives in quadrants/config.py only. The run's `build_context` (run/build.py) calls it
+"""The step's settings read from the run's plan: `build_step` is the one constructor of the step's
+`StepContext` (train/context.py). It takes the objective, the loss's and the forwards' settings as
+the plan parsed them (quadrants/run_plan) and reads each phase's frozen settings from the plan's
+sections, by the `*_settings` functions below, so that the step never sees the config and a
+default lives in quadrants/config.py only. The run's `build_context` (run/build.py) calls it
 with everything it loaded, tests and benchmarks with a model and what they need (the rest defaults
 to None).
 
@@ -16,32 +17,28 @@ from typing import Any
 import torch
 from torch import nn
 
-from quadrants.config import RolloutConfig, RunConfig, TrainConfig
 from quadrants.objectives.control import with_initial_state
-from quadrants.objectives.loss import loss_settings
-from quadrants.objectives.registry import ObjectiveSpec, resolve_objective
+from quadrants.objectives.registry import ObjectiveSpec
 from quadrants.ops.precision import resolve_precision
-from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine
 from quadrants.rollout.registry import get_engine
+from quadrants.run_plan import RunPlan
 from quadrants.tasks.base import Task
 from quadrants.train.context import (
     CollectSettings,
     Forwards,
     Objective,
-    PassSettings,
     ScoreSettings,
     SignalSettings,
     StepContext,
     UpdateSettings,
 )
 from quadrants.train.placement import Placement, SingleProcess
-from quadrants.validation import NEEDS_LORA
 
 
 def build_step(
-    cfg: RunConfig,
+    plan: RunPlan,
     model: nn.Module,
     *,
     tokenizer: Any = None,
@@ -54,8 +51,8 @@ def build_step(
     placement: Placement | None = None,
     device: torch.device | None = None,
 ) -> StepContext:
-    """The StepContext of `cfg` over `model`: the objective resolved (with an adaptive objective's
-    initial state), each phase's settings read from `cfg` once, forwards in `train.precision`
+    """The StepContext of `plan` over `model`: the plan's objective (with an adaptive objective's
+    initial state), each phase's settings read from `plan` once, forwards in `train.precision`
     resolved on `device` (default: the CPU) over `placement` (default: one process).
 
     A part left out is None: a test of the update alone needs only the model (and an optimizer and
@@ -63,32 +60,30 @@ def build_step(
     `build_context` passes them.
 
     >>> from quadrants.models.tiny import random_tiny_policy  # doctest: +SKIP
-    >>> ctx = build_step(RunConfig(), random_tiny_policy(seed=0)[0])  # doctest: +SKIP
+    >>> plan = RunPlan.parse(RunConfig())  # doctest: +SKIP
+    >>> ctx = build_step(plan, random_tiny_policy(seed=0)[0])  # doctest: +SKIP
     """
     device = torch.device("cpu") if device is None else device
-    spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
+    spec = plan.objective_spec
     objective = Objective(
         spec,
-        with_initial_state(spec, params),  # an adaptive objective's state (objectives/control)
-        loss_settings(
-            cfg.objective,
-            QuadrantSettings.from_config(cfg.quadrant),
-            max_new_tokens=cfg.rollout.max_new_tokens,
-        ),
+        # an adaptive objective's state (objectives/control), fresh for each step context
+        with_initial_state(spec, plan.objective_params),
+        plan.loss,
     )
     forwards = Forwards(
-        pass_settings(cfg.rollout, cfg.train),
+        plan.forward,
         placement if placement is not None else SingleProcess(),
-        resolve_precision(cfg.train.precision, device),
+        resolve_precision(plan.train.precision, device),
         device,
     )
     return StepContext(
         model=model,
         objective=objective,
         forwards=forwards,
-        collect=collect_settings(cfg),
-        score=score_settings(cfg, spec),
-        update=update_settings(cfg),
+        collect=collect_settings(plan),
+        score=score_settings(plan, spec),
+        update=update_settings(plan),
         tokenizer=tokenizer,
         ref_model=ref_model,
         engine=engine,
@@ -99,80 +94,70 @@ def build_step(
     )
 
 
-def pass_settings(rollout: RolloutConfig, train: TrainConfig) -> PassSettings:
-    """The step's `PassSettings` read from the config's rollout and train sections."""
-    return PassSettings(
-        temperature=rollout.temperature,
-        chunk_size=train.entropy_chunk_size,
-        batch_size=train.mini_batch_size,
-        length_buckets=train.length_buckets,
-        forward_tokens=train.forward_tokens,
-        layout=train.attention_layout,
-    )
-
-
-def collect_settings(cfg: RunConfig) -> CollectSettings:
-    """The collect phase's `CollectSettings` read from `cfg`."""
-    rollout = cfg.rollout
+def collect_settings(plan: RunPlan) -> CollectSettings:
+    """The collect phase's `CollectSettings` read from `plan`."""
+    rollout = plan.rollout
     return CollectSettings(
-        seed=cfg.seed,
-        prompts_per_step=cfg.train.prompts_per_step,
+        seed=plan.seed,
+        prompts_per_step=plan.train.prompts_per_step,
         group_size=rollout.group_size,
         temperature=rollout.temperature,
         top_p=rollout.top_p,
         max_new_tokens=rollout.max_new_tokens,
-        prompts_per_generate=cfg.distributed.prompts_per_generate,
+        prompts_per_generate=plan.distributed.prompts_per_generate,
         refill_rounds=rollout.refill_rounds,
         overlong_buffer=rollout.overlong_buffer,
         overlong_penalty=rollout.overlong_penalty,
-        reward=cfg.reward.name,
-        reward_probability=cfg.reward.probability,
+        reward=plan.reward.name,
+        reward_probability=plan.reward.probability,
     )
 
 
-def signal_settings(cfg: RunConfig) -> SignalSettings:
-    """Which extra per-token signals `cfg` asks for (`SignalSettings`)."""
-    lora = cfg.model.lora
-    wants_residual = cfg.objective.name in NEEDS_LORA or (lora.enabled and lora.residual_telemetry)
-    layers: Any = cfg.quadrant.attention_layers
+def signal_settings(plan: RunPlan) -> SignalSettings:
+    """Which extra per-token signals `plan` asks for (`SignalSettings`)."""
+    lora = plan.model.lora
+    wants_residual = "adapter_residual" in plan.objective_spec.needs or (
+        lora.enabled and lora.residual_telemetry
+    )
+    layers: Any = plan.quadrant.attention_layers
     if layers is not None and not isinstance(layers, str):
         layers = tuple(layers)
     return SignalSettings(
-        attention_layers=layers if cfg.quadrant.axis == "attention_entropy" else None,
+        attention_layers=layers if plan.quadrant.axis == "attention_entropy" else None,
         residual_layer=lora.residual_layer if wants_residual else None,
-        objective=cfg.objective.name,
+        objective=plan.objective.name,
     )
 
 
-def score_settings(cfg: RunConfig, spec: ObjectiveSpec) -> ScoreSettings:
-    """The score phase's `ScoreSettings` read from `cfg` (`spec`: the objective's)."""
+def score_settings(plan: RunPlan, spec: ObjectiveSpec) -> ScoreSettings:
+    """The score phase's `ScoreSettings` read from `plan` (`spec`: the objective's)."""
     return ScoreSettings(
-        signals=signal_settings(cfg),
-        engine_numbers_stand_in=engine_numbers_may_stand_in(cfg, spec),
-        reference_from_adapters=cfg.objective.kl_coef > 0 and cfg.model.lora.enabled,
-        normalize_std=cfg.advantage.normalize_std,
-        advantage_eps=cfg.advantage.eps,
-        constant_by_correctness=bool(cfg.rollout.overlong_buffer),
-        mismatch_correction=cfg.rollout.mismatch_correction,
-        mismatch_cap=cfg.rollout.mismatch_cap,
-        engine_is_trainer=engine_is_trainer(cfg),
+        signals=signal_settings(plan),
+        engine_numbers_stand_in=engine_numbers_may_stand_in(plan, spec),
+        reference_from_adapters=plan.objective.kl_coef > 0 and plan.model.lora.enabled,
+        normalize_std=plan.advantage.normalize_std,
+        advantage_eps=plan.advantage.eps,
+        constant_by_correctness=bool(plan.rollout.overlong_buffer),
+        mismatch_correction=plan.rollout.mismatch_correction,
+        mismatch_cap=plan.rollout.mismatch_cap,
+        engine_is_trainer=engine_is_trainer(plan),
     )
 
 
-def engine_is_trainer(cfg: RunConfig) -> bool:
+def engine_is_trainer(plan: RunPlan) -> bool:
     """True when the rollout engine's recorded log-probs are the trainer's own: it samples from the
     trainer's module (the HF engine) and the trainer computes in its parameters' dtype (not
     bf16-mixed, whose autocast the engine's decode does not share)."""
-    return get_engine(cfg.rollout.engine).samples_from_trainer_weights and (
-        train_computes_in_storage_dtype(cfg)
+    return get_engine(plan.rollout.engine).samples_from_trainer_weights and (
+        train_computes_in_storage_dtype(plan)
     )
 
 
-def update_settings(cfg: RunConfig) -> UpdateSettings:
-    """The update phase's `UpdateSettings` read from `cfg`."""
-    train = cfg.train
+def update_settings(plan: RunPlan) -> UpdateSettings:
+    """The update phase's `UpdateSettings` read from `plan`."""
+    train = plan.train
     return UpdateSettings(
-        seed=cfg.seed,
+        seed=plan.seed,
         epochs=train.epochs,
         mini_batch_size=train.mini_batch_size,
         micro_batch_size=train.micro_batch_size,
@@ -182,7 +167,7 @@ def update_settings(cfg: RunConfig) -> UpdateSettings:
         measure_dlogp=train.measure_dlogp,
         dlogp_rows=train.dlogp_rows,
         minibatch_grouping=train.minibatch_grouping,
-        gradient_cosine_every=cfg.quadrant.gradient_cosine_every,
+        gradient_cosine_every=plan.quadrant.gradient_cosine_every,
     )
 
 
@@ -207,21 +192,21 @@ def update_settings(cfg: RunConfig) -> UpdateSettings:
 # from it.
 
 
-def engine_numbers_may_stand_in(cfg: RunConfig, spec: ObjectiveSpec) -> bool:
+def engine_numbers_may_stand_in(plan: RunPlan, spec: ObjectiveSpec) -> bool:
     """True when `train.behaviour_pass=auto` and an engine that records entropy would give the
     numbers the trainer's pass would (the settings' half; the step checks the batch's half)."""
     return (
-        cfg.train.behaviour_pass == "auto"
+        plan.train.behaviour_pass == "auto"
         and not spec.recomputed_old_logp
-        and engine_is_trainer(cfg)
-        and cfg.rollout.mismatch_correction == "none"
+        and engine_is_trainer(plan)
+        and plan.rollout.mismatch_correction == "none"
     )
 
 
-def train_computes_in_storage_dtype(cfg: RunConfig) -> bool:
+def train_computes_in_storage_dtype(plan: RunPlan) -> bool:
     """False when `train.precision` resolves to bf16-mixed on this run's training device (`auto`:
     on CUDA, which `train.device` auto or cuda trains on wherever CUDA is available)."""
-    name = cfg.train.precision
+    name = plan.train.precision
     if name == "auto":
-        return cfg.train.device == "cpu" or not torch.cuda.is_available()
+        return plan.train.device == "cpu" or not torch.cuda.is_available()
     return not resolve_precision(name, torch.device("cpu")).mixed

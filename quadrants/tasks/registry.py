@@ -6,7 +6,7 @@ A task enters a run through its `TaskKind`, registered under the name the config
 - `validate(heldout_size, params, model=, files=)`: compose-time checks of `task.params` and of the
   task matching the model (ValueError naming the key); reads no dataset and loads no model;
 - `check_files(params)`: that the local data files `task.params` names exist and hold the rows
-  (`validate(files=True)` ends with it; `validate_config` runs it on its own, once).
+  (`validate(files=True)` ends with it; `RunPlan.parse` runs it on its own, once).
 
 Registered here:
 - ``arithmetic``: the embedded synthetic world (character-level prompts such as ``12+34*5=``), for

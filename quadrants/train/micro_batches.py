@@ -19,7 +19,7 @@ its rows' real lengths (each rank's share: the sum over the rows it runs), as ve
 `rearrange_micro_batches` counts them.
 
 A row longer than the budget runs alone (its own micro-batch; with W ranks, its unit of W rows):
-the packing never fails. validate_config refuses a budget below `rollout.max_new_tokens`, where
+the packing never fails. the run plan refuses a budget below `rollout.max_new_tokens`, where
 even a response alone would not fit.
 
 Pure python/torch: no config, no model.

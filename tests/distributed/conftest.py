@@ -40,10 +40,11 @@ def recompute_runs(tmp_path_factory, base_policy, worker) -> Path:
     (`packed-NAME`), and of LAYOUT_CASES recomputed and packed, in float32 and under
     train.precision=bf16-mixed (`bf16-always-NAME`, `bf16-packed-NAME`): test_behaviour_pass.py
     and test_packed.py read it, so the two share one process start-up and one set of rollouts."""
-    from quadrants.objectives.registry import known_objectives
-    from quadrants.validation import NEEDS_LORA
+    from quadrants.objectives.registry import get_objective, known_objectives
 
-    objectives = [name for name in known_objectives() if name not in NEEDS_LORA]
+    objectives = [
+        name for name in known_objectives() if "adapter_residual" not in get_objective(name).needs
+    ]
     cases = [f"{prefix}{name}:1" for name in objectives for prefix in ("", "always-", "packed-")]
     layouts = [f"{prefix}{name}:1" for name in LAYOUT_CASES for prefix in ("always-", "packed-")]
     cases += layouts + [f"bf16-{case}" for case in layouts]

@@ -29,6 +29,7 @@ from quadrants.distributed.collectives import gather_objects, init_distributed, 
 from quadrants.models.loading import load_policy
 from quadrants.rewards.grader import Grader
 from quadrants.run import build as run_build
+from quadrants.run_plan import RunPlan
 from quadrants.train.step import train_step
 
 
@@ -94,11 +95,11 @@ def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def build(cfg: RunConfig, grader: Grader, env: Any, *, meta: bool) -> Any:
     _Forbidden.on = meta and not env.is_main
     if meta:
-        return run_build.build_context(cfg, grader)
+        return run_build.build_context(RunPlan.parse(cfg), grader)
     original = run_build.load_policy
     run_build.load_policy = lambda *a, **k: original(*a, **{**k, "weights": True})
     try:
-        return run_build.build_context(cfg, grader)
+        return run_build.build_context(RunPlan.parse(cfg), grader)
     finally:
         run_build.load_policy = original
 

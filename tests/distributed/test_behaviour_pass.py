@@ -14,11 +14,12 @@ from __future__ import annotations
 import pytest
 
 from quadrants.objectives.registry import get_objective, known_objectives
-from quadrants.validation import NEEDS_LORA
 from tests.flip_metrics import flip_metric_agrees
 
 # LoRA trains in one process (validation.check_lora_ranks), so ARCA has no 2-rank run
-OBJECTIVES = [name for name in known_objectives() if name not in NEEDS_LORA]
+OBJECTIVES = [
+    name for name in known_objectives() if "adapter_residual" not in get_objective(name).needs
+]
 # The train–inference mismatch metrics. Under auto the engine's log-probs are the old ones, so they
 # are exactly 0; under always they measure the float32 rounding between the engine's decode (a few
 # rows per multiply) and the sharded recompute (every position at once): the largest over a step's

@@ -37,6 +37,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from quadrants.run_plan import RunPlan
+
 TIMEOUT_S = 30  # the process group's: a mismatched collective fails after this
 
 
@@ -65,7 +67,7 @@ def _rank(
         quadrants.run.checkpoint.open = _full_once(Path(f"step_{full_at:07d}.tmp", "state.pt"))
     started = time.monotonic()
     try:
-        run_training(small(Path(run_dir)), tracker)
+        run_training(RunPlan.parse(small(Path(run_dir))), tracker)
         outcome = {"error": None, "message": ""}
     except Exception as error:  # noqa: BLE001 - what each rank ended with is the finding
         outcome = {"error": type(error).__name__, "message": str(error)}

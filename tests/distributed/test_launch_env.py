@@ -7,12 +7,8 @@ import pytest
 
 from quadrants.config import RunConfig
 from quadrants.device import resolve_device
-from quadrants.distributed.collectives import (
-    check_layout,
-    export_rendezvous,
-    generation_block,
-    launch_info,
-)
+from quadrants.distributed.collectives import export_rendezvous, launch_info
+from quadrants.run_plan.composition import check_layout, generation_block
 
 
 def test_torchrun_environment():

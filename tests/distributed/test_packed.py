@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import pytest
 
-from quadrants.objectives.registry import known_objectives
+from quadrants.objectives.registry import get_objective, known_objectives
 from quadrants.rollout.identity import TOLERANCE_BF16
-from quadrants.validation import NEEDS_LORA
 from tests.flip_metrics import flip_metric_agrees
 
 from .harness import LAYOUT_CASES
 
 # LoRA trains in one process (validation.check_lora_ranks), so ARCA has no 2-rank run
-CASES = [name for name in known_objectives() if name not in NEEDS_LORA] + LAYOUT_CASES
+CASES = [
+    name for name in known_objectives() if "adapter_residual" not in get_objective(name).needs
+] + LAYOUT_CASES
 MISMATCH = ("train/engine_logp_abs_diff", "train/engine_logp_abs_diff_max")
 
 

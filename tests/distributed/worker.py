@@ -24,6 +24,7 @@ import torch
 from quadrants.config import RunConfig
 from quadrants.distributed.collectives import init_distributed, shutdown
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import NullTracker
 
 CASES: dict[str, dict[str, Any]] = {
@@ -156,7 +157,7 @@ def main(argv: list[str]) -> None:
             case, _, steps = item.partition(":")
             tracker = RecordingTracker()
             cfg = case_config(case, out_dir / case, int(steps or 2), checkpoints)
-            result = run_training(cfg, tracker)
+            result = run_training(RunPlan.parse(cfg), tracker)
             if env.is_main:
                 record = {
                     "world_size": env.world_size,

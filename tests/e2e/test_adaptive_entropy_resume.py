@@ -9,6 +9,7 @@ import torch
 
 from quadrants.run.checkpoint import load_latest
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker
 from tests.worlds import small_world
@@ -30,7 +31,7 @@ def run(run_dir, total: int) -> dict[int, dict[str, float]]:
     cfg.run_dir, cfg.train.steps, cfg.checkpoint.every = str(run_dir), total, 1
     torch.manual_seed(cfg.seed)
     tracker = Recording()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     return tracker.history
 
 

@@ -18,6 +18,7 @@ from quadrants.objectives.registry import get_objective, known_objectives
 from quadrants.ops.quadrants import Quadrant
 from quadrants.rewards.grader import Grader
 from quadrants.run.build import build_context
+from quadrants.run_plan import RunPlan
 from quadrants.train.step import train_step
 from tests.flip_metrics import flip_metric_agrees
 
@@ -32,7 +33,7 @@ def one_step(objective: str, behaviour_pass: str, **train):
         setattr(cfg.train, key, value)
     torch.manual_seed(cfg.seed)
     with Grader(num_workers=1) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(RunPlan.parse(cfg), grader)
         return train_step(ctx, 0)
 
 

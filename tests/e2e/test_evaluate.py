@@ -27,6 +27,7 @@ from quadrants.config import (
 from quadrants.eval.results import benchmark_metrics, read_counts
 from quadrants.launch.evaluate import main
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 
 SLICE = ["eval.benchmarks={arithmetic:2,gsm8k:2,math500:2}", "eval.limit=3", "train.threads=1"]
@@ -110,7 +111,7 @@ def test_checkpoint_evaluated_afterwards_reproduces_the_in_training_evaluation(t
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     # in training: the benchmarks at step 0 and at the end, with their files as artifacts
     assert [step for step, _ in tracker.series("eval/gsm8k/pass_at_2")] == [0, 1]
     assert [p.name for p in tracker.artifacts if p.parent.name == "eval"] == [

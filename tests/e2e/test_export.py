@@ -23,6 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from quadrants.eval.target import load_target_policy, resolve_target
 from quadrants.launch.export import CHECK_TEXTS, check_batch, main, token_logprobs
 from quadrants.models.loading import load_policy
+from quadrants.run_plan import RunPlan
 from tests import commands
 from tests.commands import TINY
 
@@ -133,7 +134,7 @@ def test_a_lora_run_exports_merged_weights_with_the_adapted_logprobs(tmp_path, b
 
     run_dir = tmp_path / "run"
     cfg = small(run_dir, steps=1)
-    run_training(cfg, RecordingTracker())
+    run_training(RunPlan.parse(cfg), RecordingTracker())
     (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg)))
 
     out = tmp_path / "exported"

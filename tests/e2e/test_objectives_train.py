@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from quadrants.config import RunConfig
-from quadrants.objectives.registry import known_objectives
+from quadrants.objectives.registry import get_objective, known_objectives
 from quadrants.rewards.grader import Grader
 from quadrants.run.build import build_context
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.train.step import train_step
-from quadrants.validation import NEEDS_LORA
 
 
 def small_config(objective: str, keep: str = "all") -> RunConfig:
@@ -29,7 +29,9 @@ def small_config(objective: str, keep: str = "all") -> RunConfig:
     cfg.eval.problems = 0
     if objective in ("clip_cov", "kl_cov"):
         cfg.objective.params = {"fraction": 0.05}  # so that a 32-sequence batch selects some tokens
-    if objective in NEEDS_LORA:  # ARCA's credit is the LoRA adapter's residual
+    if (
+        "adapter_residual" in get_objective(objective).needs
+    ):  # ARCA's credit is the LoRA adapter's residual
         cfg.model.lora.enabled = True
     return cfg
 
@@ -37,7 +39,7 @@ def small_config(objective: str, keep: str = "all") -> RunConfig:
 def run_two_steps(cfg: RunConfig) -> tuple[list[dict[str, float]], float]:
     torch.manual_seed(cfg.seed)
     with Grader(num_workers=1) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(RunPlan.parse(cfg), grader)
         before = [p.detach().clone() for p in ctx.model.parameters()]
         metrics = [train_step(ctx, step).metrics for step in range(2)]
         change = sum(

@@ -30,6 +30,7 @@ from quadrants.probe.measure import probe_policy
 from quadrants.rewards.grader import Grader
 from quadrants.run.build import make_run_task
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 
 
@@ -81,7 +82,7 @@ def test_probe_command_on_a_trained_run_directory_writes_the_mlflow_run_table_an
     )
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-    run_training(cfg, RecordingTracker())
+    run_training(RunPlan.parse(cfg), RecordingTracker())
     main(
         [
             str(run_dir),
@@ -153,7 +154,7 @@ def test_probe_every_logs_probe_metrics_during_training(tmp_path):
         probe=ProbeConfig(prompts=2, positions=3, continuations=2, resamples=20, every=2),
     )
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     assert [step for step, _ in tracker.series("probe/all/positions")] == [2]
     assert [step for step, _ in tracker.series("train/reward_mean")] == [1, 2]
     assert (run_dir / "probe" / "step_0000002" / "credit.csv").is_file()

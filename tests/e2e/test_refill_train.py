@@ -11,6 +11,7 @@ from quadrants.config import RunConfig
 from quadrants.rewards.grader import Grader
 from quadrants.run.build import build_context
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.tracking.base import NullTracker
 from quadrants.train.step import train_step
@@ -28,7 +29,7 @@ def refill_config(overlong_buffer: int = 0) -> RunConfig:
 def steps(cfg: RunConfig, indices: list[int]) -> list[dict[str, float]]:
     torch.manual_seed(cfg.seed)
     with Grader(num_workers=1) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(RunPlan.parse(cfg), grader)
         return [train_step(ctx, index).metrics for index in indices]
 
 
@@ -64,7 +65,7 @@ def test_refill_is_deterministic_on_resume(base_policy, tmp_path):
         cfg = refill_config(overlong_buffer=16)
         cfg.run_dir, cfg.train.steps, cfg.checkpoint.every = str(run_dir), total, 1
         tracker = Recording()
-        run_training(cfg, tracker)
+        run_training(RunPlan.parse(cfg), tracker)
         return tracker.history
 
     straight = run(tmp_path / "straight", 2)

@@ -25,6 +25,7 @@ from quadrants.rollout import registry
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts
 from quadrants.rollout.registry import EngineKind, register_engine
 from quadrants.run.build import build_context
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.train.step import train_step
 from tests.vllm.layout import assert_rollouts_layout
@@ -125,7 +126,7 @@ def test_a_toy_engine_defined_here_trains_two_steps(toy_engine, base_policy):
     assert cfg.rollout.engine == "toy_sampler"
     torch.manual_seed(cfg.seed)
     with Grader(num_workers=1) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(RunPlan.parse(cfg), grader)
         assert isinstance(ctx.engine, ToySampler) and ctx.engine.model is ctx.model
         before = [p.detach().clone() for p in ctx.model.parameters()]
         metrics = [train_step(ctx, step).metrics for step in range(2)]
@@ -162,7 +163,7 @@ def test_the_toy_engine_keeps_the_rollouts_layout(base_policy):
 
 
 def test_the_toy_engine_refuses_several_ranks_at_compose_time(toy_engine):
-    from quadrants.distributed.collectives import check_layout
+    from quadrants.run_plan.composition import check_layout
 
     cfg = compose_run_config(["rollout.engine=toy_sampler"])
     with pytest.raises(ValueError, match="rollout.engine=toy_sampler runs in one process, not 2"):

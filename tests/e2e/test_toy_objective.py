@@ -21,6 +21,7 @@ from quadrants.objectives.registry import check_range, get_objective, register_o
 from quadrants.ops.surrogate import importance_ratio
 from quadrants.rewards.grader import Grader
 from quadrants.run.build import build_context
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.train.step import train_step
 from tests.unit.objectives.helpers import batch, close, grad_of, logp_for_ratios, run
@@ -94,7 +95,7 @@ def test_the_toy_objective_trains_a_step(toy_objective, base_policy):
     )
     torch.manual_seed(cfg.seed)
     with Grader(num_workers=1) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(RunPlan.parse(cfg), grader)
         assert ctx.objective.spec.fn is toy_sign_pg and ctx.objective.params == {"scale": 1.0}
         before = [p.detach().clone() for p in ctx.model.parameters()]
         metrics = train_step(ctx, 0).metrics

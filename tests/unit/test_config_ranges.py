@@ -1,6 +1,6 @@
 """Every leaf key of RunConfig declares, beside its default in quadrants/config.py, an allowed range
 checked at compose time or a stated reason why it has none (`checked`, quadrants/config_ranges.py),
-and each range is enforced by validate_config at both ends."""
+and each range is enforced by the run plan (`RunPlan.parse`) at both ends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from quadrants.config import EvalConfig, RunConfig, TaskConfig
 from quadrants.config_ranges import ALLOWED, UNCHECKED, Choice, Range, checked, leaves, lookup
-from quadrants.validation import validate_config, validate_heldout_split
+from quadrants.run_plan import RunPlan
+from quadrants.run_plan.composition import validate_heldout_split
 
 # every leaf key's declared range (a Range), choice (a Choice) or reason for none (a str), read
 # from its field
@@ -30,7 +31,7 @@ def test_every_leaf_key_has_a_range_or_a_reason():
     assert not missing, (
         f"RunConfig key(s) {missing} have neither an allowed range nor a stated reason for none. In "
         f"quadrants/config.py declare the key with `checked`: for a number, `checked(default, "
-        f"Range(low, high, ...))` (checked at compose time by validate_config); for anything else (a "
+        f"Range(low, high, ...))` (checked at compose time by the run plan); for anything else (a "
         f"name, a flag, a path, a range that depends on another key), `checked(default, "
         f'why="<where it is checked, or why it needs no check>")`.'
     )
@@ -93,7 +94,7 @@ CASES = [
 
 def test_the_schema_fixes_its_own_choices():
     # the choices no other package owns; a name another package owns (train.precision,
-    # rollout.hf_decode, ...) is checked by validate_config against that package's set
+    # rollout.hf_decode, ...) is checked by the run plan against that package's set
     assert sorted(CHOICES) == [
         "eval.source",
         "quadrant.axis",
@@ -111,7 +112,7 @@ def test_each_choice_is_enforced(key):
     _set(cfg, key, bad)
     choices = re.escape(str(list(CHOICES[key].values)))
     with pytest.raises(ValueError, match=rf"^{key}={bad!r} is unknown; choose one of {choices}$"):
-        validate_config(cfg, files=False)
+        RunPlan.parse(cfg, files=False)
 
 
 def test_a_choice_owned_elsewhere_reads_the_same():
@@ -119,7 +120,7 @@ def test_a_choice_owned_elsewhere_reads_the_same():
     cfg = RunConfig()
     cfg.reward.name = "coin"
     with pytest.raises(ValueError) as error:
-        validate_config(cfg, files=False)
+        RunPlan.parse(cfg, files=False)
     assert str(error.value) == (
         "reward.name='coin' is unknown; choose one of ['verifier', 'random', 'random_solve_rate', "
         "'format_only', 'box_only_format'] "
@@ -128,7 +129,7 @@ def test_a_choice_owned_elsewhere_reads_the_same():
 
 
 def test_the_defaults_are_in_range():
-    validate_config(RunConfig())
+    RunPlan.parse(RunConfig())
 
 
 @pytest.mark.parametrize(("key", "bad"), CASES)
@@ -142,7 +143,7 @@ def test_each_range_is_enforced_at_both_ends(key, bad):
     )
     _set(cfg, key, value)
     with pytest.raises(ValueError, match=rf"^{key}=.* is out of range; allowed: "):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
 
 
 @pytest.mark.parametrize(
@@ -182,16 +183,16 @@ def test_out_of_range_messages_name_the_key_and_the_range(key, value, message):
     cfg = RunConfig()
     _set(cfg, key, value)
     with pytest.raises(ValueError, match=message):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
 
 
 def test_null_is_allowed_only_where_the_range_says():
     cfg = RunConfig()
     cfg.eval.limit = None  # null = every problem
-    validate_config(cfg)
+    RunPlan.parse(cfg)
     cfg.train.lr = None
     with pytest.raises(ValueError, match=r"train.lr=None is out of range"):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
 
 
 def test_an_empty_heldout_split_is_refused_when_the_evaluation_needs_it():
@@ -205,9 +206,9 @@ def test_an_empty_heldout_split_is_refused_when_the_evaluation_needs_it():
         r"eval.problems=100 evaluates the held-out split of arithmetic \(0 problems\); set "
         r"task.heldout_size to a positive size, eval.problems=0",
     ):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     cfg.eval.problems = 0  # no held-out evaluation: nothing needs the split
-    validate_config(cfg)
+    RunPlan.parse(cfg)
     # a task among the benchmarks gets task.heldout_size problems (eval/plan.py build_plans): 0
     # here, found after aime24 was generated (suite_metrics: min() of an empty sequence)
     benchmarks = EvalConfig(benchmarks={"deepscaler": 4, "aime24": 4})
@@ -244,7 +245,7 @@ def test_one_range_type_one_message_for_config_keys_objectives_and_sections():
     cfg = RunConfig()
     cfg.train.lr = 0.0
     with pytest.raises(ValueError) as config_error:
-        validate_config(cfg, files=False)
+        RunPlan.parse(cfg, files=False)
     with pytest.raises(ValueError) as objective_error:
         resolve_objective("gspo", {"max_log_ratio": 0.0})
     assert str(config_error.value) == "train.lr=0.0 is out of range; allowed: (0, inf)"
@@ -266,10 +267,10 @@ def test_overlong_buffer_is_bounded_by_max_new_tokens_through_the_same_type():
     cfg = RunConfig()
     cfg.rollout.max_new_tokens, cfg.rollout.overlong_buffer = 48, 49  # 49 > 48: out
     with pytest.raises(ValueError) as error:
-        validate_config(cfg, files=False)
+        RunPlan.parse(cfg, files=False)
     assert str(error.value) == (
         "rollout.overlong_buffer=49 is out of range; allowed: [0, 48] "
         "(0 = no overlong penalty; at most rollout.max_new_tokens)"
     )
     cfg.rollout.overlong_buffer = 48  # the upper end is closed
-    validate_config(cfg, files=False)
+    RunPlan.parse(cfg, files=False)

@@ -336,7 +336,7 @@ DATA_RUNS = [c for c in documented_runs(hydra=True) if _reads_data(c)]
 @pytest.mark.slow
 @pytest.mark.parametrize("command", DATA_RUNS, ids=[c.id for c in DATA_RUNS])
 def test_a_documented_run_shows_the_data_it_needs_first(command, monkeypatch, tmp_path):
-    # the sweep's pre-flight (hydra_setup: validate_config(files=True)) on a fresh machine's empty
+    # the sweep's pre-flight (hydra_setup: RunPlan.parse(files=True)) on a fresh machine's empty
     # data home, after the `python -m quadrants.data` commands above it in its block
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(EXAMPLES))  # the custom task's module (docs/tools.md)

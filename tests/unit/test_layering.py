@@ -70,7 +70,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "distributed": frozenset({"config", "cpu", "device", "ops", "rollout"}),
     # the memory plan: traces the policy's forward (models) sharded as the trainer shards it
     # (distributed); the engine's share is what its registry entry answers (rollout)
-    "memory": frozenset({"config", "cpu", "ops", "models", "rollout", "distributed"}),
+    "memory": frozenset({"config", "cpu", "ops", "models", "rollout", "distributed", "run_plan"}),
     # components that use the ones above
     "eval": frozenset(
         {"config", "cpu", "device", "ops", "rewards", "tasks", "models", "tracking", "rollout"}
@@ -82,28 +82,29 @@ ALLOWED: dict[str, frozenset[str]] = {
         {"config", "cpu", "ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout"}
         | {"distributed", "config_ranges", "seeds", "progress"}
     ),
-    # validate_config: the one module that knows which package owns which configured name
-    "validation": frozenset(
-        {"config", "config_ranges", "cpu", "device", "ops", "objectives", "rewards", "tasks"}
-        | {"models", "rollout", "distributed", "eval", "probe", "tracking", "home"}
-    ),
     # the step: its phases, their frozen settings, placement, micro-batches, blocks, refill, signals
     # and telemetry (no config, no process group)
     "train": frozenset(
         {"ops", "objectives", "rewards", "tasks", "models", "tracking", "rollout", "seeds"}
     ),
+    # the run plan: a configuration parsed once, checked against the package that owns each name
+    # and the rules between owners; it hands on what it parsed (the forwards' settings: train)
+    "run_plan": frozenset(
+        {"config", "config_ranges", "cpu", "device", "ops", "objectives", "rewards", "tasks"}
+        | {"models", "rollout", "distributed", "eval", "probe", "tracking", "home", "train"}
+    ),
     # one run of the step: built from the config (run/build.py), looped, recorded, checkpointed,
     # preempted, its optimizer offloaded
     "run": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
-        | {"rollout", "distributed", "eval", "probe", "validation", "train", "seeds", "progress"}
+        | {"rollout", "distributed", "eval", "probe", "run_plan", "train", "seeds", "progress"}
     ),
     # Hydra set-up, sweep callbacks and manifest, SLURM submission and status, the jobs, every
     # command line (sweep, submit, plan, status, evaluate, data, distributed_main, export, probe,
     # analysis, tracking)
     "launch": frozenset(
         {"config", "cpu", "device", "ops", "objectives", "rewards", "tasks", "models", "tracking"}
-        | {"rollout", "distributed", "eval", "analysis", "probe", "validation", "run", "home"}
+        | {"rollout", "distributed", "eval", "analysis", "probe", "run_plan", "run", "home"}
         | {"memory"}
     ),
     # a package's `__main__` (`python -m quadrants.probe`, `python -m quadrants.analysis`): an alias
@@ -323,12 +324,12 @@ def test_the_walk_sees_lazy_relative_and_type_checking_imports(tmp_path):
                 "quadrants.ops.quadrants (line 1) imports quadrants.objectives.batch: ops -> objectives",
             ],
         ),
-        # config importing the validation module that imports it back: the cycle issue 20 measured
+        # config importing the checks that import it back: the cycle issue 20 measured
         (
-            ("quadrants.config", "quadrants.validation"),
+            ("quadrants.config", "quadrants.run_plan.composition"),
             [
                 "import cycle:",
-                "quadrants.config (line 1) imports quadrants.validation: config -> validation",
+                "quadrants.config (line 1) imports quadrants.run_plan.composition: config -> run_plan",
             ],
         ),
         # a component importing one above it without a cycle: eval -> train

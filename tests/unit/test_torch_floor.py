@@ -1,5 +1,5 @@
 """An older torch is refused at compose time for a run that trains on CUDA in mixed precision,
-naming the installed version, the floor and the fix (quadrants/validation.py
+naming the installed version, the floor and the fix (quadrants/run_plan/composition.py
 `validate_torch_floor`: the fused LM head's `torch.addmm(..., out_dtype=torch.float32)`, first
 released in torch 2.8 by pytorch/pytorch#150812).
 
@@ -16,9 +16,8 @@ import dataclasses
 import pytest
 import torch
 
-from quadrants import validation
 from quadrants.launch.hydra_setup import compose_run_config, preflight
-from quadrants.validation import TORCH_FLOOR, validate_torch_floor
+from quadrants.run_plan.composition import TORCH_FLOOR, validate_torch_floor
 
 PAPER = "experiment=paper_quadrants_qwen7b"  # train.device=cuda, train.precision=bf16-mixed
 FIX = "pip install 'torch>=2.8'"
@@ -26,9 +25,7 @@ FIX = "pip install 'torch>=2.8'"
 
 @pytest.fixture
 def torch_version(monkeypatch):
-    """Set the torch version the check reads; forget the configurations this process validated
-    (validation.py `_VALIDATED` is keyed by the configuration, not by torch's version)."""
-    monkeypatch.setattr(validation, "_VALIDATED", {})
+    """Set the torch version the check reads (each parse checks it: no plan is cached)."""
 
     def set_version(version: str) -> None:
         monkeypatch.setattr(torch, "__version__", version)
@@ -83,7 +80,7 @@ def test_the_paper_preset_composes_from_torch_2_8_on(torch_version, version):
         ("cuda", "auto", False, True),  # auto is bf16-mixed on CUDA
         ("auto", "bf16-mixed", True, True),  # auto on a machine that sees a GPU trains there
         ("auto", "bf16-mixed", False, False),  # ... and on one without, on the CPU (checked
-        # again by the job where it runs: run/loop.py calls validate_config)
+        # again by the job where it runs: launch/job.py parses its own plan there)
         ("cpu", "bf16-mixed", False, False),  # the CPU's bf16 GEMM is addmm_ in float32
         ("cuda", "fp32", False, False),  # no autocast: the head's GEMM is float32 throughout
         ("cuda", "bf16", False, False),  # pure bf16, no autocast either

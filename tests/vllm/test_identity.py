@@ -9,6 +9,7 @@ import pytest
 from quadrants.config import RunConfig
 from quadrants.rollout.identity import TOLERANCE_FP32, RolloutIdentityError
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -36,7 +37,7 @@ def _identity_figures(tracker: RecordingTracker) -> tuple[list[float], list[dict
 
 def test_pushes_that_reach_vllm_pass_and_the_gap_is_logged_per_push():
     tracker = RecordingTracker()
-    run_training(_cfg(), tracker)
+    run_training(RunPlan.parse(_cfg()), tracker)
     gaps, moved = _identity_figures(tracker)
     assert len(gaps) == 2 and max(gaps) < 1e-3, gaps  # vLLM's CPU kernels vs HF's: ~1e-5
     assert moved and all(m["train/identity_engine_moved"] > 1e-3 for m in moved)
@@ -45,7 +46,7 @@ def test_pushes_that_reach_vllm_pass_and_the_gap_is_logged_per_push():
 def test_a_push_that_never_reaches_vllm_stops_the_run(monkeypatch):
     _skip_pushes_after_the_first(monkeypatch)
     with pytest.raises(RolloutIdentityError, match="did not reach the engine"):
-        run_training(_cfg())
+        run_training(RunPlan.parse(_cfg()))
 
 
 def test_lora_pushes_that_reach_vllm_pass_and_the_gap_is_logged_per_push():
@@ -60,7 +61,7 @@ def test_lora_pushes_that_reach_vllm_pass_and_the_gap_is_logged_per_push():
     around sleep mode (CPU has none: level 2 drops the weights until the next push, the failure
     the guard exists for), and tensor parallelism's pickled push buckets."""
     tracker = RecordingTracker()
-    run_training(_cfg(lora=True), tracker)
+    run_training(RunPlan.parse(_cfg(lora=True)), tracker)
     gaps, moved = _identity_figures(tracker)
     assert len(gaps) == 2 and max(gaps) < TOLERANCE_FP32, gaps
     assert moved, tracker.history
@@ -75,7 +76,7 @@ def test_a_lora_push_that_never_reaches_vllm_stops_the_run(monkeypatch):
     adapters, and the guard stops the run with its named error."""
     _skip_pushes_after_the_first(monkeypatch)
     with pytest.raises(RolloutIdentityError, match="did not reach the engine"):
-        run_training(_cfg(lora=True))
+        run_training(RunPlan.parse(_cfg(lora=True)))
 
 
 def _skip_pushes_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from quadrants.config import RunConfig
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -23,7 +24,7 @@ def test_two_steps_on_the_vllm_engine():
     cfg.rollout.mismatch_correction, cfg.rollout.mismatch_cap = "token", 2.0
     cfg.rollout.vllm.kv_cache_gib, cfg.rollout.vllm.enforce_eager = 0.25, True
     cfg.rollout.vllm.dtype = "float32"  # the float32 trainer's numbers (the default is bfloat16)
-    result = run_training(cfg)
+    result = run_training(RunPlan.parse(cfg))
     last = result.last_step
     # each update moves the sampled tokens' log-probs by ~0.2 on average (measured 0.21-0.24)
     assert last["train/quadrant/PHR/dlogp_abs"] > 0.05

@@ -26,6 +26,7 @@ from quadrants.ops import fused_head
 from quadrants.ops.fused_head import head_logprobs_and_entropy
 from quadrants.rollout.hf import HFEngine
 from quadrants.run import build
+from quadrants.run_plan import RunPlan
 
 TUNING = {
     (matmul, "set_cpu_matmul"),
@@ -76,7 +77,9 @@ def _context(monkeypatch, device: str):
     # no numbers to score (rollout/identity.py is tested on real devices in tests/unit/rollout)
     cfg.rollout.identity_check.every = 0
     monkeypatch.setattr(build, "resolve_device", lambda name, rank=0: torch.device(device))
-    return build.build_context(cfg, grader=None)  # the grader is only held, never called here
+    return build.build_context(
+        RunPlan.parse(cfg), grader=None
+    )  # the grader is only held, never called here
 
 
 def test_a_run_on_another_device_touches_none_of_the_cpu_tuning(spies, monkeypatch):

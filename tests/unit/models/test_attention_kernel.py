@@ -17,7 +17,7 @@ from quadrants.distributed.collectives import current
 from quadrants.launch.local_checks import check_attention_kernel
 from quadrants.models.loading import agreed_attention, attention_of, load_policy, packed_attention
 from quadrants.run.build import attention_kernel
-from quadrants.validation import validate_attention_kernel
+from quadrants.run_plan.composition import validate_attention_kernel
 
 
 def _logprobs(model, ids: torch.Tensor) -> torch.Tensor:

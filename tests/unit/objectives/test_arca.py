@@ -12,7 +12,7 @@ import torch
 from quadrants.config import LoraConfig, RunConfig
 from quadrants.objectives.batch import PolicyOutput
 from quadrants.objectives.registry import get_objective, resolve_objective
-from quadrants.validation import validate_config
+from quadrants.run_plan import RunPlan
 from tests.unit.objectives.helpers import batch, t
 
 
@@ -67,7 +67,7 @@ def test_arca_without_lora_is_refused_at_compose_time():
     cfg.model.name_or_path = "tiny-random"
     cfg.objective.name = "arca"
     with pytest.raises(ValueError, match=r"model.lora.enabled=true"):
-        validate_config(cfg, files=False)
+        RunPlan.parse(cfg, files=False)
     cfg.model.lora = LoraConfig(enabled=True, rank=4, alpha=8.0)
-    validate_config(cfg, files=False)
+    RunPlan.parse(cfg, files=False)
     assert get_objective("arca").inert_at_zero_advantage({})

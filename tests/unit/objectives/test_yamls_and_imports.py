@@ -22,7 +22,6 @@ from quadrants.config import ObjectiveConfig
 from quadrants.launch.hydra_setup import CONFIG_DIR, compose_run_config
 from quadrants.objectives.builtin import SHARED
 from quadrants.objectives.registry import get_objective, known_objectives
-from quadrants.validation import NEEDS_LORA
 
 # keys outside `params` that a method's own recipe sets (each stated in its YAML and docs/science.md)
 RECIPE_KEYS = {
@@ -54,7 +53,9 @@ def test_every_module_but_the_shared_ones_is_a_registered_objective():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", YAMLS)
 def test_the_yaml_restates_the_signature_defaults(name):
-    lora = ["model.lora.enabled=true"] if name in NEEDS_LORA else []  # refused without (ARCA)
+    lora = (
+        ["model.lora.enabled=true"] if "adapter_residual" in get_objective(name).needs else []
+    )  # refused without (ARCA)
     composed = compose_run_config([f"objective={name}", *lora]).objective
     assert composed.name == name
     params = {k: _plain(v) for k, v in composed.params.items()}

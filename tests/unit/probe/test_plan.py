@@ -9,7 +9,7 @@ import torch
 
 from quadrants.config import ProbeConfig, RunConfig
 from quadrants.probe.plan import branching_cost, select_positions
-from quadrants.validation import validate_config
+from quadrants.run_plan import RunPlan
 
 
 def test_positions_are_stratified_by_quadrant_and_entropy_with_design_weights():
@@ -72,5 +72,5 @@ def test_cost_counts_rollouts_tokens_and_calls():
 def test_wrong_probe_values_fail_at_validation_naming_the_key(key, value, allowed):
     cfg = RunConfig(probe=replace(ProbeConfig(), **{key: value}))
     with pytest.raises(ValueError) as err:
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     assert f"probe.{key}={value}" in str(err.value) and allowed in str(err.value)

@@ -9,7 +9,7 @@ import pytest
 
 from quadrants.config import RunConfig
 from quadrants.rewards.grader import grader_workers, held_cpus
-from quadrants.validation import validate_config
+from quadrants.run_plan import RunPlan
 
 
 def test_a_slurm_task_grades_on_the_cpus_it_asked_for_less_one():
@@ -31,4 +31,4 @@ def test_an_explicit_count_wins_and_a_negative_one_fails_at_compose_time():
     cfg = RunConfig()
     cfg.task.grader_workers = -1
     with pytest.raises(ValueError, match="task.grader_workers"):
-        validate_config(cfg)
+        RunPlan.parse(cfg)

@@ -28,6 +28,7 @@ from quadrants.rollout.identity import (
     startup_limit,
 )
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 
 ALL = torch.ones(1, 2, dtype=torch.bool)
@@ -180,7 +181,7 @@ def test_a_normal_run_passes_and_logs_the_gap_per_push(tmp_path, caplog):
     cfg.train.threads, cfg.eval.problems, cfg.tracking.log_samples_every = 1, 0, 0
     tracker = RecordingTracker()
     with caplog.at_level(logging.INFO):
-        run_training(cfg, tracker)
+        run_training(RunPlan.parse(cfg), tracker)
     gaps = [m["train/identity_gap"] for _, m in tracker.history if "train/identity_gap" in m]
     assert gaps == [0.0, 0.0]
     lines = [r for r in caplog.records if r.name == "quadrants.rollout.identity"]

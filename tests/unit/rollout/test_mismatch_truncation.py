@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RolloutConfig, RunConfig
-from quadrants.validation import validate_config, validate_mismatch_truncation
+from quadrants.run_plan import RunPlan
+from quadrants.run_plan.composition import validate_mismatch_truncation
 
 
 def test_a_correction_under_top_p_is_refused_naming_both_keys_and_the_fixes():
@@ -21,7 +22,7 @@ def test_a_correction_under_top_p_is_refused_naming_both_keys_and_the_fixes():
     cfg = RunConfig()
     cfg.rollout.mismatch_correction, cfg.rollout.top_p = "token", 0.9
     with pytest.raises(ValueError, match="rollout.mismatch_correction=token"):
-        validate_config(cfg)  # the compose-time path
+        RunPlan.parse(cfg)  # the compose-time path
 
 
 def test_what_stays_allowed():

@@ -16,6 +16,7 @@ import quadrants.run.records as records
 from quadrants.config import RunConfig
 from quadrants.run.checkpointing import Checkpointing
 from quadrants.run.grading import GradingFailed
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 from quadrants.tracking.disk_full import DiskFullError
 
@@ -46,7 +47,9 @@ class Saves:
 def _checkpoints(run_dir: Path | None, every: int, total: int = 10) -> Checkpointing:
     cfg = RunConfig()
     cfg.checkpoint.every, cfg.train.steps = every, total
-    ctx = SimpleNamespace(cfg=cfg, dist=SimpleNamespace(sharded=False, is_main=True))
+    ctx = SimpleNamespace(
+        plan=RunPlan.parse(cfg, files=False), dist=SimpleNamespace(sharded=False, is_main=True)
+    )
     return Checkpointing(ctx, run_dir, RecordingTracker(), None)
 
 

@@ -29,6 +29,7 @@ from quadrants.run.counterfactual import (
     run_arms,
     run_quadrant,
 )
+from quadrants.run_plan import RunPlan
 
 # Tolerance of the additivity. With quadrant.denominator=all_response_tokens the loss of a keep set
 # K is Σ_{t in K} ℓ_t / N, N every response token of the mini-batch, so the four quadrant losses
@@ -59,7 +60,7 @@ def small(base_policy: str, **quadrant) -> RunConfig:
 def outcomes(cfg: RunConfig, arms: list[tuple[str, str]], control=None, update="adam", eta=None):
     """run_arms over `arms` ((label, arm name) pairs), 2 batches, 12 held-out problems x 2."""
     with Grader(num_workers=0) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(RunPlan.parse(cfg), grader)
         run = run_quadrant(cfg.quadrant)
         built = [Arm(label, arm_quadrant(name, run, control)) for label, name in arms]
         sampling = SamplingSettings(n=2, temperature=1.0, max_new_tokens=48)

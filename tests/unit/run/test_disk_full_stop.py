@@ -11,6 +11,7 @@ import pytest
 from quadrants.config import ObjectiveConfig, RunConfig
 from quadrants.run.checkpoint import load_latest
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 from quadrants.tracking.disk_full import DiskFullError
 
@@ -47,13 +48,13 @@ def test_stop_checkpoints_the_unrecorded_step_and_the_resume_logs_it_once(tmp_pa
         match=rf"^no space left on device: {spool_file} \(stopped at step 3: step 3 "
         r"is checkpointed with its metrics; free space",
     ):
-        run_training(small(tmp_path / "run"), full)
+        run_training(RunPlan.parse(small(tmp_path / "run")), full)
     assert [step for step, _ in full.history] == [0, 1, 2]
     checkpoint = load_latest(tmp_path / "run")
     assert checkpoint.step == 3 and list(checkpoint.state["unlogged_metrics"]) == [3]
 
     again = RecordingTracker()
-    result = run_training(small(tmp_path / "run"), again)
+    result = run_training(RunPlan.parse(small(tmp_path / "run")), again)
     assert result.resumed_from == 3
     assert [step for step, _ in again.history] == [
         3,
@@ -64,7 +65,7 @@ def test_stop_checkpoints_the_unrecorded_step_and_the_resume_logs_it_once(tmp_pa
 
     # the same run without a full disk logs the same step 3
     plain = RecordingTracker()
-    run_training(small(tmp_path / "plain"), plain)
+    run_training(RunPlan.parse(small(tmp_path / "plain")), plain)
     assert dict(plain.history)[3]["train/reward_mean"] == again.history[0][1]["train/reward_mean"]
     assert dict(plain.history)[3]["train/entropy"] == again.history[0][1]["train/entropy"]
 
@@ -97,7 +98,13 @@ def test_the_full_disk_save_brings_offloaded_optimizer_states_back_first(
     cfg = RunConfig()
     cfg.checkpoint.every = 1
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    ctx = SimpleNamespace(cfg=cfg, model=model, optimizer=optimizer, scheduler=scheduler, params={})
+    ctx = SimpleNamespace(
+        plan=RunPlan.parse(cfg, files=False),
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        params={},
+    )
     on_host_at_save = []
     real_save = records.save_checkpoint
 

@@ -9,6 +9,7 @@ import pytest
 
 from quadrants.config import ObjectiveConfig, RunConfig
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 
 
@@ -21,7 +22,7 @@ def test_the_last_step_carries_the_headline_keys(tmp_path: Path) -> None:
     cfg.train.threads, cfg.tracking.log_samples_every = 1, 0
     cfg.eval.problems, cfg.eval.samples, cfg.eval.every = 2, 2, 0  # held-out split, n = 2
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     logged = dict(tracker.history)
     assert [step for step, _ in tracker.history] == [0, 1, 2]
     assert not any(key.startswith("final/") for key in {**logged[0], **logged[1]})

@@ -11,6 +11,7 @@ import pytest
 import quadrants.run.held_out as held_out
 from quadrants.config import RunConfig
 from quadrants.run.held_out import HeldOutEvaluation
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
 
@@ -30,7 +31,7 @@ def _evaluation(monkeypatch, *, every: int, total: int) -> tuple[HeldOutEvaluati
     cfg = RunConfig()
     cfg.eval.every, cfg.eval.samples, cfg.train.steps = every, 2, total
     ctx = SimpleNamespace(
-        cfg=cfg, task=SimpleNamespace(name="arithmetic"), engine=None, grader=None,
+        plan=RunPlan.parse(cfg, files=False), task=SimpleNamespace(name="arithmetic"), engine=None, grader=None,
         tokenizer=None, dist=None,
     )  # fmt: skip
     return HeldOutEvaluation(ctx, RecordingTracker()), evaluated

@@ -15,7 +15,7 @@ from quadrants.memory.check import plan_inputs
 from quadrants.memory.plan import make_plan
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.run.offload import OptimizerOffload
-from quadrants.validation import validate_config
+from quadrants.run_plan import RunPlan
 
 CPU = torch.device("cpu")
 
@@ -91,9 +91,9 @@ def test_a_cpu_run_refuses_it_at_compose_time():
     cfg = RunConfig()
     cfg.train.offload_optimizer, cfg.train.device = True, "cpu"
     with pytest.raises(ValueError, match=r"train.offload_optimizer=true .* train.device=cpu"):
-        validate_config(cfg, files=False)
+        RunPlan.parse(cfg, files=False)
     cfg.train.device = "auto"  # may be a GPU: allowed (the loop skips it if it resolves to CPU)
-    validate_config(cfg, files=False)
+    RunPlan.parse(cfg, files=False)
 
 
 @pytest.mark.slow

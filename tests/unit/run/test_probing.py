@@ -10,6 +10,7 @@ import pytest
 import quadrants.probe.measure as measure
 from quadrants.config import RunConfig
 from quadrants.run.probing import Probing
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 
 
@@ -33,7 +34,13 @@ def test_probed_steps(monkeypatch, every: int, first: int, expected: list[int]) 
     cfg = RunConfig()
     cfg.probe.every, cfg.train.steps = every, 10
     ctx = SimpleNamespace(
-        cfg=cfg, model=None, tokenizer=None, engine=None, grader=None, task=None, dist=None
+        plan=RunPlan.parse(cfg, files=False),
+        model=None,
+        tokenizer=None,
+        engine=None,
+        grader=None,
+        task=None,
+        dist=None,
     )
     probe = Probing(ctx, RecordingTracker())
     seen = {}

@@ -12,6 +12,7 @@ import pytest
 import quadrants.run.sample_artifacts as sample_artifacts
 from quadrants.config import RunConfig
 from quadrants.run.sample_artifacts import SampleArtifacts
+from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker
 
 
@@ -27,7 +28,9 @@ def _written(monkeypatch, run_dir, *, every: int, first: int, is_main: bool = Tr
     monkeypatch.setattr(sample_artifacts, "write_samples", write_samples)
     cfg = RunConfig()
     cfg.tracking.log_samples_every, cfg.train.steps = every, 10
-    ctx = SimpleNamespace(cfg=cfg, tokenizer=None, dist=SimpleNamespace(is_main=is_main))
+    ctx = SimpleNamespace(
+        plan=RunPlan.parse(cfg, files=False), tokenizer=None, dist=SimpleNamespace(is_main=is_main)
+    )
     tracker = RecordingTracker()
     samples = SampleArtifacts(ctx, run_dir, tracker)
     for step in range(first + 1, 11):

@@ -11,6 +11,7 @@ import torch
 from quadrants.config import RunConfig
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.run.settings import build_step
+from quadrants.run_plan import RunPlan
 from quadrants.train.context import StepContext
 from quadrants.train.placement import SingleProcess
 
@@ -35,7 +36,7 @@ def test_each_phase_reads_its_own_keys():
     cfg.train.entropy_chunk_size, cfg.train.length_buckets, cfg.train.forward_tokens = 11, 2, 64
     cfg.objective.name, cfg.objective.kl_coef = "grpo", 0.25
     model = random_tiny_policy(seed=0)[0]
-    ctx = build_step(cfg, model)
+    ctx = build_step(RunPlan.unchecked(cfg), model)
     assert ctx.model is model and ctx.engine is None and ctx.optimizer is None
     c = ctx.collect
     assert (c.seed, c.prompts_per_step, c.group_size, c.prompts_per_generate) == (7, 6, 3, 2)
@@ -63,12 +64,12 @@ def test_the_engine_numbers_stand_in_only_where_exact():
     model = random_tiny_policy(seed=0)[0]
     cfg = RunConfig()
     cfg.objective.name = "grpo"
-    assert build_step(cfg, model).score.engine_numbers_stand_in
+    assert build_step(RunPlan.unchecked(cfg), model).score.engine_numbers_stand_in
     cfg.train.behaviour_pass = "always"
-    assert not build_step(cfg, model).score.engine_numbers_stand_in
+    assert not build_step(RunPlan.unchecked(cfg), model).score.engine_numbers_stand_in
     cfg.train.behaviour_pass = "auto"
     cfg.objective.name = "kl_cov"
-    assert not build_step(cfg, model).score.engine_numbers_stand_in
+    assert not build_step(RunPlan.unchecked(cfg), model).score.engine_numbers_stand_in
 
 
 def test_the_engines_numbers_are_the_trainers_only_for_the_hf_engine_in_storage_precision():
@@ -77,11 +78,11 @@ def test_the_engines_numbers_are_the_trainers_only_for_the_hf_engine_in_storage_
     trainer computing in its parameters' dtype; vLLM or bf16-mixed: a pass of its own."""
     model = random_tiny_policy(seed=0)[0]
     cfg = RunConfig()
-    assert build_step(cfg, model).score.engine_is_trainer  # hf, fp32
+    assert build_step(RunPlan.unchecked(cfg), model).score.engine_is_trainer  # hf, fp32
     cfg.train.behaviour_pass = "always"  # the old log-probs are the pass's, and it stays true
-    assert build_step(cfg, model).score.engine_is_trainer
+    assert build_step(RunPlan.unchecked(cfg), model).score.engine_is_trainer
     cfg.train.precision = "bf16-mixed"
-    assert not build_step(cfg, model).score.engine_is_trainer
+    assert not build_step(RunPlan.unchecked(cfg), model).score.engine_is_trainer
     cfg.train.precision = "fp32"
     cfg.rollout.engine = "vllm"
-    assert not build_step(cfg, model).score.engine_is_trainer
+    assert not build_step(RunPlan.unchecked(cfg), model).score.engine_is_trainer

@@ -11,10 +11,12 @@ from quadrants.config import RunConfig
 from quadrants.launch.hydra_setup import (
     CONFIG_DIR,
     compose_run_config,
+    compose_run_plan,
     expand_jobs,
     preflight,
     with_sweep_id,
 )
+from quadrants.run_plan import RunPlan
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 EXPECTED_JOBS = {
@@ -236,33 +238,34 @@ def test_invalid_overrides_fail_before_any_job(argv, message):
 
 
 @pytest.mark.slow
-def test_a_job_is_validated_once_per_process(monkeypatch, tmp_path):
-    """The preflight checks a job's values, then its data files; the job composes the same
-    configuration (launch/job.py `to_run_config`) and hands it to `run_training`, which validates
-    it again: each check runs once (the values 1 time, the files 1 time, not 3 and 2)."""
-    from quadrants import validation
+def test_a_job_is_parsed_once_per_step_of_its_launch(monkeypatch, tmp_path):
+    """The preflight parses each job once (its values, then its data files once the machine's own
+    checks passed); the job parses its own composed configuration once (launch/job.py
+    `to_run_plan`) and hands the plan to `run_training`, which checks nothing again: the values
+    twice and the files twice in all (preflight and job). No cache: a plan is handed on, not
+    looked up."""
+    from quadrants.run_plan import parse
 
     calls = {"values": 0, "files": 0}
 
     def counted(name, real):
         def wrapper(cfg, **options):
             calls[name] += 1
-            real(cfg, **options)
+            return real(cfg, **options)
 
         return wrapper
 
-    monkeypatch.setattr(
-        validation, "validate_values", counted("values", validation.validate_values)
-    )
-    monkeypatch.setattr(
-        validation, "check_data_files", counted("files", validation.check_data_files)
-    )
-    argv = ["train.steps=3", f"outputs={tmp_path}"]  # a configuration no other test validated
+    monkeypatch.setattr(parse, "check_values", counted("values", parse.check_values))
+    monkeypatch.setattr(parse, "check_data_files", counted("files", parse.check_data_files))
+    argv = ["train.steps=3", f"outputs={tmp_path}"]
     assert preflight(argv) == 1
     assert calls == {"values": 1, "files": 1}
-    cfg = compose_run_config(argv)  # what the job composes
-    validation.validate_config(cfg)  # what run_training does first
-    assert calls == {"values": 1, "files": 1}
-    cfg.train.steps = 4  # another configuration is checked
-    validation.validate_config(cfg, files=False)
-    assert calls == {"values": 2, "files": 1}
+    plan = compose_run_plan(argv)  # what the job parses
+    assert calls == {"values": 2, "files": 2}
+    assert plan.with_data_files() is plan  # what run_training does first: nothing again
+    assert plan.for_ranks(1) is plan  # build_context on one rank: nothing again
+    assert calls == {"values": 2, "files": 2}
+    unchecked = RunPlan.parse(plan.cfg, files=False)  # a plan whose files wait for its machine
+    assert calls == {"values": 3, "files": 2}
+    unchecked.with_data_files()
+    assert calls == {"values": 3, "files": 3}

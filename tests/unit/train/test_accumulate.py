@@ -18,6 +18,7 @@ from quadrants.objectives.batch import PolicyOutput, make_token_batch
 from quadrants.objectives.loss import compute_loss, objective_output
 from quadrants.objectives.registry import known_objectives, resolve_objective
 from quadrants.run.settings import build_step
+from quadrants.run_plan import RunPlan
 from quadrants.train.context import StepContext
 from quadrants.train.gradless_rows import equal_shares, rows_with_gradient
 from quadrants.train.update import backward_minibatch
@@ -64,7 +65,7 @@ def context(objective: str, micro: int, model, keep="all", kl_coef=0.0) -> StepC
     cfg.objective.params = PARAMS.get(objective, {})
     cfg.train.micro_batch_size = micro
     cfg.train.entropy_chunk_size = 7
-    return build_step(cfg, model)
+    return build_step(RunPlan.unchecked(cfg), model)
 
 
 def draws() -> torch.Generator:

@@ -37,9 +37,9 @@ from quadrants.ops.mismatch import is_weight_stats, logp_abs_diff, truncated_is_
 from quadrants.ops.quadrants import Quadrant, QuadrantMasks, QuadrantSettings
 from quadrants.rewards.grader import Outcome
 from quadrants.rollout.engine import Rollouts, rollouts_to
+from quadrants.run_plan import RunPlan
 from quadrants.train.telemetry import quadrant_telemetry, rollout_metrics
 from quadrants.train.update import mean_metrics
-from quadrants.validation import validate_config
 
 META = torch.device("meta")
 CPU = torch.device("cpu")
@@ -260,13 +260,13 @@ def test_unknown_device_fails_at_compose_time():
     with pytest.raises(
         ValueError, match=r"train.device='gpu' is unknown; choose one of \['auto', 'cpu', 'cuda'\]"
     ):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     cfg.train.device = "cpu"
     cfg.distributed.backend = "nccl"
     with pytest.raises(
         ValueError, match="distributed.backend=nccl moves CUDA tensors only, but train.device=cpu"
     ):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
 
 
 @pytest.mark.skipif(not NO_CUDA, reason="checks the failure on a machine without CUDA")
@@ -279,11 +279,11 @@ def test_cuda_without_cuda_fails_at_start():
         resolve_device("cuda")
     cfg = RunConfig()
     cfg.train.device = "cuda"
-    validate_config(cfg)  # a name check only: a login node submitting GPU jobs has no GPU itself
+    RunPlan.parse(cfg)  # a name check only: a login node submitting GPU jobs has no GPU itself
     from quadrants.run.build import build_context
 
     with pytest.raises(RuntimeError, match=message):
-        build_context(cfg, grader=None)  # type: ignore[arg-type]  # fails before the grader is used
+        build_context(RunPlan.parse(cfg), grader=None)  # type: ignore[arg-type]  # fails before the grader is used
     torchrun = {
         "RANK": "1",
         "WORLD_SIZE": "2",

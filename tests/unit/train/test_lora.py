@@ -26,9 +26,10 @@ from quadrants.objectives.registry import known_objectives
 from quadrants.ops.precision import resolve_precision, store_parameters
 from quadrants.run.checkpoint import load_latest
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
+from quadrants.run_plan.composition import check_lora_ranks
 from quadrants.tracking.base import RecordingTracker
 from quadrants.train.forwards import reference_logprobs
-from quadrants.validation import check_lora_ranks, validate_config
 from tests.unit.train.test_accumulate import PARAMS, backward, context, seeded_batch
 
 ON = LoraConfig(enabled=True, rank=4, alpha=8.0)
@@ -138,7 +139,7 @@ def test_compose_time_refusals(key, value, message):
         target = getattr(target, part)
     setattr(target, leaf, value)
     with pytest.raises(ValueError, match=message):
-        validate_config(cfg, files=False)
+        RunPlan.parse(cfg, files=False)
 
 
 def test_more_than_one_rank_is_refused():
@@ -211,7 +212,7 @@ def test_every_objective_trains_the_adapters_only_with_quadrant_isolation(object
     cfg.objective.kl_coef = 0.05
     cfg.objective.params = PARAMS.get(objective, {})
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     metrics = tracker.history[-1][1]
     assert all(v == v for v in metrics.values())  # no NaN
     assert any("kl" in k for k in metrics), sorted(metrics)
@@ -239,7 +240,7 @@ def test_a_lora_checkpoint_holds_the_adapters_not_the_model(tmp_path: Path):
     from torch.distributed.checkpoint import FileSystemReader
 
     cfg = small(tmp_path, steps=1)
-    run_training(cfg, RecordingTracker())
+    run_training(RunPlan.parse(cfg), RecordingTracker())
     files = load_latest(tmp_path).path / "model_optim"
     model, _ = lora_policy(perturb=False)
     trainable = trainable_parameters(model)
@@ -262,10 +263,10 @@ def test_resume_after_step_1_equals_an_uninterrupted_run(tmp_path: Path):
     resumed for step 2 ends with the same adapters, base and AdamW states as a 2-step run, and logs
     the same step-2 metrics. The base weights are the tiny policy's, unchanged."""
     tracker = RecordingTracker()
-    run_training(small(tmp_path / "whole"), tracker)
-    run_training(small(tmp_path / "cut", steps=1), RecordingTracker())
+    run_training(RunPlan.parse(small(tmp_path / "whole")), tracker)
+    run_training(RunPlan.parse(small(tmp_path / "cut", steps=1)), RecordingTracker())
     resumed_tracker = RecordingTracker()
-    result = run_training(small(tmp_path / "cut"), resumed_tracker)
+    result = run_training(RunPlan.parse(small(tmp_path / "cut")), resumed_tracker)
     assert result.resumed_from == 1
     whole = saved_state(tmp_path / "whole", tmp_path / "whole.pt")
     cut = saved_state(tmp_path / "cut", tmp_path / "cut.pt")
@@ -347,7 +348,7 @@ def test_evaluation_loads_a_lora_checkpoint(tmp_path: Path):
     from quadrants.eval.target import load_target_policy, resolve_target
 
     cfg = small(tmp_path / "run", steps=1)
-    run_training(cfg, RecordingTracker())
+    run_training(RunPlan.parse(cfg), RecordingTracker())
     (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg)))
     saved = saved_state(tmp_path / "run", tmp_path / "state.pt")["model"]
     target = resolve_target(str(tmp_path / "run"))
@@ -459,13 +460,15 @@ def test_a_bf16_mixed_lora_run_places_the_base_in_bf16_and_trains(tmp_path: Path
     cfg.train.precision = "bf16-mixed"
     cfg.objective.kl_coef = 0.05
     model, tokenizer = load_policy("tiny-random", lora=cfg.model.lora)
-    placed, _, engine = prepare_policy(cfg, model, tokenizer, None, DistEnv(), torch.device("cpu"))
+    placed, _, engine = prepare_policy(
+        RunPlan.parse(cfg), model, tokenizer, None, DistEnv(), torch.device("cpu")
+    )
     engine.close()
     frozen = {p.dtype for p in placed.parameters() if not p.requires_grad}
     assert frozen == {torch.bfloat16, torch.float32}  # linears bf16; embedding, norms float32
     assert {p.dtype for p in trainable_parameters(placed)} == {torch.float32}
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     metrics = tracker.history[-1][1]
     assert all(v == v for v in metrics.values())  # no NaN
     state = saved_state(tmp_path, tmp_path / "state.pt")["model"]

@@ -25,6 +25,7 @@ from quadrants.objectives.registry import resolve_objective
 from quadrants.ops.quadrants import Quadrant, QuadrantSettings, RandomControl
 from quadrants.ops.random_control import entropy_deciles, ht_relative_noise
 from quadrants.run.settings import build_step
+from quadrants.run_plan import RunPlan
 from quadrants.train.context import UpdateSettings
 from quadrants.train.score import draw_control
 from quadrants.train.telemetry import gradient_figures
@@ -288,7 +289,7 @@ def tiny_context(keep: str):
     cfg.train.entropy_chunk_size = 7
     cfg.train.mini_batch_size = 3  # two mini-batches of the 6 rows
     model, _ = load_policy("tiny-random", seed=0)
-    return build_step(cfg, model)
+    return build_step(RunPlan.unchecked(cfg), model)
 
 
 def flat_gradient(ctx, objective, batch) -> torch.Tensor:
@@ -391,7 +392,7 @@ def test_gradient_cosine_of_disjoint_quadrants_equals_its_hand_computed_value():
         cfg.quadrant.keep = keep
         cfg.objective.kl_coef = 0.0
         cfg.train.mini_batch_size = 2  # the whole batch in one mini-batch
-        contexts[keep] = build_step(cfg, uniform_policy())
+        contexts[keep] = build_step(RunPlan.unchecked(cfg), uniform_policy())
     batch = hand_built_batch()
     g = {keep: flat_gradient(ctx, ctx.objective, batch) for keep, ctx in contexts.items()}
     cos = float(g["PHR"] @ g["NHR"] / (g["PHR"].norm() * g["NHR"].norm()))

@@ -15,10 +15,10 @@ from quadrants.config import RunConfig
 from quadrants.models.loading import load_policy
 from quadrants.models.policy import behaviour_pass
 from quadrants.objectives.registry import known_objectives
+from quadrants.run_plan import RunPlan
 from quadrants.train.context import Forwards, PassSettings
 from quadrants.train.forwards import no_grad_pass
 from quadrants.train.micro_batches import pack_by_tokens, pack_for_ranks, row_lengths, token_groups
-from quadrants.validation import validate_config
 from tests.unit.train.test_accumulate import backward, context, seeded_batch
 
 
@@ -157,17 +157,17 @@ def test_token_budget_settings_are_checked_at_compose_time():
     cfg.train.micro_batch_tokens = 64
     cfg.train.micro_batch_size = 4
     with pytest.raises(ValueError, match="both split the mini-batch; set one"):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     cfg.train.micro_batch_size = 0
     cfg.rollout.max_new_tokens = 128
     with pytest.raises(ValueError, match=r"train.micro_batch_tokens=64 is below"):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     cfg.train.micro_batch_tokens = 512
     cfg.train.forward_tokens = 100
     with pytest.raises(ValueError, match=r"train.forward_tokens=100 is below"):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     cfg.train.forward_tokens = 1024
-    validate_config(cfg)
+    RunPlan.parse(cfg)
 
 
 def test_gradients_are_freed_after_the_last_update():

@@ -9,8 +9,9 @@ from transformers import AutoConfig
 
 from quadrants.config import RunConfig
 from quadrants.models.policy import check_packable, packing_refusal
+from quadrants.run_plan import RunPlan
+from quadrants.run_plan.composition import validate_attention_layout
 from quadrants.train.micro_batches import pack_for_ranks, row_lengths
-from quadrants.validation import validate_attention_layout, validate_config
 
 
 def test_packed_budgets_count_real_tokens_by_hand():
@@ -38,9 +39,9 @@ def test_the_layout_is_checked_at_compose_time(tmp_path):
     cfg = RunConfig()
     cfg.train.attention_layout = "diagonal"
     with pytest.raises(ValueError, match=r"train.attention_layout='diagonal' is unknown"):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     cfg.train.attention_layout = "packed"  # the tiny model is a Qwen2
-    validate_config(cfg)
+    RunPlan.parse(cfg)
     # a local GPT-2 directory: refused before anything loads, naming the fix
     AutoConfig.for_model("gpt2").save_pretrained(tmp_path)
     cfg.train.attention_layout = "packed"

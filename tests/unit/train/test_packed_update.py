@@ -42,6 +42,7 @@ from quadrants.objectives.batch import make_token_batch
 from quadrants.objectives.registry import known_objectives
 from quadrants.ops.precision import resolve_precision
 from quadrants.run.settings import build_step
+from quadrants.run_plan import RunPlan
 from quadrants.train.context import Forwards, PassSettings
 from quadrants.train.forwards import no_grad_pass
 from quadrants.train.update import backward_minibatch
@@ -91,7 +92,7 @@ def update(objective: str, layout: str, model, batch, *, keep="all", tokens=0, p
     cfg.train.micro_batch_tokens = tokens
     cfg.train.entropy_chunk_size = 7
     cfg.train.attention_layout = layout
-    ctx = build_step(cfg, model)
+    ctx = build_step(RunPlan.unchecked(cfg), model)
     assert ctx.forwards.passes.layout == layout
     draws = torch.Generator().manual_seed(0)  # the same draws in both layouts (Clip-Cov)
     loss, metrics = backward_minibatch(

@@ -48,6 +48,7 @@ from quadrants.tasks import RenderedTask, make_task
 from quadrants.tasks.prompts import make_renderer
 from quadrants.run.settings import build_step
 from quadrants.train.step import train_step
+from quadrants.run_plan import RunPlan
 
 cfg = RunConfig(seed=0)
 cfg.model.name_or_path = "tiny-random"
@@ -62,7 +63,7 @@ task = RenderedTask(task, make_renderer(cfg.prompt.format, tokenizer=tokenizer,
 optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
 with Grader(num_workers=1) as grader:
-    ctx = build_step(cfg, model, tokenizer=tokenizer, engine=engine, grader=grader, task=task,
+    ctx = build_step(RunPlan.unchecked(cfg), model, tokenizer=tokenizer, engine=engine, grader=grader, task=task,
                      optimizer=optimizer, scheduler=scheduler)
     metrics = train_step(ctx, 0).metrics
 opened = sorted(m for m in sys.modules if m.startswith("quadrants.distributed"))

@@ -18,7 +18,7 @@ from quadrants.cpu.matmul import cpu_matmul, onednn_available, routes, set_cpu_m
 from quadrants.models.loading import load_policy
 from quadrants.ops.precision import resolve_precision
 from quadrants.run.build import fused_optimizer_applies
-from quadrants.validation import validate_config
+from quadrants.run_plan import RunPlan
 from tests.unit.train.test_accumulate import backward, context, seeded_batch
 
 CPU = torch.device("cpu")
@@ -142,9 +142,9 @@ def test_pure_bf16_is_refused_unless_allowed():
     cfg.model.dtype = "bfloat16"
     cfg.train.precision = "bf16"
     with pytest.raises(ValueError, match=r"rounds away.*train.precision=bf16-mixed"):
-        validate_config(cfg)
+        RunPlan.parse(cfg)
     cfg.train.allow_pure_bf16 = True
-    validate_config(cfg)
+    RunPlan.parse(cfg)
     cfg.train.precision = "bf16-mixed"
     cfg.train.allow_pure_bf16 = False
-    validate_config(cfg)
+    RunPlan.parse(cfg)

@@ -14,6 +14,7 @@ from quadrants.config import RunConfig
 from quadrants.rewards.confound import training_rewards
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.run.build import build_context
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.train.collect import collect_rollouts
 from quadrants.train.step import train_step
@@ -31,7 +32,7 @@ def test_a_step_trains_on_the_random_reward_and_logs_the_true_solve_rate(base_po
     cfg = random_reward_config()
     torch.manual_seed(cfg.seed)
     with Grader(num_workers=0) as grader:
-        ctx = build_context(cfg, grader)
+        ctx = build_context(RunPlan.parse(cfg), grader)
         # the collect phase alone, then the whole step from the same state: the step collects
         # the same batch again (every draw is seeded by (seed, step, round))
         first = collect_rollouts(

@@ -15,6 +15,7 @@ import torch
 from quadrants.objectives.batch import make_token_batch
 from quadrants.ops.quadrants import Quadrant
 from quadrants.run.loop import run_training
+from quadrants.run_plan import RunPlan
 from quadrants.tracking import keys
 from quadrants.tracking.base import RecordingTracker
 from tests.unit.train.test_lora import small
@@ -38,7 +39,7 @@ def test_arca_toy_run_logs_the_adapter_residual_per_quadrant(tmp_path):
     residual is positive and the weights are no longer uniform."""
     cfg = small(tmp_path, steps=2, objective="arca")
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     history = [m for _, m in tracker.history if keys.train("grad_norm") in m]
     assert len(history) == 2
     first, second = history
@@ -58,13 +59,13 @@ def test_arca_toy_run_logs_the_adapter_residual_per_quadrant(tmp_path):
 def test_lora_telemetry_is_on_for_any_objective_and_can_be_switched_off(tmp_path):
     cfg = small(tmp_path / "on", steps=1, objective="grpo")
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     metrics = tracker.history[-1][1]
     assert all(keys.quadrant(q, "adapter_residual_mean") in metrics for q in QUADRANTS)
     cfg = small(tmp_path / "off", steps=1, objective="grpo")
     cfg.model.lora.residual_telemetry = False
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     assert not any("adapter_residual" in k for k in tracker.history[-1][1])
 
 
@@ -77,7 +78,7 @@ def test_attention_entropy_axis_toy_run(tmp_path):
     cfg.model.lora.enabled = False
     cfg.quadrant.axis = "attention_entropy"
     tracker = RecordingTracker()
-    run_training(cfg, tracker)
+    run_training(RunPlan.parse(cfg), tracker)
     history = [m for _, m in tracker.history if keys.train("grad_norm") in m]
     assert len(history) == 2
     for metrics in history:
@@ -128,7 +129,7 @@ def test_the_split_follows_the_attention_entropy_when_given():
     ],
 )
 def test_compose_time_refusals(overrides, message):
-    """Hydra composes the new keys and validate_config refuses bad values before anything runs."""
+    """Hydra composes the new keys and the run plan refuses bad values before anything runs."""
     from quadrants.launch.hydra_setup import compose_run_config
 
     with pytest.raises(ValueError, match=message):

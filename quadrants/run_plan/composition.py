@@ -1,19 +1,19 @@
-"""`validate_config`: the checks of a RunConfig that a type cannot express, run before anything
-is built.
+"""The run plan's checks of a composed configuration that a type cannot express: each section's
+names against the package that owns them, and the rules that span two owners.
 
 The one module that knows which package owns which name: the objective registry, the loss
 aggregations, the quadrant thresholds, the tasks and prompt formats, the answer extractions, the
-rollout engines, the devices, the benchmarks (eval/plan.py), the probe (probe/plan.py) and the rank
-layout (distributed/collectives.py). It sits above all of them, so that quadrants/config.py stays a
-leaf schema. Each failure names the key and the allowed values.
+rollout engines, the devices, the benchmarks (eval/plan.py), the probe (probe/plan.py). And the
+rules between owners: model x engine (`validate_attention_kernel`), LoRA x engine (`validate_lora`),
+attention x layout (`validate_attention_layout`), objective x adapters (`validate_signals`), the
+batch x the ranks (`check_layout`, `check_lora_ranks`). `check_values` runs them all, in the order
+a user fixes them; `RunPlan.parse` (quadrants/run_plan/parse.py) calls it once and hands on what
+it parsed. It sits above every owner, so that quadrants/config.py stays a leaf schema. Each
+failure names the key and the allowed values.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import random
-import re
 from typing import Any
 
 import torch
@@ -30,31 +30,25 @@ from quadrants.config import (
 from quadrants.config_ranges import Choice, Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
-from quadrants.eval.plan import check_eval_files, suite, validate_eval
-from quadrants.home import default_cache_root, default_data_dir
+from quadrants.distributed.collectives import BACKENDS
+from quadrants.eval.plan import suite, validate_eval
 from quadrants.models.loading import ATTENTIONS, FLASH
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.policy import LAYOUTS, check_packable
 from quadrants.models.source import check_model_source, local_model_config
 from quadrants.objectives.loss import loss_settings
-from quadrants.objectives.registry import resolve_objective
+from quadrants.objectives.registry import SIGNALS, ObjectiveSpec, resolve_objective
 from quadrants.ops.aggregation import LOSS_AGGREGATIONS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.precision import PRECISIONS, resolve_precision
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.plan import validate_probe
 from quadrants.rewards.confound import CONFOUNDS
-from quadrants.rewards.custom import load_callable, probe_reward
+from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
 from quadrants.rollout.decode import HF_DECODES
 from quadrants.rollout.registry import get_engine, known_engines
-from quadrants.tasks import (
-    DATASET_PRESETS,
-    check_task_files,
-    known_tasks,
-    make_task,
-    validate_task,
-)
+from quadrants.tasks import known_tasks, validate_task
 from quadrants.tasks.benchmarks import known_benchmarks
 from quadrants.tasks.ood import known_ood_benchmarks
 from quadrants.tasks.prompts import validate_prompt
@@ -306,12 +300,10 @@ def validate_lora(cfg: RunConfig) -> None:
     get_engine(cfg.rollout.engine).check_lora(cfg)
 
 
-NEEDS_LORA = ("arca",)  # objectives whose signal is the LoRA adapter's residual
-
-
-def validate_signals(cfg: RunConfig) -> None:
-    """`quadrant.attention_layers` and the objectives that need LoRA, each refusal naming the key
-    and the fix (`quadrant.axis` is checked against the choice its field declares)."""
+def validate_signals(cfg: RunConfig, spec: ObjectiveSpec) -> None:
+    """`quadrant.attention_layers`, and the per-token signals the objective declares it needs
+    (`ObjectiveSpec.needs`: ARCA's adapter residual needs LoRA), each refusal naming the key and
+    the fix (`quadrant.axis` is checked against the choice its field declares)."""
     layers = cfg.quadrant.attention_layers
     if layers not in ("all", "last") and not (
         isinstance(layers, (list, tuple))
@@ -323,7 +315,8 @@ def validate_signals(cfg: RunConfig) -> None:
             f"quadrant.attention_layers={layers!r} is not a layer selection; use 'all', 'last', or "
             "a list of distinct layer indices (negative counts from the last layer)"
         )
-    if cfg.objective.name in NEEDS_LORA and not cfg.model.lora.enabled:
+    if "adapter_residual" in spec.needs and not cfg.model.lora.enabled:
+        assert SIGNALS["adapter_residual"] == "model.lora.enabled=true"  # the fix named below
         raise ValueError(
             f"objective.name={cfg.objective.name} assigns credit from the LoRA adapter's residual "
             "||h_adapted - h_base||, which needs adapters: set model.lora.enabled=true "
@@ -343,139 +336,22 @@ def check_lora_ranks(cfg: RunConfig, world_size: int) -> None:
         )
 
 
-# The configurations this process has validated, each with whether its data files were checked
-# too, keyed by what the checks read: the configuration's repr (a dataclass's repr names every key
-# and its value), the places outside it that relative paths and unset directories resolve against
-# (the working directory, quadrants/home.py's cache root and data home) and the names registered
-# (a test may register an engine or a task for a while). A job's
-# configuration is validated once per process: the preflight checks its values, then (after the
-# checks of this machine) its data files; the job composes the same configuration and
-# `run_training` is handed it, and both find it here. A configuration that fails is not recorded.
-_VALIDATED: dict[tuple[object, ...], bool] = {}
+def check_values(cfg: RunConfig, *, task_used: bool = True) -> tuple[ObjectiveSpec, dict[str, Any]]:
+    """Every check of a configuration's values, the data files' aside (quadrants/run_plan/
+    data_files.py); returns the objective resolved with its full parameters.
 
-
-def validate_config(cfg: RunConfig, *, files: bool = True, task_used: bool = True) -> None:
-    """Fail fast, naming the key and the allowed values, before any model or job is started; each
-    check runs once per configuration per process (`_VALIDATED`).
-
-    ``files=False`` skips the checks that data files exist (a printed configuration needs none);
-    a later call with ``files=True`` then runs only those.
     ``task_used=False`` (`python -m quadrants.evaluate`): the task's prompts reach the model only
     when the evaluation suite names the task (its held-out split), so only then is the task checked
     against the model (the embedded `arithmetic` world against a pretrained model, `eval=paper`).
     """
-    places = (os.getcwd(), str(default_cache_root()), str(default_data_dir()))
-    key = (repr(cfg), task_used, places, tuple(known_engines()), tuple(known_tasks()))
-    if key not in _VALIDATED:
-        validate_values(cfg, task_used=task_used)
-        _VALIDATED[key] = False
-    if files and not _VALIDATED[key]:
-        check_data_files(cfg)
-        _VALIDATED[key] = True
-
-
-def check_data_files(cfg: RunConfig) -> None:
-    """The local data files a validated configuration reads: the task's (`task.params.path`,
-    `heldout_path`) and the evaluation's benchmarks (`eval.source=local`)."""
-    check_task_files(cfg.task.name, dict(cfg.task.params))
-    check_eval_files(cfg.eval, cfg.task)
-    check_heldout_fits(cfg)
-    check_reward_computes(cfg)
-
-
-_COMPOSED_TASKS: dict[str, Any] = {}
-
-
-def _composed_task(cfg: RunConfig) -> Any:
-    """The run's task built here, at compose time, from local files only (once per task config
-    per process: a sweep's jobs share it)."""
-    key = repr((cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params)))
-    if key not in _COMPOSED_TASKS:
-        _COMPOSED_TASKS[key] = make_task(
-            cfg.task.name, cfg.task.heldout_size, dict(cfg.task.params)
-        )
-    return _COMPOSED_TASKS[key]
-
-
-def check_heldout_fits(cfg: RunConfig) -> None:
-    """A local dataset split into held-out and training problems (no `heldout_path`): it must have
-    more usable rows than `task.heldout_size`. Preflight has read every line already
-    (`check_task_files`); building the task here counts its usable rows (empty ones and
-    decontaminated ones dropped) and refuses naming both numbers, before anything is written,
-    instead of 27 s into the job."""
-    params = dict(cfg.task.params)
-    # the user's own file (`task=dataset`); the catalogue's presets have their known sizes
-    if cfg.task.name != "dataset" or not _task_is_local(cfg.task.name, params):
-        return
-    if params.get("heldout_path"):
-        return
-    try:
-        _composed_task(cfg)
-    except ValueError as error:
-        found = re.search(
-            r"task.heldout_size=\d+ leaves no training problems.* has (\d+) usable", str(error)
-        )
-        if found is None:
-            raise
-        rows = int(found.group(1))
-        fix = f"task.heldout_size={rows // 5} (a fifth of them), " if rows >= 5 else ""
-        raise ValueError(
-            f"{error} in task.params.path={params.get('path')}, so the held-out split of "
-            f"task.heldout_size={cfg.task.heldout_size} takes them all. Fix: {fix}more rows, or "
-            "task.params.heldout_path=FILE (a held-out file of its own)"
-        ) from None
-
-
-def _task_is_local(name: str, params: dict) -> bool:
-    """Whether task `name` is built from this machine alone (no Hub download): the generated
-    tasks, the user's own, and datasets read from a local file."""
-    if name in ("arithmetic", "reasoning_gym", "custom"):
-        return True
-    merged = {**DATASET_PRESETS.get(name, {}), **params}
-    return merged.get("source", "local" if merged.get("path") else "hub") == "local"
-
-
-def check_reward_computes(cfg: RunConfig) -> None:
-    """`task.reward`: called once on a problem of the task (its first held-out problem, else one
-    training problem), as training calls it; refused naming the key when it cannot take
-    (completion, answer), raises, or returns NaN or another value that is not a grade
-    (rewards/custom.py `probe_reward`). A task on the Hub is not downloaded for this: there only
-    the signature is checked here, and the run's guard (run/grading.py) stops a run whose
-    completions fail to grade."""
-    if cfg.task.reward is None:
-        return
-    function = load_callable(cfg.task.reward, "task.reward")
-    params = dict(cfg.task.params)
-    if not _task_is_local(cfg.task.name, params):
-        probe = None
-    else:
-        task = _composed_task(cfg)
-        found = task.heldout(1) or task.train_batch(1, random.Random(0))
-        probe = found[0].answer if found else None
-    if probe is None:  # the signature only
-        try:
-            inspect.signature(function).bind("", "")
-        except TypeError as error:
-            raise ValueError(
-                f"task.reward={cfg.task.reward}: it cannot be called as reward(completion, "
-                f"answer) ({error})"
-            ) from None
-        except ValueError:
-            pass
-        return
-    probe_reward(function, "task.reward", cfg.task.reward, probe)
-
-
-def validate_values(cfg: RunConfig, *, task_used: bool = True) -> None:
-    """Every check of `validate_config` but the data files' (`task_used` as it says)."""
     check_ranges(cfg)
     check_model_source("model.name_or_path", cfg.model.name_or_path)
     validate_lora(cfg)
-    validate_signals(cfg)
     try:
-        resolve_objective(cfg.objective.name, dict(cfg.objective.params))
+        spec, params = resolve_objective(cfg.objective.name, dict(cfg.objective.params))
     except ValueError as err:
         raise ValueError(f"objective ({cfg.objective.name}): {err}") from None
+    validate_signals(cfg, spec)
     Choice(LOSS_AGGREGATIONS).check("objective.loss_agg", cfg.objective.loss_agg)
     # quadrant.denominator, quadrant.threshold(_value), quadrant.keep, in that order
     loss_settings(
@@ -515,8 +391,89 @@ def validate_values(cfg: RunConfig, *, task_used: bool = True) -> None:
     validate_minibatch_grouping(cfg.train, cfg.rollout)
     validate_micro_batch(cfg.train)
     validate_reward(cfg.reward)
-    # imported here: a one-process run imports this module (run/settings.py: NEEDS_LORA) and never
-    # opens distributed code (train/placement.py)
-    from quadrants.distributed.collectives import validate_distributed_config
-
     validate_distributed_config(cfg)
+    return spec, params
+
+
+def generation_block(cfg: RunConfig, world_size: int) -> int:
+    """Prompts per generate call: the configured block, or prompts_per_step / world_size."""
+    block = cfg.distributed.prompts_per_generate
+    return int(block) if block else cfg.train.prompts_per_step // max(world_size, 1)
+
+
+def check_layout(cfg: RunConfig, world_size: int) -> None:
+    """Fail before anything is built when the batch does not divide over the ranks evenly, or when
+    the rollout engine cannot run one per rank.
+
+    Every rank must run the same number of forward passes (FSDP gathers parameters in each one), so
+    prompts, sequences, every mini-batch and every micro-batch must split into equal shares. Run by
+    `RunPlan.parse` for its world size: at compose time for a multi-rank launcher
+    (launcher=slurm_ddp) and where the trainer starts, for the ranks it finds."""
+    prompts = cfg.train.prompts_per_step
+    block = cfg.distributed.prompts_per_generate
+    if block is not None and (block <= 0 or prompts % block):
+        raise ValueError(
+            f"distributed.prompts_per_generate={block} must be > 0 and divide "
+            f"train.prompts_per_step={prompts}"
+        )
+    rows = prompts * cfg.rollout.group_size
+    mini = min(cfg.train.mini_batch_size, rows)
+    if rows % mini:  # uneven mini-batches would weigh the last one's tokens more: not supported
+        divisors = [d for d in range(rows - 1, 0, -1) if rows % d == 0][:3]
+        raise ValueError(
+            f"train.mini_batch_size={cfg.train.mini_batch_size} does not divide the {rows} "
+            "sequences of a step (train.prompts_per_step x rollout.group_size), so the last "
+            f"mini-batch would hold {rows % mini}; use a divisor of {rows} (e.g. "
+            f"{', '.join(map(str, divisors))}) or >= {rows} for one update per epoch"
+        )
+    get_engine(cfg.rollout.engine).validate(cfg, world_size)  # the engine's own layout checks
+    if world_size == 1:
+        return
+    if prompts % world_size:
+        raise ValueError(
+            f"train.prompts_per_step={prompts} does not deal evenly to {world_size} ranks; "
+            f"use a multiple of {world_size}"
+        )
+    blocks = prompts // generation_block(cfg, world_size)
+    if blocks % world_size:
+        raise ValueError(
+            f"train.prompts_per_step={prompts} in blocks of {generation_block(cfg, world_size)} "
+            f"(distributed.prompts_per_generate) does not deal evenly to {world_size} ranks; "
+            f"use a multiple of {world_size} blocks"
+        )
+    if mini % world_size:
+        raise ValueError(
+            f"train.mini_batch_size={cfg.train.mini_batch_size} with {rows} sequences per step "
+            f"leaves a mini-batch that does not split into {world_size} equal shares; use a "
+            f"mini-batch size that is a multiple of {world_size} and divides {rows}"
+        )
+    micro = cfg.train.micro_batch_size
+    if 0 < micro < mini and micro % world_size:
+        fits = list(range(world_size, mini, world_size))[:3]
+        raise ValueError(
+            f"train.micro_batch_size={micro} does not split into {world_size} equal shares: a "
+            f"micro-batch counts the sequences of all ranks, each rank taking 1/{world_size}; use "
+            f"a multiple of {world_size} below the mini-batch of {mini}"
+            + (f" (e.g. {', '.join(map(str, fits))})" if fits else "")
+            + " or 0 for none"
+        )
+
+
+def validate_distributed_config(cfg: RunConfig) -> None:
+    """Static checks of the `distributed` group (world-size checks are in `check_layout`)."""
+    d = cfg.distributed
+    if d.backend not in BACKENDS:
+        raise ValueError(
+            f"distributed.backend={d.backend!r} is unknown; choose one of {list(BACKENDS)}"
+        )
+    if d.backend == "nccl" and cfg.train.device == "cpu":
+        raise ValueError(
+            "distributed.backend=nccl moves CUDA tensors only, but train.device=cpu; "
+            "use distributed.backend=gloo or auto, or train.device=auto or cuda"
+        )
+    if d.prompts_per_generate is not None and d.prompts_per_generate <= 0:
+        raise ValueError(
+            f"distributed.prompts_per_generate={d.prompts_per_generate} is out of range; "
+            f"allowed: null or > 0"
+        )
+    check_layout(cfg, 1)
