@@ -30,27 +30,30 @@ def main() -> None:
     from quadrants.config import ProbeConfig, RunConfig
     from quadrants.eval.generation import TextEngine
     from quadrants.models.loading import load_policy
+    from quadrants.probe.branching import ProbeSettings
     from quadrants.probe.measure import probe_policy
     from quadrants.rewards.grader import Grader
     from quadrants.run.build import make_run_task
+    from quadrants.run_plan import RunPlan
 
     torch.set_num_threads(args.threads)
     settings = {
         k: type(getattr(ProbeConfig(), k))(v) for k, v in (o.split("=", 1) for o in args.overrides)
     }
-    cfg = RunConfig(probe=replace(ProbeConfig(), **settings))
+    plan = RunPlan.parse(RunConfig(probe=replace(ProbeConfig(), **settings)))
     model, tokenizer = load_policy("tiny")
-    task = make_run_task(cfg, tokenizer)
-    p = cfg.probe
+    task = make_run_task(plan, tokenizer)
+    p = plan.probe
     print(
-        f"probe settings: prompts {p.prompts} x G {cfg.rollout.group_size}, positions "
+        f"probe settings: prompts {p.prompts} x G {plan.rollout.group_size}, positions "
         f"{p.positions}, branches {p.branches} (+ rest), coverage {p.coverage}, continuations "
         f"{p.continuations}, resamples {p.resamples}; {args.threads} thread(s)"
     )
     seconds, rates = [], []
     with Grader(num_workers=1, timeout_s=5.0) as grader:
         for repeat in range(args.repeats):
-            run = replace(cfg, probe=replace(cfg.probe, seed=repeat))
+            run = ProbeSettings.of(plan)
+            run = replace(run, probe=replace(run.probe, seed=repeat))
             result = probe_policy(
                 model, tokenizer, TextEngine(model, tokenizer), grader, task, run, announce=False
             )

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from quadrants.config import RunConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.eval.heldout import heldout_metrics
-from quadrants.eval.runner import evaluate_in_training
+from quadrants.eval.runner import EvalSettings, evaluate_in_training
 from quadrants.eval.sizing import call_size
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine, SamplingSettings
@@ -25,30 +24,33 @@ def evaluate_policy(
     grader: Grader,
     task: Task,
     tokenizer: Any,
-    cfg: RunConfig,
+    settings: EvalSettings,
     dist: DistEnv,
     step: int = 0,
     tracker: Tracker | None = None,
 ) -> dict[str, float]:
     """Held-out metrics of the current policy: the configured benchmarks (`eval.benchmarks`, through
     quadrants.eval.runner, tables and samples as artifacts), else the task's held-out
-    split ({} when disabled).
+    split ({} when disabled); `settings` are the run's (`EvalSettings.of(plan)`).
 
     Every rank calls this: the generate calls are dealt to the ranks (each on its own rollout
     engine) and gathered; rank 0 returns the metrics, the other ranks {}."""
-    if cfg.eval.benchmarks:
-        return evaluate_in_training(engine, grader, tokenizer, cfg, dist, step, tracker)
-    if cfg.eval.problems == 0:
+    evaluation = settings.eval
+    if evaluation.benchmarks:
+        return evaluate_in_training(engine, grader, tokenizer, settings, dist, step, tracker)
+    if evaluation.problems == 0:
         return {}
     sampling = SamplingSettings(
-        n=cfg.eval.samples,
-        temperature=cfg.eval.temperature,
-        top_p=cfg.eval.top_p,
-        max_new_tokens=cfg.eval.max_new_tokens,
-        seed=cfg.seed,  # the run seed; each chunk's own is derived from it (eval/heldout.py)
+        n=evaluation.samples,
+        temperature=evaluation.temperature,
+        top_p=evaluation.top_p,
+        max_new_tokens=evaluation.max_new_tokens,
+        seed=settings.seed,  # the run seed; each chunk's own is derived from it (eval/heldout.py)
     )
     problems = (
-        cfg.eval.problems if cfg.eval.limit is None else min(cfg.eval.problems, cfg.eval.limit)
+        evaluation.problems
+        if evaluation.limit is None
+        else min(evaluation.problems, evaluation.limit)
     )
     heldout = task.heldout(problems)
     metrics = heldout_metrics(
@@ -62,13 +64,13 @@ def evaluate_policy(
             call_size(
                 engine,
                 [p.prompt for p in heldout],
-                cfg.eval.batch_size,
-                cfg.eval.samples,
+                evaluation.batch_size,
+                evaluation.samples,
                 dist,
             )
-            // cfg.eval.samples,
+            // evaluation.samples,
         ),
         dist=dist,
-        extra_ks=list(cfg.eval.ks),
+        extra_ks=list(evaluation.ks),
     )
     return metrics if dist.is_main else {}

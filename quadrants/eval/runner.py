@@ -48,9 +48,10 @@ from quadrants.tracking import keys
 from quadrants.tracking.base import Tracker
 
 if TYPE_CHECKING:  # the training stack (but for its collectives) is not imported at run time
-    from quadrants.config import EvalConfig, PromptConfig, RunConfig, TaskConfig
+    from quadrants.config import EvalConfig, PromptConfig, TaskConfig
 
 __all__ = [
+    "EvalSettings",
     "SuiteReport",
     "evaluate_in_training",
     "eval_params",
@@ -61,6 +62,34 @@ __all__ = [
 ]
 
 log = logging.getLogger("quadrants.eval")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What an evaluation reads of a run: the `eval`, `task` and `prompt` sections, the run `seed`,
+    the `run_dir` an in-training evaluation writes under (None: no files) and the `study` an
+    evaluation command's run is tagged with. The caller hands them from its run plan
+    (`EvalSettings.of`)."""
+
+    eval: EvalConfig
+    task: TaskConfig
+    prompt: PromptConfig
+    seed: int
+    run_dir: str | None = None
+    study: str = ""
+
+    @classmethod
+    def of(cls, plan: Any) -> EvalSettings:
+        """The settings of `plan`: a `RunPlan` (quadrants/run_plan, above this layer, which takes
+        its sections), or anything with the same section attributes."""
+        return cls(
+            eval=plan.eval,
+            task=plan.task,
+            prompt=plan.prompt,
+            seed=plan.seed,
+            run_dir=plan.run_dir,
+            study=plan.study,
+        )
 
 
 @dataclass
@@ -265,7 +294,7 @@ def evaluate_in_training(
     engine: RolloutEngine,
     grader: Grader,
     tokenizer: Any,
-    cfg: RunConfig,
+    settings: EvalSettings,
     dist: DistEnv,
     step: int,
     tracker: Tracker | None = None,
@@ -277,15 +306,16 @@ def evaluate_in_training(
     writes the files and returns the metrics, the other ranks return {}.
     """
     is_main = dist.is_main
-    out_dir = Path(cfg.run_dir) / "eval" / f"step_{step:07d}" if cfg.run_dir and is_main else None
+    run_dir = settings.run_dir
+    out_dir = Path(run_dir) / "eval" / f"step_{step:07d}" if run_dir and is_main else None
     report = run_suite(
         engine,
         grader,
-        cfg.eval,
-        cfg.task,
+        settings.eval,
+        settings.task,
         tokenizer=tokenizer,
-        seed=cfg.seed,
-        prompt_cfg=cfg.prompt,
+        seed=settings.seed,
+        prompt_cfg=settings.prompt,
         out_dir=out_dir,
         dist=dist,
     )
@@ -372,14 +402,14 @@ def _table_line(
 # --- python -m quadrants.evaluate (launch/evaluate.py): its run's tags and parameters -----------
 
 
-def eval_tags(cfg: RunConfig, target: EvalTarget) -> dict[str, str]:
+def eval_tags(settings: EvalSettings, target: EvalTarget) -> dict[str, str]:
     tags = {
-        "quadrants.study": cfg.study,
+        "quadrants.study": settings.study,
         "quadrants.role": "eval",
-        "quadrants.eval_target": cfg.eval.target or target.model,
+        "quadrants.eval_target": settings.eval.target or target.model,
         "quadrants.eval_kind": target.kind,
         "model": target.model,
-        "task": cfg.task.name,
+        "task": settings.task.name,
     }
     if target.kind == "checkpoint":
         tags["quadrants.checkpoint_step"] = str(target.step)
@@ -398,22 +428,24 @@ def eval_tags(cfg: RunConfig, target: EvalTarget) -> dict[str, str]:
     return tags
 
 
-def eval_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
+def eval_params(settings: EvalSettings, target: EvalTarget) -> dict[str, Any]:
     params: dict[str, Any] = {
-        "target": cfg.eval.target or target.model,
+        "target": settings.eval.target or target.model,
         "model": target.model,
         "checkpoint_step": target.step,
-        "eval.temperature": cfg.eval.temperature,
-        "eval.top_p": cfg.eval.top_p,
-        "eval.max_new_tokens": cfg.eval.max_new_tokens,
-        "eval.limit": cfg.eval.limit,
-        "prompt.format": cfg.prompt.format,
-        "prompt.instruction": cfg.prompt.instruction,
-        "eval.source": cfg.eval.source,
-        "eval.ks": list(cfg.eval.ks),
-        "seed": cfg.seed,
+        "eval.temperature": settings.eval.temperature,
+        "eval.top_p": settings.eval.top_p,
+        "eval.max_new_tokens": settings.eval.max_new_tokens,
+        "eval.limit": settings.eval.limit,
+        "prompt.format": settings.prompt.format,
+        "prompt.instruction": settings.prompt.instruction,
+        "eval.source": settings.eval.source,
+        "eval.ks": list(settings.eval.ks),
+        "seed": settings.seed,
     }
     from quadrants.eval.plan import suite
 
-    params.update({f"eval.benchmarks.{name}": n for name, n in suite(cfg.eval, cfg.task).items()})
+    params.update(
+        {f"eval.benchmarks.{name}": n for name, n in suite(settings.eval, settings.task).items()}
+    )
     return params

@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from quadrants.config import RunConfig
@@ -42,6 +42,7 @@ from quadrants.run.counterfactual import (
     check_update,
     run_quadrant,
 )
+from quadrants.run_plan import RunPlan
 
 log = logging.getLogger("quadrants.counterfactual")
 
@@ -50,10 +51,11 @@ DEFAULT_ARMS = ",".join(ARMS)
 
 @dataclass(frozen=True)
 class Request:
-    """A checked command line: the run, its config, the checkpoint step and what to measure."""
+    """A checked command line: the run, its parsed config (`plan`), the checkpoint step and what to
+    measure."""
 
     run_dir: Path
-    cfg: RunConfig
+    plan: RunPlan
     step: int
     arms: tuple[str, ...]
     control: RandomControl | None
@@ -154,8 +156,9 @@ def _arms(text: str) -> tuple[str, ...]:
     return arms
 
 
-def load_run_config(run_dir: Path) -> RunConfig:
-    """The run's resolved config (RUN_DIR/config.yaml, written by every sweep job), validated."""
+def load_run_plan(run_dir: Path) -> RunPlan:
+    """The run's resolved config (RUN_DIR/config.yaml, written by every sweep job), its `outputs`
+    placed where this command runs, parsed once into its `RunPlan`."""
     from omegaconf import OmegaConf
 
     from quadrants.launch.hydra_setup import check_removed_keys_in, to_run_plan
@@ -170,14 +173,15 @@ def load_run_config(run_dir: Path) -> RunConfig:
     loaded = OmegaConf.load(path)
     check_removed_keys_in(OmegaConf.to_container(loaded), str(path))  # a run from before a rename
     merged = OmegaConf.merge(OmegaConf.structured(RunConfig), loaded)
-    cfg = to_run_plan(merged).cfg
     # its store and folders wherever this command runs: `outputs` as the sweep was given it is
     # often relative to the directory the sweep ran in
-    outputs = run_outputs(run_dir, cfg.outputs, cfg.study, cfg.sweep_id)
-    return cfg if outputs is None else replace(cfg, outputs=str(outputs))
+    outputs = run_outputs(run_dir, merged.outputs, merged.study, merged.sweep_id)
+    if outputs is not None:
+        merged.outputs = str(outputs)
+    return to_run_plan(merged)
 
 
-def _checked_identity(cfg: RunConfig, run_dir: Path, step: int) -> None:
+def _checked_identity(plan: RunPlan, run_dir: Path, step: int) -> None:
     """Refuse when the checkpoint recorded another config than config.yaml (a resume that changed
     it with checkpoint.allow_config_change): the step would be measured under the wrong one."""
     from quadrants.run.checkpoint import IDENTITY_FILE
@@ -186,7 +190,7 @@ def _checked_identity(cfg: RunConfig, run_dir: Path, step: int) -> None:
     path = run_dir / "checkpoints" / f"step_{step:07d}" / IDENTITY_FILE
     if not path.is_file():
         return
-    changes = config_changes(json.loads(path.read_text())["config"], resume_identity(cfg))
+    changes = config_changes(json.loads(path.read_text())["config"], resume_identity(plan.cfg))
     if changes:
         lines = "; ".join(str(c) for c in changes)
         raise ValueError(
@@ -257,11 +261,11 @@ def prepare(argv: list[str]) -> Request:
             f"checkpoints are of steps {', '.join(map(str, steps))} (leave --step out for the "
             "newest)"
         )
-    cfg = load_run_config(run_dir)
-    _checked_identity(cfg, run_dir, step)
+    plan = load_run_plan(run_dir)
+    _checked_identity(plan, run_dir, step)
     control = None
     if "random" in arms:
-        match = args.match if args.match is not None else cfg.quadrant.match
+        match = args.match if args.match is not None else plan.quadrant.match
         if match is None:
             raise ValueError(
                 "--arms includes random but names no arm for it to match: pass --match PHR (the "
@@ -271,11 +275,12 @@ def prepare(argv: list[str]) -> Request:
             parsed = parse_match(match)
         except ValueError as err:
             raise ValueError(str(err).replace("quadrant.match=", "--match ")) from None
-        sign = cfg.quadrant.match_sign if args.match_sign is None else args.match_sign
-        reweight = cfg.quadrant.reweight if args.reweight is None else args.reweight
+        sign = plan.quadrant.match_sign if args.match_sign is None else args.match_sign
+        reweight = plan.quadrant.reweight if args.reweight is None else args.reweight
         try:
             control = RandomControl(parsed, match_sign=bool(sign), reweight=reweight)
-            arm_quadrant("random", run_quadrant(cfg.quadrant), control)  # ht needs all tokens
+            # ht needs all tokens
+            arm_quadrant("random", run_quadrant(plan.quadrant_settings), control)
         except ValueError as err:
             raise ValueError(
                 f"the random arm: {err} (flags --match, --match-sign, --reweight)"
@@ -295,23 +300,23 @@ def prepare(argv: list[str]) -> Request:
         from quadrants.tracking.attach import run_problem
         from quadrants.tracking.setup import tracking_uri
 
-        problem = run_problem(tracking_uri(cfg), run_id)
+        problem = run_problem(tracking_uri(plan.cfg), run_id)
         if problem is not None:
             raise ValueError(
-                f"the run's MLflow store at {tracking_uri(cfg)} cannot take the results: "
+                f"the run's MLflow store at {tracking_uri(plan.cfg)} cannot take the results: "
                 f"{problem}; start it, or pass --no-mlflow to write the files only"
             )
     folder = f"step_{step}" if args.update == "adam" else f"step_{step}_{args.update}"
     out = Path(args.out) if args.out else run_dir / "counterfactual" / folder  # = Request.folder
     return Request(
         run_dir=run_dir,
-        cfg=cfg,
+        plan=plan,
         step=step,
         arms=arms,
         control=control,
         batches=args.batches,
-        problems=args.problems or cfg.eval.problems,
-        samples=args.samples or cfg.eval.samples,
+        problems=args.problems or plan.eval.problems,
+        samples=args.samples or plan.eval.samples,
         confidence=args.confidence,
         out=out,
         run_id=run_id,
@@ -335,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outcomes
-    """Build the run's step from its config, restore the checkpoint, and run the arms."""
+    """Build the run's step from its plan, restore the checkpoint, and run the arms."""
     from quadrants.distributed.collectives import DistEnv
     from quadrants.eval.sizing import call_size
     from quadrants.objectives.control import restore_state
@@ -343,37 +348,37 @@ def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outco
     from quadrants.run.build import build_context
     from quadrants.run.checkpoint import load_step, restore
     from quadrants.run.counterfactual import Arm, Plan, run_arms
-    from quadrants.run_plan import RunPlan
 
-    cfg = request.cfg
-    use_threads(cfg)
+    plan = request.plan
+    use_threads(plan)
     checkpoint = load_step(request.run_dir, request.step)
     assert checkpoint is not None
-    with grader(cfg) as answers:
+    with grader(plan) as answers:
         # the model on train.device, the CPU tuned for it
-        ctx = build_context(RunPlan.parse(cfg, files=False), answers)
+        ctx = build_context(plan, answers)
         try:
             restore(checkpoint, model=ctx.model, optimizer=ctx.optimizer, scheduler=ctx.scheduler)
             restore_state(ctx.objective.params, checkpoint.state.get("objective_state"))
             ctx.engine.sync_weights(ctx.model)
             log.info("restored %s (step %d)", checkpoint.path, checkpoint.step)
-            run = run_quadrant(cfg.quadrant)
+            run = run_quadrant(plan.quadrant_settings)
             arms = [Arm(name, arm_quadrant(name, run, request.control)) for name in request.arms]
+            evaluation = plan.eval
             sampling = SamplingSettings(
                 n=request.samples,
-                temperature=cfg.eval.temperature,
-                top_p=cfg.eval.top_p,
-                max_new_tokens=cfg.eval.max_new_tokens,
+                temperature=evaluation.temperature,
+                top_p=evaluation.top_p,
+                max_new_tokens=evaluation.max_new_tokens,
             )
             problems = ctx.task.heldout(request.problems)
             # problems per generate call, as the in-training held-out check sizes them
             prompts = [p.prompt for p in problems]
             size = call_size(
-                ctx.engine, prompts, cfg.eval.batch_size, cfg.eval.max_new_tokens, DistEnv()
+                ctx.engine, prompts, evaluation.batch_size, evaluation.max_new_tokens, DistEnv()
             )
-            plan = Plan(
+            measured = Plan(
                 step=request.step,
-                seed=cfg.seed,
+                seed=plan.seed,
                 batches=request.batches,
                 problems=problems,
                 sampling=sampling,
@@ -381,7 +386,7 @@ def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outco
                 update=request.update,
                 eta=request.eta,
             )
-            return run_arms(ctx, arms, plan, progress=log.info)
+            return run_arms(ctx, arms, measured, progress=log.info)
         finally:
             ctx.engine.close()
 
@@ -460,7 +465,7 @@ def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/counterfac
         metrics[f"{request.prefix}/additivity/{check.metric}_relative_residual"] = check.worst
     assert request.run_id is not None
     log_to_run(
-        tracking_uri(request.cfg),
+        tracking_uri(request.plan.cfg),
         request.run_id,
         metrics,
         request.step,

@@ -92,18 +92,46 @@ def in_the_runs_store(
     )
 
 
+def composed(overrides: list[str]) -> RunConfig:
+    """The tree composed with `overrides` (one job), its keys checked against the schema, not yet
+    parsed: `prepare` fits it to the target before its one `RunPlan.parse`. The same steps as
+    hydra_setup.compose_run_plan, less the parse."""
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from quadrants.launch.hydra_setup import (
+        CONFIG_DIR,
+        _compose_job,
+        check_home_in_uri,
+        check_known_keys,
+        check_removed_keys,
+        expand_home,
+        register,
+    )
+
+    check_removed_keys(overrides)  # named by their replacement, as the sweep names them
+    overrides = [expand_home(o) for o in overrides]
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        job = _compose_job(overrides)
+        check_known_keys(job, RunConfig())
+        cfg = OmegaConf.to_object(job)
+    assert isinstance(cfg, RunConfig)
+    check_home_in_uri(cfg.tracking.uri)
+    return cfg
+
+
 def prepare(
     target: str, overrides: list[str], *, files: bool = True, task_used: bool = False
-) -> tuple[RunConfig, EvalTarget]:
-    """Compose and validate the config and resolve the target; raises before anything is loaded.
-    ``files=False`` (``--cfg``) does not ask for the benchmark files to exist. ``task_used``: the
-    command rolls out the task's prompts whatever the suite (the probe); an evaluation uses the task
-    only when its suite names it (`RunPlan.parse`)."""
-    from quadrants.launch.hydra_setup import compose_run_config
-
+) -> tuple[RunPlan, EvalTarget]:
+    """Compose the config, fit it to the target (its model; a checkpoint's task, prompt format and
+    store) and parse it once into the command's `RunPlan`, and resolve the target; raises before
+    anything is loaded. ``files=False`` (``--cfg``) does not ask for the benchmark files to exist.
+    ``task_used``: the command rolls out the task's prompts whatever the suite (the probe); an
+    evaluation uses the task only when its suite names it (`RunPlan.parse`)."""
     resolved = resolve_target(target)
     overrides, benchmarks = _split_benchmarks(overrides)
-    cfg = compose_run_config([*overrides, f"eval.target={_quoted(target)}"], files=files)
+    cfg = composed([*overrides, f"eval.target={_quoted(target)}"])
     if benchmarks is not None:
         cfg = replace(cfg, eval=replace(cfg.eval, benchmarks=benchmarks))
     if resolved.kind == "checkpoint":
@@ -129,8 +157,7 @@ def prepare(
             )
     else:
         cfg = replace(cfg, model=replace(cfg.model, name_or_path=resolved.model))
-    plan = RunPlan.parse(cfg, files=files, task_used=task_used)
-    return plan.cfg, resolved
+    return RunPlan.parse(cfg, files=files, task_used=task_used), resolved
 
 
 def parser() -> argparse.ArgumentParser:
@@ -150,31 +177,32 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        cfg, target = prepare(args.target, list(args.overrides), files=not args.cfg)
+        plan, target = prepare(args.target, list(args.overrides), files=not args.cfg)
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
         sys.exit(refusal("evaluation", err))
     if args.cfg:
         from omegaconf import OmegaConf
 
-        print(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        print(OmegaConf.to_yaml(OmegaConf.structured(plan.cfg)))
         return
     note = prompt_note(target, list(args.overrides))
     if note:
         print(note, file=sys.stderr)
-    run_evaluation(cfg, target)
+    run_evaluation(plan, target)
 
 
 def run_evaluation(
-    cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None
+    plan: RunPlan, target: EvalTarget, *, tracker: Tracker | None = None
 ) -> SuiteReport:
-    """Evaluate `target` as `cfg.eval` says, in its own MLflow run (`cfg.tracking`; `own_run`);
+    """Evaluate `target` as `plan.eval` says, in its own MLflow run (`plan.tracking`; `own_run`);
     returns the report.
 
-    `cfg` must be validated (`RunPlan.parse`) and `target` resolved (`resolve_target`) first
+    `plan` is the command's parsed configuration and `target` resolved (`resolve_target`) first
     (`prepare`): both fail before anything is loaded. Pass `tracker` to log elsewhere (tests use
     `RecordingTracker`)."""
     from quadrants.eval.generation import TextEngine
     from quadrants.eval.runner import (
+        EvalSettings,
         eval_params,
         eval_tags,
         format_table,
@@ -184,26 +212,27 @@ def run_evaluation(
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.tracking.setup import tracking_uri
 
+    settings = EvalSettings.of(plan)
     with own_run(
-        cfg,
+        plan,
         target,
         role="eval",
         doing="evaluating",
-        tags=eval_tags(cfg, target),
-        params=eval_params(cfg, target),
+        tags=eval_tags(settings, target),
+        params=eval_params(settings, target),
         tracker=tracker,
     ) as (tracker, directory):
         # generation on train.device; results on the CPU
-        model, tokenizer = load_policy(cfg, target)
-        with grader(cfg) as answers:
+        model, tokenizer = load_policy(plan, target)
+        with grader(plan) as answers:
             report = run_suite(
                 TextEngine(model, tokenizer),
                 answers,
-                cfg.eval,
-                cfg.task,
+                plan.eval,
+                plan.task,
                 tokenizer=tokenizer,
-                prompt_cfg=cfg.prompt,
-                seed=cfg.seed,
+                prompt_cfg=plan.prompt,
+                seed=plan.seed,
                 out_dir=directory / "results",
             )
         tracker.log_metrics(report.metrics, step=target.step)
@@ -217,9 +246,9 @@ def run_evaluation(
     if isinstance(tracker, MlflowTracker):
         from quadrants.tracking.links import experiment_id_of, link_lines
 
-        uri = tracking_uri(cfg)
+        uri = tracking_uri(plan.cfg)
         for line in link_lines(
-            uri, experiment_id_of(uri, cfg.study), runs={"eval run": tracker.run_id}
+            uri, experiment_id_of(uri, plan.study), runs={"eval run": tracker.run_id}
         ):
             print(line, flush=True)
     return report

@@ -3,7 +3,8 @@ checkpoint, a model directory, `tiny`, a hub id) and `counterfactual` (a run's c
 
 - the command line of a TARGET command (`target_parser`) and its refusal, trimmed as a sweep's
   (`refusal`);
-- the CPU threads (`use_threads`) and the answer grader (`grader`) of the run's config;
+- the CPU threads (`use_threads`) and the answer grader (`grader`) of the command's run plan (its
+  configuration, parsed once: quadrants/run_plan);
 - the target policy loaded on `train.device`, the CPU tuned for it (`load_policy`);
 - the command's own MLflow run (`own_run`): its folder `<outputs>/<study>/<role>/<target>/<UTC
   time>`, its tracker, the parameters and provenance logged first, the files read and the
@@ -20,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from quadrants.config import RunConfig
     from quadrants.eval.target import EvalTarget
     from quadrants.rewards.grader import Grader
+    from quadrants.run_plan import RunPlan
     from quadrants.tracking.base import Tracker
 
 
@@ -48,54 +49,54 @@ def refusal(what: str, err: BaseException) -> str:
     return f"quadrants: invalid {what}, nothing was generated.\n  {message}"
 
 
-def use_threads(cfg: RunConfig) -> None:
+def use_threads(plan: RunPlan) -> None:
     """`train.threads` (when set) as torch's intra-op threads of this process."""
     import torch
 
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    if plan.train.threads:
+        torch.set_num_threads(plan.train.threads)
 
 
 GRADER_TIMEOUT_S = 5.0
 """Per-answer grading budget of a command (the trainer's grader, run/loop.py, uses the same)."""
 
 
-def grader(cfg: RunConfig) -> Grader:
+def grader(plan: RunPlan) -> Grader:
     """The run's answer grader: `task.grader_workers` processes (0: one per CPU the task holds
     less one), `task.answer_extraction`; a context manager."""
     from quadrants.rewards.grader import Grader, grader_workers
 
     return Grader(
-        num_workers=grader_workers(cfg.task.grader_workers),
+        num_workers=grader_workers(plan.task.grader_workers),
         timeout_s=GRADER_TIMEOUT_S,
-        extraction=cfg.task.answer_extraction,
+        extraction=plan.task.answer_extraction,
     )
 
 
-def load_policy(cfg: RunConfig, target: EvalTarget) -> tuple[Any, Any]:
+def load_policy(plan: RunPlan, target: EvalTarget) -> tuple[Any, Any]:
     """(model, tokenizer) of `target` in `model.dtype`, on `train.device`, the CPU tuned for it
     (`cpu.tune_for`: nothing unless the device is the CPU)."""
     from quadrants.cpu import tune_for
     from quadrants.device import resolve_device
     from quadrants.eval.target import load_target_policy
 
-    model, tokenizer = load_target_policy(target, dtype=cfg.model.dtype, seed=cfg.seed)
-    device = resolve_device(cfg.train.device)
-    tune_for(device, cfg.train.cpu, [model])
+    model, tokenizer = load_target_policy(target, dtype=plan.model.dtype, seed=plan.seed)
+    device = resolve_device(plan.train.device)
+    tune_for(device, plan.train.cpu, [model])
     return model.to(device), tokenizer
 
 
-def command_dir(cfg: RunConfig, target: EvalTarget, role: str) -> Path:
+def command_dir(plan: RunPlan, target: EvalTarget, role: str) -> Path:
     """``<outputs>/<study>/<role>/<target label>/<UTC time>``: one directory (and MLflow run) per
     command."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     label = "".join(ch if ch.isalnum() or ch in "-_.@=" else "_" for ch in target.label)
-    return Path(cfg.outputs).expanduser().resolve() / cfg.study / role / label / stamp
+    return Path(plan.outputs).expanduser().resolve() / plan.study / role / label / stamp
 
 
 @contextmanager
 def own_run(
-    cfg: RunConfig,
+    plan: RunPlan,
     target: EvalTarget,
     *,
     role: str,
@@ -117,24 +118,24 @@ def own_run(
     from quadrants.tracking.mlflow_tracker import MlflowTracker
     from quadrants.tracking.setup import artifact_location, tracking_uri
 
-    use_threads(cfg)
-    directory = command_dir(cfg, target, role)
+    use_threads(plan)
+    directory = command_dir(plan, target, role)
     directory.mkdir(parents=True, exist_ok=True)
     own_tracker = tracker is None
     if tracker is None:
         tracker = MlflowTracker(
-            tracking_uri(cfg),
-            cfg.study,
+            tracking_uri(plan.cfg),
+            plan.study,
             run_name=f"{role} {target.label}",
             tags=dict(tags),
             spool_dir=directory / "tracking",
-            artifact_location=artifact_location(cfg),
+            artifact_location=artifact_location(plan.cfg),
         )
     run_id = tracker.start()
     if isinstance(tracker, MlflowTracker):
         print(
             f"quadrants: {doing} {target.label} ({target.kind}); MLflow run {run_id} "
-            f"at {tracking_uri(cfg)}",
+            f"at {tracking_uri(plan.cfg)}",
             flush=True,
         )
     tracker.log_params(params)

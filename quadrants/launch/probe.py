@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from quadrants.launch.loaded_run import grader, load_policy, own_run, refusal, target_parser
+from quadrants.probe.branching import ProbeSettings
 from quadrants.probe.measure import ProbeResult, probe_policy
 from quadrants.probe.report import (
     format_summary,
@@ -40,57 +41,63 @@ from quadrants.tracking.base import Tracker
 log = logging.getLogger("quadrants.probe")
 
 if TYPE_CHECKING:
-    from quadrants.config import RunConfig
     from quadrants.eval.target import EvalTarget
+    from quadrants.run_plan import RunPlan
 
 
 # --- standalone: python -m quadrants.probe ------------------------------------------------------
 
 
-def probe_params(cfg: RunConfig, target: EvalTarget) -> dict[str, Any]:
+def probe_params(plan: RunPlan, target: EvalTarget) -> dict[str, Any]:
     from dataclasses import asdict
 
     params: dict[str, Any] = {
-        "target": cfg.eval.target or target.model,
+        "target": plan.eval.target or target.model,
         "model": target.model,
         "checkpoint_step": target.step,
-        "seed": cfg.seed,
+        "seed": plan.seed,
     }
-    params.update({f"probe.{k}": v for k, v in asdict(cfg.probe).items()})
+    params.update({f"probe.{k}": v for k, v in asdict(plan.probe).items()})
     params.update(
         {
-            f"rollout.{k}": getattr(cfg.rollout, k)
+            f"rollout.{k}": getattr(plan.rollout, k)
             for k in ("group_size", "temperature", "top_p", "max_new_tokens")
         }
     )
     return params
 
 
-def run_probe(cfg: RunConfig, target: EvalTarget, *, tracker: Tracker | None = None) -> ProbeResult:
-    """Probe `target` as `cfg.probe` says, in its own MLflow run (`own_run`); `cfg` validated and
-    `target` resolved first."""
-    from quadrants.eval.runner import eval_tags
+def run_probe(plan: RunPlan, target: EvalTarget, *, tracker: Tracker | None = None) -> ProbeResult:
+    """Probe `target` as `plan.probe` says, in its own MLflow run (`own_run`); `plan` parsed and
+    `target` resolved first (`quadrants.launch.evaluate.prepare`)."""
+    from quadrants.eval.runner import EvalSettings, eval_tags
     from quadrants.rollout.registry import get_engine
     from quadrants.run.build import make_run_task
 
     with own_run(
-        cfg,
+        plan,
         target,
         role="probe",
         doing="probing",
-        tags={**eval_tags(cfg, target), "quadrants.role": "probe"},
-        params=probe_params(cfg, target),
+        tags={**eval_tags(EvalSettings.of(plan), target), "quadrants.role": "probe"},
+        params=probe_params(plan, target),
         tracker=tracker,
     ) as (tracker, directory):
-        torch.manual_seed(cfg.seed)
-        model, tokenizer = load_policy(cfg, target)
+        torch.manual_seed(plan.seed)
+        model, tokenizer = load_policy(plan, target)
         # the run's task in the run's prompt format, as training renders it
-        task = make_run_task(cfg, tokenizer)
-        engine = get_engine(cfg.rollout.engine).sampler(cfg, model, tokenizer)
+        task = make_run_task(plan, tokenizer)
+        engine = get_engine(plan.rollout.engine).sampler(plan.cfg, model, tokenizer)
         try:
-            with grader(cfg) as answers:
+            with grader(plan) as answers:
                 result = probe_policy(
-                    model, tokenizer, engine, answers, task, cfg, out_dir=directory / "results"
+                    model,
+                    tokenizer,
+                    engine,
+                    answers,
+                    task,
+                    ProbeSettings.of(plan),
+                    out_dir=directory / "results",
                 )
         finally:
             engine.close()
@@ -125,12 +132,12 @@ def main(argv: list[str] | None = None) -> None:
     from quadrants.launch.evaluate import prepare
 
     try:
-        cfg, target = prepare(args.target, list(args.overrides), task_used=True)
+        plan, target = prepare(args.target, list(args.overrides), task_used=True)
     except Exception as err:  # noqa: BLE001 - Hydra's composition errors too; shown trimmed, like a sweep's
         sys.exit(refusal("probe", err))
     if args.cfg:
         from omegaconf import OmegaConf
 
-        print(OmegaConf.to_yaml(OmegaConf.structured(cfg.probe)))
+        print(OmegaConf.to_yaml(OmegaConf.structured(plan.probe)))
         return
-    run_probe(cfg, target)
+    run_probe(plan, target)

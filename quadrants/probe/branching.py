@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from quadrants import seeds
-from quadrants.config import RunConfig
+from quadrants.config import AdvantageConfig, ProbeConfig, RolloutConfig
 from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.quadrants import QuadrantSettings
@@ -44,6 +44,37 @@ from quadrants.rollout.engine import RolloutEngine, Rollouts, SamplingSettings
 from quadrants.tasks.base import Problem
 
 log = logging.getLogger("quadrants.probe")
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """What a probe reads of a run: the `probe`, `rollout` and `advantage` sections, the run's
+    parsed `quadrant` settings, the rows (`batch_size`) and vocabulary chunk (`chunk_size`) of the
+    trainer's no-grad pass, and the `run_dir` an in-training probe writes under (None: no files).
+    The caller hands them from its run plan (`ProbeSettings.of`)."""
+
+    probe: ProbeConfig
+    rollout: RolloutConfig
+    advantage: AdvantageConfig
+    quadrant: QuadrantSettings
+    chunk_size: int
+    batch_size: int
+    run_dir: str | None = None
+
+    @classmethod
+    def of(cls, plan: Any) -> ProbeSettings:
+        """The settings of `plan`, a `RunPlan` (quadrants/run_plan, above this layer, which takes
+        its parts): its sections, its `quadrant_settings` and its forwards' `chunk_size` and
+        `batch_size` (`plan.forward`)."""
+        return cls(
+            probe=plan.probe,
+            rollout=plan.rollout,
+            advantage=plan.advantage,
+            quadrant=plan.quadrant_settings,
+            chunk_size=plan.forward.chunk_size,
+            batch_size=plan.forward.batch_size,
+            run_dir=plan.run_dir,
+        )
 
 
 @dataclass(frozen=True)
@@ -62,17 +93,17 @@ def sample_batch(
     engine: RolloutEngine,
     grader: Grader,
     problems: list[Problem],
-    cfg: RunConfig,
+    settings: ProbeSettings,
 ) -> SampledBatch:
     """G responses per problem at the rollout settings, graded, with the
     training step's TokenBatch."""
-    rollout = cfg.rollout
+    rollout, advantage = settings.rollout, settings.advantage
     sampling = SamplingSettings(
         n=rollout.group_size,
         temperature=rollout.temperature,
         top_p=rollout.top_p,
         max_new_tokens=rollout.max_new_tokens,
-        seed=seeds.probe_rollout(cfg.probe.seed),
+        seed=seeds.probe_rollout(settings.probe.seed),
     )
     rollouts = engine.generate([p.prompt for p in problems], sampling)
     golds = [problems[int(g)].answer for g in rollouts.group_ids]
@@ -86,8 +117,8 @@ def sample_batch(
         attention.to(device),
         rollouts.response_ids.shape[1],
         temperature=rollout.temperature,
-        chunk_size=cfg.train.entropy_chunk_size,
-        batch_size=cfg.train.mini_batch_size,
+        chunk_size=settings.chunk_size,
+        batch_size=settings.batch_size,
     )
     mask = rollouts.response_mask
     batch = make_token_batch(
@@ -98,9 +129,9 @@ def sample_batch(
         entropy=entropy.cpu() * mask,
         rewards=rewards,
         group_ids=rollouts.group_ids,
-        normalize_std=cfg.advantage.normalize_std,
-        advantage_eps=cfg.advantage.eps,
-        quadrant=QuadrantSettings.from_config(cfg.quadrant),
+        normalize_std=advantage.normalize_std,
+        advantage_eps=advantage.eps,
+        quadrant=settings.quadrant,
     )
     return SampledBatch(rollouts=rollouts, rewards=rewards, golds=golds, batch=batch)
 
@@ -175,7 +206,7 @@ class BranchOutcomes:
 
 
 def plan_branches(
-    probs: Tensor, sampled_tokens: Tensor, cfg: RunConfig, generator: torch.Generator
+    probs: Tensor, sampled_tokens: Tensor, probe: ProbeConfig, generator: torch.Generator
 ) -> tuple[Branches, Tensor, Tensor]:
     """Branches of every position, the forced token of every continuation ([N, M, K] long, −1 =
     not rolled out) and the rest mass that was cut ([N]).
@@ -185,7 +216,6 @@ def plan_branches(
     rest is dropped from the branch masses and returned, so the estimate can account for it
     (estimates.estimate_credit: the top branches' credit scaled by 1 − π_rest, and the bound
     probe.credit.rest_cut_bound on what was lost)."""
-    probe = cfg.probe
     branches = top_branches(probs, coverage=probe.coverage, max_branches=probe.branches)
     k = probe.continuations
     top = branches.token_ids[:, :, None].expand(-1, -1, k)  # [N, M-1, K]
@@ -208,18 +238,19 @@ def roll_out_branches(
     sampled: SampledBatch,
     positions: Positions,
     probs: Tensor,
-    cfg: RunConfig,
+    probe: ProbeConfig,
+    rollout: RolloutConfig,
     *,
     stop_ids: list[int],
     generator: torch.Generator,
     announce: bool = True,
 ) -> BranchOutcomes:
     """K graded continuations per branch of every position (module docstring); a response ends at
-    the first of `stop_ids` (the engines' stop tokens, quadrants.rollout.hf.stop_token_ids)."""
-    probe, rollout = cfg.probe, cfg.rollout
+    the first of `stop_ids` (the engines' stop tokens, quadrants.rollout.hf.stop_token_ids), as
+    the `probe` and `rollout` sections say."""
     rollouts = sampled.rollouts
     sampled_tokens = rollouts.response_ids[positions.sequence, positions.token]  # [N]
-    branches, forced, cut = plan_branches(probs, sampled_tokens, cfg, generator)
+    branches, forced, cut = plan_branches(probs, sampled_tokens, probe, generator)
     jobs = torch.nonzero(forced >= 0)  # [J, 3]: (position, branch, continuation)
     cost = branching_cost(
         (forced[:, :, 0] >= 0).sum(-1),

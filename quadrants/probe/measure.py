@@ -19,10 +19,10 @@ from typing import Any
 import torch
 
 from quadrants import seeds
-from quadrants.config import RunConfig
 from quadrants.distributed.collectives import DistEnv
 from quadrants.probe.branching import (
     BranchOutcomes,
+    ProbeSettings,
     next_token_probs,
     roll_out_branches,
     sample_batch,
@@ -63,26 +63,26 @@ def probe_policy(
     engine: RolloutEngine,
     grader: Grader,
     task: Task,
-    cfg: RunConfig,
+    settings: ProbeSettings,
     *,
     out_dir: Path | None = None,
     announce: bool = True,
 ) -> ProbeResult:
     """One probe of `model` (sampled by `engine`) on `task`'s training prompts,
-    as `cfg.probe` says."""
-    probe = cfg.probe
+    as `settings.probe` says (`ProbeSettings.of(plan)`)."""
+    probe, rollout = settings.probe, settings.rollout
     started = time.perf_counter()
     if announce:
         bound = probe.positions * (probe.branches + 1) * probe.continuations
         print(
-            f"quadrants probe: {probe.prompts} prompts x {cfg.rollout.group_size} responses; at "
+            f"quadrants probe: {probe.prompts} prompts x {rollout.group_size} responses; at "
             f"most {bound} branching rollouts ({probe.positions} positions x {probe.branches + 1} "
             f"branches x {probe.continuations} continuations), at most "
-            f"{bound * cfg.rollout.max_new_tokens} tokens",
+            f"{bound * rollout.max_new_tokens} tokens",
             flush=True,
         )
     problems = task.train_batch(probe.prompts, random.Random(seeds.probe_prompts(probe.seed)))
-    sampled = sample_batch(model, tokenizer, engine, grader, problems, cfg)
+    sampled = sample_batch(model, tokenizer, engine, grader, problems, settings)
     batch = sampled.batch
     candidates = batch.response_mask & ~batch.constant_group_mask[:, None]  # tokens an update moves
     if not candidates.any():
@@ -100,8 +100,8 @@ def probe_policy(
         model,
         sampled.rollouts,
         positions,
-        temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
     )
     graded = roll_out_branches(
         engine,
@@ -110,7 +110,8 @@ def probe_policy(
         sampled,
         positions,
         probs,
-        cfg,
+        probe,
+        rollout,
         stop_ids=stop_token_ids(model, tokenizer),
         generator=generator,
         announce=announce,
@@ -174,7 +175,7 @@ def probe_in_training(
     engine: RolloutEngine,
     grader: Grader,
     task: Task,
-    cfg: RunConfig,
+    settings: ProbeSettings,
     dist: DistEnv,
     step: int,
     tracker: Tracker | None = None,
@@ -184,13 +185,14 @@ def probe_in_training(
 
     Files go to ``<run_dir>/probe/step_<N>/`` and, with a tracker, to the run's artifacts."""
     if dist.world_size > 1:  # the policy is sharded: one rank alone cannot run its forward passes
-        if dist.is_main and step == cfg.probe.every:
+        if dist.is_main and step == settings.probe.every:
             log.warning(
                 "probe.every is ignored under torch.distributed; probe a checkpoint with "
                 "python -m quadrants.probe"
             )
         return {}
-    out_dir = Path(cfg.run_dir) / "probe" / f"step_{step:07d}" if cfg.run_dir else None
+    run_dir = settings.run_dir
+    out_dir = Path(run_dir) / "probe" / f"step_{step:07d}" if run_dir else None
     with torch.random.fork_rng(
         devices=[]
     ):  # the engine reseeds torch: keep the training stream as it was
@@ -200,7 +202,7 @@ def probe_in_training(
             engine,
             grader,
             task,
-            cfg,
+            settings,
             out_dir=out_dir,
             announce=False,
         )

@@ -88,14 +88,10 @@ def check_update(update: str) -> str:
     return update
 
 
-def run_quadrant(section: Any) -> QuadrantSettings:
-    """The run's threshold rule and normaliser (its `quadrant` config section), keeping every
-    token: what each arm's keep set is put into."""
-    return QuadrantSettings(
-        threshold=section.threshold,
-        threshold_value=section.threshold_value,
-        denominator=section.denominator,
-    )
+def run_quadrant(settings: QuadrantSettings) -> QuadrantSettings:
+    """The run's threshold rule and normaliser (its parsed quadrant settings,
+    `RunPlan.quadrant_settings`), keeping every token: what each arm's keep set is put into."""
+    return replace(settings, keep=None, control=None)
 
 
 def arm_quadrant(
@@ -453,7 +449,7 @@ def run_arms(
 
 def run_quadrant_of(arms: Sequence[Arm]) -> QuadrantSettings:
     """The run's threshold rule and normaliser, read off the first arm (every arm carries them)."""
-    return replace(arms[0].quadrant, keep=None, control=None)
+    return run_quadrant(arms[0].quadrant)
 
 
 def score_batch(ctx: StepContext, seed: int, step: int) -> tuple[Any, Tensor | None]:

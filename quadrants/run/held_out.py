@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from quadrants.eval.in_training import evaluate_policy
+from quadrants.eval.runner import EvalSettings
 from quadrants.run.build import Run
 from quadrants.tracking.base import Tracker
 from quadrants.tracking.headline import headline, headline_sources
@@ -67,7 +68,7 @@ class HeldOutEvaluation:
             ctx.grader,
             ctx.task,
             ctx.tokenizer,
-            ctx.plan.cfg,
+            EvalSettings.of(ctx.plan),
             ctx.dist,
             step,
             self.tracker,

@@ -24,6 +24,7 @@ class Probing:
         """Adds the probe's metrics to step `step`'s `metrics` when the step is due."""
         if not self.due(step):
             return
+        from quadrants.probe.branching import ProbeSettings
         from quadrants.probe.measure import probe_in_training
 
         ctx = self.ctx
@@ -34,7 +35,7 @@ class Probing:
                 ctx.engine,
                 ctx.grader,
                 ctx.task,
-                ctx.plan.cfg,
+                ProbeSettings.of(ctx.plan),
                 ctx.dist,
                 step,
                 self.tracker,

@@ -26,6 +26,7 @@ from quadrants.config import (
 from quadrants.eval.generation import TextEngine
 from quadrants.models.loading import load_policy
 from quadrants.probe.__main__ import main
+from quadrants.probe.branching import ProbeSettings
 from quadrants.probe.measure import probe_policy
 from quadrants.rewards.grader import Grader
 from quadrants.run.build import make_run_task
@@ -41,10 +42,17 @@ def test_tiny_policy_credit_stays_within_its_bounds(base_policy):
         probe=ProbeConfig(prompts=4, positions=16, continuations=8, resamples=100, seed=1)
     )
     model, tokenizer = load_policy("tiny")
-    task = make_run_task(cfg, tokenizer)
+    plan = RunPlan.parse(cfg)
+    task = make_run_task(plan, tokenizer)
     with Grader(num_workers=1, timeout_s=5.0) as grader:
         result = probe_policy(
-            model, tokenizer, TextEngine(model, tokenizer), grader, task, cfg, announce=False
+            model,
+            tokenizer,
+            TextEngine(model, tokenizer),
+            grader,
+            task,
+            ProbeSettings.of(plan),
+            announce=False,
         )
     c = result.credit
     assert len(result.positions) == 16

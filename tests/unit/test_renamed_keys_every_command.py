@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from quadrants.launch.counterfactual import load_run_config
+from quadrants.launch.counterfactual import load_run_plan
 from quadrants.launch.evaluate import main as evaluate_main
 from quadrants.launch.hydra_setup import REMOVED_KEYS
 from quadrants.launch.probe import main as probe_main
@@ -41,7 +41,7 @@ def test_evaluate_and_probe_name_the_new_key(main, said):
 def test_the_counterfactual_names_the_new_key_of_an_old_runs_config(tmp_path):
     (tmp_path / "config.yaml").write_text("seed: 0\ncluster:\n  gpu_memory_gb: 80\n")
     with pytest.raises(ValueError) as refused:
-        load_run_config(tmp_path)
+        load_run_plan(tmp_path)
     said = str(refused.value)
     assert f"{tmp_path / 'config.yaml'} sets cluster.gpu_memory_gb, which was removed; " in said
     assert "use cluster.gpu_memory_gib (usable GiB" in said
@@ -54,4 +54,4 @@ def test_every_renamed_key_of_a_runs_config_is_named(tmp_path, key):
     section, name = key.split(".")
     (tmp_path / "config.yaml").write_text(f"{section}:\n  {name}: 1\n")
     with pytest.raises(ValueError, match=f"sets {key}, which was removed; use "):
-        load_run_config(tmp_path)
+        load_run_plan(tmp_path)

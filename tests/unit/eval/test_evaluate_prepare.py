@@ -15,11 +15,11 @@ def test_the_task_is_checked_against_the_model_only_when_it_is_used(monkeypatch)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     # docs/evaluation.md's hub-id command: eval=paper's suite (aime24, ...) does not name the default
     # task (arithmetic, the embedded character-level world), so none of its prompts reach the model
-    cfg, target = prepare(
+    plan, target = prepare(
         HUB, ["eval=paper", "prompt=qwen_math", "model.dtype=bfloat16"], files=False
     )
-    assert target.kind == "hub" and cfg.task.name == "arithmetic"
-    assert "arithmetic" not in cfg.eval.benchmarks
+    assert target.kind == "hub" and plan.task.name == "arithmetic"
+    assert "arithmetic" not in plan.eval.benchmarks
     # eval=toy evaluates the task's own held-out split: arithmetic prompts for a pretrained model
     with pytest.raises(ValueError, match="task=arithmetic is the embedded character-level world"):
         prepare(HUB, ["eval=toy"], files=False)

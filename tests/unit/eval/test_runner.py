@@ -142,7 +142,7 @@ def test_the_problems_the_prompt_limit_left_out_are_a_param_of_the_run(engine_an
 
     from quadrants.config import PromptConfig, RunConfig, TaskConfig
     from quadrants.distributed.collectives import DistEnv
-    from quadrants.eval.runner import evaluate_in_training
+    from quadrants.eval.runner import EvalSettings, evaluate_in_training
     from quadrants.models.tokenizer import char_tokenizer
     from quadrants.tasks.benchmarks import INSTRUCTION
     from quadrants.tracking.mlflow_tracker import MlflowTracker
@@ -165,7 +165,9 @@ def test_the_problems_the_prompt_limit_left_out_are_a_param_of_the_run(engine_an
     tracker = MlflowTracker(uri, "unit", spool_dir=tmp_path / "spool", flush_every_s=0.2)
     run_id = tracker.start()
     for step in (0, 1):
-        evaluate_in_training(engine, grader, char_tokenizer(), cfg, DistEnv(), step, tracker)
+        evaluate_in_training(
+            engine, grader, char_tokenizer(), EvalSettings.of(cfg), DistEnv(), step, tracker
+        )
     tracker.finish("FINISHED")
     run = MlflowClient(uri).get_run(run_id)
     assert run.info.status == "FINISHED"

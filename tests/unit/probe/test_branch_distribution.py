@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from quadrants.config import ProbeConfig, RunConfig
+from quadrants.config import ProbeConfig
 from quadrants.probe.branching import next_token_probs, plan_branches
 from quadrants.probe.plan import Positions
 from quadrants.rollout.engine import Rollouts
@@ -69,9 +69,9 @@ def test_branches_and_rest_come_from_the_truncated_distribution():
     # top_p 0.9 keeps [0.5, 0.3, 0.15] / 0.95; one top branch (coverage 0.5): the rest is
     # [0.3, 0.15] / 0.95 = 0.4737, drawn only from tokens 1 and 2 (never the cut token 3)
     probs = next_token_probs(FixedLogits(), rollouts(), positions(), temperature=1.0, top_p=0.9)
-    cfg = RunConfig(probe=ProbeConfig(branches=1, coverage=0.5, continuations=200))
+    probe = ProbeConfig(branches=1, coverage=0.5, continuations=200)
     branches, forced, cut = plan_branches(
-        probs, torch.tensor([0]), cfg, torch.Generator().manual_seed(0)
+        probs, torch.tensor([0]), probe, torch.Generator().manual_seed(0)
     )
     torch.testing.assert_close(
         branches.mass[0], torch.tensor([0.5 / 0.95, 0.45 / 0.95]), rtol=0, atol=1e-6

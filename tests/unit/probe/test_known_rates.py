@@ -149,7 +149,8 @@ def probe_world(pi, rates, *, positions: int, k: int, seed: int, batch_size: int
             sampled,
             where,
             pi.float()[None].expand(n, -1).contiguous(),
-            cfg,
+            cfg.probe,
+            cfg.rollout,
             stop_ids=[EOS],
             generator=generator,
             announce=False,
@@ -235,21 +236,21 @@ def test_a_cut_rest_is_counted_and_bounded():
     # (one branch: exactly 0), and the bound h(0.001) + 0.001 ln 2 = 0.0086 >= the truth 0.0023
     pi, rates = world([0.999], 0.001 / 7, [0.9], 0.0)
     n = 4
-    cfg = RunConfig(probe=ProbeConfig(min_rest_mass=0.01))
+    probe = ProbeConfig(min_rest_mass=0.01)
     probs = pi.float()[None].expand(n, -1)
     branches, forced, cut = plan_branches(
-        probs, torch.zeros(n, dtype=torch.long), cfg, torch.Generator().manual_seed(0)
+        probs, torch.zeros(n, dtype=torch.long), probe, torch.Generator().manual_seed(0)
     )
     assert (forced[:, -1] == -1).all() and (branches.mass[:, -1] == 0).all()
     torch.testing.assert_close(cut, torch.full((n,), 0.001), atol=1e-6, rtol=0)
     # the sampled token in the rest forces the rest out even below the cut
     branches, forced, cut = plan_branches(
-        probs, torch.full((n,), 3, dtype=torch.long), cfg, torch.Generator().manual_seed(0)
+        probs, torch.full((n,), 3, dtype=torch.long), probe, torch.Generator().manual_seed(0)
     )
     assert (forced[:, -1] >= 1).all() and (cut == 0).all()
     # the default (0) never cuts
     branches, forced, cut = plan_branches(
-        probs, torch.zeros(n, dtype=torch.long), RunConfig(), torch.Generator().manual_seed(0)
+        probs, torch.zeros(n, dtype=torch.long), ProbeConfig(), torch.Generator().manual_seed(0)
     )
     assert (forced[:, -1] >= 1).all() and (cut == 0).all()
 

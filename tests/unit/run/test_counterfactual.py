@@ -60,8 +60,9 @@ def small(base_policy: str, **quadrant) -> RunConfig:
 def outcomes(cfg: RunConfig, arms: list[tuple[str, str]], control=None, update="adam", eta=None):
     """run_arms over `arms` ((label, arm name) pairs), 2 batches, 12 held-out problems x 2."""
     with Grader(num_workers=0) as grader:
-        ctx = build_context(RunPlan.parse(cfg), grader)
-        run = run_quadrant(cfg.quadrant)
+        plan = RunPlan.parse(cfg)
+        ctx = build_context(plan, grader)
+        run = run_quadrant(plan.quadrant_settings)
         built = [Arm(label, arm_quadrant(name, run, control)) for label, name in arms]
         sampling = SamplingSettings(n=2, temperature=1.0, max_new_tokens=48)
         plan = Plan(

@@ -23,7 +23,7 @@ def _evaluation(monkeypatch, *, every: int, total: int) -> tuple[HeldOutEvaluati
     step / 100."""
     evaluated: list[int] = []
 
-    def evaluate_policy(engine, grader, task, tokenizer, cfg, dist, step, tracker):
+    def evaluate_policy(engine, grader, task, tokenizer, settings, dist, step, tracker):
         evaluated.append(step)
         return {AVG: step / 100}
 

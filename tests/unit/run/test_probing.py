@@ -26,7 +26,7 @@ from quadrants.tracking.base import RecordingTracker
 def test_probed_steps(monkeypatch, every: int, first: int, expected: list[int]) -> None:
     probed: list[int] = []
 
-    def probe_in_training(model, tokenizer, engine, grader, task, cfg, dist, step, tracker):
+    def probe_in_training(model, tokenizer, engine, grader, task, settings, dist, step, tracker):
         probed.append(step)
         return {"probe/cmi_mean": float(step)}
 
