@@ -373,9 +373,7 @@ def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outco
             problems = ctx.task.heldout(request.problems)
             # problems per generate call, as the in-training held-out check sizes them
             prompts = [p.prompt for p in problems]
-            size = call_size(
-                ctx.engine, prompts, evaluation.batch_size, evaluation.max_new_tokens, DistEnv()
-            )
+            size = call_size(ctx.engine, prompts, evaluation.batch_size, request.samples, DistEnv())
             measured = Plan(
                 step=request.step,
                 seed=plan.seed,
