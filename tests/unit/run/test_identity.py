@@ -104,7 +104,8 @@ def _with_checkpoint(tmp_path, cfg: RunConfig, step: int = 2) -> None:
 def test_a_resume_under_another_config_is_refused_naming_each_change(tmp_path):
     first = RunConfig(run_dir=str(tmp_path), train=TrainConfig(steps=2))
     _with_checkpoint(tmp_path, first)
-    assert check_resume(_plan(replace(first, train=TrainConfig(steps=4)))) is None  # extended: allowed
+    extended = replace(first, train=TrainConfig(steps=4))
+    assert check_resume(_plan(extended)) is None  # extended: allowed
     changed = replace(
         first,
         train=TrainConfig(steps=4, lr=1e-3),
