@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from quadrants.launch.hydra_setup import compose_run_config
+from quadrants.launch.hydra_setup import compose_run_plan
 from quadrants.memory.check import plan_inputs
 from quadrants.memory.plan import TRACED_DEPTH, extrapolate, trace_at
 from quadrants.memory.trace import KINDS, GiB
@@ -32,8 +32,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="default: the model's depth")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    cfg = compose_run_config([f"experiment={args.experiment}"], files=False)
-    inputs = plan_inputs(cfg, args.ranks, args.ranks)
+    run = compose_run_plan([f"experiment={args.experiment}"], files=False)
+    inputs = plan_inputs(run, args.ranks, args.ranks)
     layers = args.layers or int(inputs.config.num_hidden_layers)
     started = time.perf_counter()
     shallow = trace_at(inputs, TRACED_DEPTH), trace_at(inputs, TRACED_DEPTH + 1)

@@ -53,22 +53,22 @@ def main(argv: list[str] | None = None) -> None:
     if show:  # --cfg job: print the run's composed config (resolved, as the run stores it) and stop
         print(OmegaConf.to_yaml(OmegaConf.structured(plan.cfg)), end="")
         return
-    cfg = plan.cfg
-    require_usable_device(cfg.train.device)  # no usable GPU for train.device=cuda: stop now
-    env = init_distributed(cfg.distributed.backend, device=cfg.train.device)
+    require_usable_device(plan.train.device)  # no usable GPU for train.device=cuda: stop now
+    env = init_distributed(plan.distributed.backend, device=plan.train.device)
     logging.basicConfig(
         level=logging.INFO, format=f"[rank {env.rank}] %(asctime)s %(name)s: %(message)s"
     )
     from quadrants.run.loop import run_training
+    from quadrants.run.run_info import run_tags
     from quadrants.tracking.setup import make_tracker, tracked
 
-    assert cfg.run_dir is not None
-    run_dir = Path(cfg.run_dir)
+    assert plan.run_dir is not None
+    run_dir = Path(plan.run_dir)
     tracker: Tracker = NullTracker()
     if env.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-        tracker = make_tracker(cfg, run_dir)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(plan.cfg)))
+        tracker = make_tracker(plan, run_dir, run_tags(plan))
         log.info("run %s over %d rank(s)", run_dir, env.world_size)
     try:
         with tracked(tracker):

@@ -369,6 +369,7 @@ def preflight(argv: list[str]) -> int:
         if multirun:  # hydra.launcher.n_jobs=0 (joblib refuses it only once the sweep started)
             check_launcher_jobs(base.hydra.launcher)
         here = runs_here(base.hydra.launcher, multirun)
+        launcher = base.hydra.launcher
         for job in jobs:
             composed = _checked(job, lambda job=job: _compose_job([*job, *hydra_only]))
             # the values first (wrong anywhere; the batch over a multi-rank launcher's ranks), then
@@ -380,19 +381,18 @@ def preflight(argv: list[str]) -> int:
                 lambda composed=composed: to_run_plan(composed, files=False, world_size=ranks),
             )
             if here:
-                _checked_plain(job, lambda composed=composed: check_local_job(composed))
+                _checked_plain(job, lambda plan=plan: check_local_job(plan))
             plan = _checked(job, lambda plan=plan: plan.with_data_files())
-            run = plan.cfg
-            uris.add(tracking_uri(run))
+            uris.add(tracking_uri(plan))
             # a run directory with a checkpoint of another config (run/identity.py)
-            _checked_plain(job, lambda run=run: check_resume(run))
+            _checked_plain(job, lambda plan=plan: check_resume(plan))
             if multirun:  # SLURM jobs on several nodes track to a server, not one SQLite file
-                _checked_plain(job, lambda run=run: check_tracking_store(run, base.hydra.launcher))
+                _checked_plain(job, lambda plan=plan: check_tracking_store(plan, launcher))
             if multirun:  # a run planned for GPUs asks SLURM for one GPU per rank
-                _checked_plain(job, lambda run=run: check_gpu_request(run, base.hydra.launcher))
+                _checked_plain(job, lambda plan=plan: check_gpu_request(plan, launcher))
             # the memory plan against cluster.gpu_memory_gib (jobs that differ only in seed,
             # objective or quadrant share one trace), its host memory against sbatch --mem
-            memory = _checked_plain(job, lambda run=run: check_memory(run, ranks, per_node))
+            memory = _checked_plain(job, lambda plan=plan: check_memory(plan, ranks, per_node))
             if multirun:
                 _checked_plain(
                     job, lambda memory=memory: check_host_memory(memory, base.hydra.launcher)
@@ -402,14 +402,12 @@ def preflight(argv: list[str]) -> int:
     return len(jobs)
 
 
-def check_tracking_store(run: RunConfig, launcher: DictConfig) -> None:
+def check_tracking_store(run: RunPlan, launcher: DictConfig) -> None:
     """Refuse a SLURM sweep whose runs track to a SQLite file (the default store, or a `sqlite:`
     tracking.uri). Its jobs run on whatever nodes SLURM picks, and SQLite's locking over a network
     file system is not reliable (sqlite.org/faq.html#q5; docs/slurm.md): runs would fail to log, or
     the store would be damaged, hours into the sweep. `tracking.sqlite_on_slurm=true` (the dev
     cluster's profile) says every job runs on this one machine."""
-    from quadrants.tracking.setup import tracking_uri
-
     if str(launcher.get("_target_", "")) != SLURM_LAUNCHER or run.tracking.sqlite_on_slurm:
         return
     uri = tracking_uri(run)
@@ -426,7 +424,7 @@ def check_tracking_store(run: RunConfig, launcher: DictConfig) -> None:
     )
 
 
-def check_gpu_request(run: RunConfig, launcher: DictConfig) -> None:
+def check_gpu_request(run: RunPlan, launcher: DictConfig) -> None:
     """Refuse a SLURM job of a run planned for GPUs (`cluster.gpu_memory_gib` set) whose launcher
     does not give each of its ranks a GPU of its own.
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from quadrants.config import RunConfig
 from quadrants.device import require_usable_device
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.models import smollm2
 from quadrants.models.loading import FLASH_MODULES, flash_installed
 from quadrants.models.source import hub_offline, hub_unreachable
+from quadrants.run_plan import RunPlan
 
 JOBLIB_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
 
@@ -31,20 +31,19 @@ def runs_here(launcher: DictConfig, multirun: bool) -> bool:
     return not multirun or str(launcher.get("_target_", "")) != SLURM_LAUNCHER
 
 
-def check_local_job(run: RunConfig | DictConfig) -> None:
+def check_local_job(run: RunPlan) -> None:
     """Everything a job running here needs from this machine (see the module's top); `run` is the
-    composed job, typed or not (the preflight checks it before the schema's own checks, which
-    look for data files)."""
-    outputs = Path(str(run.outputs))
+    job's plan, its values checked (the preflight checks this before the plan's data files)."""
+    outputs = Path(run.outputs)
     check_writable_dir(f"outputs={outputs}", outputs)
     if run.run_dir:  # under outputs: a file in its place, or a read-only directory there
-        run_dir = Path(str(run.run_dir))
+        run_dir = Path(run.run_dir)
         check_writable_dir(f"the run directory {run_dir} (outputs={outputs})", run_dir)
         checkpoints = run_dir / "checkpoints"
         check_writable_dir(f"the checkpoint directory {checkpoints}", checkpoints)
-    check_device(str(run.train.device))
-    check_engine(str(run.rollout.engine))
-    check_model_packages(str(run.model.name_or_path))
+    check_device(run.train.device)
+    check_engine(run.rollout.engine)
+    check_model_packages(run.model.name_or_path)
     check_attention_kernel(run.model.attention)
 
 

@@ -35,6 +35,7 @@ from quadrants.launch.hydra_setup import (
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import plan_inputs, refusal
 from quadrants.memory.plan import HOST_MARGIN, GiB, Plan, fits, format_plan, make_plan
+from quadrants.run_plan import RunPlan
 
 
 def plan_command(argv: list[str]) -> tuple[str, bool]:
@@ -53,9 +54,9 @@ def plan_command(argv: list[str]) -> tuple[str, bool]:
         jobs = _checked(overrides, lambda: expand_jobs(overrides, params))
         ranks = launcher_ranks(base.hydra.launcher)
         per_node = launcher_ranks_per_node(base.hydra.launcher)
-        groups: dict[str, tuple[list[list[str]], object]] = {}
+        groups: dict[str, tuple[list[list[str]], RunPlan]] = {}
         for job in jobs:
-            run = _checked(job, lambda job=job: to_run_plan(_compose_job(job), files=False).cfg)
+            run = _checked(job, lambda job=job: to_run_plan(_compose_job(job), files=False))
             inputs = plan_inputs(run, ranks, per_node)
             key = repr(
                 (

@@ -58,6 +58,7 @@ from quadrants.launch.sweep_manifest import (
     read_record,
     write_manifest,
 )
+from quadrants.run_plan import RunPlan
 
 log = logging.getLogger("quadrants.submit")
 
@@ -131,7 +132,7 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
         planned, first = [], None
         for job in _checked(task, lambda: expand_jobs(task, params)):
             cfg = _checked(job, lambda job=job: _compose_job([*hydra_overrides, *job]))
-            run = _checked(job, lambda cfg=cfg: to_run_plan(cfg).cfg)
+            run = _checked(job, lambda cfg=cfg: to_run_plan(cfg))
             planned.append(PlannedJob(list(job), Path(str(run.run_dir)).name, str(run.run_dir)))
             first = first or run
     assert first is not None
@@ -182,10 +183,10 @@ class DetachedJob(submitit.helpers.Checkpointable):
         register()
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
             job_cfg = _compose_job(overrides)
-            run = to_run_plan(job_cfg).cfg
+            run = to_run_plan(job_cfg)
             _log_to(Path(str(run.run_dir)) / "quadrants.log")
             try:
-                result = run_job(job_cfg, parent_run_id=self.parent_run_id)
+                result = run_job(job_cfg, parent_run_id=self.parent_run_id, plan=run)
             except Exception:
                 self._close_parent(tracking_uri(run), run)
                 raise
@@ -193,7 +194,7 @@ class DetachedJob(submitit.helpers.Checkpointable):
             self._close_parent(tracking_uri(run), run)
             return result
 
-    def _close_parent(self, uri: str, run: Any) -> None:
+    def _close_parent(self, uri: str, run: RunPlan) -> None:
         """Close the parent if this was the sweep's last job; then put the
         summary and report on it."""
         try:

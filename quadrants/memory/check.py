@@ -1,6 +1,7 @@
-"""From a run's configuration to its memory plan, and the compose-time refusal.
+"""From a run's plan (quadrants/run_plan `RunPlan`, called `run` here: `Plan` is the memory plan) to
+its memory plan, and the compose-time refusal.
 
-`plan_for(cfg, world_size, gpus_per_node)` sizes one rank's step the way the trainer will run it:
+`plan_for(run, world_size, gpus_per_node)` sizes one rank's step the way the trainer will run it:
 
 - ranks: the launcher's (`nodes x tasks_per_node` for launcher=slurm_ddp, else one process,
   unsharded); FSDP2 shards parameters, gradients and optimizer states over them;
@@ -9,7 +10,8 @@
   worst case a step can meet); a rank's share of a mini-batch is `mini_batch_size / ranks` rows;
   `train.micro_batch_tokens` packs `micro_batch_tokens // row length` rows per micro-batch (at least
   one), else `train.micro_batch_size`, else the whole share; the no-grad passes take
-  `train.forward_tokens // row length` rows (else the mini-batch, as today);
+  `train.forward_tokens // row length` rows (else the mini-batch, as today), both as the plan's
+  forwards read them (`run.forward`: the layout, the no-grad token budget, the vocabulary chunk);
 - the engine: its registry entry answers its own share (rollout/registry.py
   `EngineKind.memory_share`); an engine that generates with the trainer's own model has none,
   and its KV cache is not itemised;
@@ -25,13 +27,14 @@ from __future__ import annotations
 
 import math
 
-from quadrants.config import RunConfig
+from quadrants.config import ClusterConfig, LoraConfig, TrainConfig
 from quadrants.memory.architecture import model_config
 from quadrants.memory.plan import Plan, PlanInputs, fits, format_plan, make_plan
 from quadrants.memory.trace import GiB, LoraSpec
 from quadrants.models.loading import FLASH
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.rollout.registry import get_engine
+from quadrants.run_plan import RunPlan
 
 # the usable GiB the engine's share is sized on when cluster.gpu_memory_gib is null and no GPU is
 # seen: an "80 GB" card's total as torch.cuda.mem_get_info() reports it is about 79.1-79.6 GiB
@@ -39,9 +42,9 @@ DEFAULT_GPU_GIB = 79.1
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def resolved_precision(cfg: RunConfig) -> str:
+def resolved_precision(train: TrainConfig) -> str:
     """train.precision as the plan takes it (auto: bf16-mixed, CUDA's choice)."""
-    return "bf16-mixed" if cfg.train.precision == "auto" else cfg.train.precision
+    return "bf16-mixed" if train.precision == "auto" else train.precision
 
 
 def rows_per_budget(budget: int, seq_len: int, packed: bool) -> int:
@@ -52,12 +55,12 @@ def rows_per_budget(budget: int, seq_len: int, packed: bool) -> int:
     return max(1, math.ceil(budget / seq_len) if packed else budget // seq_len)
 
 
-def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInputs:
-    train = cfg.train
-    seq_len = cfg.task.max_prompt_tokens + cfg.rollout.max_new_tokens
-    step_rows = cfg.train.prompts_per_step * cfg.rollout.group_size
+def plan_inputs(run: RunPlan, world_size: int, gpus_per_node: int) -> PlanInputs:
+    train, forward = run.train, run.forward
+    seq_len = run.task.max_prompt_tokens + run.rollout.max_new_tokens
+    step_rows = train.prompts_per_step * run.rollout.group_size
     share = max(1, min(train.mini_batch_size, step_rows) // world_size)
-    packed = train.attention_layout == "packed"
+    packed = forward.packed
     if train.micro_batch_tokens > 0:
         update_rows = rows_per_budget(train.micro_batch_tokens, seq_len, packed)
     elif train.micro_batch_size > 0:
@@ -65,46 +68,45 @@ def plan_inputs(cfg: RunConfig, world_size: int, gpus_per_node: int) -> PlanInpu
     else:
         update_rows = share
     update_rows = min(update_rows, share)
-    if train.forward_tokens > 0:
-        forward_rows = rows_per_budget(train.forward_tokens, seq_len, packed)
+    if forward.forward_tokens > 0:
+        forward_rows = rows_per_budget(forward.forward_tokens, seq_len, packed)
     else:
-        forward_rows = train.mini_batch_size
+        forward_rows = forward.batch_size
     forward_rows = min(forward_rows, max(1, step_rows // world_size))
     return PlanInputs(
-        config=model_config(cfg.model.name_or_path),
+        config=model_config(run.model.name_or_path),
         world_size=world_size,
         gpus_per_node=gpus_per_node,
         sharded=world_size > 1,
-        precision=resolved_precision(cfg),
+        precision=resolved_precision(train),
         checkpointing=train.activation_checkpointing,
         seq_len=seq_len,
-        response_tokens=cfg.rollout.max_new_tokens,
+        response_tokens=run.rollout.max_new_tokens,
         update_rows=update_rows,
         forward_rows=forward_rows,
-        chunk_size=train.entropy_chunk_size,
+        chunk_size=forward.chunk_size,
         micro_batches=math.ceil(share / update_rows),
         packed=packed,
         # an explicit flash kernel holds no N x N mask; null is planned as SDPA, which holds
         # more than the flash_attention_2 a packed run on CUDA may pick (run/build.py)
-        varlen=cfg.model.attention in FLASH,
-        engine=cfg.rollout.engine,
-        rollout=cfg.rollout,
-        **dict(zip(("device_bytes", "device_source"), device_total(cfg), strict=True)),
+        varlen=run.model.attention in FLASH,
+        engine=run.rollout.engine,
+        rollout=run.rollout,
+        **dict(zip(("device_bytes", "device_source"), device_total(run.cluster), strict=True)),
         reference_dtype_bytes=(
-            _DTYPE_BYTES.get(cfg.model.dtype, 4)
-            if cfg.objective.kl_coef > 0 and not cfg.model.lora.enabled
+            _DTYPE_BYTES.get(run.model.dtype, 4)
+            if run.objective.kl_coef > 0 and not run.model.lora.enabled
             else 0
         ),
-        allocator_headroom=cfg.cluster.allocator_headroom,
-        load_dtype_bytes=_DTYPE_BYTES.get(cfg.model.dtype, 4),
-        offload_optimizer=cfg.train.offload_optimizer,
-        lora=lora_spec(cfg),
+        allocator_headroom=run.cluster.allocator_headroom,
+        load_dtype_bytes=_DTYPE_BYTES.get(run.model.dtype, 4),
+        offload_optimizer=train.offload_optimizer,
+        lora=lora_spec(run.model.lora),
     )
 
 
-def lora_spec(cfg: RunConfig) -> LoraSpec | None:
+def lora_spec(lora: LoraConfig) -> LoraSpec | None:
     """`model.lora` as the trace takes it (None when off)."""
-    lora = cfg.model.lora
     if not lora.enabled:
         return None
     modules = lora_target_modules(lora.target_modules)
@@ -116,7 +118,7 @@ def lora_spec(cfg: RunConfig) -> LoraSpec | None:
     )
 
 
-def device_total(cfg: RunConfig) -> tuple[int, str]:
+def device_total(cluster: ClusterConfig) -> tuple[int, str]:
     """(usable bytes of one rank's GPU, where the figure comes from): the device's own total when
     this process sees a CUDA device (`torch.cuda.mem_get_info()[1]`, the figure an engine sizes
     its share on: rollout/registry.py), else `cluster.gpu_memory_gib` (the same figure, in GiB),
@@ -126,35 +128,29 @@ def device_total(cfg: RunConfig) -> tuple[int, str]:
     if torch.cuda.is_available():
         total = int(torch.cuda.mem_get_info()[1])
         return total, f"read from {torch.cuda.get_device_name()}, torch.cuda.mem_get_info"
-    gib = cfg.cluster.gpu_memory_gib
+    gib = cluster.gpu_memory_gib
     if gib is not None:
         return int(gib * GiB), f"cluster.gpu_memory_gib={gib:g}"
     default = f"no GPU seen and cluster.gpu_memory_gib=null: {DEFAULT_GPU_GIB:g}"
     return int(DEFAULT_GPU_GIB * GiB), default
 
 
-def plan_for(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan:
-    return make_plan(plan_inputs(cfg, world_size, gpus_per_node))
+def plan_for(run: RunPlan, world_size: int, gpus_per_node: int) -> Plan:
+    return make_plan(plan_inputs(run, world_size, gpus_per_node))
 
 
-def check_memory(cfg: RunConfig, world_size: int, gpus_per_node: int) -> Plan | None:
-    """The run's plan; ValueError when it does not fit the device's usable bytes (`device_total`;
-    `cluster.gpu_memory_gib` null: no check, nothing traced)."""
-    if cfg.cluster.gpu_memory_gib is None:
+def check_memory(run: RunPlan, world_size: int, gpus_per_node: int) -> Plan | None:
+    """The run's memory plan; ValueError when it does not fit the device's usable bytes
+    (`device_total`; `cluster.gpu_memory_gib` null: no check, nothing traced)."""
+    if run.cluster.gpu_memory_gib is None:
         return None
-    plan = plan_for(cfg, world_size, gpus_per_node)
+    plan = plan_for(run, world_size, gpus_per_node)
     if fits(plan):
         return plan
-    raise ValueError(refusal(cfg, plan) + "\n" + format_plan(plan, checked=True))
+    raise ValueError(refusal(run, plan) + "\n" + format_plan(plan, checked=True))
 
 
-def needed_bytes(cfg: RunConfig, plan: Plan) -> float:
-    """The plan's peak plus the caching allocator's headroom on the trainer's part of it
-    (cluster.allocator_headroom; the engine's share comes from its own memory pool)."""
-    return plan.needed()
-
-
-def refusal(cfg: RunConfig, plan: Plan) -> str:
+def refusal(run: RunPlan, plan: Plan) -> str:
     """What does not fit, where, and the settings that fix it."""
     peak = plan.peak()
     inputs = plan.inputs
@@ -162,7 +158,9 @@ def refusal(cfg: RunConfig, plan: Plan) -> str:
     state = f.parameters + f.gradients + f.optimizer
     fixes = []
     budget = inputs.device_bytes
-    over = needed_bytes(cfg, plan) - budget
+    # the peak plus the caching allocator's headroom on the trainer's part of it
+    # (cluster.allocator_headroom; the engine's share comes from its own memory pool)
+    over = plan.needed() - budget
     # the trainer's sharded state: more ranks divide it (LoRA trains in one process)
     if state > 0.1 * peak.total and inputs.lora is None:
         full_state = state * inputs.world_size
@@ -187,7 +185,7 @@ def refusal(cfg: RunConfig, plan: Plan) -> str:
     if peak.phase == "update" and f.activations > 0.1 * over:
         fixes.append(
             "fewer tokens per micro-batch: train.micro_batch_tokens="
-            f"{max(inputs.seq_len, cfg.train.micro_batch_tokens // 2 or inputs.seq_len)}"
+            f"{max(inputs.seq_len, run.train.micro_batch_tokens // 2 or inputs.seq_len)}"
         )
         if not inputs.checkpointing:
             fixes.append("activation checkpointing: train.activation_checkpointing=true")
@@ -206,13 +204,13 @@ def refusal(cfg: RunConfig, plan: Plan) -> str:
         )
     if peak.engine_weights + peak.kv_cache > 0:
         awake = peak.phase in ("load", "rollout", "weight push")
-        fixes.extend(get_engine(inputs.engine).share_fixes(cfg.rollout, awake=awake))
+        fixes.extend(get_engine(inputs.engine).share_fixes(run.rollout, awake=awake))
     if not fixes:
         fixes.append("more ranks per run, or a GPU with more memory")
     return (
         f"memory plan: the {peak.phase} phase needs {peak.total / GiB:.1f} GiB per GPU "
-        f"({needed_bytes(cfg, plan) / GiB:.1f} GiB with the allocator's headroom, "
-        f"cluster.allocator_headroom={cfg.cluster.allocator_headroom:g}), over the GPU's "
+        f"({plan.needed() / GiB:.1f} GiB with the allocator's headroom, "
+        f"cluster.allocator_headroom={run.cluster.allocator_headroom:g}), over the GPU's "
         f"{budget / GiB:.1f} GiB ({inputs.device_source}; {inputs.world_size} rank(s) per run). "
         "Fix: "
         + "; or ".join(fixes)

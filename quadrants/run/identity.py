@@ -17,10 +17,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quadrants.config import RunConfig
 from quadrants.run.checkpoint import IDENTITY_FILE, latest_path
+
+if TYPE_CHECKING:
+    from quadrants.run_plan import RunPlan
 
 # Keys that say where a run's records go and how fast it runs, never what it trains; the same
 # run under another value is the same run. Also left out of the sweep id (launch/hydra_setup.py
@@ -106,9 +109,9 @@ def identity_hash(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def identity_record(cfg: RunConfig) -> dict[str, Any]:
-    """What a checkpoint keeps in `config.json`: the identity and its hash."""
-    identity = resume_identity(cfg)
+def identity_record(plan: RunPlan) -> dict[str, Any]:
+    """What a checkpoint of `plan`'s run keeps in `config.json`: the identity and its hash."""
+    identity = resume_identity(plan.cfg)
     return {"hash": identity_hash(identity), "config": identity}
 
 
@@ -154,24 +157,24 @@ def recorded_identity(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
     return found[0], json.loads((found[1] / IDENTITY_FILE).read_text())["config"]
 
 
-def check_resume(cfg: RunConfig) -> ResumeChange | None:
-    """None when `cfg` starts afresh or resumes its checkpoint's config; the change when it
+def check_resume(plan: RunPlan) -> ResumeChange | None:
+    """None when `plan`'s run starts afresh or resumes its checkpoint's config; the change when it
     differs and `checkpoint.allow_config_change` is set. Raises ConfigChangedError otherwise,
     naming the run directory, the step, each change `key: old → new` and the two ways on."""
-    if not cfg.run_dir:
+    if not plan.run_dir:
         return None
-    recorded = recorded_identity(Path(cfg.run_dir))
+    recorded = recorded_identity(Path(plan.run_dir))
     if recorded is None:
         return None
     step, old = recorded
-    changes = tuple(config_changes(old, resume_identity(cfg)))
+    changes = tuple(config_changes(old, resume_identity(plan.cfg)))
     if not changes:
         return None
-    if cfg.checkpoint.allow_config_change:
+    if plan.checkpoint.allow_config_change:
         return ResumeChange(step, changes)
     lines = "\n".join(f"    {change}" for change in changes)
     raise ConfigChangedError(
-        f"{cfg.run_dir} has a checkpoint of step {step} trained with another configuration; "
+        f"{plan.run_dir} has a checkpoint of step {step} trained with another configuration; "
         f"resuming it with this one would attribute the next steps to the first:\n{lines}\n"
         "  Run the new configuration under its own sweep_id (or drop sweep_id=, which names it "
         "from the overrides), or continue this run with the change recorded: "

@@ -46,13 +46,13 @@ from quadrants.run.identity import ResumeChange, change_params, check_resume, hi
 from quadrants.run.preemption import checkpointed_steps
 from quadrants.run.probing import Probing
 from quadrants.run.records import log_task, optimizer_offload, resume, task_tags, write_run_id
+from quadrants.run.run_info import flat_params
 from quadrants.run.sample_artifacts import SampleArtifacts
 from quadrants.run.step_progress import StepProgress
 from quadrants.run_plan import RunPlan
 from quadrants.tasks.read_log import files_read
 from quadrants.tracking import keys, provenance
 from quadrants.tracking.base import NullTracker, Tracker
-from quadrants.tracking.run_info import flat_params
 from quadrants.train.step import train_step
 
 log = logging.getLogger("quadrants.train")
@@ -81,7 +81,7 @@ def run_training(plan: RunPlan, tracker: Tracker | None = None) -> TrainingResul
         )
     plan = plan.with_data_files()  # a plan parsed with files=False: checked here, on this machine
     # before anything is written or tracked: a resume under another config is refused
-    change = check_resume(plan.cfg)
+    change = check_resume(plan)
     tracker = tracker or NullTracker()
     run_dir = _set_up_process(plan)
     started = time.perf_counter()
@@ -190,7 +190,7 @@ def _start_tracking(
     for logged_step, step_metrics in sorted(unlogged.items()):  # a full disk kept them from it
         tracker.log_metrics(step_metrics, step=logged_step)
     if first == 0:
-        tracker.log_params(flat_params(ctx.plan.cfg))
+        tracker.log_params(flat_params(ctx.plan))
         # the kernel the policy runs, model.attention=null resolved (run/build.py)
         tracker.log_params({"model.attention_ran": attention_of(ctx.model)})
         log_task(ctx, tracker, run_dir)

@@ -192,7 +192,7 @@ def save_step(
             run_id=tracker.run_id,
             keep=ctx.plan.checkpoint.keep,
             objective_state=ctx.params.get(STATE_KEY),
-            identity=identity_record(ctx.plan.cfg),
+            identity=identity_record(ctx.plan),
             **extra,
         )
 

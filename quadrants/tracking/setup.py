@@ -1,5 +1,8 @@
-"""Where a run is tracked: the MLflow URI and artifact location of a run config, the sweep's
-directory and sweep.json, the run's tags, and `tracked` (how a run ends: FINISHED, FAILED or open).
+"""Where a run is tracked: the MLflow URI and artifact location of a run, the sweep's directory and
+sweep.json, the run's tracker, and `tracked` (how a run ends: FINISHED, FAILED or open).
+
+A run here is anything with the four settings these read (`TrackedRun`: a `RunPlan`, or a
+`RunConfig` before it is parsed); the tags a run carries are the run's own (run/run_info.py).
 
 Used by the training job (launch/job.py), `python -m quadrants.evaluate`, `python -m
 quadrants.probe`, `python -m quadrants.submit` and the distributed entry point alike.
@@ -12,26 +15,42 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from quadrants.config import RunConfig
+from quadrants.config import TrackingConfig
 from quadrants.tracking.base import Tracker
-from quadrants.tracking.run_info import run_tags
 
 SWEEP_FILE = "sweep.json"
 
 
-def tracking_uri(cfg: RunConfig) -> str:
+class TrackedRun(Protocol):
+    """What the tracking set-up reads of a run: its tracking section, the outputs folder, the study
+    (the MLflow experiment) and the sweep id. A `RunPlan` and a `RunConfig` both have them."""
+
+    @property
+    def tracking(self) -> TrackingConfig: ...
+
+    @property
+    def outputs(self) -> str: ...
+
+    @property
+    def study(self) -> str: ...
+
+    @property
+    def sweep_id(self) -> str: ...
+
+
+def tracking_uri(run: TrackedRun) -> str:
     """The configured MLflow URI, or the default SQLite store under the outputs directory."""
-    if cfg.tracking.uri:
-        return cfg.tracking.uri
-    return f"sqlite:///{(Path(cfg.outputs).expanduser().resolve() / 'mlflow.db')}"
+    if run.tracking.uri:
+        return run.tracking.uri
+    return f"sqlite:///{(Path(run.outputs).expanduser().resolve() / 'mlflow.db')}"
 
 
-def artifact_location(cfg: RunConfig) -> str | None:
+def artifact_location(run: TrackedRun) -> str | None:
     """Where the experiments a run creates keep their artifacts (`store_artifact_location` of its
     store)."""
-    return store_artifact_location(tracking_uri(cfg))
+    return store_artifact_location(tracking_uri(run))
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -67,12 +86,12 @@ def run_outputs(run_dir: str | Path, outputs: str, study: str, sweep_id: str | N
     return given if given.is_absolute() else None
 
 
-def sweep_dir(cfg: RunConfig) -> Path:
-    return Path(cfg.outputs).expanduser().resolve() / cfg.study / cfg.sweep_id
+def sweep_dir(run: TrackedRun) -> Path:
+    return Path(run.outputs).expanduser().resolve() / run.study / run.sweep_id
 
 
-def read_sweep_file(cfg: RunConfig) -> dict[str, Any]:
-    path = sweep_dir(cfg) / SWEEP_FILE
+def read_sweep_file(run: TrackedRun) -> dict[str, Any]:
+    path = sweep_dir(run) / SWEEP_FILE
     return json.loads(path.read_text()) if path.exists() else {}
 
 
@@ -138,35 +157,38 @@ class UndeliveredError(RuntimeError):
     (a run with records stranded is not done) and names the deliver command."""
 
 
-def make_tracker(cfg: RunConfig, run_dir: Path, parent_run_id: str | None = None) -> Any:
-    """The run's MLflow tracker; its parent is `parent_run_id`, else the one in
-    the sweep's sweep.json."""
+def make_tracker(
+    run: TrackedRun, run_dir: Path, tags: dict[str, str], parent_run_id: str | None = None
+) -> Any:
+    """The run's MLflow tracker, created with the run's `tags` (run/run_info.py `run_tags`), where
+    SLURM runs it and its role; its parent is `parent_run_id`, else the one in the sweep's
+    sweep.json."""
     from quadrants.tracking.links import ROLE_TAG, TRAIN_ROLE
     from quadrants.tracking.mlflow_tracker import MlflowTracker
 
-    parent = parent_run_id or read_sweep_file(cfg).get("parent_run_id")
+    parent = parent_run_id or read_sweep_file(run).get("parent_run_id")
     tracker = MlflowTracker(
-        tracking_uri(cfg),
-        cfg.study,
+        tracking_uri(run),
+        run.study,
         run_name=Path(run_dir).name,
-        tags={**run_tags(cfg), **slurm_tags(), ROLE_TAG: TRAIN_ROLE},
+        tags={**tags, **slurm_tags(), ROLE_TAG: TRAIN_ROLE},
         parent_run_id=parent,
         spool_dir=run_dir / "tracking",
-        artifact_location=artifact_location(cfg),
+        artifact_location=artifact_location(run),
     )
-    if cfg.tracking.sinks:
+    if run.tracking.sinks:
         from quadrants.tracking.sinks import MirroredTracker, make_sinks
 
         sinks = make_sinks(
-            [name for name in cfg.tracking.sinks if name != "mlflow"],
+            [name for name in run.tracking.sinks if name != "mlflow"],
             run_dir,
-            project=cfg.study,
+            project=run.study,
             name=Path(run_dir).name,
-            group=cfg.sweep_id,
+            group=run.sweep_id,
         )
         tracker = MirroredTracker(tracker, sinks)
-    if cfg.tracking.system_metrics:
+    if run.tracking.system_metrics:
         from quadrants.tracking.system import SystemMetricsTracker, SystemSampler
 
-        return SystemMetricsTracker(tracker, SystemSampler(cfg.tracking.system_metrics_interval_s))
+        return SystemMetricsTracker(tracker, SystemSampler(run.tracking.system_metrics_interval_s))
     return tracker

@@ -37,7 +37,7 @@ from quadrants.tracking.links import RUN_NAME_SORT_KEY, sweep_filter, verified_u
 log = logging.getLogger(__name__)
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."  # the UI's EXPERIMENT_PAGE_VIEW_STATE_SHARE_TAG_PREFIX
-ROW_TAGS = ("quadrant", "objective", "seed")  # on every training run (tracking/run_info.py)
+ROW_TAGS = ("quadrant", "objective", "seed")  # on every training run (run/run_info.py)
 
 
 def view_key(sweep_id: str) -> str:

@@ -62,7 +62,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "tasks": frozenset({"rewards", "home", "seeds", "progress", "registry"}),
     # models: the embedded tiny policy is warm-started on the synthetic arithmetic task
     "models": frozenset({"cpu", "ops", "tasks", "home", "progress"}),
-    "tracking": frozenset({"config", "cpu", "ops"}),
+    "tracking": frozenset({"config", "cpu"}),
     "rollout": frozenset(
         {"config", "config_ranges", "cpu", "device", "ops", "models", "seeds", "registry"}
     ),  # an engine starts from its config section (config_ranges: Choice checks its settings)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from transformers import Qwen2Config
 
-from quadrants.launch.hydra_setup import compose_run_config, preflight
+from quadrants.launch.hydra_setup import compose_run_plan, preflight
 from quadrants.memory.check import plan_for, plan_inputs
 from quadrants.memory.plan import PlanInputs, make_plan
 from quadrants.memory.trace import LoraSpec, TraceSpec, trace_step
@@ -83,11 +83,11 @@ def test_lora_plan_extrapolates_adapters_and_drops_the_reference():
     assert plan.trainable == 6 * 896
     rollout = next(p for p in plan.phases if p.phase == "rollout")
     assert rollout.trainer.optimizer == 2 * 5376 * 4 + 6 * 4 * 4  # moments + a step per tensor
-    cfg = compose_run_config(
+    run = compose_run_plan(
         ["model=tiny_random", "model.lora.enabled=true", "objective.kl_coef=0.1"]
     )
-    assert plan_inputs(cfg, 1, 1).reference_dtype_bytes == 0
-    assert plan_inputs(cfg, 1, 1).lora == LoraSpec(rank=16, alpha=32.0, target_modules="all-linear")
+    assert plan_inputs(run, 1, 1).reference_dtype_bytes == 0
+    assert plan_inputs(run, 1, 1).lora == LoraSpec(rank=16, alpha=32.0, target_modules="all-linear")
 
 
 @pytest.mark.slow
@@ -96,10 +96,10 @@ def test_tiny_lora_plan_counts_all_linear_adapters():
     peft's own count on the real model (models/lora.py `apply_lora`)."""
     from quadrants.models.loading import load_policy
 
-    cfg = compose_run_config(["model=tiny_random", "model.lora.enabled=true"])
-    model, _ = load_policy("tiny-random", lora=cfg.model.lora)
+    run = compose_run_plan(["model=tiny_random", "model.lora.enabled=true"])
+    model, _ = load_policy("tiny-random", lora=run.model.lora)
     expected = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert plan_for(cfg, 1, 1).trainable == expected
+    assert plan_for(run, 1, 1).trainable == expected
 
 
 @pytest.mark.slow  # in the suite; the trace is shared with test_compose's (one per process)

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from quadrants.config import VLLMConfig
-from quadrants.launch.hydra_setup import compose_run_config, preflight
+from quadrants.launch.hydra_setup import compose_run_plan, preflight
 from quadrants.memory.architecture import model_config
 from quadrants.memory.check import check_memory, plan_inputs
 from quadrants.memory.plan import GiB, PlanInputs, host_per_node, trainer_trace
@@ -118,7 +118,7 @@ def test_host_memory_per_node_by_hand():
 
 
 def test_rows_per_micro_batch_come_from_the_token_budget():
-    cfg = compose_run_config(
+    run = compose_run_plan(
         [
             "model=tiny_random",
             "rollout.max_new_tokens=64",
@@ -128,7 +128,7 @@ def test_rows_per_micro_batch_come_from_the_token_budget():
             "train.mini_batch_size=64",
         ]
     )
-    inputs = plan_inputs(cfg, world_size=2, gpus_per_node=2)
+    inputs = plan_inputs(run, world_size=2, gpus_per_node=2)
     assert (inputs.seq_len, inputs.update_rows, inputs.forward_rows) == (96, 3, 5)
     # a rank's share of the 64-row mini-batch is 32 rows: ceil(32 / 3) = 11 micro-batches
     assert inputs.micro_batches == 11
@@ -142,19 +142,19 @@ def test_the_plan_traces_the_kernel_model_attention_names():
     base = ["model=tiny_random", "train.attention_layout=packed", "train.device=cuda"]
     base += ["train.precision=bf16-mixed", "rollout.engine=vllm"]  # where flash can run
     for attention, varlen in [("null", False), ("sdpa", False), ("flash_attention_2", True)]:
-        cfg = compose_run_config([*base, f"model.attention={attention}"])
-        inputs = plan_inputs(cfg, world_size=2, gpus_per_node=2)
+        run = compose_run_plan([*base, f"model.attention={attention}"])
+        inputs = plan_inputs(run, world_size=2, gpus_per_node=2)
         assert inputs.varlen is varlen and inputs.packed
         assert inputs.trace_key()[-1] is varlen  # plans of the two kernels do not share a trace
 
 
 @pytest.mark.slow
 def test_a_plan_over_the_budget_is_refused_naming_the_phase_and_the_fix():
-    cfg = compose_run_config(
+    run = compose_run_plan(
         ["model=tiny_random", "rollout.max_new_tokens=64", "cluster.gpu_memory_gib=0.001"]
     )
     with pytest.raises(ValueError) as refused:
-        check_memory(cfg, world_size=1, gpus_per_node=1)
+        check_memory(run, world_size=1, gpus_per_node=1)
     message = str(refused.value)
     assert "memory plan: the update phase needs" in message
     assert "cluster.gpu_memory_gib=0.001" in message
@@ -167,9 +167,9 @@ def test_a_plan_over_the_budget_is_refused_naming_the_phase_and_the_fix():
 
 
 def test_no_budget_no_plan():
-    cfg = compose_run_config(["model=tiny_random"])
-    assert cfg.cluster.gpu_memory_gib is None
-    assert check_memory(cfg, world_size=1, gpus_per_node=1) is None
+    run = compose_run_plan(["model=tiny_random"])
+    assert run.cluster.gpu_memory_gib is None
+    assert check_memory(run, world_size=1, gpus_per_node=1) is None
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from quadrants.config import VLLMConfig
-from quadrants.launch.hydra_setup import compose_run_config
+from quadrants.launch.hydra_setup import compose_run_plan
 from quadrants.memory import check
 from quadrants.memory.plan import NON_TORCH_GIB, extrapolate, make_plan
 from quadrants.memory.trace import Footprint, GiB, StepTrace
@@ -45,8 +45,8 @@ def test_what_sleep_keeps_and_what_the_push_receives():
 
 @pytest.mark.slow  # traces the tiny model
 def test_a_plan_counts_the_devices_total_the_engines_fixed_part_the_reload_and_non_torch():
-    cfg = compose_run_config([*VLLM_TINY, "cluster.gpu_memory_gib=2"])
-    plan = make_plan(check.plan_inputs(cfg, world_size=2, gpus_per_node=2))
+    run = compose_run_plan([*VLLM_TINY, "cluster.gpu_memory_gib=2"])
+    plan = make_plan(check.plan_inputs(run, world_size=2, gpus_per_node=2))
     phases = {p.phase: p for p in plan.phases}
     device = 2 * GiB  # 2,147,483,648 bytes
     assert plan.inputs.device_bytes == device
@@ -76,12 +76,12 @@ def test_a_planning_process_that_sees_a_gpu_sizes_on_that_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (10**9, 150 * 10**9))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a test GPU")
-    cfg = compose_run_config([*VLLM_TINY, "cluster.gpu_memory_gib=2"])
-    total, source = check.device_total(cfg)
+    run = compose_run_plan([*VLLM_TINY, "cluster.gpu_memory_gib=2"])
+    total, source = check.device_total(run.cluster)
     assert total == 150 * 10**9 and "a test GPU" in source
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     # no GPU seen: the setting, 2 x 2**30
-    assert check.device_total(cfg) == (2 * GiB, "cluster.gpu_memory_gib=2")
+    assert check.device_total(run.cluster) == (2 * GiB, "cluster.gpu_memory_gib=2")
 
 
 def test_gathered_layers_are_held_at_the_deepest_trace_not_extended():

@@ -24,6 +24,12 @@ from quadrants.run.identity import (
     may_change,
     resume_identity,
 )
+from quadrants.run_plan import RunPlan
+
+
+def _plan(cfg: RunConfig) -> RunPlan:
+    """`cfg` parsed as a run parses it (its data files are not the point here)."""
+    return RunPlan.parse(cfg, files=False)
 
 
 def test_may_change_matches_keys_and_what_lies_under_them():
@@ -52,10 +58,10 @@ def test_identity_leaves_out_the_keys_that_may_change():
 
 
 def test_the_hash_ignores_allowed_keys_and_follows_the_others():
-    base = identity_record(RunConfig())["hash"]
+    base = identity_record(_plan(RunConfig()))["hash"]
     extended = RunConfig(outputs="/elsewhere", train=TrainConfig(steps=400, threads=8))
-    assert identity_record(extended)["hash"] == base
-    assert identity_record(RunConfig(train=TrainConfig(lr=1e-3)))["hash"] != base
+    assert identity_record(_plan(extended))["hash"] == base
+    assert identity_record(_plan(RunConfig(train=TrainConfig(lr=1e-3))))["hash"] != base
     assert identity_hash({"a": 1, "b": 2}) == identity_hash({"b": 2, "a": 1})  # key order
 
 
@@ -92,20 +98,21 @@ def _with_checkpoint(tmp_path, cfg: RunConfig, step: int = 2) -> None:
     path = tmp_path / "checkpoints" / f"step_{step:07d}"
     path.mkdir(parents=True)
     (path / "state.pt").write_bytes(b"")  # what makes it complete (checkpoint._complete)
-    (path / IDENTITY_FILE).write_text(json.dumps(identity_record(cfg)))
+    (path / IDENTITY_FILE).write_text(json.dumps(identity_record(_plan(cfg))))
 
 
 def test_a_resume_under_another_config_is_refused_naming_each_change(tmp_path):
     first = RunConfig(run_dir=str(tmp_path), train=TrainConfig(steps=2))
     _with_checkpoint(tmp_path, first)
-    assert check_resume(replace(first, train=TrainConfig(steps=4))) is None  # extended: allowed
+    extended = replace(first, train=TrainConfig(steps=4))
+    assert check_resume(_plan(extended)) is None  # extended: allowed
     changed = replace(
         first,
         train=TrainConfig(steps=4, lr=1e-3),
         objective=ObjectiveConfig(name="grpo"),
     )
     with pytest.raises(ConfigChangedError) as refused:
-        check_resume(changed)
+        check_resume(_plan(changed))
     said = str(refused.value)
     assert "checkpoint of step 2" in said
     assert "train.lr: 0.0001 → 0.001" in said and "objective.name: dapo → grpo" in said
@@ -121,7 +128,7 @@ def test_the_opt_in_returns_the_change_with_its_step(tmp_path):
         train=TrainConfig(lr=1e-3),
         checkpoint=CheckpointConfig(allow_config_change=True),
     )
-    change = check_resume(allowed)
+    change = check_resume(_plan(allowed))
     assert change == ResumeChange(2, (Change("train.lr", 0.0001, 0.001),))
     assert change_params(change) == {"config_change/2/train.lr": "0.0001 → 0.001"}
     assert history_name(change) == "config.2.yaml" and history_name(None) == "config.yaml"
@@ -129,9 +136,9 @@ def test_the_opt_in_returns_the_change_with_its_step(tmp_path):
 
 def test_no_checkpoint_or_an_old_one_without_a_record_is_not_checked(tmp_path):
     cfg = RunConfig(run_dir=str(tmp_path), train=TrainConfig(lr=1e-3))
-    assert check_resume(cfg) is None  # nothing to resume
+    assert check_resume(_plan(cfg)) is None  # nothing to resume
     old = tmp_path / "checkpoints" / "step_0000002"
     old.mkdir(parents=True)
     (old / "state.pt").write_bytes(b"")
-    assert check_resume(cfg) is None  # written before identities were recorded
-    assert check_resume(RunConfig(run_dir=None)) is None
+    assert check_resume(_plan(cfg)) is None  # written before identities were recorded
+    assert check_resume(_plan(RunConfig(run_dir=None))) is None

@@ -104,9 +104,9 @@ def test_the_memory_plan_moves_the_states_to_the_host():
     peak is at most the larger of the forward/backward without them and the AdamW step with them,
     and each of the node's 2 ranks holds them in host memory once the load copy is gone."""
     cfg = RunConfig()
-    kept = make_plan(plan_inputs(cfg, 2, 2))
+    kept = make_plan(plan_inputs(RunPlan.parse(cfg, files=False), 2, 2))
     cfg.train.offload_optimizer = True
-    offloaded = make_plan(plan_inputs(cfg, 2, 2))
+    offloaded = make_plan(plan_inputs(RunPlan.parse(cfg, files=False), 2, 2))
     states = 4_256_456
     assert 8 * 1_064_064 // 2 == 4_256_256
     by_phase = lambda plan: {p.phase: p for p in plan.phases}  # noqa: E731

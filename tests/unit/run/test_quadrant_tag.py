@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.tracking.run_info import flat_params, quadrant_tag, run_tags
+from quadrants.run.run_info import flat_params, quadrant_tag, run_tags
+from quadrants.run_plan import RunPlan
 
 
 @pytest.mark.parametrize(
@@ -34,12 +35,13 @@ def test_quadrant_tag(section, tag):
     cfg = RunConfig()
     for key, value in section.items():
         setattr(cfg.quadrant, key, value)
-    assert quadrant_tag(cfg) == tag
+    assert quadrant_tag(cfg.quadrant) == tag
 
 
 def test_the_reward_trained_on_is_a_tag_and_a_param():
     cfg = RunConfig()
-    assert run_tags(cfg)["reward"] == "verifier"
+    assert run_tags(RunPlan.parse(cfg, files=False))["reward"] == "verifier"
     cfg.reward.name, cfg.reward.probability = "random", 0.5
-    assert run_tags(cfg)["reward"] == "random"
-    assert (flat_params(cfg)["reward"], flat_params(cfg)["reward.probability"]) == ("random", 0.5)
+    plan = RunPlan.parse(cfg, files=False)
+    assert run_tags(plan)["reward"] == "random"
+    assert (flat_params(plan)["reward"], flat_params(plan)["reward.probability"]) == ("random", 0.5)
