@@ -27,7 +27,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from quadrants.config import RunConfig
 from quadrants.launch.loaded_run import grader, use_threads
 from quadrants.ops.quadrants import RandomControl, parse_match
 from quadrants.run.counterfactual import (
@@ -159,9 +158,8 @@ def _arms(text: str) -> tuple[str, ...]:
 def load_run_plan(run_dir: Path) -> RunPlan:
     """The run's resolved config (RUN_DIR/config.yaml, written by every sweep job), its `outputs`
     placed where this command runs, parsed once into its `RunPlan`."""
-    from omegaconf import OmegaConf
 
-    from quadrants.launch.hydra_setup import check_removed_keys_in, to_run_plan
+    from quadrants.launch.hydra_setup import saved_config, to_run_plan
     from quadrants.tracking.setup import run_outputs
 
     path = run_dir / "config.yaml"
@@ -170,9 +168,7 @@ def load_run_plan(run_dir: Path) -> RunPlan:
             f"{path} is missing: the run's config is unknown. Run the counterfactuals on runs "
             "started by `python -m quadrants.sweep` (it writes config.yaml into the run directory)"
         )
-    loaded = OmegaConf.load(path)
-    check_removed_keys_in(OmegaConf.to_container(loaded), str(path))  # a run from before a rename
-    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), loaded)
+    merged = saved_config(path)
     # its store and folders wherever this command runs: `outputs` as the sweep was given it is
     # often relative to the directory the sweep ran in
     outputs = run_outputs(run_dir, merged.outputs, merged.study, merged.sweep_id)
@@ -300,10 +296,10 @@ def prepare(argv: list[str]) -> Request:
         from quadrants.tracking.attach import run_problem
         from quadrants.tracking.setup import tracking_uri
 
-        problem = run_problem(tracking_uri(plan.cfg), run_id)
+        problem = run_problem(tracking_uri(plan), run_id)
         if problem is not None:
             raise ValueError(
-                f"the run's MLflow store at {tracking_uri(plan.cfg)} cannot take the results: "
+                f"the run's MLflow store at {tracking_uri(plan)} cannot take the results: "
                 f"{problem}; start it, or pass --no-mlflow to write the files only"
             )
     folder = f"step_{step}" if args.update == "adam" else f"step_{step}_{args.update}"
@@ -463,7 +459,7 @@ def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/counterfac
         metrics[f"{request.prefix}/additivity/{check.metric}_relative_residual"] = check.worst
     assert request.run_id is not None
     log_to_run(
-        tracking_uri(request.plan.cfg),
+        tracking_uri(request.plan),
         request.run_id,
         metrics,
         request.step,

@@ -92,35 +92,6 @@ def in_the_runs_store(
     )
 
 
-def composed(overrides: list[str]) -> RunConfig:
-    """The tree composed with `overrides` (one job), its keys checked against the schema, not yet
-    parsed: `prepare` fits it to the target before its one `RunPlan.parse`. The same steps as
-    hydra_setup.compose_run_plan, less the parse."""
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
-
-    from quadrants.launch.hydra_setup import (
-        CONFIG_DIR,
-        _compose_job,
-        check_home_in_uri,
-        check_known_keys,
-        check_removed_keys,
-        expand_home,
-        register,
-    )
-
-    check_removed_keys(overrides)  # named by their replacement, as the sweep names them
-    overrides = [expand_home(o) for o in overrides]
-    register()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        job = _compose_job(overrides)
-        check_known_keys(job, RunConfig())
-        cfg = OmegaConf.to_object(job)
-    assert isinstance(cfg, RunConfig)
-    check_home_in_uri(cfg.tracking.uri)
-    return cfg
-
-
 def prepare(
     target: str, overrides: list[str], *, files: bool = True, task_used: bool = False
 ) -> tuple[RunPlan, EvalTarget]:
@@ -129,9 +100,11 @@ def prepare(
     anything is loaded. ``files=False`` (``--cfg``) does not ask for the benchmark files to exist.
     ``task_used``: the command rolls out the task's prompts whatever the suite (the probe); an
     evaluation uses the task only when its suite names it (`RunPlan.parse`)."""
+    from quadrants.launch.hydra_setup import compose_config
+
     resolved = resolve_target(target)
     overrides, benchmarks = _split_benchmarks(overrides)
-    cfg = composed([*overrides, f"eval.target={_quoted(target)}"])
+    cfg = compose_config([*overrides, f"eval.target={_quoted(target)}"])
     if benchmarks is not None:
         cfg = replace(cfg, eval=replace(cfg.eval, benchmarks=benchmarks))
     if resolved.kind == "checkpoint":
@@ -246,7 +219,7 @@ def run_evaluation(
     if isinstance(tracker, MlflowTracker):
         from quadrants.tracking.links import experiment_id_of, link_lines
 
-        uri = tracking_uri(plan.cfg)
+        uri = tracking_uri(plan)
         for line in link_lines(
             uri, experiment_id_of(uri, plan.study), runs={"eval run": tracker.run_id}
         ):

@@ -234,22 +234,39 @@ def _compose_job(overrides: list[str]) -> DictConfig:
     return cfg
 
 
+def compose_config(overrides: list[str]) -> RunConfig:
+    """Compose the tree with `overrides` (one job): the configuration, its keys checked against
+    the schema, not yet parsed (a command that fits it to its target first parses it once after:
+    launch/evaluate.py)."""
+    check_removed_keys(overrides)  # named by their replacement, as the sweep names them
+    overrides = [expand_home(o) for o in overrides]
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return to_config(_compose_job(overrides))
+
+
 def compose_run_plan(
     overrides: list[str], *, files: bool = True, task_used: bool = True
 ) -> RunPlan:
     """Compose the tree with `overrides` (one job) and parse it into its `RunPlan` (raises
     ValueError naming the key); ``files=False`` (printing it) does not ask for the data files to
     exist, ``task_used`` as `RunPlan.parse` says."""
-    check_removed_keys(overrides)  # named by their replacement, as the sweep names them
-    overrides = [expand_home(o) for o in overrides]
-    register()
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return to_run_plan(_compose_job(overrides), files=files, task_used=task_used)
+    return RunPlan.parse(compose_config(overrides), files=files, task_used=task_used)
 
 
 def compose_run_config(overrides: list[str], *, files: bool = True) -> RunConfig:
     """The checked configuration of `compose_run_plan` (what a printed or exported config is)."""
     return compose_run_plan(overrides, files=files).cfg
+
+
+def to_config(cfg: DictConfig) -> RunConfig:
+    """A composed job config as a RunConfig instance: its keys checked against the schema, a `~`
+    left in tracking.uri refused; not parsed."""
+    check_known_keys(cfg, RunConfig())
+    run = OmegaConf.to_object(cfg)
+    assert isinstance(run, RunConfig)
+    check_home_in_uri(run.tracking.uri)
+    return run
 
 
 def to_run_plan(
@@ -258,11 +275,17 @@ def to_run_plan(
     """A composed job config parsed into its `RunPlan` (quadrants/run_plan: every value checked,
     the batch's layout over `world_size` ranks, the data files unless ``files=False``); raises
     ValueError naming the key."""
-    check_known_keys(cfg, RunConfig())
-    run = OmegaConf.to_object(cfg)
-    assert isinstance(run, RunConfig)
-    check_home_in_uri(run.tracking.uri)
-    return RunPlan.parse(run, world_size=world_size, files=files, task_used=task_used)
+    return RunPlan.parse(to_config(cfg), world_size=world_size, files=files, task_used=task_used)
+
+
+def saved_config(path: Path) -> DictConfig:
+    """A run's saved config (`<run_dir>/config.yaml`) over the schema's defaults, refused naming the
+    key when it holds a key renamed since (`check_removed_keys_in`)."""
+    loaded = OmegaConf.load(path)
+    check_removed_keys_in(OmegaConf.to_container(loaded), str(path))  # a run from before a rename
+    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), loaded)
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def check_home_in_uri(uri: str | None) -> None:

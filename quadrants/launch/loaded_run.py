@@ -124,18 +124,18 @@ def own_run(
     own_tracker = tracker is None
     if tracker is None:
         tracker = MlflowTracker(
-            tracking_uri(plan.cfg),
+            tracking_uri(plan),
             plan.study,
             run_name=f"{role} {target.label}",
             tags=dict(tags),
             spool_dir=directory / "tracking",
-            artifact_location=artifact_location(plan.cfg),
+            artifact_location=artifact_location(plan),
         )
     run_id = tracker.start()
     if isinstance(tracker, MlflowTracker):
         print(
             f"quadrants: {doing} {target.label} ({target.kind}); MLflow run {run_id} "
-            f"at {tracking_uri(plan.cfg)}",
+            f"at {tracking_uri(plan)}",
             flush=True,
         )
     tracker.log_params(params)
