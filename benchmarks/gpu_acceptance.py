@@ -101,7 +101,7 @@ import torch.distributed as dist
 from deepscaler_lengths import add_length_arguments, draw_rows, require_data_file
 
 from quadrants.memory.architecture import shipped_config
-from quadrants.memory.plan import TRACED_DEPTH, extrapolate
+from quadrants.memory.peaks import TRACED_DEPTH, extrapolate
 from quadrants.memory.trace import (
     GiB,
     LoraSpec,

@@ -4,7 +4,7 @@
         [--ranks 8] [--layers N] [--out full_depth.json]
 
 The plan (`python -m quadrants.plan`) traces 2 and 3 decoder layers on fake tensors and
-extrapolates to the model's depth (quadrants/memory/plan.py `extrapolate`). This script traces the
+extrapolates to the model's depth (quadrants/memory/peaks.py `extrapolate`). This script traces the
 same step of the preset's run (`launcher=slurm_ddp` shapes: FSDP2 over `--ranks`, the preset's
 micro-batch, precision and checkpointing) at `--layers` decoder layers (default: the model's whole
 depth) and prints, phase by phase, the trace beside the plan's extrapolation to that depth, with
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from quadrants.launch.hydra_setup import compose_run_plan
 from quadrants.memory.check import plan_inputs
-from quadrants.memory.plan import TRACED_DEPTH, extrapolate, trace_at
+from quadrants.memory.peaks import TRACED_DEPTH, extrapolate, trace_at
 from quadrants.memory.trace import KINDS, GiB
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from quadrants.memory.architecture import model_config
-from quadrants.memory.plan import PlanInputs, trainer_trace
+from quadrants.memory.peaks import PlanInputs, trainer_trace
 from quadrants.memory.trace import GiB, TraceSpec, trace_step
 
 CASES = [  # (model, precision, checkpointing, rows, seq_len, response tokens)

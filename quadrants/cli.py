@@ -49,7 +49,7 @@ VERBS: dict[str, Verb] = {
         "a submitted sweep's SLURM states and latest metrics",
     ),
     "plan": Verb(
-        "quadrants.launch.plan",
+        "quadrants.launch.memory_plan",
         ("quadrants.plan",),
         "the memory plan of a sweep's runs, per GPU and per phase",
     ),

@@ -156,10 +156,10 @@ class VLLMConfig:
 
 @dataclass
 class IdentityCheckConfig:
-    # the rollout identity guard (quadrants/rollout/identity.py): the engine samples a probe when it
-    # starts; at a weight push the engine and the trainer score it; the run stops when the engine's
-    # log-probs did not move while the trainer's did (a stale push), or when they disagree by more
-    # than the tolerance the start-up check calibrated
+    # the rollout identity guard (quadrants/rollout/identity_guard.py): the engine samples a probe
+    # when it starts; at a weight push the engine and the trainer score it; the run stops when the
+    # engine's log-probs did not move while the trainer's did (a stale push), or when they disagree
+    # by more than the tolerance the start-up check calibrated
     # check every N-th weight push (1 = every push); 0 = off
     every: int = checked(1, Range(0, why="0 = off; 1 = every weight push"))
     # probe sequences (sampled to the task's first held-out prompts)
@@ -449,7 +449,7 @@ class EvalConfig:
     # (its held-out split). Empty = the task's held-out split, `problems` x `samples`
     # (the quick in-training check).
     benchmarks: dict[str, int] = checked(
-        why="benchmark names and sample counts, checked by eval.plan.validate_eval", factory=dict
+        why="benchmark names and sample counts, checked by eval.suite.validate_eval", factory=dict
     )
     # the first `limit` problems of each benchmark (each group of an OOD one) and of the
     # held-out check; None = all
@@ -458,7 +458,7 @@ class EvalConfig:
     ks: list[int] = checked(allowed=AT_LEAST_ONE, factory=list)
     # None: the data home, $QUADRANTS_DATA or ~/.cache/quadrants/data
     data_dir: str | None = checked(
-        None, why="a directory, checked by eval.plan.validate_eval when benchmarks are local"
+        None, why="a directory, checked by eval.suite.validate_eval when benchmarks are local"
     )
     # local (jsonl files under data_dir) | hub (Hugging Face `datasets`)
     source: str = checked("local", Choice(("local", "hub")))
@@ -508,8 +508,9 @@ class CheckpointConfig:
     # steps between checkpoints; 0 = never (a killed run restarts from scratch)
     every: int = checked(10, Range(0, why="0 = never"))
     keep: int = checked(2, AT_LEAST_ONE)  # newest checkpoints kept on disk
-    # resume a run whose resolved config differs from its checkpoint's (quadrants/run/identity.py:
-    # refused unless true); the change is recorded on the run and in config.<step>.yaml
+    # resume a run whose resolved config differs from its checkpoint's
+    # (quadrants/run/resume_identity.py: refused unless true); the change is recorded on the run
+    # and in config.<step>.yaml
     allow_config_change: bool = checked(False, why="a flag")
 
 

@@ -24,7 +24,7 @@ The streams (`STREAMS`; a name not in it is an error, not a new stream), with th
   at every evaluation step (common random numbers across steps);
 - the probe (quadrants/probe): `probe_prompts`, `probe_rollout` and `probe_positions` of the probe
   seed, `probe_branch(seed, call)` its branching generate calls;
-- the paired one-step counterfactuals (quadrants/run/counterfactual.py) at checkpoint `step`:
+- the paired one-step counterfactuals (quadrants/run/one_step_arms.py) at checkpoint `step`:
   `counterfactual_batch(seed, step, batch)` is the base seed of rollout batch `batch`, whose
   prompts, rollouts, shuffle, update and control draws are the training streams above of that base
   at `step` (so a batch is drawn exactly as a training step draws its own, and every arm on it

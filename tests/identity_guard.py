@@ -27,7 +27,7 @@ from quadrants.models.policy import response_logprobs
 from quadrants.ops.precision import resolve_precision
 from quadrants.rollout.engine import SamplingSettings
 from quadrants.rollout.hf import ReplicaHFEngine
-from quadrants.rollout.identity import IdentityCheckedEngine, RolloutIdentityError
+from quadrants.rollout.identity_guard import IdentityCheckedEngine, RolloutIdentityError
 from quadrants.rollout.weights import copy_weights
 
 CPU = torch.device("cpu")

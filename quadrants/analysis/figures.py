@@ -568,7 +568,7 @@ def counterfactual_effects(
 ) -> list[Path]:
     """One panel per metric: each arm's one-step effect, its mean over batches with the
     t-interval as an error bar and every batch's value as a dot (the rows of
-    analysis/counterfactual.py `to_frame`, arms only). Written as counterfactual.png/.svg."""
+    analysis/counterfactual_table.py `to_frame`, arms only). Written as counterfactual.png/.svg."""
     fig, axes = _grid(len(metrics), width=3.6, height=3.0, cols=min(len(metrics), 5))
     arms = list(dict.fromkeys(table["arm"]))
     colors = _palette(arms)

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from quadrants import seeds
 from quadrants.distributed.collectives import DistEnv, dealt, run_dealt
-from quadrants.eval.plan import BenchmarkPlan, build_plans
 from quadrants.eval.results import (
     FAILURE_OUTCOMES,
     BenchmarkResult,
@@ -38,6 +37,7 @@ from quadrants.eval.results import (
     write_benchmark,
 )
 from quadrants.eval.sizing import call_size
+from quadrants.eval.suite import BenchmarkPlan, build_plans
 from quadrants.eval.target import EvalTarget
 from quadrants.progress import Progress
 from quadrants.rewards.grader import Grader
@@ -107,7 +107,7 @@ class SuiteReport:
 
 def too_long_params(report: SuiteReport) -> dict[str, int]:
     """``eval.too_long.<benchmark>``: the problems each benchmark lost to the prompt-length limit
-    (eval/plan.py `within_prompt_limit`), as run params, the way the training task's own count
+    (eval/suite.py `within_prompt_limit`), as run params, the way the training task's own count
     reaches the run as ``task.too_long`` (run/records.py `log_task`). The plan is the same at
     every evaluation of a run, so logging them again logs the same values (kept once by
     MLflow)."""
@@ -443,7 +443,7 @@ def eval_params(settings: EvalSettings, target: EvalTarget) -> dict[str, Any]:
         "eval.ks": list(settings.eval.ks),
         "seed": settings.seed,
     }
-    from quadrants.eval.plan import suite
+    from quadrants.eval.suite import suite
 
     params.update(
         {f"eval.benchmarks.{name}": n for name, n in suite(settings.eval, settings.task).items()}

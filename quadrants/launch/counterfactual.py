@@ -9,7 +9,7 @@ run's checkpoint (docs/counterfactual.md).
 From the checkpoint, each of `--batches` rollout batches (the run's engine, task and grader, built
 from the run's config.yaml by run/build.py) trains one copy of the same weights and optimizer
 state per arm with the run's own update (train/update.py), and each arm's effect on the held-out
-problems is measured (quadrants/run/counterfactual.py). The table (CSV and printed), the per-batch
+problems is measured (quadrants/run/one_step_arms.py). The table (CSV and printed), the per-batch
 values and a figure go to `RUN_DIR/counterfactual/step_<N>/`, and to the run in MLflow: artifacts
 under `counterfactual/step_<N>`, metrics `counterfactual/<arm>/<metric>` (mean, `_low`, `_high`)
 at step N, keys the training run never logs.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from quadrants.launch.loaded_run import grader, use_threads
 from quadrants.ops.quadrants import RandomControl, parse_match
-from quadrants.run.counterfactual import (
+from quadrants.run.one_step_arms import (
     ARMS,
     FIRST_ORDER,
     GRAD_NORM,
@@ -181,7 +181,7 @@ def _checked_identity(plan: RunPlan, run_dir: Path, step: int) -> None:
     """Refuse when the checkpoint recorded another config than config.yaml (a resume that changed
     it with checkpoint.allow_config_change): the step would be measured under the wrong one."""
     from quadrants.run.checkpoint import IDENTITY_FILE
-    from quadrants.run.identity import config_changes, resume_identity
+    from quadrants.run.resume_identity import config_changes, resume_identity
 
     path = run_dir / "checkpoints" / f"step_{step:07d}" / IDENTITY_FILE
     if not path.is_file():
@@ -330,12 +330,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"quadrants: invalid counterfactual, nothing was run.\n  {err}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     # every arm pushes its weights twice (update, restore): the per-push check's line is noise here
-    logging.getLogger("quadrants.rollout.identity").setLevel(logging.WARNING)
+    logging.getLogger("quadrants.rollout.identity_guard").setLevel(logging.WARNING)
     outcomes = run_request(request)
     report(request, outcomes)
 
 
-def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outcomes
+def run_request(request: Request):  # noqa: ANN201 - run/one_step_arms.py Outcomes
     """Build the run's step from its plan, restore the checkpoint, and run the arms."""
     from quadrants.distributed.collectives import DistEnv
     from quadrants.eval.sizing import call_size
@@ -343,7 +343,7 @@ def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outco
     from quadrants.rollout.engine import SamplingSettings
     from quadrants.run.build import build_context
     from quadrants.run.checkpoint import load_step, restore
-    from quadrants.run.counterfactual import Arm, Plan, run_arms
+    from quadrants.run.one_step_arms import Arm, Plan, run_arms
 
     plan = request.plan
     use_threads(plan)
@@ -385,9 +385,9 @@ def run_request(request: Request):  # noqa: ANN201 - run/counterfactual.py Outco
             ctx.engine.close()
 
 
-def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/counterfactual.py Outcomes
+def report(request: Request, outcomes) -> None:  # noqa: ANN001 - run/one_step_arms.py Outcomes
     """Print the table, write the CSVs and the figure, and log them to the run in MLflow."""
-    from quadrants.analysis import counterfactual as table
+    from quadrants.analysis import counterfactual_table as table
     from quadrants.analysis.figures import counterfactual_effects
 
     effects, arms, conf = outcomes.effects, list(request.arms), request.confidence

@@ -35,9 +35,9 @@ from quadrants.cpu.openmp import spin_environment
 from quadrants.launch.local_checks import check_launcher_jobs, check_local_job, runs_here
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import check_memory
-from quadrants.memory.plan import HOST_MARGIN, GiB, Plan
+from quadrants.memory.peaks import HOST_MARGIN, GiB, Plan
 from quadrants.rollout.registry import get_engine
-from quadrants.run.identity import OUTSIDE_THE_RUN, check_resume, may_change
+from quadrants.run.resume_identity import OUTSIDE_THE_RUN, check_resume, may_change
 from quadrants.run_plan import RunPlan
 from quadrants.tracking.setup import tracking_uri
 
@@ -161,7 +161,7 @@ def _overrides(argv: list[str]) -> list[str]:
 
 def with_sweep_id(argv: list[str]) -> list[str]:
     """`argv` plus `sweep_id=<hash of the sorted overrides>` unless it already sets sweep_id.
-    Overrides of where records go and of thread counts (run/identity.py `OUTSIDE_THE_RUN`:
+    Overrides of where records go and of thread counts (run/resume_identity.py `OUTSIDE_THE_RUN`:
     tracking.uri, outputs, train.threads, ...) stay out of the hash: the same runs, resumed."""
     overrides = _overrides(argv)
     if any(o.split("=", 1)[0].lstrip("+~") == "sweep_id" for o in overrides):
@@ -407,7 +407,7 @@ def preflight(argv: list[str]) -> int:
                 _checked_plain(job, lambda plan=plan: check_local_job(plan))
             plan = _checked(job, lambda plan=plan: plan.with_data_files())
             uris.add(tracking_uri(plan))
-            # a run directory with a checkpoint of another config (run/identity.py)
+            # a run directory with a checkpoint of another config (run/resume_identity.py)
             _checked_plain(job, lambda plan=plan: check_resume(plan))
             if multirun:  # SLURM jobs on several nodes track to a server, not one SQLite file
                 _checked_plain(job, lambda plan=plan: check_tracking_store(plan, launcher))

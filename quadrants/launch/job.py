@@ -18,8 +18,8 @@ from quadrants.device import require_usable_device
 from quadrants.distributed.collectives import init_distributed
 from quadrants.launch.hydra_setup import to_run_plan
 from quadrants.run.checkpoint import latest_path
-from quadrants.run.identity import check_resume, history_name
 from quadrants.run.loop import run_training
+from quadrants.run.resume_identity import check_resume, history_name
 from quadrants.run.run_info import run_tags
 from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import NullTracker

@@ -29,7 +29,7 @@ import math
 
 from quadrants.config import ClusterConfig, LoraConfig, TrainConfig
 from quadrants.memory.architecture import model_config
-from quadrants.memory.plan import Plan, PlanInputs, fits, format_plan, make_plan
+from quadrants.memory.peaks import Plan, PlanInputs, fits, format_plan, make_plan
 from quadrants.memory.trace import GiB, LoraSpec
 from quadrants.models.loading import FLASH
 from quadrants.models.lora import target_modules as lora_target_modules

@@ -19,7 +19,7 @@ response token counts (`micro_batch_rows`): padded, prompts left-padded to the s
 the micro-batch cut after its longest response, so the padding is traced; packed, only the real
 tokens (ops/packing.py `pack_known_lengths`). `held` is then the largest of the micro-batches'
 forwards, and the no-grad forward runs the micro-batch that feeds the most tokens. The trainer's
-plan (memory/plan.py) traces full rows, the most a micro-batch can hold.
+plan (memory/peaks.py) traces full rows, the most a micro-batch can hold.
 
 The trackers are torch's own (torch/distributed/_tools/mem_tracker.py `MemTracker`,
 fsdp2_mem_tracker.py `FSDPMemTracker`): TorchDispatchModes that see every tensor allocated and

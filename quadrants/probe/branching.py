@@ -36,7 +36,7 @@ from quadrants.models.policy import behaviour_pass, position_ids_from_mask
 from quadrants.objectives.batch import TokenBatch, make_token_batch
 from quadrants.ops.quadrants import QuadrantSettings
 from quadrants.probe.credit import Branches, entropy, sample_rest_tokens, top_branches
-from quadrants.probe.plan import Positions, branching_cost
+from quadrants.probe.positions import Positions, branching_cost
 from quadrants.progress import Progress
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.decode import sampling_setup

@@ -428,7 +428,8 @@ def cluster_bootstrap_mean(
     prompt that happens to be easy or hard moves all of them. Each resample draws the U clusters
     present with replacement (U draws) and recomputes Σ n_u(i) w_i v_i / Σ n_u(i) w_i, n_u the times
     the position's cluster was drawn; each position keeps its design weight w_i (the stratified draw
-    of positions, quadrants.probe.plan). Resamples that draw no position with weight are dropped.
+    of positions, quadrants.probe.positions). Resamples that draw no position with weight are
+    dropped.
 
     Args:
         values, weights: [N] float; clusters: [N] long (the prompt of each position).

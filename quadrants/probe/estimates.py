@@ -31,7 +31,7 @@ from quadrants.probe.credit import (
     rest_cut_bound,
     sampled_branch,
 )
-from quadrants.probe.plan import Positions
+from quadrants.probe.positions import Positions
 
 OBJECTIVES = ("grpo", "hapo", "entroadv", "forking")
 

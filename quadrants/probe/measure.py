@@ -28,7 +28,7 @@ from quadrants.probe.branching import (
     sample_batch,
 )
 from quadrants.probe.estimates import PositionCredit, estimate_credit
-from quadrants.probe.plan import Positions, quadrant_index, select_positions
+from quadrants.probe.positions import Positions, quadrant_index, select_positions
 from quadrants.probe.report import (
     probe_key,
     probe_metrics,

@@ -1,7 +1,7 @@
 """What a probe reports: `probe/*` metrics, the per-token table `credit.csv`, every position's
 branches `branches.csv`, and three figures.
 
-Metrics (means are design-weighted, plan.py, so they estimate all probed-population tokens; `Q` is
+Metrics (means are design-weighted, positions.py, so they estimate all probed-population tokens; `Q` is
 PHR, PLR, NHR, NLR or `all`):
 - `probe/Q/cmi_mean` (+ `_low`, `_high`): mean jackknifed Î, nats, with a percentile interval at
   `confidence` from a cluster bootstrap over the probe's prompts (credit.cluster_bootstrap_mean:
@@ -51,7 +51,7 @@ from torch import Tensor
 
 from quadrants.probe.credit import cluster_bootstrap_mean, correlation_interval, outcome_counts
 from quadrants.probe.estimates import PositionCredit
-from quadrants.probe.plan import QUADRANT_ORDER, Positions
+from quadrants.probe.positions import QUADRANT_ORDER, Positions
 
 MIN_CAP = 0.01  # nats; below this a ratio to the bound is 0/0 noise
 HIGH_ENTROPY = ("PHR", "NHR")

@@ -82,7 +82,7 @@ def rollouts_to(rollouts: Rollouts, device: torch.device) -> Rollouts:
 
 @dataclass(frozen=True)
 class EngineShare:
-    """Bytes per GPU that an engine holds beside the trainer's (the memory plan, memory/plan.py),
+    """Bytes per GPU that an engine holds beside the trainer's (the memory plan, memory/peaks.py),
     awake (generating) and asleep (the trainer's update), and per rank in host memory while
     asleep. An engine that generates with the trainer's own module holds none (its registry entry
     answers None: rollout/registry.py `EngineKind.memory_share`)."""

@@ -126,7 +126,7 @@ class HFEngine:
     def score(self, sequences: Tensor, attention_mask: Tensor, response_length: int) -> Tensor:
         """Log-probs [B, T] (float32, on the CPU) of the last `response_length` tokens of
         `sequences` under the engine's weights at temperature 1 (the identity check's probe,
-        rollout/identity.py), computed as it samples (under `stored_mixed_autocast`)."""
+        rollout/identity_guard.py), computed as it samples (under `stored_mixed_autocast`)."""
         device = model_device(self.model)
         with stored_mixed_autocast(self.model, device):
             logp, _ = response_logprobs(

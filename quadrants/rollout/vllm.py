@@ -373,8 +373,8 @@ class VLLMEngine:
         """Log-probs [B, T] (float32, CPU) of the response positions (the last `response_length`
         columns: right-padded, the real ones where `attention_mask` is set) of each sequence under
         the engine's weights at temperature 1 over the full vocabulary (the identity check's
-        probe, rollout/identity.py); padded positions hold 0. Each sequence's real tokens go in as
-        a prompt with `prompt_logprobs=0`, whose entry at position i holds the log-prob of the
+        probe, rollout/identity_guard.py); padded positions hold 0. Each sequence's real tokens go
+        in as a prompt with `prompt_logprobs=0`, whose entry at position i holds the log-prob of the
         prompt's own token i given the tokens before it (vllm/sampling_params.py
         `prompt_logprobs`; the first entry is None). One token is generated and ignored.
 

@@ -34,7 +34,7 @@ def full_weights(
     tensor exists at a time (not a full copy of the model), in the engine's dtype: a shard is cast
     before the gather (the cast is elementwise, so the values are those of casting the gathered
     tensor), so the gather moves and holds the engine's bytes, the one full parameter in the
-    engine's dtype that the memory plan's weight push counts (memory/plan.py). Gathered in float32
+    engine's dtype that the memory plan's weight push counts (memory/peaks.py). Gathered in float32
     and cast after, the largest (Qwen2.5-7B's embedding, 152,064 x 3,584) held 2.03 GiB plus its
     1.02 GiB bf16 copy at once, 3 x the plan's figure. A plain module's tensors pass through,
     detached, without a copy.

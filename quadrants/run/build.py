@@ -38,7 +38,7 @@ from quadrants.models.policy import check_packable
 from quadrants.ops.precision import cast_on_device, resolve_precision, store_parameters
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import RolloutEngine
-from quadrants.rollout.identity import identity_checked
+from quadrants.rollout.identity_guard import identity_checked
 from quadrants.rollout.registry import get_engine
 from quadrants.run.settings import build_step
 from quadrants.run_plan import RunPlan
@@ -181,8 +181,8 @@ def prepare_policy(
     the cast: the HF engine samples from the trainer's parameters in their stored dtype (under
     autocast when they are stored in two dtypes, rollout/hf.py).
 
-    The engine starts under the rollout identity guard (rollout/identity.py), whose probe it samples
-    from `probe_prompts` (None: the guard's fixed prompts)."""
+    The engine starts under the rollout identity guard (rollout/identity_guard.py), whose probe it
+    samples from `probe_prompts` (None: the guard's fixed prompts)."""
     plan = plan.for_ranks(env.world_size)
     if plan.forward.packed:  # a hub id's architecture is known only now
         check_packable(model.config)
@@ -215,7 +215,8 @@ def prepare_policy(
         fill_from_rank0(ref_model, full_ref, env, device)
         del full_ref
     engine = kind.start(plan.cfg, model, tokenizer, replica=replica, world_size=env.world_size)
-    # every weight push checked: the engine scores what the trainer scores (rollout/identity.py)
+    # every weight push checked: the engine scores what the trainer scores
+    # (rollout/identity_guard.py)
     return model, ref_model, identity_checked(engine, plan.cfg, precision, model, probe_prompts)
 
 

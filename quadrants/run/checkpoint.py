@@ -35,7 +35,7 @@ from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 
 log = logging.getLogger("quadrants.checkpoint")
 
-IDENTITY_FILE = "config.json"  # the run's config record (run/identity.py)
+IDENTITY_FILE = "config.json"  # the run's config record (run/resume_identity.py)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
 
@@ -85,7 +85,8 @@ def save_checkpoint(
 
     `objective_state`: the objective's state for the next step (objectives/control.py), when it
     has one; a resumed run continues with it. `identity`: the run's config record
-    (run/identity.py `identity_record`), kept as `config.json` for a resume to compare against.
+    (run/resume_identity.py `identity_record`), kept as `config.json` for a resume to compare
+    against.
 
     `rng`: the RNG states to store (default: the current ones), e.g. those at the end of `step` when
     the process has already gone on into the next step (a checkpoint written on a signal).

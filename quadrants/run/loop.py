@@ -42,10 +42,10 @@ from quadrants.run.build import Run, build_context
 from quadrants.run.checkpointing import Checkpointing
 from quadrants.run.grading import GradingGuard
 from quadrants.run.held_out import HeldOutEvaluation
-from quadrants.run.identity import ResumeChange, change_params, check_resume, history_name
 from quadrants.run.preemption import checkpointed_steps
 from quadrants.run.probing import Probing
 from quadrants.run.records import log_task, optimizer_offload, resume, task_tags, write_run_id
+from quadrants.run.resume_identity import ResumeChange, change_params, check_resume, history_name
 from quadrants.run.run_info import flat_params
 from quadrants.run.sample_artifacts import SampleArtifacts
 from quadrants.run.step_progress import StepProgress

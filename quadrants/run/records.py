@@ -18,8 +18,8 @@ from quadrants.distributed.agreement import raise_on_every_rank
 from quadrants.objectives.control import STATE_KEY, restore_state
 from quadrants.run.build import Run
 from quadrants.run.checkpoint import load_latest, restore, save_checkpoint
-from quadrants.run.identity import identity_record
 from quadrants.run.offload import OptimizerOffload
+from quadrants.run.resume_identity import identity_record
 from quadrants.tracking.base import Tracker
 from quadrants.tracking.disk_full import DiskFullError, is_disk_full
 

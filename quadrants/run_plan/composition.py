@@ -3,13 +3,13 @@ names against the package that owns them, and the rules that span two owners.
 
 The one module that knows which package owns which name: the objective registry, the loss
 aggregations, the quadrant thresholds, the tasks and prompt formats, the answer extractions, the
-rollout engines, the devices, the benchmarks (eval/plan.py), the probe (probe/plan.py). And the
-rules between owners: model x engine (`validate_attention_kernel`), LoRA x engine (`validate_lora`),
-attention x layout (`validate_attention_layout`), objective x adapters (`validate_signals`), the
-batch x the ranks (`check_layout`, `check_lora_ranks`). `check_values` runs them all, in the order
-a user fixes them; `RunPlan.parse` (quadrants/run_plan/parse.py) calls it once and hands on what
-it parsed. It sits above every owner, so that quadrants/config.py stays a leaf schema. Each
-failure names the key and the allowed values.
+rollout engines, the devices, the benchmarks (eval/suite.py), the probe (probe/positions.py).
+And the rules between owners: model x engine (`validate_attention_kernel`), LoRA x engine
+(`validate_lora`), attention x layout (`validate_attention_layout`), objective x adapters
+(`validate_signals`), the batch x the ranks (`check_layout`, `check_lora_ranks`). `check_values`
+runs them all, in the order a user fixes them; `RunPlan.parse` (quadrants/run_plan/parse.py)
+calls it once and hands on what it parsed. It sits above every owner, so that
+quadrants/config.py stays a leaf schema. Each failure names the key and the allowed values.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from quadrants.config_ranges import Choice, Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
 from quadrants.distributed.collectives import BACKENDS
-from quadrants.eval.plan import suite, validate_eval
+from quadrants.eval.suite import suite, validate_eval
 from quadrants.models.loading import ATTENTIONS, FLASH
 from quadrants.models.lora import target_modules as lora_target_modules
 from quadrants.models.policy import LAYOUTS, check_packable
@@ -42,7 +42,7 @@ from quadrants.ops.aggregation import LOSS_AGGREGATIONS
 from quadrants.ops.mismatch import MISMATCH_CORRECTIONS
 from quadrants.ops.precision import PRECISIONS, resolve_precision
 from quadrants.ops.quadrants import QuadrantSettings
-from quadrants.probe.plan import validate_probe
+from quadrants.probe.positions import validate_probe
 from quadrants.rewards.confound import CONFOUNDS
 from quadrants.rewards.custom import load_callable
 from quadrants.rewards.extract import EXTRACTIONS
@@ -96,7 +96,7 @@ def validate_heldout_split(eval_cfg: EvalConfig, task_cfg: TaskConfig) -> None:
     """Refuse an evaluation that needs a held-out split which ``task.heldout_size=0`` leaves empty.
 
     A task named in ``eval.benchmarks`` (not a benchmark of the same name: ``gsm8k`` is its test
-    set) is evaluated on its first ``task.heldout_size`` held-out problems (eval/plan.py
+    set) is evaluated on its first ``task.heldout_size`` held-out problems (eval/suite.py
     `build_plans`); with no benchmarks, the run's task on ``eval.problems`` of its held-out split,
     which ``task.heldout_size`` carves unless ``task.params`` names a held-out file or split. Zero
     problems would be logged as a score of 0 (eval/heldout.py) or fail in `suite_metrics`, after

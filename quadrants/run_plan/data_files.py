@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from quadrants.config import RunConfig
-from quadrants.eval.plan import check_eval_files
+from quadrants.eval.suite import check_eval_files
 from quadrants.rewards.custom import load_callable, probe_reward
 from quadrants.tasks import DATASET_PRESETS, check_task_files, make_task
 

@@ -25,7 +25,7 @@ GraphWiz task) for per-group accuracy.
 A problem's text (`BenchmarkItem.question`) is the question and its options as ``(A) ...`` lines, or
 the GraphWiz prompt; its instruction (`OodSpec.instruction`) is `CHOICE_INSTRUCTION` or the math
 `INSTRUCTION`. ``problem.prompt`` is the plain rendering, text then instruction on its own line; an
-evaluation renders the text in the run's prompt format instead (`quadrants.eval.plan`), with this
+evaluation renders the text in the run's prompt format instead (`quadrants.eval.suite`), with this
 instruction unless ``prompt.instruction`` is set.
 """
 

@@ -33,7 +33,7 @@ from quadrants.objectives.batch import TokenBatch
 from quadrants.objectives.loss import applied_weights, gradient_tokens, kept_tokens
 from quadrants.ops.mismatch import is_weight_stats
 from quadrants.rollout.engine import rollouts_to
-from quadrants.rollout.identity import push_figures
+from quadrants.rollout.identity_guard import push_figures
 from quadrants.tracking import keys
 from quadrants.train.collect import collect_rollouts
 from quadrants.train.context import Collected, StepContext

@@ -155,7 +155,7 @@ def update_gradient(
     no clipping, no optimizer step, the weights unchanged. To first order in the learning rate lr,
     plain SGD through those mini-batches moves the weights by −lr times this sum (each later
     mini-batch's gradient differs from its value here by O(lr)): the direction whose effect
-    quadrants/run/counterfactual.py reports as the first-order effect of an arm."""
+    quadrants/run/one_step_arms.py reports as the first-order effect of an arm."""
     model.train()
     for parameter in model.parameters():
         parameter.grad = None

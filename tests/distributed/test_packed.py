@@ -29,7 +29,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.objectives.registry import get_objective, known_objectives
-from quadrants.rollout.identity import TOLERANCE_BF16
+from quadrants.rollout.identity_guard import TOLERANCE_BF16
 from tests.flip_metrics import flip_metric_agrees
 
 from .harness import LAYOUT_CASES
@@ -68,7 +68,7 @@ def test_packed_runs_log_what_the_padded_run_logs(recompute_runs, worker, case):
 # bf16-mixed: the HF engine decodes and scores in float32 (the module's own dtype; the trainer's
 # autocast is not the engine's: run/settings.py), so these measure each run's bf16 rounding against
 # float32, not a difference between the layouts. engine_logp_abs_diff: on the step's rollouts.
-# identity_gap: on the identity guard's probe, the engine's own samples (rollout/identity.py, the
+# identity_gap: on the identity guard's probe, the engine's own samples (rollout/identity_guard.py, the
 # defaults: 4 sequences x 32 tokens, probe seed 0), a gap the run itself bounds by the tolerance
 # its start-up check calibrated, max(4 x start-up gap, 1e-3), or it stops. Both means lie in
 # [1e-4, TOLERANCE_BF16 = 0.05) (1e-4 is 300x the float32 runs' 3e-7: the trainer computed in

@@ -50,7 +50,7 @@ def test_the_guard_on_real_bf16_weights_never_trips_and_stops_a_dropped_push(smo
     task = make_run_task(cfg, engine.tokenizer)  # the run's task in its chat format
     prompts = [p.prompt for p in task.heldout(6)]
     assert probe_prompts(cfg, task) == prompts[: cfg.rollout.identity_check.probe_size]
-    with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity"):
+    with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity_guard"):
         # the steps train on 2 prompts x 2 samples (what moves the weights at lr 1e-6 matters, not
         # the batch's size); the probes are a run's own: 4 held-out prompts x 32 tokens each
         run = run_guards(model, engine, prompts[:4], prompts[4:6], steps=20, lr=1e-6, verbose=True)

@@ -209,7 +209,7 @@ def test_an_empty_heldout_split_is_refused_when_the_evaluation_needs_it():
         RunPlan.parse(cfg)
     cfg.eval.problems = 0  # no held-out evaluation: nothing needs the split
     RunPlan.parse(cfg)
-    # a task among the benchmarks gets task.heldout_size problems (eval/plan.py build_plans): 0
+    # a task among the benchmarks gets task.heldout_size problems (eval/suite.py build_plans): 0
     # here, found after aime24 was generated (suite_metrics: min() of an empty sequence)
     benchmarks = EvalConfig(benchmarks={"deepscaler": 4, "aime24": 4})
     with pytest.raises(

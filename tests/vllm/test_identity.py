@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from quadrants.config import RunConfig
-from quadrants.rollout.identity import TOLERANCE_FP32, RolloutIdentityError
+from quadrants.rollout.identity_guard import TOLERANCE_FP32, RolloutIdentityError
 from quadrants.run.loop import run_training
 from quadrants.run_plan import RunPlan
 from quadrants.tracking.base import RecordingTracker

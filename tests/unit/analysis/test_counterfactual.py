@@ -1,4 +1,4 @@
-"""The counterfactual table by hand (quadrants/analysis/counterfactual.py): per-arm effects and
+"""The counterfactual table by hand (quadrants/analysis/counterfactual_table.py): per-arm effects and
 paired differences with their t-intervals over batches, and the additivity bookkeeping."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from quadrants.analysis.counterfactual import (
+from quadrants.analysis.counterfactual_table import (
     additivity,
     arm_lines,
     difference_lines,

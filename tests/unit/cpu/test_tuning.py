@@ -74,7 +74,7 @@ def _context(monkeypatch, device: str):
     cfg.model.name_or_path = "tiny-random"
     cfg.objective.kl_coef = 0.1  # a reference model too: both would be routed on the CPU
     # the rollout identity check scores a probe batch when the engine starts: on `meta` there are
-    # no numbers to score (rollout/identity.py is tested on real devices in tests/unit/rollout)
+    # no numbers to score (rollout/identity_guard.py is tested on real devices in tests/unit/rollout)
     cfg.rollout.identity_check.every = 0
     monkeypatch.setattr(build, "resolve_device", lambda name, rank=0: torch.device(device))
     return build.build_context(

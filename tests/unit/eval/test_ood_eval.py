@@ -11,7 +11,6 @@ import torch
 from quadrants.config import EvalConfig, TaskConfig
 from quadrants.eval.generation import TextEngine
 from quadrants.eval.metrics import chance_pass_at_k, ood_avg
-from quadrants.eval.plan import build_plans, validate_eval
 from quadrants.eval.results import (
     BenchmarkResult,
     ProblemResult,
@@ -20,6 +19,7 @@ from quadrants.eval.results import (
     write_benchmark,
 )
 from quadrants.eval.runner import SuiteReport, format_table, grade_benchmark
+from quadrants.eval.suite import build_plans, validate_eval
 from quadrants.models.loading import load_policy
 from quadrants.rewards.choice import ChoiceRule
 from quadrants.rewards.grader import Grader

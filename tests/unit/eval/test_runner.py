@@ -8,8 +8,8 @@ import torch
 from quadrants import seeds
 from quadrants.config import EvalConfig
 from quadrants.eval.generation import TextEngine
-from quadrants.eval.plan import BenchmarkPlan
 from quadrants.eval.runner import GenerateCall, call_seeds, generate_calls, grade_benchmark
+from quadrants.eval.suite import BenchmarkPlan
 from quadrants.models.loading import load_policy
 from quadrants.rewards.grader import Grader, Outcome
 from quadrants.tasks.synthetic import ArithmeticTask
@@ -134,7 +134,7 @@ def test_the_problems_the_prompt_limit_left_out_are_a_param_of_the_run(engine_an
     The prompts are counted by the tokenizer passed in, here one token a character
     (char_tokenizer): plain prompts are the question, a newline and the 70-character INSTRUCTION,
     38 + 1 + 70 = 109, 20 + 1 + 70 = 91 and 14 + 1 + 70 = 85 tokens, so at the limit 100 gsm8k
-    loses 1 of its 3 (tests/unit/eval/test_plan.py counts the same file). Two evaluations (step 0
+    loses 1 of its 3 (tests/unit/eval/test_suite.py counts the same file). Two evaluations (step 0
     and 1) log the same value twice; MLflow keeps it once."""
     import json
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from quadrants.memory.plan import HOST_BASE_GIB, GiB, host_per_node
+from quadrants.memory.peaks import HOST_BASE_GIB, GiB, host_per_node
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 

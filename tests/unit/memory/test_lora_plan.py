@@ -8,7 +8,7 @@ from transformers import Qwen2Config
 
 from quadrants.launch.hydra_setup import compose_run_plan, preflight
 from quadrants.memory.check import plan_for, plan_inputs
-from quadrants.memory.plan import PlanInputs, make_plan
+from quadrants.memory.peaks import PlanInputs, make_plan
 from quadrants.memory.trace import LoraSpec, TraceSpec, trace_step
 
 

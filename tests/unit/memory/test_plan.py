@@ -11,7 +11,7 @@ from quadrants.config import VLLMConfig
 from quadrants.launch.hydra_setup import compose_run_plan, preflight
 from quadrants.memory.architecture import model_config
 from quadrants.memory.check import check_memory, plan_inputs
-from quadrants.memory.plan import GiB, PlanInputs, host_per_node, trainer_trace
+from quadrants.memory.peaks import GiB, PlanInputs, host_per_node, trainer_trace
 from quadrants.memory.trace import TraceSpec, trace_step
 from quadrants.rollout.vllm_share import vllm_share
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from quadrants.launch.plan import main
+from quadrants.launch.memory_plan import main
 
 
 def test_the_plan_names_the_renamed_gpu_memory_key():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from transformers import PretrainedConfig
 
-from quadrants.memory.plan import GiB, PhasePeak, Plan, PlanInputs, format_plan
+from quadrants.memory.peaks import GiB, PhasePeak, Plan, PlanInputs, format_plan
 from quadrants.memory.trace import Footprint
 
 

@@ -10,7 +10,7 @@ import torch
 from quadrants.config import VLLMConfig
 from quadrants.launch.hydra_setup import compose_run_plan
 from quadrants.memory import check
-from quadrants.memory.plan import NON_TORCH_GIB, extrapolate, make_plan
+from quadrants.memory.peaks import NON_TORCH_GIB, extrapolate, make_plan
 from quadrants.memory.trace import Footprint, GiB, StepTrace
 from quadrants.rollout.vllm_share import CUDA_GRAPH_POOL_GIB, RUNNER_BUFFERS_GIB, vllm_share
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from quadrants.config import ProbeConfig
 from quadrants.probe.branching import next_token_probs, plan_branches
-from quadrants.probe.plan import Positions
+from quadrants.probe.positions import Positions
 from quadrants.rollout.engine import Rollouts
 
 PROBS = [0.5, 0.3, 0.15, 0.05]

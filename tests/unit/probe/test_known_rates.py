@@ -27,7 +27,7 @@ from quadrants.objectives.batch import make_token_batch
 from quadrants.probe.branching import SampledBatch, plan_branches, roll_out_branches
 from quadrants.probe.credit import cmi, entropy, jackknife_cmi, top_branches
 from quadrants.probe.estimates import estimate_credit
-from quadrants.probe.plan import Positions
+from quadrants.probe.positions import Positions
 from quadrants.probe.report import probe_metrics, read_branches, write_branches_csv
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import Rollouts, SamplingSettings, encode_prompts

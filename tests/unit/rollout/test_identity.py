@@ -14,7 +14,7 @@ from quadrants.config import IdentityCheckConfig, RunConfig
 from quadrants.ops.precision import FP32
 from quadrants.rollout.engine import Rollouts
 from quadrants.rollout.hf import ReplicaHFEngine
-from quadrants.rollout.identity import (
+from quadrants.rollout.identity_guard import (
     STALE_MARGIN,
     STARTUP_LIMIT_BF16,
     STARTUP_LIMIT_FP32,
@@ -135,7 +135,7 @@ def test_a_skipped_push_to_the_hf_engine_is_caught_and_a_normal_one_passes(caplo
     guarded = IdentityCheckedEngine(engine, IdentityCheckConfig(), FP32, chunk_size=64)
     torch.manual_seed(1)
     state = torch.random.get_rng_state()
-    with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity"):
+    with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity_guard"):
         guarded.start(model)
     assert torch.equal(torch.random.get_rng_state(), state)  # the run's stream is untouched
     assert guarded.startup_gap == 0.0 and guarded.tolerance == 1e-3
@@ -184,7 +184,7 @@ def test_a_normal_run_passes_and_logs_the_gap_per_push(tmp_path, caplog):
         run_training(RunPlan.parse(cfg), tracker)
     gaps = [m["train/identity_gap"] for _, m in tracker.history if "train/identity_gap" in m]
     assert gaps == [0.0, 0.0]
-    lines = [r for r in caplog.records if r.name == "quadrants.rollout.identity"]
+    lines = [r for r in caplog.records if r.name == "quadrants.rollout.identity_guard"]
     assert [r.levelno for r in lines] == [logging.INFO], [r.getMessage() for r in lines]
     assert lines[0].getMessage().startswith("rollout identity guard: probe of ")
 

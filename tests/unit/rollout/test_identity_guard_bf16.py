@@ -29,7 +29,7 @@ def test_the_guard_never_trips_on_healthy_bf16_pushes_and_stops_a_dropped_one(ca
     task = make_run_task(RunConfig(), engine.tokenizer)  # the default run's task and prompts
     prompts = [p.prompt for p in task.heldout(8)]
     assert probe_prompts(RunConfig(), task) == prompts[:4]  # what a run's guard samples from
-    with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity"):
+    with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity_guard"):
         run = run_guards(model, engine, prompts[:4], prompts[4:8], steps=20, lr=1e-6)
     starts = [r.getMessage() for r in caplog.records if "start-up gap" in r.getMessage()]
     assert len(starts) == 3 and all("tolerance" in line for line in starts)

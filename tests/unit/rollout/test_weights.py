@@ -61,7 +61,7 @@ def test_the_push_casts_floating_tensors_to_the_engine_dtype():
 def test_a_sharded_push_gathers_each_tensor_in_the_engine_dtype(monkeypatch):
     """FSDP2 over a fake process group of 2 ranks (torch.testing._internal.distributed.fake_pg: the
     shapes and dtypes of a real run, no data): every all-gather of a bf16 push moves bf16, the one
-    full tensor at a time the memory plan counts in the engine's dtype (memory/plan.py, weight
+    full tensor at a time the memory plan counts in the engine's dtype (memory/peaks.py, weight
     push). Gathering float32 and casting after held the float32 full tensor and its bf16 copy at
     once: for a [152064, 3584] embedding 4 + 2 bytes x 545e6 = 3.05 GiB against the planned
     2 x 545e6 = 1.02 GiB. What only a GPU run shows: the CUDA peak itself (the dtypes fix it).

@@ -1,4 +1,4 @@
-"""The paired one-step counterfactuals on the tiny model (quadrants/run/counterfactual.py): the
+"""The paired one-step counterfactuals on the tiny model (quadrants/run/one_step_arms.py): the
 first-order effects of the four quadrant arms add up to the plain objective's, and two arms with the
 same mask have the same effects, bit for bit."""
 
@@ -15,7 +15,7 @@ from quadrants.ops.quadrants import Quadrant, RandomControl
 from quadrants.rewards.grader import Grader
 from quadrants.rollout.engine import SamplingSettings
 from quadrants.run.build import build_context
-from quadrants.run.counterfactual import (
+from quadrants.run.one_step_arms import (
     FIRST_ORDER,
     GRAD_NORM,
     MEASURED,

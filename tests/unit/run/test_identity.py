@@ -1,4 +1,4 @@
-"""The resume identity (quadrants/run/identity.py): which keys are compared, how a change is said,
+"""The resume identity (quadrants/run/resume_identity.py): which keys are compared, how a change is said,
 and the refusal / opt-in against a checkpoint's recorded config."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from quadrants.config import CheckpointConfig, ObjectiveConfig, RunConfig, TrainConfig
 from quadrants.run.checkpoint import IDENTITY_FILE
-from quadrants.run.identity import (
+from quadrants.run.resume_identity import (
     Change,
     ConfigChangedError,
     ResumeChange,

@@ -12,7 +12,7 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.memory.check import plan_inputs
-from quadrants.memory.plan import make_plan
+from quadrants.memory.peaks import make_plan
 from quadrants.models.tiny import random_tiny_policy
 from quadrants.run.offload import OptimizerOffload
 from quadrants.run_plan import RunPlan
@@ -116,6 +116,6 @@ def test_the_memory_plan_moves_the_states_to_the_host():
         assert a[phase].total - b[phase].total == states, phase
     assert b["update"].total <= a["update"].total
     # host: the larger of rank 0's load copy (the tiny checkpoint is float32: 1,064,064 x 4 B =
-    # 4,256,256, memory/plan.py host_per_node) and the ranks' states (2 x 4,256,456 = 8,512,912)
+    # 4,256,256, memory/peaks.py host_per_node) and the ranks' states (2 x 4,256,456 = 8,512,912)
     # instead of the load copy alone: 4,256,656 bytes more
     assert offloaded.host_per_node - kept.host_per_node == 2 * states - 4 * 1_064_064 == 4_256_656

@@ -34,7 +34,7 @@ from quadrants.launch.hydra_setup import (
 )
 from quadrants.launch.slurm_host import SLURM_LAUNCHER
 from quadrants.memory.check import plan_inputs, refusal
-from quadrants.memory.plan import HOST_MARGIN, GiB, Plan, fits, format_plan, make_plan
+from quadrants.memory.peaks import HOST_MARGIN, GiB, Plan, fits, format_plan, make_plan
 from quadrants.run_plan import RunPlan
 
 

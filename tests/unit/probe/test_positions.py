@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from quadrants.config import ProbeConfig, RunConfig
-from quadrants.probe.plan import branching_cost, select_positions
+from quadrants.probe.positions import branching_cost, select_positions
 from quadrants.run_plan import RunPlan
 
 

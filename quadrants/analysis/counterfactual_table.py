@@ -2,7 +2,7 @@
 the differences between arms, and the additivity of the first-order effects.
 
 Input: per rollout batch, per arm, per metric, one effect (after − before on the same held-out
-responses and seeds; quadrants/run/counterfactual.py). The batch is the unit of replication: every
+responses and seeds; quadrants/run/one_step_arms.py). The batch is the unit of replication: every
 arm of one batch shares its rollouts, starting weights, optimizer state and draws, so an arm's
 effect and the difference of two arms are each one number per batch, and their mean over the B
 batches has the Student-t interval of analysis/stats.py (B − 1 degrees of freedom). The interval

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from quadrants.config import EvalConfig, PromptConfig, TaskConfig
-from quadrants.eval.plan import build_plans, suite, validate_eval
+from quadrants.eval.suite import build_plans, suite, validate_eval
 from quadrants.models.tokenizer import char_tokenizer
 from quadrants.tasks.benchmarks import INSTRUCTION, known_benchmarks
 from quadrants.tasks.synthetic import ArithmeticTask
@@ -146,7 +146,7 @@ def test_benchmark_prompts_over_the_prompt_limit_are_dropped_and_counted(data_di
     assert len(INSTRUCTION) == 70
     cfg = EvalConfig(benchmarks={"gsm8k": 2}, data_dir=str(data_dir))
     plain = PromptConfig(format="plain")
-    with caplog.at_level("INFO", logger="quadrants.eval.plan"):
+    with caplog.at_level("INFO", logger="quadrants.eval.suite"):
         (plan,) = build_plans(cfg, TaskConfig(max_prompt_tokens=100), char_tokenizer(), plain)
     assert [p.answer for p in plan.problems] == ["1234", "0"]
     assert (plan.too_long, plan.whole) == (1, False)
