@@ -162,7 +162,7 @@ def update_settings(plan: RunPlan) -> UpdateSettings:
         mini_batch_size=train.mini_batch_size,
         micro_batch_size=train.micro_batch_size,
         micro_batch_tokens=train.micro_batch_tokens,
-        forward_tokens=train.forward_tokens,
+        forward_tokens=plan.forward.forward_tokens,  # the forwards' budget, as the plan parsed it
         max_grad_norm=train.max_grad_norm,
         measure_dlogp=train.measure_dlogp,
         dlogp_rows=train.dlogp_rows,
