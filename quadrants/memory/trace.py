@@ -426,8 +426,12 @@ def _step_with_zero_grads(params: list[nn.Parameter], optimizer: torch.optim.Opt
     optimizer.zero_grad(set_to_none=True)
 
 
-def trace_step(spec: TraceSpec) -> StepTrace:
-    """Peaks of the update, the optimizer step and a no-grad forward (module docstring)."""
+def trace_step(spec: TraceSpec, shortcuts: bool = True) -> StepTrace:
+    """Peaks of the update, the optimizer step and a no-grad forward (module docstring).
+
+    `shortcuts`: the trackers keep the tracker-wide figures only (`_tracker_wide`), the
+    figures the same to the byte in less time; False: torch's trackers as they are (the reference
+    tests/unit/memory/test_trace.py holds the shortcuts to)."""
     if spec.precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {spec.precision!r}")
     group = _fake_process_group(spec.world_size) if spec.sharded and spec.fake else nullcontext()
@@ -443,12 +447,15 @@ def trace_step(spec: TraceSpec) -> StepTrace:
 
             mesh = init_device_mesh(spec.device, (spec.world_size,))
         with mode:
-            return _trace(spec, mesh)
+            return _trace(spec, mesh, shortcuts)
 
 
-def _trace(spec: TraceSpec, mesh) -> StepTrace:
+def _trace(spec: TraceSpec, mesh, shortcuts: bool) -> StepTrace:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
+
+    if shortcuts:
+        FSDPMemTracker, MemTracker = _tracker_wide(FSDPMemTracker), _tracker_wide(MemTracker)
 
     dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float32
     with torch.device(spec.device):
@@ -478,7 +485,7 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     def tracker():
         if spec.sharded:
             return FSDPMemTracker(model, optimizer)
-        plain = frozen_aware_mem_tracker() if spec.lora is not None else MemTracker()
+        plain = _frozen_aware(MemTracker)() if spec.lora is not None else MemTracker()
         plain.track_external(model, optimizer)
         return plain
 
@@ -536,10 +543,33 @@ def fed_tokens(lengths: tuple[tuple[int, int], ...], spec: TraceSpec) -> int:
     return len(lengths) * (spec.seq_len - spec.response_tokens + max(r for _, r in lengths))
 
 
-def _frozen_aware_tracker_class():
-    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+def _tracker_wide(tracker_class):
+    """`tracker_class` (torch's MemTracker or FSDPMemTracker) keeping the tracker-wide figures
+    only. After every operation torch's `_update_peak_stats` walks every module the tracker has
+    seen to update that module's own peak (`memory_tracking`, what `display_modulewise_snapshots`
+    prints), about half the time of a trace; then it updates the tracker-wide peak. The trace reads
+    the tracker-wide snapshots only (`get_tracker_snapshot("current")` and `("peak")`), which the
+    per-module walk never writes, so this keeps torch's second part as it is and skips the walk:
+    the same figures to the byte (tests/unit/memory/test_trace.py)."""
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY
 
-    class FrozenAwareMemTracker(MemTracker):
+    class TrackerWide(tracker_class):
+        def _update_peak_stats(self, peak_state) -> None:
+            for dev, dev_snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
+                    self._peak_mem_snap[dev] = copy.deepcopy(dev_snap)
+
+    TrackerWide.__name__ = TrackerWide.__qualname__ = f"TrackerWide{tracker_class.__name__}"
+    return TrackerWide
+
+
+def _frozen_aware(tracker_class):
+    """`tracker_class` (torch's MemTracker, or `_tracker_wide`'s) for a model with frozen
+    parameters."""
+    from torch.distributed._tools.mem_tracker import _MemRefType
+
+    class FrozenAwareMemTracker(tracker_class):
         """torch's MemTracker with gradient hooks on the parameters that require grad only: its
         module pre-forward hook registers one on every parameter of every module
         (torch/distributed/_tools/mem_tracker.py `_track_module_params_and_buffers`), which raises
@@ -570,7 +600,9 @@ def frozen_aware_mem_tracker():
     """A MemTracker for a model with frozen parameters (LoRA's base): torch's class, imported
     lazily, with gradient hooks on the trainable parameters only (also benchmarks/gpu_acceptance.py
     on the CPU)."""
-    return _frozen_aware_tracker_class()()
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    return _frozen_aware(MemTracker)()
 
 
 def _trace_optimizer(model, optimizer, spec: TraceSpec, MemTracker, tracker) -> Footprint:
