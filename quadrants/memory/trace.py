@@ -291,6 +291,49 @@ AttentionInterface.register(VARLEN_TRACE, _varlen_trace_attention)
 AttentionMaskInterface.register(VARLEN_TRACE, _no_mask)
 
 
+def traced_chunks(rows: int, step: int) -> list[int]:
+    """The first rows of the chunks of `step` rows of `rows` the trace runs: the first two and the
+    last two (every chunk when there are at most four)."""
+    count = -(-rows // step)
+    return [c * step for c in range(count) if c < 2 or c >= count - 2]
+
+
+@contextmanager
+def _head_chunks_elided() -> Iterator[None]:
+    """The fused LM head (ops/fused_head.py) runs the first two and the last two of its chunks
+    while inside; the rest of its loops, the same to the byte for the trackers, are not run.
+
+    The head's forward and backward loop over chunks of `chunk_size` rows, and a 7B-wide trace
+    spends most of its time there (3 x 48 chunks of 256 rows per micro-batch of 4 x 3072 response
+    tokens, 192 in the no-grad forward). Each chunk does the same operations on tensors of the same
+    shapes, so from the second chunk on each allocates and frees what the one before it did (the
+    first may differ: autocast caches the head's weight cast in it): only what the chunks leave
+    behind differs. Backward leaves nothing (it writes into gradients allocated before its loop;
+    a chunk's [chunk, V] buffer is freed during the next one, as the one before it was): a chunk
+    between the second and the second-last reaches the same totals as the second, later, so the
+    trackers' peak (the first moment of the largest total) and what is held after the loop are
+    unchanged without it. Forward leaves each chunk's log-probs and entropies ([chunk] float32
+    each) until it returns: an elided chunk allocates exactly those (zeros), so every later moment
+    holds what it holds in the full loop, and an elided chunk's totals are below the second-last
+    chunk's, which holds more of them (the last, possibly partial, runs too)."""
+    from quadrants.ops import fused_head
+
+    forward_chunk, backward_chunks = fused_head._forward_chunk, fused_head._backward_chunks
+
+    def elided_forward_chunk(hidden, weight, bias, ids, temperature, rows: slice):
+        step = rows.stop - rows.start
+        if rows.start in traced_chunks(hidden.shape[0], step):
+            return forward_chunk(hidden, weight, bias, ids, temperature, rows)
+        # an elided chunk is a full one (the last two run)
+        return tuple(hidden.new_zeros(step, dtype=torch.float32) for _ in range(2))
+
+    fused_head._forward_chunk, fused_head._backward_chunks = elided_forward_chunk, traced_chunks
+    try:
+        yield
+    finally:
+        fused_head._forward_chunk, fused_head._backward_chunks = forward_chunk, backward_chunks
+
+
 def build_model(
     config: PretrainedConfig, layers: int, dtype: torch.dtype, varlen: bool = False
 ) -> nn.Module:
@@ -429,13 +472,15 @@ def _step_with_zero_grads(params: list[nn.Parameter], optimizer: torch.optim.Opt
 def trace_step(spec: TraceSpec, shortcuts: bool = True) -> StepTrace:
     """Peaks of the update, the optimizer step and a no-grad forward (module docstring).
 
-    `shortcuts`: the trackers keep the tracker-wide figures only (`_tracker_wide`), the
-    figures the same to the byte in less time; False: torch's trackers as they are (the reference
-    tests/unit/memory/test_trace.py holds the shortcuts to)."""
+    `shortcuts`: the trackers keep the tracker-wide figures only (`_tracker_wide`) and the fused
+    LM head runs the first two and the last two of its chunks (`_head_chunks_elided`): the figures
+    the same to the byte in less time. False: torch's trackers as they are and every chunk, the
+    reference tests/unit/memory/test_trace.py holds the shortcuts to."""
     if spec.precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {spec.precision!r}")
     group = _fake_process_group(spec.world_size) if spec.sharded and spec.fake else nullcontext()
-    with group, _torch_matmul():
+    elided = _head_chunks_elided() if shortcuts else nullcontext()
+    with group, _torch_matmul(), elided:
         mode = nullcontext()
         if spec.fake:
             from torch._subclasses.fake_tensor import FakeTensorMode
