@@ -28,6 +28,11 @@ Under `FakeTensorMode` (torch/_subclasses/fake_tensor.py) no tensor has storage,
 traces in about a second on a laptop, and the fake process group
 (torch/testing/_internal/distributed/fake_pg.py) gives FSDP2 a world of any size.
 
+Two shortcuts, each the same figures to the byte (`trace_step(spec, shortcuts=False)` runs
+without them; tests/unit/memory/test_trace.py compares): the trackers keep only the tracker-wide
+peak (`_tracker_wide`), and the fused LM head runs the first two and the last two of its row
+chunks (`_head_chunks_elided`), where a 7B-wide trace otherwise spends most of its time.
+
 Two corrections, each found by checking the trackers' figures against arithmetic:
 
 1. The optimizer step of a sharded model is not traced through the DTensor parameters. DTensor's
