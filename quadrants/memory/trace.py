@@ -309,18 +309,19 @@ def _head_chunks_elided() -> Iterator[None]:
     while inside; the rest of its loops, the same to the byte for the trackers, are not run.
 
     The head's forward and backward loop over chunks of `chunk_size` rows, and a 7B-wide trace
-    spends most of its time there (3 x 48 chunks of 256 rows per micro-batch of 4 x 3072 response
-    tokens, 192 in the no-grad forward). Each chunk does the same operations on tensors of the same
-    shapes, so from the second chunk on each allocates and frees what the one before it did (the
-    first may differ: autocast caches the head's weight cast in it): only what the chunks leave
-    behind differs. Backward leaves nothing (it writes into gradients allocated before its loop;
-    a chunk's [chunk, V] buffer is freed during the next one, as the one before it was): a chunk
-    between the second and the second-last reaches the same totals as the second, later, so the
-    trackers' peak (the first moment of the largest total) and what is held after the loop are
-    unchanged without it. Forward leaves each chunk's log-probs and entropies ([chunk] float32
-    each) until it returns: an elided chunk allocates exactly those (zeros), so every later moment
-    holds what it holds in the full loop, and an elided chunk's totals are below the second-last
-    chunk's, which holds more of them (the last, possibly partial, runs too)."""
+    spends most of its time there (the 7B LoRA preset: 48 chunks of 256 rows each way per micro-
+    batch of 4 x 3072 response tokens, 192 in the no-grad forward of 16 rows). Each chunk does the
+    same operations on tensors of the same shapes, so from the second chunk on each allocates and
+    frees what the one before it did (the first may differ: autocast caches the head's weight cast
+    in it): only what the chunks leave behind differs. Backward leaves nothing (it writes into
+    gradients allocated before its loop; a chunk's [chunk, V] buffer is freed during the next one,
+    as the one before it was): a chunk between the second and the second-last reaches the same
+    totals as the second, later, so the trackers' peak (the first moment of the largest total) and
+    what is held after the loop are unchanged without it. Forward leaves each chunk's log-probs and
+    entropies ([chunk] float32 each) until it returns: an elided chunk allocates exactly those
+    (zeros), so every later moment holds what it holds in the full loop, and an elided chunk's
+    totals are below the second-last chunk's, which holds more of them (the last, possibly partial,
+    runs too)."""
     from quadrants.ops import fused_head
 
     forward_chunk, backward_chunks = fused_head._forward_chunk, fused_head._backward_chunks
