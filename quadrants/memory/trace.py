@@ -309,11 +309,11 @@ def _head_chunks_elided() -> Iterator[None]:
     while inside; the rest of its loops, the same to the byte for the trackers, are not run.
 
     The head's forward and backward loop over chunks of `chunk_size` rows, and a 7B-wide trace
-    spends most of its time there (the 7B LoRA preset: 48 chunks of 256 rows each way per micro-
-    batch of 4 x 3072 response tokens, 192 in the no-grad forward of 16 rows). Each chunk does the
-    same operations on tensors of the same shapes, so from the second chunk on each allocates and
-    frees what the one before it did (the first may differ: autocast caches the head's weight cast
-    in it): only what the chunks leave behind differs. Backward leaves nothing (it writes into
+    spends most of its time there (the 7B LoRA preset: 48 chunks of 256 rows each way per
+    micro-batch of 4 x 3072 response tokens, 192 in the no-grad forward of 16 rows). Each chunk does
+    the same operations on tensors of the same shapes, so from the second chunk on each allocates
+    and frees what the one before it did (the first may differ: autocast caches the head's weight
+    cast in it): only what the chunks leave behind differs. Backward leaves nothing (it writes into
     gradients allocated before its loop; a chunk's [chunk, V] buffer is freed during the next one,
     as the one before it was): a chunk between the second and the second-last reaches the same
     totals as the second, later, so the trackers' peak (the first moment of the largest total) and
