@@ -88,7 +88,7 @@ def plan_case(overrides: str, ranks: int) -> dict:
 
 
 def trace_cases() -> dict[str, dict]:
-    """Traces of shapes the plan does not run: rows of unequal length, real tensors."""
+    """Traces the plans above do not run: rows of unequal length, a flash kernel, real tensors."""
     from quadrants.memory.architecture import model_config
     from quadrants.memory.trace import TraceSpec, trace_step
 
@@ -99,6 +99,9 @@ def trace_cases() -> dict[str, dict]:
         "rows padded": TraceSpec(config, layers=2, sharded=False, rows=rows, **shape),
         "rows packed": TraceSpec(config, layers=2, sharded=False, rows=rows, packed=True, **shape),
         "rows sharded": TraceSpec(config, layers=2, world_size=2, rows=rows, **shape),
+        "flash kernel packed": TraceSpec(
+            config, layers=2, sharded=False, packed=True, varlen=True, **shape
+        ),
         "real tensors": TraceSpec(config, layers=2, sharded=False, fake=False, **shape),
     }
     return {name: asdict(trace_step(spec)) for name, spec in specs.items()}
