@@ -28,6 +28,11 @@ Under `FakeTensorMode` (torch/_subclasses/fake_tensor.py) no tensor has storage,
 traces in about a second on a laptop, and the fake process group
 (torch/testing/_internal/distributed/fake_pg.py) gives FSDP2 a world of any size.
 
+Two shortcuts, each the same figures to the byte (`trace_step(spec, shortcuts=False)` runs
+without them; tests/unit/memory/test_trace.py compares): the trackers keep only the tracker-wide
+peak (`_tracker_wide`), and the fused LM head runs the first two and the last two of its row
+chunks (`_head_chunks_elided`), where a 7B-wide trace otherwise spends most of its time.
+
 Two corrections, each found by checking the trackers' figures against arithmetic:
 
 1. The optimizer step of a sharded model is not traced through the DTensor parameters. DTensor's
@@ -291,6 +296,50 @@ AttentionInterface.register(VARLEN_TRACE, _varlen_trace_attention)
 AttentionMaskInterface.register(VARLEN_TRACE, _no_mask)
 
 
+def traced_chunks(rows: int, step: int) -> list[int]:
+    """The first rows of the chunks of `step` rows of `rows` the trace runs: the first two and the
+    last two (every chunk when there are at most four)."""
+    count = -(-rows // step)
+    return [c * step for c in range(count) if c < 2 or c >= count - 2]
+
+
+@contextmanager
+def _head_chunks_elided() -> Iterator[None]:
+    """The fused LM head (ops/fused_head.py) runs the first two and the last two of its chunks
+    while inside; the rest of its loops, the same to the byte for the trackers, are not run.
+
+    The head's forward and backward loop over chunks of `chunk_size` rows, and a 7B-wide trace
+    spends most of its time there (the 7B LoRA preset: 48 chunks of 256 rows each way per
+    micro-batch of 4 x 3072 response tokens, 192 in the no-grad forward of 16 rows). Each chunk does
+    the same operations on tensors of the same shapes, so from the second chunk on each allocates
+    and frees what the one before it did (the first may differ: autocast caches the head's weight
+    cast in it): only what the chunks leave behind differs. Backward leaves nothing (it writes into
+    gradients allocated before its loop; a chunk's [chunk, V] buffer is freed during the next one,
+    as the one before it was): a chunk between the second and the second-last reaches the same
+    totals as the second, later, so the trackers' peak (the first moment of the largest total) and
+    what is held after the loop are unchanged without it. Forward leaves each chunk's log-probs and
+    entropies ([chunk] float32 each) until it returns: an elided chunk allocates exactly those
+    (zeros), so every later moment holds what it holds in the full loop, and an elided chunk's
+    totals are below the second-last chunk's, which holds more of them (the last, possibly partial,
+    runs too)."""
+    from quadrants.ops import fused_head
+
+    forward_chunk, backward_chunks = fused_head._forward_chunk, fused_head._backward_chunks
+
+    def elided_forward_chunk(hidden, weight, bias, ids, temperature, rows: slice):
+        step = rows.stop - rows.start
+        if rows.start in traced_chunks(hidden.shape[0], step):
+            return forward_chunk(hidden, weight, bias, ids, temperature, rows)
+        # an elided chunk is a full one (the last two run)
+        return tuple(hidden.new_zeros(step, dtype=torch.float32) for _ in range(2))
+
+    fused_head._forward_chunk, fused_head._backward_chunks = elided_forward_chunk, traced_chunks
+    try:
+        yield
+    finally:
+        fused_head._forward_chunk, fused_head._backward_chunks = forward_chunk, backward_chunks
+
+
 def build_model(
     config: PretrainedConfig, layers: int, dtype: torch.dtype, varlen: bool = False
 ) -> nn.Module:
@@ -426,12 +475,18 @@ def _step_with_zero_grads(params: list[nn.Parameter], optimizer: torch.optim.Opt
     optimizer.zero_grad(set_to_none=True)
 
 
-def trace_step(spec: TraceSpec) -> StepTrace:
-    """Peaks of the update, the optimizer step and a no-grad forward (module docstring)."""
+def trace_step(spec: TraceSpec, shortcuts: bool = True) -> StepTrace:
+    """Peaks of the update, the optimizer step and a no-grad forward (module docstring).
+
+    `shortcuts`: the trackers keep the tracker-wide figures only (`_tracker_wide`) and the fused
+    LM head runs the first two and the last two of its chunks (`_head_chunks_elided`): the figures
+    the same to the byte in less time. False: torch's trackers as they are and every chunk, the
+    reference tests/unit/memory/test_trace.py holds the shortcuts to."""
     if spec.precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {spec.precision!r}")
     group = _fake_process_group(spec.world_size) if spec.sharded and spec.fake else nullcontext()
-    with group, _torch_matmul():
+    elided = _head_chunks_elided() if shortcuts else nullcontext()
+    with group, _torch_matmul(), elided:
         mode = nullcontext()
         if spec.fake:
             from torch._subclasses.fake_tensor import FakeTensorMode
@@ -443,12 +498,15 @@ def trace_step(spec: TraceSpec) -> StepTrace:
 
             mesh = init_device_mesh(spec.device, (spec.world_size,))
         with mode:
-            return _trace(spec, mesh)
+            return _trace(spec, mesh, shortcuts)
 
 
-def _trace(spec: TraceSpec, mesh) -> StepTrace:
+def _trace(spec: TraceSpec, mesh, shortcuts: bool) -> StepTrace:
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
+
+    if shortcuts:
+        FSDPMemTracker, MemTracker = _tracker_wide(FSDPMemTracker), _tracker_wide(MemTracker)
 
     dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float32
     with torch.device(spec.device):
@@ -478,7 +536,7 @@ def _trace(spec: TraceSpec, mesh) -> StepTrace:
     def tracker():
         if spec.sharded:
             return FSDPMemTracker(model, optimizer)
-        plain = frozen_aware_mem_tracker() if spec.lora is not None else MemTracker()
+        plain = _frozen_aware(MemTracker)() if spec.lora is not None else MemTracker()
         plain.track_external(model, optimizer)
         return plain
 
@@ -536,10 +594,33 @@ def fed_tokens(lengths: tuple[tuple[int, int], ...], spec: TraceSpec) -> int:
     return len(lengths) * (spec.seq_len - spec.response_tokens + max(r for _, r in lengths))
 
 
-def _frozen_aware_tracker_class():
-    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+def _tracker_wide(tracker_class):
+    """`tracker_class` (torch's MemTracker or FSDPMemTracker) keeping the tracker-wide figures
+    only. After every operation torch's `_update_peak_stats` walks every module the tracker has
+    seen to update that module's own peak (`memory_tracking`, what `display_modulewise_snapshots`
+    prints), about half the time of a trace; then it updates the tracker-wide peak. The trace reads
+    the tracker-wide snapshots only (`get_tracker_snapshot("current")` and `("peak")`), which the
+    per-module walk never writes, so this keeps torch's second part as it is and skips the walk:
+    the same figures to the byte (tests/unit/memory/test_trace.py)."""
+    from torch.distributed._tools.mem_tracker import _TOTAL_KEY
 
-    class FrozenAwareMemTracker(MemTracker):
+    class TrackerWide(tracker_class):
+        def _update_peak_stats(self, peak_state) -> None:
+            for dev, dev_snap in self._curr_mem_snap.items():
+                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
+                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
+                    self._peak_mem_snap[dev] = copy.deepcopy(dev_snap)
+
+    TrackerWide.__name__ = TrackerWide.__qualname__ = f"TrackerWide{tracker_class.__name__}"
+    return TrackerWide
+
+
+def _frozen_aware(tracker_class):
+    """`tracker_class` (torch's MemTracker, or `_tracker_wide`'s) for a model with frozen
+    parameters."""
+    from torch.distributed._tools.mem_tracker import _MemRefType
+
+    class FrozenAwareMemTracker(tracker_class):
         """torch's MemTracker with gradient hooks on the parameters that require grad only: its
         module pre-forward hook registers one on every parameter of every module
         (torch/distributed/_tools/mem_tracker.py `_track_module_params_and_buffers`), which raises
@@ -570,7 +651,9 @@ def frozen_aware_mem_tracker():
     """A MemTracker for a model with frozen parameters (LoRA's base): torch's class, imported
     lazily, with gradient hooks on the trainable parameters only (also benchmarks/gpu_acceptance.py
     on the CPU)."""
-    return _frozen_aware_tracker_class()()
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    return _frozen_aware(MemTracker)()
 
 
 def _trace_optimizer(model, optimizer, spec: TraceSpec, MemTracker, tracker) -> Footprint:

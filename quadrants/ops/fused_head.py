@@ -57,6 +57,28 @@ def _entropy(log_probs: Tensor) -> Tensor:
     return -log_probs.exp().mul_(log_probs).nan_to_num_(nan=0.0).sum(-1)
 
 
+def _forward_chunk(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    ids: Tensor,
+    temperature: float,
+    rows: slice,
+) -> tuple[Tensor, Tensor]:
+    """(logp [n], entropy [n]) float32 of the chunk `rows` of hidden [N, H] and ids [N]; its
+    [n, V] log-probs freed on return."""
+    log_probs = _chunk_log_probs(hidden[rows], weight, bias, temperature)  # [n, V]
+    return log_probs.gather(-1, ids[rows, None]).squeeze(-1), _entropy(log_probs)
+
+
+def _backward_chunks(rows: int, step: int) -> range:
+    """The first row of each chunk backward runs: every chunk.
+
+    memory/trace.py, tracing the head's memory, runs fewer (`_head_chunks_elided`), here and in
+    place of `_forward_chunk`: each chunk allocates and frees what the one before it did."""
+    return range(0, rows, step)
+
+
 class _FusedHeadLogpEntropy(torch.autograd.Function):
     """(logp [N], entropy [N]) float32 from hidden [N, H], weight [V, H], bias
     [V] or None, ids [N]."""
@@ -74,12 +96,11 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
     ):
         logps, ents = [], []
         for i in range(0, hidden.shape[0], chunk_size):
-            log_probs = _chunk_log_probs(
-                hidden[i : i + chunk_size], weight, bias, temperature
-            )  # [n, V]
-            logps.append(log_probs.gather(-1, ids[i : i + chunk_size, None]).squeeze(-1))
-            ents.append(_entropy(log_probs))
-            del log_probs
+            logp, entropy = _forward_chunk(
+                hidden, weight, bias, ids, temperature, slice(i, i + chunk_size)
+            )
+            logps.append(logp)
+            ents.append(entropy)
         empty = hidden.new_zeros(0, dtype=torch.float32)
         logp = torch.cat(logps) if logps else empty
         entropy = torch.cat(ents) if ents else empty
@@ -122,7 +143,7 @@ class _FusedHeadLogpEntropy(torch.autograd.Function):
             if want_bias
             else None
         )
-        for i in range(0, hidden.shape[0], step):
+        for i in _backward_chunks(hidden.shape[0], step):
             sl = slice(i, i + step)
             log_probs = _chunk_log_probs(hidden[sl], weight, bias, tau)  # [n, V] float32
             probs = log_probs.exp()

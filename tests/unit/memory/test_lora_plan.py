@@ -107,8 +107,8 @@ def test_the_7b_lora_preset_fits_one_80gb_gpu():
     """sweeps/experiment/paper_quadrants_qwen7b_lora_1gpu.yaml: Qwen2.5-Math-7B with LoRA on one
     80 GB GPU, a float32 vLLM colocated at 0.70 of it, the frozen base's linears in bf16. Composed
     and checked as the sweep does at compose time (the plan refuses a job that does not fit), one
-    process (launcher=slurm). Traces a 7B-wide model at 2 and 3 layers (30-70 s on a shared
-    laptop). Planned 2026-11-26: peak 67.8 GiB in rollout, 77.8 GB with the allocator's headroom
+    process (launcher=slurm). Traces a 7B-wide model at 2 and 3 layers (about 4 s on 2 CPU
+    cores: memory/trace.py's shortcuts). Planned 2026-11-26: peak 67.8 GiB in rollout, 77.8 GB with the allocator's headroom
     (with the base in float32 and vLLM at 0.45: 62.4 GiB, 76.2 GB)."""
     assert (
         preflight(

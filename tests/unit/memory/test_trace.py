@@ -20,10 +20,22 @@ What only a GPU can show: the CUDA caching allocator's rounding and kernels' wor
 
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
+from dataclasses import asdict
+
 import pytest
 
 from quadrants.memory.architecture import model_config
-from quadrants.memory.trace import TraceSpec, fed_tokens, micro_batch_rows, trace_step
+from quadrants.memory.trace import (
+    LoraSpec,
+    TraceSpec,
+    fed_tokens,
+    micro_batch_rows,
+    trace_step,
+    traced_chunks,
+)
+from quadrants.ops import fused_head
 
 P1 = 12_800 + 262_784 + 128  # elements of the 1-layer tiny model (module docstring)
 TENSORS = 14
@@ -212,3 +224,60 @@ def test_unequal_rows_trace_their_padding_padded_and_only_real_tokens_packed(tin
     equal = trace_step(spec(tiny, **shape))
     assert padded["full"].update.total == equal.update.total
     assert padded["full"].held.activations - equal.held.activations == 2 * 32 * 4 + 4
+
+
+def test_traced_chunks_are_the_first_two_and_the_last_two():
+    # 72 rows in chunks of 5: 15 chunks (the last of 2 rows), starting at 0, 5, ..., 70
+    assert traced_chunks(72, 5) == [0, 5, 65, 70]
+    assert traced_chunks(20, 5) == [0, 5, 10, 15]  # 4 chunks: all of them
+    assert traced_chunks(3, 5) == [0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(sharded=False),
+        dict(sharded=False, precision="fp32", packed=True),
+        dict(sharded=False, lora=LoraSpec(rank=4, alpha=8.0, target_modules="all-linear")),
+        dict(world_size=2, checkpointing=True),
+        dict(sharded=False, rows=(((16, 24), (3, 9), (10, 1)), ((1, 17), (16, 24)))),
+    ],
+    ids=["one process", "fp32 packed", "lora", "fsdp2 checkpointing", "unequal rows"],
+)
+def test_the_shortcuts_trace_the_same_bytes_as_torchs_trackers_over_every_chunk(tiny, case):
+    """`trace_step`'s shortcuts (the trackers' tracker-wide figures only, the fused head's middle
+    chunks elided) against torch's trackers as they are over every chunk: every figure the same to
+    the byte. Two layers; a vocabulary of 4,096 (the head's [5, 4096] float32 buffers, 80 kB each,
+    and its outputs weigh in the peaks); chunks of 5 rows: an update micro-batch's 3 x 24 response
+    rows are 15 chunks (the last of 2 rows), of which the shortcut runs 4 (traced_chunks(72, 5)),
+    and the no-grad forward's 5 rows x 24 are 24 chunks, of which it runs 4. The chunks the head
+    computed are counted, so that the test fails if the shortcut stops eliding."""
+    config = copy.deepcopy(tiny)
+    config.vocab_size = 4096
+    shape = dict(layers=2, seq_len=40, response_tokens=24, update_rows=3, forward_rows=5)
+    traced = spec(config, **{**shape, "chunk_size": 5, **case})
+    computed = {}
+    for shortcuts in (False, True):
+        with _counting_head_chunks() as count:
+            figures = asdict(trace_step(traced, shortcuts=shortcuts))
+        computed[shortcuts] = (figures, count[0])
+    assert computed[True][0] == computed[False][0]
+    assert computed[True][1] < computed[False][1] / 2, (computed[True][1], computed[False][1])
+
+
+@contextmanager
+def _counting_head_chunks():
+    """The number of [chunk, V] log-probs the fused head computed while inside (a list of one)."""
+    count = [0]
+    compute = fused_head._chunk_log_probs
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return compute(*args, **kwargs)
+
+    fused_head._chunk_log_probs = counted
+    try:
+        yield count
+    finally:
+        fused_head._chunk_log_probs = compute
