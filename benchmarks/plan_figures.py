@@ -6,7 +6,7 @@ the same to the byte.
     python benchmarks/plan_figures.py --compare before.json after.json
 
 Each case is a run's overrides and its ranks (the launcher's `nodes x tasks_per_node`), planned as
-`python -m quadrants.plan` plans it (quadrants/memory/check.py `plan_inputs`, memory/plan.py
+`python -m quadrants.plan` plans it (quadrants/memory/check.py `plan_inputs`, memory/peaks.py
 `make_plan`). Recorded per case: every trace the plan ran (its decoder layers and the five
 footprints, by kind), and the plan itself (each phase's trainer footprint and engine terms, the
 host figure, the head's buffers, the parameter counts). Besides the plans, a few traces of shapes
@@ -56,7 +56,7 @@ TINY = tuple(
 
 def plan_case(overrides: str, ranks: int) -> dict:
     """Every trace the plan of `overrides` at `ranks` runs, and the plan's figures."""
-    from quadrants.launch.hydra_setup import compose_run_config
+    from quadrants.launch.hydra_setup import compose_run_plan
     from quadrants.memory import plan as plan_module
     from quadrants.memory.check import plan_inputs
 
@@ -68,7 +68,7 @@ def plan_case(overrides: str, ranks: int) -> dict:
         traced.append({"layers": spec.layers, **asdict(step)})
         return step
 
-    cfg = compose_run_config(overrides.split(), files=False)
+    cfg = compose_run_plan(overrides.split(), files=False)
     inputs = plan_inputs(cfg, ranks, ranks)
     plan_module._TRACES.clear()  # each case traces (no trace shared across cases)
     plan_module.trace_step = recorded

@@ -91,7 +91,7 @@ def prepare(workload: str, workdir: Path, steps: int) -> dict:
         _, tokenizer = load_policy(NAME)
         cfg.task.name = "gsm8k"
     cfg.model.name_or_path = str(model_dir)
-    task = make_run_task(cfg, tokenizer)
+    task = make_run_task(RunPlan.parse(cfg, files=False), tokenizer)
     rng = random.Random(0)
     problems = [p for _ in range(steps) for p in task.train_batch(spec["prompts"], rng)]
     return {

@@ -1,8 +1,8 @@
 """What a probe reports: `probe/*` metrics, the per-token table `credit.csv`, every position's
 branches `branches.csv`, and three figures.
 
-Metrics (means are design-weighted, positions.py, so they estimate all probed-population tokens; `Q` is
-PHR, PLR, NHR, NLR or `all`):
+Metrics (means are design-weighted, positions.py, so they estimate all probed-population tokens;
+`Q` is PHR, PLR, NHR, NLR or `all`):
 - `probe/Q/cmi_mean` (+ `_low`, `_high`): mean jackknifed Î, nats, with a percentile interval at
   `confidence` from a cluster bootstrap over the probe's prompts (credit.cluster_bootstrap_mean:
   positions of one prompt move together), clipped at 0 (the CMI is non-negative).

@@ -27,6 +27,7 @@ import torch
 
 from quadrants.launch.hydra_setup import compose_run_config
 from quadrants.run.build import make_run_task, probe_prompts
+from quadrants.run_plan import RunPlan
 from tests.identity_guard import bf16_pair, run_guards
 
 pytestmark = [
@@ -47,9 +48,14 @@ def test_the_guard_on_real_bf16_weights_never_trips_and_stops_a_dropped_push(smo
     torch.set_num_threads(1)
     model, engine = bf16_pair("smollm2-135m", trainer_attention="sdpa", engine_attention="eager")
     cfg = compose_run_config(["model=smollm2_135m", "task=gsm8k"])
-    task = make_run_task(cfg, engine.tokenizer)  # the run's task in its chat format
+    task = make_run_task(
+        RunPlan.parse(cfg, files=False), engine.tokenizer
+    )  # the run's task in its chat format
     prompts = [p.prompt for p in task.heldout(6)]
-    assert probe_prompts(cfg, task) == prompts[: cfg.rollout.identity_check.probe_size]
+    assert (
+        probe_prompts(RunPlan.parse(cfg, files=False), task)
+        == prompts[: cfg.rollout.identity_check.probe_size]
+    )
     with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity_guard"):
         # the steps train on 2 prompts x 2 samples (what moves the weights at lr 1e-6 matters, not
         # the batch's size); the probes are a run's own: 4 held-out prompts x 32 tokens each

@@ -17,6 +17,7 @@ from quadrants.distributed.collectives import current
 from quadrants.launch.local_checks import check_attention_kernel
 from quadrants.models.loading import agreed_attention, attention_of, load_policy, packed_attention
 from quadrants.run.build import attention_kernel
+from quadrants.run_plan import RunPlan
 from quadrants.run_plan.composition import validate_attention_kernel
 
 
@@ -126,9 +127,11 @@ def test_a_cpu_run_resolves_null_to_the_default_and_names_it(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = RunConfig()
     cfg.train.attention_layout = "packed"
-    assert attention_kernel(cfg, torch.device("cpu"), current()) is None
+    plan = RunPlan.parse(cfg, files=False)
+    assert attention_kernel(plan, torch.device("cpu"), current()) is None
     cfg.model.attention = "eager"  # an explicit kernel is kept as written
-    assert attention_kernel(cfg, torch.device("cpu"), current()) == "eager"
+    plan = RunPlan.parse(cfg, files=False)
+    assert attention_kernel(plan, torch.device("cpu"), current()) == "eager"
     model, _ = load_policy("tiny-random", seed=0)
     assert attention_of(model) == "sdpa"  # the value a run logs as model.attention_ran
 

@@ -16,6 +16,7 @@ import torch
 
 from quadrants.config import RunConfig
 from quadrants.run.build import make_run_task, probe_prompts
+from quadrants.run_plan import RunPlan
 from tests.identity_guard import bf16_pair, run_guards
 
 
@@ -26,9 +27,13 @@ def test_the_guard_never_trips_on_healthy_bf16_pushes_and_stops_a_dropped_one(ca
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model, engine = bf16_pair("tiny", trainer_attention="sdpa", engine_attention="eager")
-    task = make_run_task(RunConfig(), engine.tokenizer)  # the default run's task and prompts
+    task = make_run_task(
+        RunPlan.parse(RunConfig(), files=False), engine.tokenizer
+    )  # the default run's task and prompts
     prompts = [p.prompt for p in task.heldout(8)]
-    assert probe_prompts(RunConfig(), task) == prompts[:4]  # what a run's guard samples from
+    assert (
+        probe_prompts(RunPlan.parse(RunConfig(), files=False), task) == prompts[:4]
+    )  # what a run's guard samples from
     with caplog.at_level(logging.INFO, logger="quadrants.rollout.identity_guard"):
         run = run_guards(model, engine, prompts[:4], prompts[4:8], steps=20, lr=1e-6)
     starts = [r.getMessage() for r in caplog.records if "start-up gap" in r.getMessage()]

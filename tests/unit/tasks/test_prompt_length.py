@@ -13,6 +13,7 @@ import pytest
 from quadrants.config import RunConfig
 from quadrants.models.tokenizer import char_tokenizer
 from quadrants.run.build import make_run_task
+from quadrants.run_plan import RunPlan
 from quadrants.tasks.base import Problem, RenderedTask
 from quadrants.tasks.prompt_length import LengthLimitedTask, prompt_token_counter
 
@@ -34,7 +35,7 @@ def test_a_hand_made_task_file_loses_its_long_prompts_at_load(tmp_path, caplog):
     cfg.prompt.format = "raw"
     cfg.task.max_prompt_tokens = 25
     with caplog.at_level(logging.INFO, logger="quadrants.tasks.prompt_length"):
-        task = make_run_task(cfg, char_tokenizer())
+        task = make_run_task(RunPlan.parse(cfg, files=False), char_tokenizer())
     dataset = task.task.task  # under the prompt-length limit and the rendering
     kept = [*task.heldout(), *task.train_batch(len(dataset), random.Random(0))]
     assert sorted(len(problem.prompt) for problem in kept) == [5, 10, 15, 20, 25]
@@ -43,7 +44,7 @@ def test_a_hand_made_task_file_loses_its_long_prompts_at_load(tmp_path, caplog):
     assert "dropped, their prompts longer than task.max_prompt_tokens=25 tokens" in caplog.text
     # at 40 nothing is dropped
     cfg.task.max_prompt_tokens = 40
-    everything = make_run_task(cfg, char_tokenizer())
+    everything = make_run_task(RunPlan.parse(cfg, files=False), char_tokenizer())
     assert (everything.too_long, everything.too_long_heldout, len(everything.task.task)) == (
         0,
         0,
@@ -58,7 +59,7 @@ def test_a_limit_nothing_fits_names_the_key(tmp_path):
     cfg.task.params = {"path": str(path), "decontaminate": []}
     cfg.prompt.format, cfg.task.max_prompt_tokens = "raw", 20
     with pytest.raises(ValueError, match=r"longer than task.max_prompt_tokens=20 tokens; raise it"):
-        make_run_task(cfg, char_tokenizer())
+        make_run_task(RunPlan.parse(cfg, files=False), char_tokenizer())
 
 
 class _Generated:
