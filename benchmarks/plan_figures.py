@@ -57,7 +57,7 @@ TINY = tuple(
 def plan_case(overrides: str, ranks: int) -> dict:
     """Every trace the plan of `overrides` at `ranks` runs, and the plan's figures."""
     from quadrants.launch.hydra_setup import compose_run_plan
-    from quadrants.memory import plan as plan_module
+    from quadrants.memory import peaks as plan_module
     from quadrants.memory.check import plan_inputs
 
     traced = []
