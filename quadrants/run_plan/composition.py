@@ -30,7 +30,6 @@ from quadrants.config import (
 from quadrants.config_ranges import Choice, Range, check_ranges
 from quadrants.cpu.matmul import BACKENDS as CPU_MATMULS
 from quadrants.device import validate_device
-from quadrants.distributed.collectives import BACKENDS
 from quadrants.eval.suite import suite, validate_eval
 from quadrants.models.loading import ATTENTIONS, FLASH
 from quadrants.models.lora import target_modules as lora_target_modules
@@ -461,6 +460,10 @@ def check_layout(cfg: RunConfig, world_size: int) -> None:
 
 def validate_distributed_config(cfg: RunConfig) -> None:
     """Static checks of the `distributed` group (world-size checks are in `check_layout`)."""
+    # imported here: a one-process step built from a plan (run/settings.py) never opens
+    # distributed code (tests/unit/train/test_placement.py)
+    from quadrants.distributed.collectives import BACKENDS
+
     d = cfg.distributed
     if d.backend not in BACKENDS:
         raise ValueError(
