@@ -439,3 +439,42 @@ def test_the_architecture_doc_states_this_table():
     assert {k: stated.get(k) for k in expected} == expected
     assert set(stated) == set(expected), "rows the layering test does not know"
     assert all(ALLOWED[name] == ALLOWED["entry"] for name in (*ENTRY_COMMANDS, "cli"))
+
+
+# The modules that may name `RunConfig` (issue 62: at most 8): the run plan, which parses it; the
+# Hydra schema's registration; the engines' own rules over a config; the resume identity (the
+# schema's defaults); evaluate, which fits a composed config to its target before its one parse.
+# Everything else takes the plan or its part of it (docs/architecture.md, "One parse").
+RUN_CONFIG_NAMERS = frozenset(
+    {
+        "quadrants.run_plan.parse",
+        "quadrants.run_plan.composition",
+        "quadrants.run_plan.data_files",
+        "quadrants.launch.hydra_setup",
+        "quadrants.rollout.registry",
+        "quadrants.run.resume_identity",
+        "quadrants.launch.evaluate",
+    }
+)
+
+
+def run_config_importers(package: Path) -> set[str]:
+    """The modules of `package` that import the name RunConfig (any `from ... import RunConfig`:
+    top level, in a function, under TYPE_CHECKING)."""
+    found = set()
+    for name, (path, _) in module_files(package).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and any(a.name == "RunConfig" for a in node.names):
+                found.add(name)
+    return found
+
+
+def test_only_the_run_plan_and_its_few_neighbours_name_the_config(tmp_path):
+    assert run_config_importers(PACKAGE) == RUN_CONFIG_NAMERS
+    assert len(RUN_CONFIG_NAMERS) <= 8
+    # a planted lazy import in a lower layer is seen: eval taking the whole config again
+    planted = tmp_path / "quadrants" / "eval"
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text("")
+    (planted / "runner.py").write_text("def f():\n    from quadrants.config import RunConfig\n")
+    assert run_config_importers(tmp_path / "quadrants") == {"quadrants.eval.runner"}
